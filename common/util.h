@@ -1,0 +1,31 @@
+/* Small helpers used across the library: clocks, deadlines, allocation with an error. */
+#ifndef RR_COMMON_UTIL_H_
+#define RR_COMMON_UTIL_H_
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define RR_MIN(a, b) ((a) < (b) ? (a) : (b))
+#define RR_MAX(a, b) ((a) > (b) ? (a) : (b))
+#define RR_ARRAY_SIZE(a) (sizeof(a) / sizeof((a)[0]))
+
+/* Monotonic clock in nanoseconds / milliseconds. */
+int64_t rr__now_ns(void);
+static inline int64_t rr__now_ms(void) { return rr__now_ns() / 1000000; }
+/* Milliseconds left until deadline_ms (a rr__now_ms() value), clamped at 0. */
+static inline int64_t rr__ms_left(int64_t deadline_ms) {
+  int64_t left = deadline_ms - rr__now_ms();
+  return left > 0 ? left : 0;
+}
+/* Deadline from a timeout, saturating instead of overflowing. */
+int64_t rr__deadline(int64_t timeout_ms);
+
+/* calloc that sets the last error on failure (returns NULL). */
+void *rr__calloc(size_t n, size_t size);
+/* Duplicate a string; NULL (with the last error set) on failure. */
+char *rr__strdup(const char *s);
+
+/* a mod n for possibly negative a. */
+static inline int rr__mod(int a, int n) { return ((a % n) + n) % n; }
+
+#endif /* RR_COMMON_UTIL_H_ */

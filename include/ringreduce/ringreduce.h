@@ -1,0 +1,258 @@
+/*
+ * ringreduce — ring collectives for data-parallel training, in C.
+ *
+ * The whole public API. It mirrors torch.distributed: a process group made by
+ * rr_init_process_group() (env://, tcp://, file://), collectives with NCCL-style buffers
+ * (in-place when sendbuf == recvbuf), an async form of each that returns an rr_work handle,
+ * and subgroups made by rr_new_group().
+ *
+ *   rr_pg *pg;
+ *   if (rr_init_process_group(&pg, NULL) != RR_OK) {      // env://: RANK, WORLD_SIZE, ...
+ *     fprintf(stderr, "%s\n", rr_last_error());
+ *     return 1;
+ *   }
+ *   rr_all_reduce(pg, grad, grad, n, RR_FLOAT32, RR_SUM);  // in place, like dist.all_reduce
+ *   rr_destroy_process_group(pg);
+ *
+ * Every function returns an rr_status (0 = RR_OK, negative = error). After an error,
+ * rr_last_error() returns a sentence naming the rank, the peer, the call and the cause.
+ *
+ * Thread safety: calls on one group may come from several threads; they run in the order
+ * they were issued. Different groups progress independently.
+ */
+#ifndef RINGREDUCE_RINGREDUCE_H_
+#define RINGREDUCE_RINGREDUCE_H_
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Only the declarations in this header are exported from libringreduce. */
+#if defined(__GNUC__)
+#pragma GCC visibility push(default)
+#endif
+
+#define RR_VERSION_MAJOR 0
+#define RR_VERSION_MINOR 1
+#define RR_VERSION_PATCH 0
+
+/* ---------------------------------------------------------------------------------------------
+ * Status codes. One list generates the enum, the names and the messages (as libuv's
+ * UV_ERRNO_MAP): 0 is success, RR_INPROGRESS the one positive value, errors are negative.
+ */
+#define RR_STATUS_MAP(XX)                                                                     \
+  XX(OK, 0, "success")                                                                        \
+  XX(INPROGRESS, 1, "operation still in progress")                                            \
+  XX(EINVAL, -1, "invalid argument")                                                          \
+  XX(ENOMEM, -2, "out of memory")                                                             \
+  XX(ESYS, -3, "system call failed")                                                          \
+  XX(ETIMEDOUT, -4, "timed out")                                                              \
+  XX(EPEER, -5, "a peer failed or closed its connection")                                     \
+  XX(EMISMATCH, -6, "ranks called mismatched collectives")                                    \
+  XX(EPROTO, -7, "protocol error: unexpected data on a connection")                           \
+  XX(EABORTED, -8, "the group was aborted")                                                   \
+  XX(ENOTSUP, -9, "operation not supported")                                                  \
+  XX(ESTATE, -10, "call not valid in the current state")                                      \
+  XX(EENV, -11, "environment variable missing or malformed")                                  \
+  XX(EADDR, -12, "address unusable: in use, unreachable or unresolvable")                     \
+  XX(ECUDA, -13, "CUDA error")                                                                \
+  XX(ENOTMEMBER, -14, "this rank is not a member of the group")
+
+typedef enum rr_status {
+#define RR__STATUS_ENUM(name, value, msg) RR_##name = (value),
+  RR_STATUS_MAP(RR__STATUS_ENUM)
+#undef RR__STATUS_ENUM
+} rr_status;
+
+/* "RR_ETIMEDOUT" for RR_ETIMEDOUT; "RR_UNKNOWN" for a value not in the list. */
+const char *rr_status_name(int status);
+/* The one-line meaning of a status ("timed out"). */
+const char *rr_strerror(int status);
+/* Detail of the last failed call made by this thread: who (rank, peer), which call, why.
+ * Never NULL; "" when nothing failed yet. Valid until this thread's next failing call. */
+const char *rr_last_error(void);
+
+/* ---------------------------------------------------------------------------------------------
+ * Data types and reduction operations.
+ */
+typedef enum rr_dtype {
+  RR_INT8 = 0,
+  RR_UINT8,
+  RR_INT32,
+  RR_INT64,
+  RR_FLOAT16,  /* IEEE binary16; reduced in float32 and rounded once per step */
+  RR_BFLOAT16, /* bfloat16; reduced in float32 and rounded once per step */
+  RR_FLOAT32,
+  RR_FLOAT64,
+  RR_NUM_DTYPES
+} rr_dtype;
+
+typedef enum rr_op {
+  RR_SUM = 0,
+  RR_PROD,
+  RR_MIN,  /* NaN propagates */
+  RR_MAX,  /* NaN propagates */
+  RR_AVG,  /* sum, then divide by the group size once at the end (integers: truncating) */
+  RR_BAND, /* bitwise ops: integer dtypes only */
+  RR_BOR,
+  RR_BXOR,
+  RR_NUM_OPS
+} rr_op;
+
+size_t rr_dtype_size(rr_dtype dtype);   /* 0 for an invalid dtype */
+const char *rr_dtype_name(rr_dtype dtype); /* nccl-tests names: "int8", "float", "half", ... */
+const char *rr_op_name(rr_op op);          /* "sum", "prod", "min", "max", "avg", "band", ... */
+/* Parse a name ("float", "float32", "half", "bf16", "sum", ...). RR_EINVAL if unknown. */
+int rr_dtype_from_name(const char *name, rr_dtype *dtype);
+int rr_op_from_name(const char *name, rr_op *op);
+
+/* ---------------------------------------------------------------------------------------------
+ * Process groups.
+ */
+typedef struct rr_pg rr_pg;     /* a process group: the world, or a subgroup of it */
+typedef struct rr_work rr_work; /* a pending asynchronous call */
+
+typedef struct rr_pg_options {
+  /* "env://" (the default when NULL), "tcp://host:port?rank=R&world_size=N" or
+   * "file:///path?rank=R&world_size=N". */
+  const char *init_method;
+  /* When world_size > 0 these override the init method and the environment. */
+  int rank;
+  int world_size;
+  /* Deadline of every call on the group, in milliseconds. 0: $RR_TIMEOUT (seconds, may be
+   * fractional), else 30 minutes as torch's gloo backend. */
+  int64_t timeout_ms;
+  /* CUDA device of this rank: -1 picks $LOCAL_RANK (or 0). Unused without CUDA. */
+  int device;
+} rr_pg_options;
+
+#define RR_PG_OPTIONS_INIT {NULL, 0, 0, 0, -1}
+void rr_pg_options_init(rr_pg_options *opt);
+
+/* Join the job: rendezvous through the store named by the init method, then connect to
+ * every peer. opt == NULL means env:// with defaults.
+ *
+ * env:// reads RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT (and LOCAL_RANK,
+ * LOCAL_WORLD_SIZE when set). When RANK and WORLD_SIZE are unset it takes them from Slurm
+ * (SLURM_PROCID, SLURM_NTASKS, SLURM_LOCALID) or Open MPI (OMPI_COMM_WORLD_RANK, _SIZE,
+ * _LOCAL_RANK). A missing variable is RR_EENV with its name in rr_last_error(). */
+int rr_init_process_group(rr_pg **pg, const rr_pg_options *opt);
+
+/* Wait for this group's pending calls, close its connections and free it. Destroying the
+ * world group while subgroups of it are alive is RR_ESTATE. Returns the group's first error,
+ * if an earlier call failed, so a failure is never lost. */
+int rr_destroy_process_group(rr_pg *pg);
+
+int rr_get_rank(const rr_pg *pg);       /* this process's rank in the group */
+int rr_get_world_size(const rr_pg *pg); /* number of ranks in the group */
+/* Translate between a group's ranks and global (world) ranks, as torch's
+ * get_global_rank / get_group_rank. -1 when out of range / not a member. */
+int rr_get_global_rank(const rr_pg *pg, int group_rank);
+int rr_get_group_rank(const rr_pg *pg, int global_rank);
+
+/* Make a subgroup of `parent` from global ranks `ranks` (any order; duplicates are an
+ * error). Every rank of `parent` must call it, in the same order, with the same list, as
+ * torch's new_group. Members get a group (ranks sorted: group rank = index in the sorted
+ * list); non-members get *group == NULL and RR_OK. timeout_ms == 0 inherits the parent's. */
+int rr_new_group(rr_pg *parent, const int *ranks, int nranks, int64_t timeout_ms, rr_pg **group);
+
+/* Change the deadline of the group's later calls (milliseconds, > 0). */
+int rr_pg_set_timeout(rr_pg *pg, int64_t timeout_ms);
+
+/* ---------------------------------------------------------------------------------------------
+ * Collectives. Buffers follow NCCL: in-place when sendbuf == recvbuf (for all_gather when
+ * sendbuf == recvbuf + rank * sendcount, for reduce_scatter when
+ * sendbuf + rank * recvcount == recvbuf); otherwise they must not overlap. Counts are in
+ * elements. Roots and peers are global ranks, as in torch.distributed.
+ *
+ * All ranks end with bit-identical results. A call whose arguments differ from the other
+ * ranks' (collective, count, dtype, op, root) fails on every rank with RR_EMISMATCH, and
+ * rr_last_error() shows both calls. Arguments that are invalid locally fail with RR_EINVAL
+ * and send nothing. Any other failure (a dead peer, a timeout) aborts the group: that call
+ * and every later call on it return an error naming the rank and the cause.
+ */
+int rr_all_reduce(rr_pg *pg, const void *sendbuf, void *recvbuf, size_t count, rr_dtype dtype,
+                  rr_op op);
+/* sendbuf holds world_size * recvcount elements; rank r receives block r, reduced. */
+int rr_reduce_scatter(rr_pg *pg, const void *sendbuf, void *recvbuf, size_t recvcount,
+                      rr_dtype dtype, rr_op op);
+/* recvbuf receives world_size * sendcount elements: block r from rank r. */
+int rr_all_gather(rr_pg *pg, const void *sendbuf, void *recvbuf, size_t sendcount,
+                  rr_dtype dtype);
+/* sendbuf is read on the root only; every rank (the root too) gets the data in recvbuf. */
+int rr_broadcast(rr_pg *pg, const void *sendbuf, void *recvbuf, size_t count, rr_dtype dtype,
+                 int root);
+/* The root gets the reduction in recvbuf; other ranks' recvbuf is not touched (may be NULL). */
+int rr_reduce(rr_pg *pg, const void *sendbuf, void *recvbuf, size_t count, rr_dtype dtype,
+              rr_op op, int root);
+int rr_barrier(rr_pg *pg);
+/* Point to point: matched in order between each pair of ranks. */
+int rr_send(rr_pg *pg, const void *buf, size_t count, rr_dtype dtype, int peer);
+int rr_recv(rr_pg *pg, void *buf, size_t count, rr_dtype dtype, int peer);
+
+/* The same calls, asynchronous: they return at once with *work set, and the group's
+ * background thread runs them in issue order while the caller computes. Buffers must stay
+ * valid and untouched until the work completes. */
+int rr_all_reduce_async(rr_pg *pg, const void *sendbuf, void *recvbuf, size_t count,
+                        rr_dtype dtype, rr_op op, rr_work **work);
+int rr_reduce_scatter_async(rr_pg *pg, const void *sendbuf, void *recvbuf, size_t recvcount,
+                            rr_dtype dtype, rr_op op, rr_work **work);
+int rr_all_gather_async(rr_pg *pg, const void *sendbuf, void *recvbuf, size_t sendcount,
+                        rr_dtype dtype, rr_work **work);
+int rr_broadcast_async(rr_pg *pg, const void *sendbuf, void *recvbuf, size_t count,
+                       rr_dtype dtype, int root, rr_work **work);
+int rr_reduce_async(rr_pg *pg, const void *sendbuf, void *recvbuf, size_t count, rr_dtype dtype,
+                    rr_op op, int root, rr_work **work);
+int rr_barrier_async(rr_pg *pg, rr_work **work);
+int rr_send_async(rr_pg *pg, const void *buf, size_t count, rr_dtype dtype, int peer,
+                  rr_work **work);
+int rr_recv_async(rr_pg *pg, void *buf, size_t count, rr_dtype dtype, int peer, rr_work **work);
+
+/* Wait for a work to finish. timeout_ms > 0 bounds this wait: when it passes first, the
+ * group is aborted (the collective cannot be resumed half-way) and RR_ETIMEDOUT is returned.
+ * timeout_ms == 0 waits as long as the group's own deadline allows. Returns the call's
+ * status; on error rr_last_error() (and rr_work_error()) hold its detail. */
+int rr_work_wait(rr_work *work, int64_t timeout_ms);
+/* RR_OK when finished successfully, RR_INPROGRESS while running, the error otherwise. */
+int rr_work_test(rr_work *work);
+/* The error text of a failed work, "" otherwise. */
+const char *rr_work_error(const rr_work *work);
+/* Release the handle. A work freed before it finished still runs to completion. */
+void rr_work_free(rr_work *work);
+
+/* ---------------------------------------------------------------------------------------------
+ * The rendezvous store, as torch's TCPStore / FileStore. A process group's store is made by
+ * rr_init_process_group; these let a program make its own.
+ */
+typedef struct rr_store rr_store;
+
+/* is_master: this process serves the store on host:port (port 0 picks a free one; see
+ * rr_store_port). Every process, the master too, is a client. */
+int rr_store_tcp(const char *host, int port, int is_master, int64_t timeout_ms,
+                 rr_store **store);
+int rr_store_file(const char *path, int64_t timeout_ms, rr_store **store);
+int rr_store_port(const rr_store *store); /* the TCP port served or used */
+int rr_store_set(rr_store *store, const char *key, const void *value, size_t len);
+/* Blocks until the key exists or the store's timeout passes. *value is malloc'd: free() it. */
+int rr_store_get(rr_store *store, const char *key, void **value, size_t *len);
+/* Adds delta to the integer stored (as ASCII decimal) under key; absent keys start at 0. */
+int rr_store_add(rr_store *store, const char *key, int64_t delta, int64_t *result);
+/* Blocks until every key exists, or timeout_ms (0: the store's timeout) passes. */
+int rr_store_wait(rr_store *store, const char *const *keys, int nkeys, int64_t timeout_ms);
+/* *exists = 1 when every key exists now; never blocks. */
+int rr_store_check(rr_store *store, const char *const *keys, int nkeys, int *exists);
+int rr_store_delete(rr_store *store, const char *key, int *deleted);
+void rr_store_free(rr_store *store);
+
+#if defined(__GNUC__)
+#pragma GCC visibility pop
+#endif
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* RINGREDUCE_RINGREDUCE_H_ */

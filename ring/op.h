@@ -1,0 +1,36 @@
+/* Host reductions: one function per (dtype, op), chosen once per call, as Gloo's
+ * type-erased reduce. The ring calls rr__reduce(); CUDA buffers go to cuda/ instead. */
+#ifndef RR_RING_OP_H_
+#define RR_RING_OP_H_
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "ringreduce/ringreduce.h"
+
+/* dst[i] = a[i] (op) b[i] for i < n. dst may be the same pointer as a or b (not a partial
+ * overlap). a is the left operand: for the ops here the result does not depend on operand
+ * order except in NaN payloads and the sign of a zero from MIN/MAX, which callers that need
+ * bit-identical results across ranks handle by always passing operands in rank order.
+ *
+ * AVG reduces as SUM. When avg_div > 0 the result is then divided by avg_div in the same
+ * pass (the last reduction of an AVG); integers divide truncating toward zero, float16 and
+ * bfloat16 divide in float32 and round once. Integer SUM/PROD wrap around (two's complement).
+ * float16/bfloat16 compute in float32 and round to nearest even once per element. */
+void rr__reduce(void *dst, const void *a, const void *b, size_t n, rr_dtype dtype, rr_op op,
+                int avg_div);
+
+/* buf[i] /= div, as the end of an AVG where no reduction is left to fuse it into (one rank). */
+void rr__avg_scale(void *buf, size_t n, rr_dtype dtype, int div);
+
+/* RR_OK if op applies to dtype; RR_EINVAL with the last error set otherwise (bitwise ops
+ * on floating types, values out of range). */
+int rr__op_check(rr_dtype dtype, rr_op op);
+
+/* IEEE binary16 and bfloat16 <-> float32, round to nearest even, NaN stays NaN. */
+float rr__half_to_float(uint16_t h);
+uint16_t rr__float_to_half(float f);
+float rr__bf16_to_float(uint16_t b);
+uint16_t rr__float_to_bf16(float f);
+
+#endif /* RR_RING_OP_H_ */

@@ -247,6 +247,24 @@ int rr_store_check(rr_store *store, const char *const *keys, int nkeys, int *exi
 int rr_store_delete(rr_store *store, const char *key, int *deleted);
 void rr_store_free(rr_store *store);
 
+/* ---------------------------------------------------------------------------------------------
+ * rr_spawn: torch.multiprocessing.spawn in C. Forks nprocs workers on this host; each gets
+ * RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR=127.0.0.1 and a free
+ * MASTER_PORT in its environment (so rr_init_process_group(&pg, NULL) just works), then
+ * calls fn(rank, arg) and exits with its return value. When a worker fails (non-zero exit or
+ * a signal) the others get SIGTERM, then SIGKILL after $RR_GRACE_PERIOD seconds (default
+ * 30). Workers die with the parent. Call it before any threads are started.
+ */
+typedef struct rr_spawn_status {
+  int failed_rank; /* -1 when every worker returned 0 */
+  int exit_code;   /* the failed worker's exit code, or 0 */
+  int signal;      /* the signal that killed it, or 0 */
+} rr_spawn_status;
+
+/* RR_OK when every worker returned 0; RR_EPEER with status (may be NULL) naming the first
+ * worker that failed, and rr_last_error() saying how. */
+int rr_spawn(int nprocs, int (*fn)(int rank, void *arg), void *arg, rr_spawn_status *status);
+
 #if defined(__GNUC__)
 #pragma GCC visibility pop
 #endif

@@ -1,0 +1,33 @@
+/*
+ * Ring all-gather: rank r contributes block r; everyone ends with all n blocks.
+ *
+ * Step s (0 <= s < n-1): send block r-s, receive block r-s-1, straight into place. Each
+ * block makes n-1 hops around the ring, one per step, and every link carries one block per
+ * step. With 4 ranks, rank 0 sends blocks 0, 3, 2 and receives 3, 2, 1.
+ *
+ * Cost: n-1 steps of S/n bytes (S = the whole output): (n-1)/n * S / bandwidth.
+ */
+#include <stdio.h>
+#include <string.h>
+
+#include "ring/ring.h"
+
+int rr__all_gather_ring(rr__coll *c) {
+  const int n = c->n, r = c->r, left = rr__left(r, n), right = rr__right(r, n);
+  const size_t count = c->a->count, blk = count * c->esize;
+  char *dst = c->a->recvbuf;
+  if (blk && c->a->sendbuf != dst + (size_t)r * blk)
+    memcpy(dst + (size_t)r * blk, c->a->sendbuf, blk);
+
+  RR_CHECK(rr__coll_send_hdr(c, right));
+  RR_CHECK(rr__coll_recv_hdr(c, left));
+  for (int s = 0; s < n - 1; s++) {
+    const int send = rr__mod(r - s, n), recv = rr__mod(r - s - 1, n);
+    snprintf(c->where, sizeof c->where, "all-gather step %d/%d", s + 1, n - 1);
+    rr__step st = {.to = right, .sbuf = dst + (size_t)send * blk, .scount = count,
+                   .from = left, .rbuf = dst + (size_t)recv * blk, .rcount = count,
+                   .schunk = send, .rchunk = recv};
+    RR_CHECK(rr__pipe_step(c, &st));
+  }
+  return RR_OK;
+}

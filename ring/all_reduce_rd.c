@@ -1,0 +1,104 @@
+/*
+ * Recursive-doubling all-reduce, for small messages where latency, not bandwidth, decides:
+ * ceil(log2 n) rounds (two more when n is not a power of two) instead of the ring's
+ * 2(n-1) steps. In round k every rank swaps its whole partial result with the rank whose
+ * number differs in bit k and combines the two.
+ *
+ *   4 ranks:  round 0: 0<->1, 2<->3   (each now holds x0+x1 or x2+x3)
+ *             round 1: 0<->2, 1<->3   (each now holds (x0+x1)+(x2+x3))
+ *
+ * When n is not a power of two, with p the largest power of two below n and rem = n - p,
+ * ranks 0..2rem-1 first pair up: each even rank hands its data to the odd rank above it and
+ * waits; the p remaining ranks run the rounds; the odd ranks then hand the result back.
+ *
+ * Cost: S bytes per round, so time ~ (log2 n) * (latency + S / bandwidth): better than the
+ * ring below RR_SMALL_BYTES, worse above it.
+ *
+ * Same bits on every rank: each combination is computed as op(lower ranks' part, higher
+ * ranks' part), so the two partners of a round evaluate the identical expression.
+ */
+#include <stdio.h>
+#include <string.h>
+
+#include "ring/op.h"
+#include "ring/ring.h"
+
+/* Send our whole buffer to `peer` and/or receive its whole buffer into `in`, with the
+ * call header ahead of the data. */
+static int rr__rd_swap(rr__coll *c, int to, const void *out, int from, void *in,
+                       size_t bytes) {
+  rr__req sr = {.buf = (char *)out, .len = bytes}, rq = {.buf = in, .len = bytes};
+  if (to >= 0) {
+    RR_CHECK(rr__coll_send_hdr(c, to));
+    RR_CHECK(rr__comm_isend(c->cm, to, 0, &sr));
+  }
+  if (from >= 0) {
+    RR_CHECK(rr__coll_recv_hdr(c, from));
+    RR_CHECK(rr__comm_irecv(c->cm, from, 0, &rq));
+    RR_CHECK(rr__coll_wait(c, &rq, from));
+  }
+  /* The buffer we sent is overwritten next: the send must be finished first. */
+  if (to >= 0) RR_CHECK(rr__coll_wait(c, &sr, to));
+  return RR_OK;
+}
+
+/* buf = op(lower, upper) with operands in rank order. */
+static void rr__rd_combine(rr__coll *c, char *buf, const char *theirs, int mine_is_lower) {
+  const rr__args *a = c->a;
+  if (mine_is_lower)
+    rr__reduce(buf, buf, theirs, a->count, a->dtype, a->op, 0);
+  else
+    rr__reduce(buf, theirs, buf, a->count, a->dtype, a->op, 0);
+}
+
+int rr__all_reduce_rd(rr__coll *c) {
+  const int n = c->n, r = c->r;
+  const size_t bytes = c->a->count * c->esize;
+  char *buf = c->a->recvbuf;
+  char *tmp;
+  RR_CHECK(rr__pg_scratch(c->pg, bytes, (void **)&tmp));
+  if (bytes && buf != c->a->sendbuf) memcpy(buf, c->a->sendbuf, bytes);
+
+  int p = 1;
+  while (p * 2 <= n) p *= 2;
+  const int rem = n - p;
+
+  /* Fold the extra ranks in: even ranks below 2*rem give their data to the odd one above. */
+  int newrank;
+  snprintf(c->where, sizeof c->where, "recursive doubling: pairing up (n=%d)", n);
+  if (r < 2 * rem) {
+    if (r % 2 == 0) {
+      RR_CHECK(rr__rd_swap(c, r + 1, buf, -1, NULL, bytes));
+      newrank = -1;
+    } else {
+      RR_CHECK(rr__rd_swap(c, -1, NULL, r - 1, tmp, bytes));
+      rr__rd_combine(c, buf, tmp, 0);
+      newrank = r / 2;
+    }
+  } else {
+    newrank = r - rem;
+  }
+
+  if (newrank >= 0) {
+    int round = 0;
+    for (int mask = 1; mask < p; mask <<= 1, round++) {
+      const int pn = newrank ^ mask;
+      const int partner = pn < rem ? pn * 2 + 1 : pn + rem;
+      snprintf(c->where, sizeof c->where, "recursive doubling round %d with rank %d",
+               round + 1, c->pg->global_ranks[partner]);
+      RR_CHECK(rr__rd_swap(c, partner, buf, partner, tmp, bytes));
+      rr__rd_combine(c, buf, tmp, newrank < pn);
+    }
+    if (c->a->op == RR_AVG) rr__avg_scale(buf, c->a->count, c->a->dtype, n);
+  }
+
+  /* Hand the result back to the ranks that sat out. */
+  snprintf(c->where, sizeof c->where, "recursive doubling: returning results");
+  if (r < 2 * rem) {
+    if (r % 2 == 1)
+      RR_CHECK(rr__rd_swap(c, r - 1, buf, -1, NULL, bytes));
+    else
+      RR_CHECK(rr__rd_swap(c, -1, NULL, r + 1, buf, bytes));
+  }
+  return RR_OK;
+}

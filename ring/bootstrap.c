@@ -1,0 +1,400 @@
+/* Bootstrap: from a rendezvous store to a connected group.
+ *
+ * 1. Listen on the chosen interface (RR_SOCKET_IFNAME) and publish who we are under
+ *    rr/<group>/peer/<rank>: address, host identity, pid, sockets wanted.
+ * 2. Wait for every member's record; on timeout, name the ranks that never arrived.
+ * 3. For every pair pick the transport (first in priority order that can_connect) and
+ *    open 1 control socket + what the transport asks for. The higher rank connects, the
+ *    lower accepts: all connects complete against the listen backlog, so no rank waits on
+ *    another's accept loop and the order cannot deadlock.
+ * 4. Every socket starts with a greeting (group, ranks, socket index, transport) that the
+ *    acceptor checks and answers; strangers and garbage are closed and logged.
+ */
+#include "ring/bootstrap.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "common/log.h"
+#include "common/param.h"
+#include "common/status.h"
+#include "common/util.h"
+#include "ring/wire.h"
+
+#define RR__MAX_PENDING 64 /* half-open greetings kept at once; more are dropped */
+
+/* Ranks on one host share a hostid: host name, boot id and network namespace (so that
+ * namespaces used as test hosts count as different hosts), or RR_HOSTID. */
+static void rr__hostid(char *out, size_t n) {
+  const char *forced = rr__params_get()->hostid;
+  if (forced[0]) {
+    snprintf(out, n, "%s", forced);
+  } else {
+    char host[64] = "?", boot[64] = "?", ns[64] = "?";
+    if (gethostname(host, sizeof host) != 0) snprintf(host, sizeof host, "?");
+    host[sizeof host - 1] = '\0';
+    FILE *f = fopen("/proc/sys/kernel/random/boot_id", "r");
+    if (f) {
+      if (!fgets(boot, sizeof boot, f)) snprintf(boot, sizeof boot, "?");
+      fclose(f);
+      boot[strcspn(boot, "\n")] = '\0';
+    }
+    ssize_t l = readlink("/proc/self/ns/net", ns, sizeof ns - 1);
+    ns[l > 0 ? l : 0] = '\0';
+    snprintf(out, n, "%s/%s/%s", host, boot, ns);
+  }
+  for (char *p = out; *p; p++)
+    if (*p == ' ') *p = '_';
+}
+
+static int rr__publish(const rr__boot *b, const rr__peer_info *me) {
+  char key[96], val[512];
+  snprintf(key, sizeof key, "rr/%s/peer/%d", b->group_id, b->rank);
+  int len = snprintf(val, sizeof val, "global=%d pid=%d nsocks=%d addr=%s host=%s",
+                     me->global_rank, me->pid, me->nsocks, me->addr, me->hostid);
+  return rr_store_set(b->store, key, val, (size_t)len);
+}
+
+static int rr__parse_info(const char *s, size_t len, rr__peer_info *p) {
+  char buf[512];
+  if (len >= sizeof buf) return rr__set_error(RR_EPROTO, "peer record too long");
+  memcpy(buf, s, len);
+  buf[len] = '\0';
+  memset(p, 0, sizeof *p);
+  int got = sscanf(buf, "global=%d pid=%d nsocks=%d addr=%63s host=%127s", &p->global_rank,
+                   &p->pid, &p->nsocks, p->addr, p->hostid);
+  if (got != 5 || p->nsocks < 1 || p->nsocks > RR__MAX_LANES)
+    return rr__set_error(RR_EPROTO, "malformed peer record '%s'", buf);
+  return RR_OK;
+}
+
+/* Wait for all records; on timeout say exactly who is missing. */
+static int rr__gather(const rr__boot *b, rr__peer_info *infos) {
+  char **keys = rr__calloc((size_t)b->size, sizeof *keys);
+  if (!keys) return RR_ENOMEM;
+  int st = RR_OK;
+  for (int i = 0; i < b->size && st == RR_OK; i++) {
+    keys[i] = malloc(96);
+    if (!keys[i]) st = rr__set_error(RR_ENOMEM, "out of memory");
+    else snprintf(keys[i], 96, "rr/%s/peer/%d", b->group_id, i);
+  }
+  if (st == RR_OK) {
+    int64_t left = rr__ms_left(b->deadline_ms);
+    st = rr_store_wait(b->store, (const char *const *)keys, b->size, left > 0 ? left : 1);
+    if (st == RR_ETIMEDOUT) {
+      char missing[512] = "";
+      size_t o = 0;
+      int nmiss = 0;
+      for (int i = 0; i < b->size; i++) {
+        int exists = 0;
+        if (rr_store_check(b->store, (const char *const *)&keys[i], 1, &exists) == RR_OK &&
+            !exists) {
+          if (o < sizeof missing - 16)
+            o += (size_t)snprintf(missing + o, sizeof missing - o, "%s%d", nmiss ? ", " : "",
+                                  b->global_ranks[i]);
+          nmiss++;
+        }
+      }
+      st = rr__set_error(RR_ETIMEDOUT,
+                         "timed out after %.1f s waiting for rank%s %s to join the rendezvous "
+                         "(%d of %d arrived)",
+                         (double)b->timeout_ms / 1000.0, nmiss == 1 ? "" : "s", missing,
+                         b->size - nmiss, b->size);
+    }
+  }
+  for (int i = 0; i < b->size && st == RR_OK; i++) {
+    void *v = NULL;
+    size_t len = 0;
+    st = rr_store_get(b->store, keys[i], &v, &len);
+    if (st == RR_OK) st = rr__parse_info(v, len, &infos[i]);
+    free(v);
+  }
+  for (int i = 0; i < b->size; i++) free(keys[i]);
+  free(keys);
+  return st;
+}
+
+static const rr__transport *rr__choose(const rr__peer_info *me, const rr__peer_info *peer) {
+  for (int i = 0; rr__transports[i]; i++)
+    if (rr__transports[i]->can_connect(me, peer)) return rr__transports[i];
+  return &rr__tcp_transport;
+}
+
+/* Both sides must open the same number of sockets: take the larger wish. */
+static int rr__nsockets(const rr__transport *tp, const rr__peer_info *me,
+                        const rr__peer_info *peer) {
+  int a = tp->setup_sockets(me, peer), b = tp->setup_sockets(peer, me);
+  return 1 + (a > b ? a : b);
+}
+
+static void rr__put32(uint8_t *p, uint32_t v) {
+  for (int i = 0; i < 4; i++) p[i] = (uint8_t)(v >> (8 * i));
+}
+static uint32_t rr__get32(const uint8_t *p) {
+  return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+}
+
+typedef struct rr__mesh {
+  const rr__boot *b;
+  rr__peer_info *infos;
+  const rr__transport **tp; /* [size] */
+  int *nsock;               /* [size] sockets per pair, control included */
+  int (*fds)[1 + RR__MAX_LANES];
+} rr__mesh;
+
+/* Connect every socket to each lower rank and send its greeting. */
+static int rr__connect_lower(rr__mesh *m) {
+  const rr__boot *b = m->b;
+  for (int p = 0; p < b->rank; p++) {
+    rr__addr to;
+    RR_CHECK(rr__addr_parse(m->infos[p].addr, &to));
+    for (int k = 0; k < m->nsock[p]; k++) {
+      int fd;
+      int st = rr__sock_connect(&to, b->deadline_ms, &fd);
+      if (st != RR_OK)
+        return rr__prefix_error(st, "connecting to rank %d", b->global_ranks[p]);
+      m->fds[p][k] = fd;
+      rr__hello h = {.from = b->rank, .to = p, .index = k, .nsockets = m->nsock[p]};
+      snprintf(h.group, sizeof h.group, "%s", b->group_id);
+      snprintf(h.transport, sizeof h.transport, "%s", m->tp[p]->name);
+      uint8_t wire[RR__HELLO_BYTES];
+      rr__hello_encode(&h, wire);
+      st = rr__sock_send_all(fd, wire, sizeof wire, b->deadline_ms);
+      if (st != RR_OK) return rr__prefix_error(st, "greeting rank %d", b->global_ranks[p]);
+    }
+  }
+  return RR_OK;
+}
+
+typedef struct rr__pending {
+  int fd;
+  size_t have;
+  uint8_t buf[RR__HELLO_BYTES];
+} rr__pending;
+
+/* Check a complete greeting; file the socket or explain why not. Returns RR_OK when the
+ * socket was filed, RR_EPROTO for a stranger (caller closes it), or a fatal error. */
+static int rr__file_greeting(rr__mesh *m, rr__pending *pd) {
+  const rr__boot *b = m->b;
+  rr__hello h;
+  if (rr__hello_decode(pd->buf, &h) != RR_OK) return RR_EPROTO;
+  if (strcmp(h.group, b->group_id) != 0 || h.to != b->rank || h.from <= b->rank ||
+      h.from >= b->size) {
+    rr__set_error(RR_EPROTO, "greeting for group '%s' rank %d from rank %d", h.group, h.to,
+                  h.from);
+    return RR_EPROTO;
+  }
+  int p = h.from;
+  uint8_t reply[RR__REPLY_BYTES];
+  rr__put32(reply, RR__HELLO_OK);
+  int verdict = RR_OK;
+  if (strcmp(h.transport, m->tp[p]->name) != 0 || h.nsockets != m->nsock[p])
+    verdict = rr__set_error(RR_EMISMATCH,
+                            "rank %d chose transport %s with %d sockets for this pair, rank %d "
+                            "chose %s with %d (RR_TRANSPORT or RR_NSOCKS differ?)",
+                            b->global_ranks[p], h.transport, h.nsockets,
+                            b->global_ranks[b->rank], m->tp[p]->name, m->nsock[p]);
+  else if (m->fds[p][h.index] >= 0)
+    verdict = rr__set_error(RR_EPROTO, "rank %d opened socket %d twice (two processes with "
+                            "RANK=%d?)", b->global_ranks[p], h.index, b->global_ranks[p]);
+  rr__put32(reply + 4, (uint32_t)verdict);
+  int st = rr__sock_send_all(pd->fd, reply, sizeof reply, b->deadline_ms);
+  if (verdict != RR_OK) return verdict;
+  if (st != RR_OK) return RR_EPROTO;
+  m->fds[p][h.index] = pd->fd;
+  return RR_OK;
+}
+
+/* Accept the sockets of every higher rank, tolerating strangers, slow writers and junk. */
+static int rr__accept_higher(rr__mesh *m, int lfd) {
+  const rr__boot *b = m->b;
+  int expected = 0;
+  for (int p = b->rank + 1; p < b->size; p++) expected += m->nsock[p];
+  rr__pending pend[RR__MAX_PENDING];
+  int npend = 0, st = RR_OK;
+  struct pollfd pfd[RR__MAX_PENDING + 1];
+  while (expected > 0) {
+    int n = 0;
+    pfd[n++] = (struct pollfd){.fd = lfd, .events = POLLIN};
+    for (int i = 0; i < npend; i++) pfd[n++] = (struct pollfd){.fd = pend[i].fd, .events = POLLIN};
+    int64_t left = rr__ms_left(b->deadline_ms);
+    int rc = poll(pfd, (nfds_t)n, (int)RR_MIN(left, 1 << 30));
+    if (rc < 0 && errno == EINTR) continue;
+    if (rc < 0) {
+      st = rr__set_error(RR_ESYS, "poll: %s", strerror(errno));
+      break;
+    }
+    if (rc == 0) {
+      char who[256] = "";
+      size_t o = 0;
+      for (int p = b->rank + 1; p < b->size && o < sizeof who - 16; p++)
+        for (int k = 0; k < m->nsock[p]; k++)
+          if (m->fds[p][k] < 0) {
+            o += (size_t)snprintf(who + o, sizeof who - o, "%s%d", o ? ", " : "",
+                                  b->global_ranks[p]);
+            break;
+          }
+      st = rr__set_error(RR_ETIMEDOUT, "timed out waiting for connections from rank(s) %s",
+                         who);
+      break;
+    }
+    for (int i = npend - 1; i >= 0; i--) {
+      if (!pfd[1 + i].revents) continue;
+      ssize_t r = recv(pend[i].fd, pend[i].buf + pend[i].have, RR__HELLO_BYTES - pend[i].have,
+                       MSG_DONTWAIT);
+      if (r < 0 && (errno == EAGAIN || errno == EINTR)) continue;
+      int drop = r <= 0;
+      if (r > 0) {
+        pend[i].have += (size_t)r;
+        if (pend[i].have == RR__HELLO_BYTES) {
+          int v = rr__file_greeting(m, &pend[i]);
+          if (v == RR_OK) {
+            expected--;
+          } else if (v == RR_EPROTO) {
+            RR_WARN(RR_SUB_INIT, "closed a setup connection: %s", rr__error());
+            drop = 1;
+          } else {
+            st = v;
+            close(pend[i].fd);
+            pend[i] = pend[--npend];
+            goto out;
+          }
+          if (!drop) pend[i] = pend[--npend];
+        }
+      }
+      if (drop) {
+        close(pend[i].fd);
+        pend[i] = pend[--npend];
+      }
+    }
+    if (pfd[0].revents) {
+      int fd = accept4(lfd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
+      if (fd >= 0) {
+        if (npend == RR__MAX_PENDING) { /* a flood: the oldest stranger makes room */
+          RR_WARN(RR_SUB_INIT, "too many half-open setup connections; dropping one");
+          close(pend[0].fd);
+          pend[0] = pend[--npend];
+        }
+        pend[npend++] = (rr__pending){.fd = fd};
+      } else if (errno != EAGAIN && errno != EINTR && errno != ECONNABORTED) {
+        st = rr__set_error(RR_ESYS, "accept: %s", strerror(errno));
+        break;
+      }
+    }
+  }
+out:
+  for (int i = 0; i < npend; i++) close(pend[i].fd);
+  return st;
+}
+
+/* Read the acceptors' answers to our greetings. */
+static int rr__read_replies(rr__mesh *m) {
+  const rr__boot *b = m->b;
+  for (int p = 0; p < b->rank; p++)
+    for (int k = 0; k < m->nsock[p]; k++) {
+      uint8_t reply[RR__REPLY_BYTES];
+      int st = rr__sock_recv_all(m->fds[p][k], reply, sizeof reply, b->deadline_ms);
+      if (st != RR_OK)
+        return rr__prefix_error(st, "waiting for rank %d to accept our connection",
+                                b->global_ranks[p]);
+      int32_t verdict = (int32_t)rr__get32(reply + 4);
+      if (rr__get32(reply) != RR__HELLO_OK)
+        return rr__set_error(RR_EPROTO, "rank %d answered our greeting with garbage",
+                             b->global_ranks[p]);
+      if (verdict != RR_OK)
+        return rr__set_error(verdict < 0 && verdict > -100 ? verdict : RR_EPROTO,
+                             "rank %d refused our connection: %s (see its log)",
+                             b->global_ranks[p], rr_strerror(verdict));
+    }
+  return RR_OK;
+}
+
+int rr__bootstrap(const rr__boot *b, rr__comm **out) {
+  const rr__params *prm = rr__params_get();
+  rr__comm *cm = NULL;
+  rr__mesh m = {.b = b};
+  int lfd = -1, st;
+  int size = b->size;
+  RR_CHECK(rr__comm_new(b->rank, size, b->global_ranks[b->rank], &cm));
+  m.infos = rr__calloc((size_t)size, sizeof *m.infos);
+  m.tp = rr__calloc((size_t)size, sizeof *m.tp);
+  m.nsock = rr__calloc((size_t)size, sizeof *m.nsock);
+  m.fds = rr__calloc((size_t)size, sizeof *m.fds);
+  if (!m.infos || !m.tp || !m.nsock || !m.fds) {
+    st = RR_ENOMEM;
+    goto done;
+  }
+  for (int p = 0; p < size; p++)
+    for (int k = 0; k <= RR__MAX_LANES; k++) m.fds[p][k] = -1;
+
+  /* 1. Listen and publish. */
+  rr__peer_info me = {.global_rank = b->global_ranks[b->rank], .pid = (int)getpid(),
+                      .nsocks = (int)prm->nsocks};
+  rr__hostid(me.hostid, sizeof me.hostid);
+  rr__addr local, bound;
+  char ifname[64] = "";
+  RR_CHECK_GOTO(rr__if_select(prm->socket_ifname, b->hint, &local, ifname, sizeof ifname), st,
+                done);
+  RR_CHECK_GOTO(rr__sock_listen(&local, 4096, 0, &lfd, &bound), st, done);
+  rr__addr_str(&bound, me.addr, sizeof me.addr);
+  RR_INFO(RR_SUB_INIT, "group %s rank %d/%d listening on %s (%s), host %s", b->group_id,
+          b->rank, size, me.addr, ifname, me.hostid);
+  RR_CHECK_GOTO(rr__publish(b, &me), st, done);
+
+  /* 2. Everyone's records. */
+  RR_CHECK_GOTO(rr__gather(b, m.infos), st, done);
+  for (int p = 0; p < size; p++) {
+    if (p == b->rank) continue;
+    m.tp[p] = rr__choose(&m.infos[b->rank], &m.infos[p]);
+    m.nsock[p] = rr__nsockets(m.tp[p], &m.infos[b->rank], &m.infos[p]);
+  }
+
+  /* 3-4. The mesh. */
+  RR_CHECK_GOTO(rr__connect_lower(&m), st, done);
+  RR_CHECK_GOTO(rr__accept_higher(&m, lfd), st, done);
+  RR_CHECK_GOTO(rr__read_replies(&m), st, done);
+  close(lfd);
+  lfd = -1;
+
+  /* Hand sockets to the peers' transports; the control socket stays with the comm. */
+  for (int p = 0; p < size; p++) {
+    rr__peer *pe = &cm->peers[p];
+    pe->info = m.infos[p];
+    if (p == b->rank) continue;
+    pe->tp = m.tp[p];
+    pe->ctrl_fd = m.fds[p][0];
+    m.fds[p][0] = -1;
+    RR_CHECK_GOTO(rr__sock_nonblock(pe->ctrl_fd, 1), st, done);
+    RR_CHECK_GOTO(rr__sock_tune(pe->ctrl_fd, 0), st, done);
+    st = pe->tp->connect(&m.infos[b->rank], &m.infos[p], p, &m.fds[p][1], m.nsock[p] - 1,
+                         pe->ctrl_fd, b->deadline_ms, pe->lane, RR__MAX_LANES, &pe->nlanes);
+    for (int k = 1; k < m.nsock[p]; k++) m.fds[p][k] = -1; /* owned by the transport now */
+    if (st != RR_OK) {
+      rr__prefix_error(st, "setting up %s to rank %d", pe->tp->name, b->global_ranks[p]);
+      goto done;
+    }
+    RR_INFO(RR_SUB_INIT, "group %s: rank %d <-> rank %d over %s, %d lane(s)", b->group_id,
+            b->global_ranks[b->rank], b->global_ranks[p], pe->tp->name, pe->nlanes);
+  }
+  *out = cm;
+  cm = NULL;
+  st = RR_OK;
+done:
+  if (lfd >= 0) close(lfd);
+  if (m.fds)
+    for (int p = 0; p < size; p++)
+      for (int k = 0; k <= RR__MAX_LANES; k++)
+        if (m.fds[p][k] >= 0) close(m.fds[p][k]);
+  free(m.infos);
+  free(m.tp);
+  free(m.nsock);
+  free(m.fds);
+  if (cm) {
+    atomic_store(&cm->aborted, 1); /* no goodbyes from a group that never formed */
+    rr__comm_free(cm);
+  }
+  return st;
+}

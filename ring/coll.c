@@ -1,0 +1,237 @@
+/* Running one call: pick the algorithm, check the call against the peers' (from the
+ * headers every algorithm sends before its data), and turn any failure into one sentence
+ * that names this rank, the call, the place in the algorithm and the cause, then abort the
+ * group so no peer waits for us in vain. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/log.h"
+#include "common/param.h"
+#include "common/status.h"
+#include "ring/op.h"
+#include "ring/ring.h"
+
+/* Header sends still on the wire when a call ends would point into its stack frame, so
+ * every header goes through this small table and the call waits for all of them. */
+#define RR__MAX_HDR_SENDS 64
+typedef struct rr__hdr_sends {
+  rr__req req[RR__MAX_HDR_SENDS];
+  uint8_t wire[RR__MAX_HDR_SENDS][RR__HDR_BYTES];
+  int peer[RR__MAX_HDR_SENDS];
+  int n;
+} rr__hdr_sends;
+
+int rr__coll_block(rr__coll *c, int peer) {
+  int st = rr__comm_wait(c->cm, c->deadline_ms);
+  if (st != RR_ETIMEDOUT) return st;
+  int g = peer >= 0 ? c->pg->global_ranks[peer] : -1;
+  return rr__set_error(RR_ETIMEDOUT,
+                       "timed out after %.1f s waiting for rank %d (nothing arrived from it "
+                       "for %.1f s; is it stuck, or in a different call?)",
+                       (double)c->timeout_ms / 1000.0, g,
+                       (double)rr__comm_idle_ms(c->cm, peer) / 1000.0);
+}
+
+int rr__coll_wait(rr__coll *c, rr__req *r, int peer) {
+  for (;;) {
+    size_t moved = 0;
+    RR_CHECK(rr__comm_progress(c->cm, &moved));
+    if (r->complete) return RR_OK;
+    if (!moved) RR_CHECK(rr__coll_block(c, peer));
+  }
+}
+
+static int rr__send_hdr_kind(rr__coll *c, int to, int kind) {
+  rr__hdr_sends *hs = c->sends;
+  if (hs->n == RR__MAX_HDR_SENDS) {
+    /* Recycle: wait for the oldest to leave. Only calls with many headers get here. */
+    for (int i = 0; i < hs->n; i++) RR_CHECK(rr__coll_wait(c, &hs->req[i], hs->peer[i]));
+    hs->n = 0;
+  }
+  int i = hs->n++;
+  rr__hdr h = c->hdr;
+  h.kind = (uint8_t)kind;
+  rr__hdr_encode(&h, hs->wire[i]);
+  memset(&hs->req[i], 0, sizeof hs->req[i]);
+  hs->req[i].buf = (char *)hs->wire[i];
+  hs->req[i].len = RR__HDR_BYTES;
+  hs->peer[i] = to;
+  /* Message 0: headers always travel on the first lane, ahead of the data. */
+  return rr__comm_isend(c->cm, to, 0, &hs->req[i]);
+}
+
+int rr__coll_send_hdr(rr__coll *c, int to) { return rr__send_hdr_kind(c, to, c->hdr.kind); }
+int rr__coll_send_ack(rr__coll *c, int to) { return rr__send_hdr_kind(c, to, RR__K_ACK); }
+
+/* Describe this rank's side of a point-to-point for a mismatch message. */
+static const char *rr__describe_own(const rr__coll *c, const rr__hdr *h, char *buf, size_t n) {
+  if (c->a->kind == RR__K_RECV)
+    snprintf(buf, n, "recv #%llu of this pair (%llu x %s)", (unsigned long long)h->seq,
+             (unsigned long long)h->count, rr_dtype_name((rr_dtype)h->dtype));
+  else
+    rr__hdr_describe(h, buf, n);
+  return buf;
+}
+
+static int rr__recv_hdr_kind(rr__coll *c, int from, int kind) {
+  uint8_t wire[RR__HDR_BYTES];
+  rr__req r = {.buf = (char *)wire, .len = RR__HDR_BYTES};
+  int g = c->pg->global_ranks[from];
+  RR_CHECK(rr__comm_irecv(c->cm, from, 0, &r));
+  RR_CHECK(rr__coll_wait(c, &r, from));
+  rr__hdr h;
+  if (rr__hdr_decode(wire, &h) != RR_OK) return rr__prefix_error(RR_EPROTO, "from rank %d", g);
+  rr__hdr mine = c->hdr;
+  mine.kind = (uint8_t)kind;
+  if (h.kind != mine.kind || h.seq != mine.seq || h.count != mine.count ||
+      h.dtype != mine.dtype || h.op != mine.op || h.algo != mine.algo ||
+      h.root != mine.root || h.seg_bytes != mine.seg_bytes || h.aux != mine.aux ||
+      h.from != from) {
+    char a[160], b[160];
+    rr__describe_own(c, &mine, a, sizeof a);
+    rr__hdr_describe(&h, b, sizeof b);
+    const char *hint = h.seg_bytes != mine.seg_bytes && h.kind == mine.kind
+                           ? " (RR_SEG_BYTES differs between the ranks)"
+                           : h.algo != mine.algo && h.kind == mine.kind
+                                 ? " (RR_ALGO or RR_SMALL_BYTES differs between the ranks)"
+                                 : "";
+    return rr__set_error(RR_EMISMATCH, "mismatched calls: rank %d called %s, but rank %d called %s%s",
+                         c->pg->global_ranks[c->r], a, g, b, hint);
+  }
+  return RR_OK;
+}
+
+int rr__coll_recv_hdr(rr__coll *c, int from) { return rr__recv_hdr_kind(c, from, c->hdr.kind); }
+int rr__coll_recv_ack(rr__coll *c, int from) { return rr__recv_hdr_kind(c, from, RR__K_ACK); }
+
+/* One rank: the result is the input (AVG over one rank divides by one). */
+static void rr__local_copy(rr__coll *c) {
+  const rr__args *a = c->a;
+  size_t bytes = a->count * c->esize;
+  if (a->kind == RR__K_BARRIER || bytes == 0 || !a->recvbuf) return;
+  if (a->recvbuf != a->sendbuf) memmove(a->recvbuf, a->sendbuf, bytes);
+}
+
+static int rr__choose_all_reduce(rr__coll *c) {
+  const rr__params *p = rr__params_get();
+  size_t bytes = c->a->count * c->esize;
+  if (!strcmp(p->algo, "rd")) return RR__ALGO_RD;
+  if (!strcmp(p->algo, "ring")) return RR__ALGO_RING;
+  return bytes <= (size_t)p->small_bytes ? RR__ALGO_RD : RR__ALGO_RING;
+}
+
+static int rr__dispatch(rr__coll *c) {
+  const rr__args *a = c->a;
+  if (c->n == 1 && a->kind != RR__K_SEND && a->kind != RR__K_RECV) {
+    rr__local_copy(c);
+    return RR_OK;
+  }
+  switch (a->kind) {
+    case RR__K_ALL_REDUCE:
+      return c->hdr.algo == RR__ALGO_RD ? rr__all_reduce_rd(c) : rr__all_reduce_ring(c);
+    case RR__K_REDUCE_SCATTER: return rr__reduce_scatter_ring(c);
+    case RR__K_ALL_GATHER: return rr__all_gather_ring(c);
+    case RR__K_BROADCAST: return rr__broadcast_chain(c);
+    case RR__K_REDUCE: return rr__reduce_chain(c);
+    case RR__K_BARRIER: return rr__barrier_dissem(c);
+    case RR__K_SEND: return rr__send_p2p(c);
+    case RR__K_RECV: return rr__recv_p2p(c);
+  }
+  return rr__set_error(RR_EINVAL, "internal: unknown call kind %d", a->kind);
+}
+
+/* Fill in the header this rank sends: the call's fingerprint. */
+static void rr__make_hdr(rr__coll *c) {
+  const rr__args *a = c->a;
+  rr_pg *pg = c->pg;
+  rr__hdr *h = &c->hdr;
+  memset(h, 0, sizeof *h);
+  h->kind = (uint8_t)(a->kind == RR__K_RECV ? RR__K_SEND : a->kind);
+  h->dtype = (uint8_t)a->dtype;
+  h->op = (uint8_t)((a->kind == RR__K_ALL_REDUCE || a->kind == RR__K_REDUCE ||
+                     a->kind == RR__K_REDUCE_SCATTER)
+                        ? a->op
+                        : 0);
+  h->root = a->root;
+  h->from = c->r;
+  h->seg_bytes = (uint32_t)pg->seg_bytes;
+  h->count = a->count;
+  switch (a->kind) {
+    case RR__K_SEND:
+      h->seq = pg->p2p_sent[a->peer]++;
+      h->from = c->r;
+      break;
+    case RR__K_RECV:
+      h->seq = pg->p2p_recvd[a->peer]++;
+      h->from = a->peer; /* what the sender's header will say */
+      break;
+    default:
+      h->seq = pg->seq++;
+      h->algo = a->kind == RR__K_ALL_REDUCE  ? (uint8_t)rr__choose_all_reduce(c)
+                : a->kind == RR__K_BARRIER   ? RR__ALGO_DISSEM
+                : a->kind == RR__K_BROADCAST || a->kind == RR__K_REDUCE ? RR__ALGO_CHAIN
+                                                                       : RR__ALGO_RING;
+  }
+}
+
+int rr__coll_run(rr_pg *pg, const rr__args *a, int64_t timeout_ms) {
+  rr__coll c = {0};
+  rr__hdr_sends sends;
+  sends.n = 0;
+  c.pg = pg;
+  c.cm = pg->comm;
+  c.a = a;
+  c.n = pg->size;
+  c.r = pg->rank;
+  c.esize = rr_dtype_size(a->dtype);
+  c.seg = RR_MAX(pg->seg_bytes / (c.esize ? c.esize : 1), 1);
+  c.timeout_ms = timeout_ms;
+  c.deadline_ms = rr__deadline(timeout_ms);
+  int me = pg->global_ranks[pg->rank];
+  char desc[192];
+
+  if (atomic_load(&pg->comm->aborted)) {
+    rr__comm_check(pg->comm);
+    return rr__prefix_error(RR_EABORTED, "rank %d: the group is unusable after an earlier failure", me);
+  }
+  rr__make_hdr(&c);
+  if (a->kind == RR__K_SEND)
+    snprintf(desc, sizeof desc, "send to rank %d (#%llu of this pair, %zu x %s)",
+             pg->global_ranks[a->peer], (unsigned long long)c.hdr.seq, a->count,
+             rr_dtype_name(a->dtype));
+  else if (a->kind == RR__K_RECV)
+    snprintf(desc, sizeof desc, "recv from rank %d (#%llu of this pair, %zu x %s)",
+             pg->global_ranks[a->peer], (unsigned long long)c.hdr.seq, a->count,
+             rr_dtype_name(a->dtype));
+  else
+    rr__hdr_describe(&c.hdr, desc, sizeof desc);
+  RR_TRACE(RR_SUB_COLL, "start %s", desc);
+
+  c.sends = &sends;
+  int st = rr__dispatch(&c);
+  /* Wait until our headers left: their buffers live in this frame. */
+  for (int i = 0; st == RR_OK && i < sends.n; i++)
+    st = rr__coll_wait(&c, &sends.req[i], sends.peer[i]);
+
+  if (st != RR_OK) {
+    if (c.where[0]) rr__prefix_error(st, "%s", c.where);
+    rr__prefix_error(st, "rank %d: %s", me, desc);
+    /* The group's state is unknown now: stop it here and tell every peer why. */
+    rr__comm_abort(pg->comm, st, rr__error(), 1);
+    return st;
+  }
+  RR_TRACE(RR_SUB_COLL, "done %s", desc);
+  return RR_OK;
+}
+
+int rr__pg_scratch(rr_pg *pg, size_t bytes, void **out) {
+  if (bytes > pg->scratch_bytes) {
+    void *p = realloc(pg->scratch, bytes);
+    if (!p) return rr__set_error(RR_ENOMEM, "out of memory for %zu bytes of scratch", bytes);
+    pg->scratch = p;
+    pg->scratch_bytes = bytes;
+  }
+  *out = pg->scratch;
+  return RR_OK;
+}

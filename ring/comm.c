@@ -1,0 +1,264 @@
+#include "ring/comm.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include "common/log.h"
+#include "common/status.h"
+#include "common/util.h"
+
+int rr__comm_new(int rank, int size, int global_rank, rr__comm **out) {
+  rr__comm *cm = rr__calloc(1, sizeof *cm);
+  if (!cm) return RR_ENOMEM;
+  cm->rank = rank;
+  cm->size = size;
+  cm->global_rank = global_rank;
+  cm->wake_fd = -1;
+  pthread_mutex_init(&cm->abort_mu, NULL);
+  cm->peers = rr__calloc((size_t)size, sizeof *cm->peers);
+  cm->active = rr__calloc((size_t)size * RR__MAX_LANES, sizeof *cm->active);
+  cm->pfds = rr__calloc((size_t)size * (RR__MAX_LANES + 1) + 1, sizeof *cm->pfds);
+  if (!cm->peers || !cm->active || !cm->pfds) {
+    rr__comm_free(cm);
+    return RR_ENOMEM;
+  }
+  for (int i = 0; i < size; i++) cm->peers[i].ctrl_fd = -1;
+  cm->wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+  if (cm->wake_fd < 0) {
+    int e = errno;
+    rr__comm_free(cm);
+    return rr__set_error(RR_ESYS, "eventfd: %s", strerror(e));
+  }
+  *out = cm;
+  return RR_OK;
+}
+
+static void rr__send_ctl(int fd, uint32_t type, int origin, int status, const char *text) {
+  uint8_t buf[RR__CTL_FIXED + RR__CTL_TEXT_MAX];
+  size_t len = text ? strnlen(text, RR__CTL_TEXT_MAX) : 0;
+  rr__ctl c = {.type = type, .origin = origin, .status = status, .len = (uint32_t)len};
+  rr__ctl_encode(&c, buf);
+  if (len) memcpy(buf + RR__CTL_FIXED, text, len);
+  /* Best effort and never blocking: control sockets carry a few small messages, so the
+   * kernel buffer has room; a peer that is gone simply misses it. */
+  ssize_t w = send(fd, buf, RR__CTL_FIXED + len, MSG_DONTWAIT | MSG_NOSIGNAL);
+  if (w != (ssize_t)(RR__CTL_FIXED + len))
+    RR_INFO(RR_SUB_NET, "control message %u not fully sent on fd %d", type, fd);
+}
+
+void rr__comm_free(rr__comm *cm) {
+  if (!cm) return;
+  int aborted = atomic_load(&cm->aborted);
+  for (int i = 0; cm->peers && i < cm->size; i++) {
+    rr__peer *p = &cm->peers[i];
+    if (p->ctrl_fd >= 0) {
+      /* A goodbye tells the peer that our closing sockets are not a crash. */
+      if (!aborted) rr__send_ctl(p->ctrl_fd, RR__CTL_BYE, cm->global_rank, 0, NULL);
+      close(p->ctrl_fd);
+    }
+    for (int l = 0; l < p->nlanes; l++)
+      if (p->lane[l]) p->lane[l]->tp->close(p->lane[l]);
+  }
+  if (cm->wake_fd >= 0) close(cm->wake_fd);
+  pthread_mutex_destroy(&cm->abort_mu);
+  free(cm->peers);
+  free(cm->active);
+  free(cm->pfds);
+  free(cm);
+}
+
+int rr__comm_abort(rr__comm *cm, int status, const char *reason, int tell_peers) {
+  pthread_mutex_lock(&cm->abort_mu);
+  if (!atomic_load(&cm->aborted)) {
+    cm->abort_status = status;
+    snprintf(cm->abort_reason, sizeof cm->abort_reason, "%s", reason);
+    atomic_store(&cm->aborted, 1);
+    RR_WARN(RR_SUB_COLL, "group aborted: %s", reason);
+    uint64_t one = 1;
+    if (write(cm->wake_fd, &one, sizeof one) < 0 && errno != EAGAIN)
+      RR_WARN(RR_SUB_COLL, "eventfd write: %s", strerror(errno));
+    if (tell_peers)
+      for (int i = 0; i < cm->size; i++)
+        if (i != cm->rank && cm->peers[i].ctrl_fd >= 0)
+          rr__send_ctl(cm->peers[i].ctrl_fd, RR__CTL_ABORT, cm->global_rank, status, reason);
+  }
+  pthread_mutex_unlock(&cm->abort_mu);
+  return status;
+}
+
+int rr__comm_check(rr__comm *cm) {
+  if (!atomic_load(&cm->aborted)) return RR_OK;
+  pthread_mutex_lock(&cm->abort_mu);
+  int st = cm->abort_status;
+  rr__set_error(st, "%s", cm->abort_reason);
+  pthread_mutex_unlock(&cm->abort_mu);
+  return st;
+}
+
+static rr__conn *rr__lane_for(rr__comm *cm, int peer, int msg) {
+  if (peer < 0 || peer >= cm->size || peer == cm->rank || cm->peers[peer].nlanes == 0)
+    return NULL;
+  rr__peer *p = &cm->peers[peer];
+  return p->lane[(unsigned)msg % (unsigned)p->nlanes];
+}
+
+static void rr__activate(rr__comm *cm, rr__conn *c) {
+  if (c->pending > 0 && !c->in_active) {
+    c->in_active = 1;
+    cm->active[cm->nactive++] = c;
+  }
+}
+
+int rr__comm_isend(rr__comm *cm, int peer, int msg, rr__req *r) {
+  rr__conn *c = rr__lane_for(cm, peer, msg);
+  if (!c) return rr__set_error(RR_EINVAL, "internal: no connection to group rank %d", peer);
+  RR_CHECK(c->tp->isend(c, r));
+  rr__activate(cm, c);
+  return RR_OK;
+}
+
+int rr__comm_irecv(rr__comm *cm, int peer, int msg, rr__req *r) {
+  rr__conn *c = rr__lane_for(cm, peer, msg);
+  if (!c) return rr__set_error(RR_EINVAL, "internal: no connection to group rank %d", peer);
+  RR_CHECK(c->tp->irecv(c, r));
+  rr__activate(cm, c);
+  return RR_OK;
+}
+
+/* Read what is waiting on a peer's control socket; a complete ABORT or an unannounced close
+ * becomes this group's error. */
+static int rr__read_ctl(rr__comm *cm, int i) {
+  rr__peer *p = &cm->peers[i];
+  for (;;) {
+    rr__ctl c = {0};
+    size_t need = RR__CTL_FIXED;
+    if (p->ctl_have >= RR__CTL_FIXED) {
+      if (rr__ctl_decode(p->ctl_buf, &c) != RR_OK) goto garbage;
+      need += c.len;
+    }
+    if (p->ctl_have == need && need > 0 && p->ctl_have >= RR__CTL_FIXED) {
+      p->ctl_have = 0;
+      if (c.type == RR__CTL_BYE) {
+        p->said_bye = 1;
+        continue;
+      }
+      char text[RR__CTL_TEXT_MAX + 1];
+      memcpy(text, p->ctl_buf + RR__CTL_FIXED, c.len);
+      text[c.len] = '\0';
+      for (char *t = text; *t; t++)
+        if (!isprint((unsigned char)*t)) *t = '?';
+      char reason[RR__ERRMSG_MAX];
+      snprintf(reason, sizeof reason, "rank %d aborted the group: %.900s", p->info.global_rank,
+               text);
+      rr__comm_abort(cm, c.status ? c.status : RR_EABORTED, reason, 0);
+      return rr__comm_check(cm);
+    }
+    ssize_t r = recv(p->ctrl_fd, p->ctl_buf + p->ctl_have, need - p->ctl_have, MSG_DONTWAIT);
+    if (r > 0) {
+      p->ctl_have += (size_t)r;
+      continue;
+    }
+    if (r < 0 && errno == EINTR) continue;
+    if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return RR_OK;
+    /* Closed (or reset). After a goodbye that is an orderly leave; otherwise the process is
+     * gone, and every call that needs it would wait forever. */
+    close(p->ctrl_fd);
+    p->ctrl_fd = -1;
+    if (p->said_bye) return RR_OK;
+    char reason[RR__ERRMSG_MAX];
+    snprintf(reason, sizeof reason,
+             "lost rank %d: its connection closed without a goodbye (the process exited, "
+             "crashed or was killed)",
+             p->info.global_rank);
+    rr__comm_abort(cm, RR_EPEER, reason, 0);
+    return rr__comm_check(cm);
+  }
+garbage: {
+  char reason[RR__ERRMSG_MAX];
+  snprintf(reason, sizeof reason, "garbage on the control connection from rank %d",
+           p->info.global_rank);
+  close(p->ctrl_fd);
+  p->ctrl_fd = -1;
+  rr__comm_abort(cm, RR_EPROTO, reason, 1);
+  return rr__comm_check(cm);
+}
+}
+
+/* A data lane failed: if the peer left on purpose, say so instead of "crashed". */
+static int rr__lane_error(rr__comm *cm, rr__conn *c, int st) {
+  rr__peer *p = &cm->peers[c->peer];
+  if (st == RR_EPEER && p->ctrl_fd >= 0) {
+    char saved[RR__ERRMSG_MAX];
+    snprintf(saved, sizeof saved, "%s", rr__error());
+    (void)rr__read_ctl(cm, c->peer);
+    rr__copy_error(saved);
+  }
+  if (st == RR_EPEER && p->said_bye)
+    rr__prefix_error(st, "rank %d destroyed its process group while this call still needed it",
+                     p->info.global_rank);
+  char reason[RR__ERRMSG_MAX];
+  snprintf(reason, sizeof reason, "%s", rr__error());
+  /* Peers may be blocked on us; tell them why we stop. */
+  rr__comm_abort(cm, st, reason, 1);
+  return st;
+}
+
+int rr__comm_progress(rr__comm *cm, size_t *moved) {
+  *moved = 0;
+  if (atomic_load(&cm->aborted)) return rr__comm_check(cm);
+  for (int i = 0; i < cm->nactive;) {
+    rr__conn *c = cm->active[i];
+    int st = c->tp->progress(c, moved);
+    if (st != RR_OK) return rr__lane_error(cm, c, st);
+    if (c->pending == 0) {
+      c->in_active = 0;
+      cm->active[i] = cm->active[--cm->nactive];
+    } else {
+      i++;
+    }
+  }
+  return RR_OK;
+}
+
+int rr__comm_wait(rr__comm *cm, int64_t deadline_ms) {
+  int n = 0;
+  for (int i = 0; i < cm->nactive; i++)
+    n += cm->active[i]->tp->pollfd(cm->active[i], &cm->pfds[n]);
+  int first_ctl = n;
+  for (int i = 0; i < cm->size; i++) {
+    if (cm->peers[i].ctrl_fd < 0) continue;
+    cm->pfds[n].fd = cm->peers[i].ctrl_fd;
+    cm->pfds[n].events = POLLIN;
+    cm->pfds[n].revents = 0;
+    n++;
+  }
+  cm->pfds[n].fd = cm->wake_fd;
+  cm->pfds[n].events = POLLIN;
+  cm->pfds[n].revents = 0;
+  n++;
+  int64_t left = rr__ms_left(deadline_ms);
+  int rc;
+  do rc = poll(cm->pfds, (nfds_t)n, (int)RR_MIN(left, 1 << 30));
+  while (rc < 0 && errno == EINTR);
+  if (rc < 0) return rr__set_error(RR_ESYS, "poll: %s", strerror(errno));
+  if (atomic_load(&cm->aborted)) return rr__comm_check(cm);
+  if (rc == 0) return rr__set_error(RR_ETIMEDOUT, "timed out");
+  for (int k = first_ctl, i = 0; i < cm->size; i++) {
+    if (cm->peers[i].ctrl_fd < 0) continue;
+    if (cm->pfds[k++].revents) RR_CHECK(rr__read_ctl(cm, i));
+  }
+  return RR_OK;
+}
+
+int64_t rr__comm_idle_ms(const rr__comm *cm, int peer) {
+  if (peer < 0 || peer >= cm->size) return 0;
+  const rr__peer *p = &cm->peers[peer];
+  int64_t last = 0;
+  for (int l = 0; l < p->nlanes; l++) last = RR_MAX(last, p->lane[l]->last_rx_ms);
+  return last ? rr__now_ms() - last : 0;
+}

@@ -1,0 +1,68 @@
+/* A group's connections and the loop that moves their bytes.
+ *
+ * Every pair of ranks in a group has one control socket (TCP) and one or more data lanes
+ * from the transport chosen for the pair. The collectives post requests on lanes and call
+ * rr__comm_progress / rr__comm_wait; the wait sleeps in poll() on the busy lanes, every
+ * peer's control socket and an eventfd, so it never spins, a dead peer is noticed at once
+ * (its control socket closes), and an abort from any thread or any rank wakes it. */
+#ifndef RR_RING_COMM_H_
+#define RR_RING_COMM_H_
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
+
+#include "common/status.h"
+#include "ring/wire.h"
+#include "transport/transport.h"
+
+typedef struct rr__peer {
+  rr__peer_info info;
+  const rr__transport *tp;
+  int nlanes;
+  rr__conn *lane[RR__MAX_LANES];
+  int ctrl_fd; /* -1 once closed */
+  int said_bye;
+  uint8_t ctl_buf[RR__CTL_FIXED + RR__CTL_TEXT_MAX];
+  size_t ctl_have;
+} rr__peer;
+
+typedef struct rr__comm {
+  int rank, size;    /* in the group */
+  int global_rank;
+  rr__peer *peers;   /* [size]; peers[rank] is this process (no lanes) */
+  int wake_fd;       /* eventfd written by rr__comm_abort */
+  rr__conn **active; /* lanes with queued requests */
+  int nactive;
+  struct pollfd *pfds;
+  /* Abort state: set once, read by every later call. */
+  atomic_int aborted;
+  int abort_status;
+  char abort_reason[RR__ERRMSG_MAX];
+  pthread_mutex_t abort_mu;
+} rr__comm;
+
+/* Allocate the comm for a group of `size` (peers filled in by the bootstrap). */
+int rr__comm_new(int rank, int size, int global_rank, rr__comm **out);
+/* Say goodbye to every peer (if not aborted) and close everything. */
+void rr__comm_free(rr__comm *cm);
+
+/* Post a message on the lane of `peer` that carries message number `msg` (lane = msg mod
+ * lanes, the same rule on both sides). */
+int rr__comm_isend(rr__comm *cm, int peer, int msg, rr__req *r);
+int rr__comm_irecv(rr__comm *cm, int peer, int msg, rr__req *r);
+/* Move bytes on every busy lane without blocking. *moved gets the bytes moved. */
+int rr__comm_progress(rr__comm *cm, size_t *moved);
+/* Sleep until a busy lane or control socket is ready, the group is aborted, or
+ * deadline_ms passes (RR_ETIMEDOUT). Control messages are handled here. */
+int rr__comm_wait(rr__comm *cm, int64_t deadline_ms);
+/* Milliseconds since bytes last arrived from `peer` (for timeout messages). */
+int64_t rr__comm_idle_ms(const rr__comm *cm, int peer);
+
+/* Abort the group: the first reason is kept, waiting calls wake up, and (when tell_peers)
+ * every peer gets an ABORT carrying the reason. Safe from any thread. Returns status. */
+int rr__comm_abort(rr__comm *cm, int status, const char *reason, int tell_peers);
+/* RR_OK, or the abort status with the last error set to the reason. */
+int rr__comm_check(rr__comm *cm);
+
+#endif /* RR_RING_COMM_H_ */

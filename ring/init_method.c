@@ -1,0 +1,179 @@
+/* Where rank, world size and the rendezvous come from, as torch.distributed reads them:
+ *   env://                               RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT
+ *   tcp://host:port?rank=R&world_size=N
+ *   file:///path?rank=R&world_size=N
+ * Under srun or mpirun, with RANK/WORLD_SIZE unset, Slurm's or Open MPI's variables stand in.
+ * Every missing or malformed value is an error that names it. */
+#include "ring/init_method.h"
+
+#include <errno.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/status.h"
+
+static int rr__parse_int(const char *what, const char *s, long lo, long hi, int *out) {
+  char *end;
+  errno = 0;
+  long v = strtol(s, &end, 10);
+  if (!*s || *end || errno || v < lo || v > hi)
+    return rr__set_error(RR_EENV, "%s='%s' is not an integer in %ld..%ld", what, s, lo, hi);
+  *out = (int)v;
+  return RR_OK;
+}
+
+/* Read an integer variable; absent -> RR_INPROGRESS-free "not set" (returns 1). */
+static int rr__env_int(const char *name, long lo, long hi, int *out, int *found) {
+  const char *v = getenv(name);
+  *found = v != NULL && *v != '\0';
+  if (!*found) return RR_OK;
+  return rr__parse_int(name, v, lo, hi, out);
+}
+
+/* RANK / WORLD_SIZE, else SLURM_PROCID / SLURM_NTASKS, else OMPI_COMM_WORLD_RANK / _SIZE. */
+static int rr__env_rank_world(rr__init_info *in) {
+  static const char *const sets[][3] = {
+      {"RANK", "WORLD_SIZE", "LOCAL_RANK"},
+      {"SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID"},
+      {"OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK"}};
+  for (size_t i = 0; i < sizeof sets / sizeof sets[0]; i++) {
+    int fr, fw;
+    RR_CHECK(rr__env_int(sets[i][0], 0, INT_MAX - 1, &in->rank, &fr));
+    RR_CHECK(rr__env_int(sets[i][1], 1, INT_MAX, &in->world_size, &fw));
+    if (fr && fw) {
+      in->source = sets[i][0];
+      return RR_OK;
+    }
+    if (fr != fw)
+      return rr__set_error(RR_EENV, "environment variable %s expected, but not set (%s is set)",
+                           fr ? sets[i][1] : sets[i][0], fr ? sets[i][0] : sets[i][1]);
+  }
+  return rr__set_error(RR_EENV,
+                       "environment variable RANK expected, but not set (nor SLURM_PROCID or "
+                       "OMPI_COMM_WORLD_RANK); launch with rrun, srun or mpirun, or pass "
+                       "rank and world_size");
+}
+
+static void rr__env_local(rr__init_info *in) {
+  static const char *const lr[] = {"LOCAL_RANK", "SLURM_LOCALID", "OMPI_COMM_WORLD_LOCAL_RANK"};
+  static const char *const lw[] = {"LOCAL_WORLD_SIZE", "SLURM_NTASKS_PER_NODE",
+                                   "OMPI_COMM_WORLD_LOCAL_SIZE"};
+  in->local_rank = -1;
+  in->local_world_size = -1;
+  for (size_t i = 0; i < 3 && in->local_rank < 0; i++) {
+    int v, f;
+    if (rr__env_int(lr[i], 0, INT_MAX - 1, &v, &f) == RR_OK && f) in->local_rank = v;
+  }
+  for (size_t i = 0; i < 3 && in->local_world_size < 0; i++) {
+    int v, f;
+    if (rr__env_int(lw[i], 1, INT_MAX, &v, &f) == RR_OK && f) in->local_world_size = v;
+  }
+  rr__clear_error();
+}
+
+/* "rank=R&world_size=N" -> fields (an unknown key is an error: a typo must not pass). */
+static int rr__parse_query(const char *q, rr__init_info *in, int *have_rank, int *have_world) {
+  char key[32], val[32];
+  while (q && *q) {
+    size_t n = strcspn(q, "&");
+    const char *eq = memchr(q, '=', n);
+    if (!eq || (size_t)(eq - q) >= sizeof key || n - (size_t)(eq - q) - 1 >= sizeof val)
+      return rr__set_error(RR_EINVAL, "malformed init_method query '%.*s'", (int)n, q);
+    memcpy(key, q, (size_t)(eq - q));
+    key[eq - q] = '\0';
+    memcpy(val, eq + 1, n - (size_t)(eq - q) - 1);
+    val[n - (size_t)(eq - q) - 1] = '\0';
+    if (!strcmp(key, "rank")) {
+      RR_CHECK(rr__parse_int("rank", val, 0, INT_MAX - 1, &in->rank));
+      *have_rank = 1;
+    } else if (!strcmp(key, "world_size")) {
+      RR_CHECK(rr__parse_int("world_size", val, 1, INT_MAX, &in->world_size));
+      *have_world = 1;
+    } else {
+      return rr__set_error(RR_EINVAL, "unknown init_method parameter '%s' (rank, world_size)",
+                           key);
+    }
+    q += n;
+    if (*q == '&') q++;
+  }
+  return RR_OK;
+}
+
+static int rr__parse_hostport(const char *s, size_t n, rr__init_info *in) {
+  char buf[sizeof in->host + 8];
+  if (n >= sizeof buf) return rr__set_error(RR_EINVAL, "host name in init_method too long");
+  memcpy(buf, s, n);
+  buf[n] = '\0';
+  char *colon = strrchr(buf, ':');
+  if (!colon || colon == buf || (buf[0] == '[' && colon < strchr(buf, ']')))
+    return rr__set_error(RR_EINVAL, "init_method 'tcp://%s' needs host:port", buf);
+  *colon = '\0';
+  RR_CHECK(rr__parse_int("port of tcp:// init_method", colon + 1, 1, 65535, &in->port));
+  size_t hl = strlen(buf);
+  if (hl >= sizeof in->host) return rr__set_error(RR_EINVAL, "host name in init_method too long");
+  memcpy(in->host, buf, hl + 1);
+  return RR_OK;
+}
+
+int rr__init_parse(const rr_pg_options *opt, rr__init_info *in) {
+  memset(in, 0, sizeof *in);
+  const char *m = opt && opt->init_method ? opt->init_method : "env://";
+  int have_rank = 0, have_world = 0;
+  const char *q = strchr(m, '?');
+  size_t body_len = q ? (size_t)(q - m) : strlen(m);
+
+  if (!strncmp(m, "env://", 6)) {
+    in->kind = RR__INIT_ENV;
+    if (opt && opt->world_size > 0) {
+      in->rank = opt->rank;
+      in->world_size = opt->world_size;
+      in->source = "options";
+    } else {
+      RR_CHECK(rr__env_rank_world(in));
+    }
+    const char *addr = getenv("MASTER_ADDR"), *port = getenv("MASTER_PORT");
+    if (!addr || !*addr)
+      return rr__set_error(RR_EENV, "environment variable MASTER_ADDR expected, but not set");
+    if (!port || !*port)
+      return rr__set_error(RR_EENV, "environment variable MASTER_PORT expected, but not set");
+    if (strlen(addr) >= sizeof in->host)
+      return rr__set_error(RR_EENV, "MASTER_ADDR is too long");
+    snprintf(in->host, sizeof in->host, "%s", addr);
+    RR_CHECK(rr__parse_int("MASTER_PORT", port, 1, 65535, &in->port));
+  } else if (!strncmp(m, "tcp://", 6)) {
+    in->kind = RR__INIT_TCP;
+    RR_CHECK(rr__parse_hostport(m + 6, body_len - 6, in));
+    RR_CHECK(rr__parse_query(q ? q + 1 : NULL, in, &have_rank, &have_world));
+  } else if (!strncmp(m, "file://", 7)) {
+    in->kind = RR__INIT_FILE;
+    if (body_len - 7 == 0 || body_len - 7 >= sizeof in->path)
+      return rr__set_error(RR_EINVAL, "init_method 'file://' needs a path");
+    memcpy(in->path, m + 7, body_len - 7);
+    in->path[body_len - 7] = '\0';
+    RR_CHECK(rr__parse_query(q ? q + 1 : NULL, in, &have_rank, &have_world));
+  } else {
+    return rr__set_error(RR_EINVAL,
+                         "unknown init_method '%s' (env://, tcp://host:port, file:///path)", m);
+  }
+
+  if (in->kind != RR__INIT_ENV) {
+    if (opt && opt->world_size > 0) {
+      in->rank = opt->rank;
+      in->world_size = opt->world_size;
+      have_rank = have_world = 1;
+    }
+    if (!have_rank || !have_world)
+      return rr__set_error(RR_EINVAL,
+                           "init_method '%s' needs %s (in the URL as ?rank=R&world_size=N, "
+                           "or in rr_pg_options)",
+                           m, !have_rank ? "rank" : "world_size");
+    in->source = "init_method";
+  }
+  if (in->rank < 0 || in->rank >= in->world_size)
+    return rr__set_error(RR_EINVAL, "rank %d is outside 0..%d (world size %d, from %s)",
+                         in->rank, in->world_size - 1, in->world_size, in->source);
+  rr__env_local(in);
+  return RR_OK;
+}

@@ -1,0 +1,21 @@
+#ifndef RR_RING_INIT_METHOD_H_
+#define RR_RING_INIT_METHOD_H_
+
+#include "ringreduce/ringreduce.h"
+
+enum { RR__INIT_ENV = 1, RR__INIT_TCP, RR__INIT_FILE };
+
+typedef struct rr__init_info {
+  int kind;
+  int rank, world_size;
+  int local_rank, local_world_size; /* -1 when unknown */
+  char host[256];                   /* env:// and tcp:// */
+  int port;
+  char path[4096];                  /* file:// */
+  const char *source;               /* where rank/world came from, for messages */
+} rr__init_info;
+
+/* Resolve the init method of opt (NULL: env://) into rank, world size and rendezvous. */
+int rr__init_parse(const rr_pg_options *opt, rr__init_info *info);
+
+#endif /* RR_RING_INIT_METHOD_H_ */

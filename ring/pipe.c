@@ -1,0 +1,98 @@
+/* The pipelined step every ring and chain algorithm is made of.
+ *
+ * A step sends one buffer to one neighbour and receives one from the other. Both are cut
+ * into segments of RR_SEG_BYTES; segment k of a step travels as message k on lane
+ * k mod lanes, so both sides agree without talking. While segment k is being reduced, the
+ * segments after it are already on the wire (the sender keeps up to SEND_WIN segments
+ * queued, the receiver has up to `slots` receive buffers posted), which is the overlap of
+ * reduction and transfer the ring relies on.
+ *
+ * Received segments are processed in order. They land either straight in the destination
+ * (a copy costs nothing: the socket writes there), or in a staging slot from which they are
+ * reduced into the destination, or, in a chain, reduced in the slot and forwarded from it.
+ * A step returns when all its sends and receives are complete, so the next step may
+ * overwrite anything this one was sending. */
+#include <stdio.h>
+#include <string.h>
+
+#include "common/log.h"
+#include "common/status.h"
+#include "ring/op.h"
+#include "ring/ring.h"
+
+#define RR__SEND_WIN 32
+#define RR__RECV_WIN 64 /* >= the largest RR_SLOTS */
+
+static size_t rr__nseg(size_t count, size_t seg) { return (count + seg - 1) / seg; }
+
+int rr__pipe_step(rr__coll *c, const rr__step *st) {
+  const size_t es = c->esize, seg = c->seg;
+  const size_t nsend = st->to >= 0 ? rr__nseg(st->scount, seg) : 0;
+  const size_t nrecv = st->from >= 0 ? rr__nseg(st->rcount, seg) : 0;
+  /* Reductions go through staging slots; plain receives land in place. */
+  const int slotted = st->reduce;
+  const int fwd_from_slot = st->forward && !st->rbuf;
+  const size_t nslots = (size_t)c->pg->nslots;
+  const size_t rwin = slotted ? nslots : RR__RECV_WIN;
+  rr__req sreq[RR__SEND_WIN], rreq[RR__RECV_WIN];
+  size_t sp = 0, sd = 0; /* sends posted, sends done */
+  size_t rp = 0, rd = 0; /* receives posted, receives processed */
+
+  if (st->forward && (st->scount != st->rcount || st->to < 0 || st->from < 0))
+    return rr__set_error(RR_EINVAL, "internal: a forwarding step needs equal sizes");
+
+  for (;;) {
+    int busy = 0;
+    /* Queue sends: all of them may go at once, except that a chain forwards segment k only
+     * after it arrived. */
+    while (sp < nsend && sp - sd < RR__SEND_WIN && (!st->forward || sp < rd)) {
+      size_t off = sp * seg, n = RR_MIN(seg, st->scount - off);
+      rr__req *r = &sreq[sp % RR__SEND_WIN];
+      memset(r, 0, sizeof *r);
+      if (fwd_from_slot)
+        r->buf = c->pg->staging + (sp % nslots) * c->pg->seg_bytes;
+      else if (st->forward)
+        r->buf = (char *)st->rbuf + off * es;
+      else
+        r->buf = (char *)st->sbuf + off * es;
+      r->len = n * es;
+      RR_CHECK(rr__comm_isend(c->cm, st->to, (int)sp, r));
+      sp++;
+    }
+    /* Post receives while slots are free: a slot is free once the segment that used it
+     * was reduced (or, when forwarding from the slot, sent on). */
+    while (rp < nrecv && rp - rd < rwin &&
+           (!fwd_from_slot || rp < nslots || sd > rp - nslots)) {
+      size_t off = rp * seg, n = RR_MIN(seg, st->rcount - off);
+      rr__req *r = &rreq[rp % RR__RECV_WIN];
+      memset(r, 0, sizeof *r);
+      r->buf = slotted ? c->pg->staging + (rp % nslots) * c->pg->seg_bytes
+                       : (char *)st->rbuf + off * es;
+      r->len = n * es;
+      RR_CHECK(rr__comm_irecv(c->cm, st->from, (int)rp, r));
+      rp++;
+    }
+    size_t moved = 0;
+    RR_CHECK(rr__comm_progress(c->cm, &moved));
+    while (rd < rp && rreq[rd % RR__RECV_WIN].complete) {
+      if (slotted) {
+        size_t off = rd * seg, n = RR_MIN(seg, st->rcount - off);
+        char *slot = rreq[rd % RR__RECV_WIN].buf;
+        char *dst = st->rbuf ? (char *)st->rbuf + off * es : slot;
+        rr__reduce(dst, (const char *)st->own + off * es, slot, n, c->a->dtype, c->a->op,
+                   st->avg_div);
+      }
+      rd++;
+      busy = 1;
+    }
+    while (sd < sp && sreq[sd % RR__SEND_WIN].complete) sd++, busy = 1;
+    if (sd == nsend && rd == nrecv) break;
+    if (!moved && !busy) RR_CHECK(rr__coll_block(c, rd < nrecv ? st->from : st->to));
+  }
+  RR_TRACE(RR_SUB_COLL, "%s: sent chunk %d (%zu elems) to rank %d, got chunk %d (%zu elems) from rank %d%s",
+           c->where, st->schunk, st->to >= 0 ? st->scount : 0,
+           st->to >= 0 ? c->pg->global_ranks[st->to] : -1, st->rchunk,
+           st->from >= 0 ? st->rcount : 0, st->from >= 0 ? c->pg->global_ranks[st->from] : -1,
+           st->reduce ? " and reduced it" : "");
+  return RR_OK;
+}

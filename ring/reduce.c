@@ -1,0 +1,54 @@
+/*
+ * Pipelined chain reduce: root+1 -> root+2 -> ... -> root around the ring.
+ *
+ * The first rank sends its data; every later rank adds its own to each segment as it
+ * arrives and passes the partial sum on; the root adds its own last, into recvbuf. As in
+ * the broadcast chain all links work at once: time ~ S / bandwidth for large S.
+ *
+ *   4 ranks, root 0:   1 sends x1  ->  2 sends x1+x2  ->  3 sends x1+x2+x3  ->  0: all four
+ *
+ * Partial sums pass through staging slots, so non-root ranks need no output buffer. The
+ * root checks the last header of the chain and then tells every rank the call is complete.
+ */
+#include <stdio.h>
+
+#include "ring/ring.h"
+
+int rr__reduce_chain(rr__coll *c) {
+  const int n = c->n, r = c->r, root = c->a->root;
+  const int left = rr__left(r, n), right = rr__right(r, n);
+  const int pos = rr__mod(r - root - 1, n); /* 0 = first, n-1 = root */
+  const size_t count = c->a->count;
+  const char *src = c->a->sendbuf;
+
+  snprintf(c->where, sizeof c->where, "reduce chain to rank %d, position %d/%d",
+           c->pg->global_ranks[root], pos, n - 1);
+  if (pos == 0) {
+    RR_CHECK(rr__coll_send_hdr(c, right));
+    rr__step st = {.to = right, .sbuf = src, .scount = count, .from = -1,
+                   .schunk = 0, .rchunk = -1};
+    RR_CHECK(rr__pipe_step(c, &st));
+  } else if (pos < n - 1) {
+    RR_CHECK(rr__coll_recv_hdr(c, left));
+    RR_CHECK(rr__coll_send_hdr(c, right));
+    rr__step st = {.to = right, .scount = count, .from = left, .rbuf = NULL, .rcount = count,
+                   .reduce = 1, .own = src, .forward = 1, .schunk = 0, .rchunk = 0};
+    RR_CHECK(rr__pipe_step(c, &st));
+  } else {
+    RR_CHECK(rr__coll_recv_hdr(c, left));
+    rr__step st = {.to = -1, .from = left, .rbuf = c->a->recvbuf, .rcount = count,
+                   .reduce = 1, .own = src, .avg_div = c->a->op == RR_AVG ? n : 0,
+                   .schunk = -1, .rchunk = 0};
+    RR_CHECK(rr__pipe_step(c, &st));
+  }
+
+  snprintf(c->where, sizeof c->where, "reduce: completion notice from rank %d",
+           c->pg->global_ranks[root]);
+  if (r == root) {
+    for (int q = 0; q < n; q++)
+      if (q != r) RR_CHECK(rr__coll_send_ack(c, q));
+  } else {
+    RR_CHECK(rr__coll_recv_ack(c, root));
+  }
+  return RR_OK;
+}

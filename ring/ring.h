@@ -1,0 +1,69 @@
+/* Rank arithmetic shared by every ring algorithm (UCC keeps the same in
+ * src/coll_patterns/ring.h), and the pipelined step the algorithms are built from. */
+#ifndef RR_RING_RING_H_
+#define RR_RING_RING_H_
+
+#include <stddef.h>
+
+#include "common/util.h"
+#include "ring/pg.h"
+
+static inline int rr__left(int r, int n) { return rr__mod(r - 1, n); }
+static inline int rr__right(int r, int n) { return rr__mod(r + 1, n); }
+
+/* Chunk i of `count` elements split over n ranks as evenly as possible: the first
+ * count % n chunks get one extra element. */
+static inline size_t rr__chunk_off(size_t count, int n, int i) {
+  size_t base = count / (size_t)n, extra = count % (size_t)n;
+  return (size_t)i * base + ((size_t)i < extra ? (size_t)i : extra);
+}
+static inline size_t rr__chunk_len(size_t count, int n, int i) {
+  return count / (size_t)n + ((size_t)i < count % (size_t)n ? 1 : 0);
+}
+
+/* One step of a ring or chain: send `scount` elements to `to` while receiving `rcount`
+ * from `from`, cut into segments so that each received segment is reduced (or lands) while
+ * the next ones are on the wire. */
+typedef struct rr__step {
+  int to;             /* group rank, -1: nothing to send */
+  const void *sbuf;
+  size_t scount;
+  int from;           /* group rank, -1: nothing to receive */
+  void *rbuf;         /* where received data lands (NULL with forward: a staging slot) */
+  size_t rcount;
+  int reduce;         /* 0: received data is stored; 1: rbuf = own (op) received */
+  const void *own;    /* the local operand of a reduction (may equal rbuf) */
+  int avg_div;        /* >0: the last reduction of an AVG: divide by this */
+  int forward;        /* chain: send segment k (of rbuf, or of its slot) once it arrived */
+  int schunk, rchunk; /* chunk numbers, for RR_TRACE and messages (-1: n/a) */
+} rr__step;
+
+/* Execute a step; returns when all its sends and receives completed. */
+int rr__pipe_step(rr__coll *c, const rr__step *st);
+
+/* Send this rank's header to `to` (before any data for it in this call). */
+int rr__coll_send_hdr(rr__coll *c, int to);
+/* Receive `from`'s header and compare it with ours; a difference fails every rank with
+ * RR_EMISMATCH and both calls in the message. */
+int rr__coll_recv_hdr(rr__coll *c, int from);
+/* Rooted collectives end with a completion notice from the rank that saw the whole chain
+ * valid (`from`), so no rank returns success from a call another rank rejected. */
+int rr__coll_send_ack(rr__coll *c, int to);
+int rr__coll_recv_ack(rr__coll *c, int from);
+/* Block (progressing every lane) until r completes; `peer` is who we wait for. */
+int rr__coll_wait(rr__coll *c, rr__req *r, int peer);
+/* Sleep once in the comm's wait; a timeout becomes a message naming `peer`. */
+int rr__coll_block(rr__coll *c, int peer);
+
+/* The algorithms. */
+int rr__all_reduce_ring(rr__coll *c);
+int rr__all_reduce_rd(rr__coll *c);
+int rr__reduce_scatter_ring(rr__coll *c);
+int rr__all_gather_ring(rr__coll *c);
+int rr__broadcast_chain(rr__coll *c);
+int rr__reduce_chain(rr__coll *c);
+int rr__barrier_dissem(rr__coll *c);
+int rr__send_p2p(rr__coll *c);
+int rr__recv_p2p(rr__coll *c);
+
+#endif /* RR_RING_RING_H_ */

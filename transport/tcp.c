@@ -1,0 +1,216 @@
+/* TCP transport: each lane is one non-blocking socket (TCP_NODELAY, large buffers) set up
+ * by the bootstrap. A lane keeps two FIFOs of caller-owned requests; progress hands as many
+ * queued requests as fit to one sendmsg/recvmsg, so a header and its payload, or several
+ * small segments, cost one system call.
+ *
+ * Several lanes per peer (RR_NSOCKS) let the ring spread segments over sockets when one TCP
+ * stream cannot fill a link; the ring picks the lane of each message, so both sides agree. */
+#include <errno.h>
+#include <limits.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#include "common/log.h"
+#include "common/param.h"
+#include "common/status.h"
+#include "common/util.h"
+#include "transport/transport.h"
+
+/* Enough to batch a window of segments; well under IOV_MAX. */
+#define RR__TCP_IOV 64
+
+typedef struct rr__tcp_queue {
+  rr__req *head, *tail;
+} rr__tcp_queue;
+
+typedef struct rr__tcp_conn {
+  rr__conn base; /* first: the ring sees only this */
+  int fd;
+  rr__tcp_queue sq, rq;
+} rr__tcp_conn;
+
+static void rr__tcp_push(rr__tcp_queue *q, rr__req *r) {
+  r->next = NULL;
+  if (q->tail)
+    q->tail->next = r;
+  else
+    q->head = r;
+  q->tail = r;
+}
+
+/* Fill an iovec from the unfinished bytes of the queued requests. */
+static int rr__tcp_iov(const rr__tcp_queue *q, struct iovec *iov) {
+  int n = 0;
+  for (rr__req *r = q->head; r && n < RR__TCP_IOV; r = r->next) {
+    iov[n].iov_base = r->buf + r->done;
+    iov[n].iov_len = r->len - r->done;
+    n++;
+  }
+  return n;
+}
+
+/* Credit `bytes` to the queue in order, completing and unlinking finished requests. */
+static void rr__tcp_advance(rr__tcp_conn *c, rr__tcp_queue *q, size_t bytes) {
+  while (bytes > 0 && q->head) {
+    rr__req *r = q->head;
+    size_t take = RR_MIN(bytes, r->len - r->done);
+    r->done += take;
+    bytes -= take;
+    if (r->done == r->len) {
+      r->complete = 1;
+      q->head = r->next;
+      if (!q->head) q->tail = NULL;
+      c->base.pending--;
+    }
+  }
+}
+
+static int rr__tcp_post(rr__conn *base, rr__req *r, rr__tcp_queue *q) {
+  rr__tcp_conn *c = (rr__tcp_conn *)base;
+  r->done = 0;
+  r->complete = 0;
+  if (r->len == 0) { /* nothing crosses the wire for an empty message */
+    r->complete = 1;
+    return RR_OK;
+  }
+  rr__tcp_push(q, r);
+  c->base.pending++;
+  return RR_OK;
+}
+
+static int rr__tcp_isend(rr__conn *base, rr__req *r) {
+  return rr__tcp_post(base, r, &((rr__tcp_conn *)base)->sq);
+}
+
+static int rr__tcp_irecv(rr__conn *base, rr__req *r) {
+  return rr__tcp_post(base, r, &((rr__tcp_conn *)base)->rq);
+}
+
+static int rr__tcp_progress(rr__conn *base, size_t *moved) {
+  rr__tcp_conn *c = (rr__tcp_conn *)base;
+  struct iovec iov[RR__TCP_IOV];
+  while (c->sq.head) {
+    struct msghdr mh = {.msg_iov = iov, .msg_iovlen = (size_t)rr__tcp_iov(&c->sq, iov)};
+    ssize_t w = sendmsg(c->fd, &mh, MSG_DONTWAIT | MSG_NOSIGNAL);
+    if (w > 0) {
+      rr__tcp_advance(c, &c->sq, (size_t)w);
+      *moved += (size_t)w;
+      continue;
+    }
+    if (w < 0 && errno == EINTR) continue;
+    if (w < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) break;
+    if (w < 0 && (errno == EPIPE || errno == ECONNRESET))
+      return rr__set_error(RR_EPEER, "sending to rank %d: connection closed by the peer (%s)",
+                           c->base.peer_global, strerror(errno));
+    return rr__set_error(RR_ESYS, "sending to rank %d: sendmsg: %s", c->base.peer_global,
+                         strerror(errno));
+  }
+  while (c->rq.head) {
+    struct msghdr mh = {.msg_iov = iov, .msg_iovlen = (size_t)rr__tcp_iov(&c->rq, iov)};
+    ssize_t r = recvmsg(c->fd, &mh, MSG_DONTWAIT);
+    if (r > 0) {
+      rr__tcp_advance(c, &c->rq, (size_t)r);
+      *moved += (size_t)r;
+      c->base.last_rx_ms = rr__now_ms();
+      continue;
+    }
+    if (r == 0)
+      return rr__set_error(RR_EPEER,
+                           "receiving from rank %d: connection closed by the peer "
+                           "with %zu bytes still expected (did rank %d exit or crash?)",
+                           c->base.peer_global, c->rq.head->len - c->rq.head->done,
+                           c->base.peer_global);
+    if (errno == EINTR) continue;
+    if (errno == EAGAIN || errno == EWOULDBLOCK) break;
+    if (errno == ECONNRESET)
+      return rr__set_error(RR_EPEER, "receiving from rank %d: connection reset by the peer",
+                           c->base.peer_global);
+    return rr__set_error(RR_ESYS, "receiving from rank %d: recvmsg: %s", c->base.peer_global,
+                         strerror(errno));
+  }
+  return RR_OK;
+}
+
+static int rr__tcp_pollfd(rr__conn *base, struct pollfd *pfd) {
+  rr__tcp_conn *c = (rr__tcp_conn *)base;
+  /* POLLIN only while a receive is posted: data for a later message must not wake us. */
+  short ev = (short)((c->sq.head ? POLLOUT : 0) | (c->rq.head ? POLLIN : 0));
+  if (!ev) return 0;
+  pfd->fd = c->fd;
+  pfd->events = ev;
+  pfd->revents = 0;
+  return 1;
+}
+
+static void rr__tcp_close(rr__conn *base) {
+  rr__tcp_conn *c = (rr__tcp_conn *)base;
+  if (c->fd >= 0) close(c->fd);
+  free(c);
+}
+
+static int rr__tcp_can_connect(const rr__peer_info *self, const rr__peer_info *peer) {
+  (void)self;
+  (void)peer;
+  return 1; /* the fallback: every peer is reachable over sockets */
+}
+
+static int rr__tcp_setup_sockets(const rr__peer_info *self, const rr__peer_info *peer) {
+  (void)peer;
+  return self->nsocks;
+}
+
+static int rr__tcp_connect(const rr__peer_info *self, const rr__peer_info *peer, int peer_rank,
+                           const int *fds, int nfds, int ctrl_fd, int64_t deadline_ms,
+                           rr__conn **conns, int max_lanes, int *nlanes) {
+  (void)self;
+  (void)ctrl_fd;
+  (void)deadline_ms;
+  int st = RR_OK;
+  int made = 0;
+  if (nfds < 1 || nfds > max_lanes) {
+    st = rr__set_error(RR_EINVAL, "tcp: %d sockets for rank %d (1..%d allowed)", nfds,
+                       peer->global_rank, max_lanes);
+    goto fail;
+  }
+  for (; made < nfds; made++) {
+    rr__tcp_conn *c = rr__calloc(1, sizeof *c);
+    if (!c) {
+      st = RR_ENOMEM;
+      goto fail;
+    }
+    c->base.tp = &rr__tcp_transport;
+    c->base.peer = peer_rank;
+    c->base.peer_global = peer->global_rank;
+    c->base.lane = made;
+    c->base.last_rx_ms = rr__now_ms();
+    c->fd = fds[made];
+    conns[made] = &c->base;
+    RR_CHECK_GOTO(rr__sock_nonblock(c->fd, 1), st, fail_made);
+    RR_CHECK_GOTO(rr__sock_tune(c->fd, rr__params_get()->sockbuf), st, fail_made);
+  }
+  *nlanes = nfds;
+  return RR_OK;
+fail_made:
+  made++;
+fail:
+  for (int i = 0; i < made; i++) rr__tcp_close(conns[i]);
+  for (int i = made; i < nfds; i++) close(fds[i]);
+  return st;
+}
+
+const rr__transport rr__tcp_transport = {
+    .name = "tcp",
+    .can_connect = rr__tcp_can_connect,
+    .setup_sockets = rr__tcp_setup_sockets,
+    .connect = rr__tcp_connect,
+    .isend = rr__tcp_isend,
+    .irecv = rr__tcp_irecv,
+    .progress = rr__tcp_progress,
+    .pollfd = rr__tcp_pollfd,
+    .close = rr__tcp_close,
+};
+
+const rr__transport *const rr__transports[] = {&rr__tcp_transport, NULL};

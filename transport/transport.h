@@ -1,0 +1,87 @@
+/* The one interface the ring calls to move bytes (NCCL's src/transport, Gloo's pair).
+ *
+ * A transport is a const table of functions. A connection (rr__conn) carries an ordered
+ * stream of messages to one peer in each direction: the k-th isend on one side matches the
+ * k-th irecv on the other, with the same length. Requests are owned by the caller (no
+ * allocation per message); the transport links them into its queues until they complete.
+ *
+ * Contract: isend, irecv and progress never block. progress moves what it can and sets
+ * req->complete; pollfd says which fd and events to sleep on when nothing moved. Errors are
+ * returned as rr_status with the last error naming the peer.
+ *
+ * Each peer gets the first transport, in priority order, whose can_connect() accepts it
+ * (cuda_ipc, shm, ib, tcp); both sides decide from the same published information, so they
+ * agree without talking.
+ */
+#ifndef RR_TRANSPORT_TRANSPORT_H_
+#define RR_TRANSPORT_TRANSPORT_H_
+
+#include <poll.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "transport/socket.h"
+
+typedef struct rr__req {
+  struct rr__req *next; /* queue link while the transport owns the request */
+  char *buf;
+  size_t len;
+  size_t done;  /* bytes moved so far */
+  int complete; /* set by the transport once done == len */
+  int tag;      /* free for the caller (segment index, slot, ...) */
+} rr__req;
+
+/* What every rank publishes at rendezvous about itself. */
+typedef struct rr__peer_info {
+  int global_rank;
+  int pid;
+  int nsocks;                 /* TCP data sockets it wants per peer */
+  char addr[RR_ADDRSTRLEN];   /* where it accepts connections during setup */
+  char hostid[128];           /* equal for ranks on one host (see bootstrap.c) */
+} rr__peer_info;
+
+struct rr__transport;
+
+/* One lane of a connection to one peer. Transports embed this first in their own struct. */
+typedef struct rr__conn {
+  const struct rr__transport *tp;
+  int peer;        /* the peer's rank in the group */
+  int peer_global; /* its global rank, for messages */
+  int lane;        /* index among this peer's lanes */
+  int pending;     /* requests queued here (maintained by the transport) */
+  int64_t last_rx_ms; /* when bytes last arrived (for timeout messages) */
+  int in_active;      /* owned by ring/comm.c: listed among lanes with work */
+} rr__conn;
+
+typedef struct rr__transport {
+  const char *name;
+  /* Can this transport carry data between self and peer? Pure function of the two infos
+   * and the environment, evaluated identically on both sides. */
+  int (*can_connect)(const rr__peer_info *self, const rr__peer_info *peer);
+  /* How many setup sockets (beyond the control socket) the bootstrap must open to the peer
+   * for this transport: TCP uses them as its lanes. */
+  int (*setup_sockets)(const rr__peer_info *self, const rr__peer_info *peer);
+  /* Build the lanes for one peer. fds are the setup sockets (ownership passes to the
+   * transport, also on failure); ctrl_fd is the peer's control socket, usable for a
+   * blocking exchange of setup data until deadline_ms. Fills conns[0..*nlanes). */
+  int (*connect)(const rr__peer_info *self, const rr__peer_info *peer, int peer_rank,
+                 const int *fds, int nfds, int ctrl_fd, int64_t deadline_ms,
+                 rr__conn **conns, int max_lanes, int *nlanes);
+  int (*isend)(rr__conn *c, rr__req *r);
+  int (*irecv)(rr__conn *c, rr__req *r);
+  /* Move bytes; *moved += bytes moved. */
+  int (*progress)(rr__conn *c, size_t *moved);
+  /* Fill *pfd to sleep on this lane; returns 0 if it has nothing to wait for. */
+  int (*pollfd)(rr__conn *c, struct pollfd *pfd);
+  /* Close and free the lane. */
+  void (*close)(rr__conn *c);
+} rr__transport;
+
+extern const rr__transport rr__tcp_transport;
+
+/* Transports in priority order, NULL-terminated. */
+extern const rr__transport *const rr__transports[];
+
+#define RR__MAX_LANES 16
+
+#endif /* RR_TRANSPORT_TRANSPORT_H_ */

@@ -66,7 +66,7 @@ int rr__coll_send_ack(rr__coll *c, int to) { return rr__send_hdr_kind(c, to, RR_
 
 /* Describe this rank's side of a point-to-point for a mismatch message. */
 static const char *rr__describe_own(const rr__coll *c, const rr__hdr *h, char *buf, size_t n) {
-  if (c->a->kind == RR__K_RECV)
+  if (c->a->kind == RR__K_RECV || c->a->kind == RR__K_SENDRECV)
     snprintf(buf, n, "recv #%llu of this pair (%llu x %s)", (unsigned long long)h->seq,
              (unsigned long long)h->count, rr_dtype_name((rr_dtype)h->dtype));
   else
@@ -123,7 +123,8 @@ static int rr__choose_all_reduce(rr__coll *c) {
 
 static int rr__dispatch(rr__coll *c) {
   const rr__args *a = c->a;
-  if (c->n == 1 && a->kind != RR__K_SEND && a->kind != RR__K_RECV) {
+  if (c->n == 1 && a->kind != RR__K_SEND && a->kind != RR__K_RECV &&
+      a->kind != RR__K_SENDRECV) {
     rr__local_copy(c);
     return RR_OK;
   }
@@ -137,6 +138,7 @@ static int rr__dispatch(rr__coll *c) {
     case RR__K_BARRIER: return rr__barrier_dissem(c);
     case RR__K_SEND: return rr__send_p2p(c);
     case RR__K_RECV: return rr__recv_p2p(c);
+    case RR__K_SENDRECV: return rr__sendrecv_p2p(c);
   }
   return rr__set_error(RR_EINVAL, "internal: unknown call kind %d", a->kind);
 }
@@ -147,7 +149,7 @@ static void rr__make_hdr(rr__coll *c) {
   rr_pg *pg = c->pg;
   rr__hdr *h = &c->hdr;
   memset(h, 0, sizeof *h);
-  h->kind = (uint8_t)(a->kind == RR__K_RECV ? RR__K_SEND : a->kind);
+  h->kind = (uint8_t)(a->kind == RR__K_RECV || a->kind == RR__K_SENDRECV ? RR__K_SEND : a->kind);
   h->dtype = (uint8_t)a->dtype;
   h->op = (uint8_t)((a->kind == RR__K_ALL_REDUCE || a->kind == RR__K_REDUCE ||
                      a->kind == RR__K_REDUCE_SCATTER)
@@ -165,6 +167,8 @@ static void rr__make_hdr(rr__coll *c) {
     case RR__K_RECV:
       h->seq = pg->p2p_recvd[a->peer]++;
       h->from = a->peer; /* what the sender's header will say */
+      break;
+    case RR__K_SENDRECV: /* the sequence numbers are taken per half, in sendrecv.c */
       break;
     default:
       h->seq = pg->seq++;
@@ -204,6 +208,10 @@ int rr__coll_run(rr_pg *pg, const rr__args *a, int64_t timeout_ms) {
     snprintf(desc, sizeof desc, "recv from rank %d (#%llu of this pair, %zu x %s)",
              pg->global_ranks[a->peer], (unsigned long long)c.hdr.seq, a->count,
              rr_dtype_name(a->dtype));
+  else if (a->kind == RR__K_SENDRECV)
+    snprintf(desc, sizeof desc, "sendrecv (%zu x %s to rank %d, %zu from rank %d)", a->count,
+             rr_dtype_name(a->dtype), pg->global_ranks[a->peer], a->recvcount,
+             pg->global_ranks[a->src]);
   else
     rr__hdr_describe(&c.hdr, desc, sizeof desc);
   RR_TRACE(RR_SUB_COLL, "start %s", desc);

@@ -212,6 +212,7 @@ static const char *rr__api_name(int kind) {
     case RR__K_REDUCE: return "reduce";
     case RR__K_BARRIER: return "barrier";
     case RR__K_SEND: return "send";
+    case RR__K_SENDRECV: return "sendrecv";
     default: return "recv";
   }
 }
@@ -256,15 +257,25 @@ static int rr__validate(rr_pg *pg, rr__args *a, int root_or_peer) {
   a->peer = -1;
   if (a->kind == RR__K_BROADCAST || a->kind == RR__K_REDUCE)
     RR_CHECK(rr__rank_arg(pg, "root", root_or_peer, &a->root));
-  if (a->kind == RR__K_SEND || a->kind == RR__K_RECV) {
-    RR_CHECK(rr__rank_arg(pg, "peer", root_or_peer, &a->peer));
+  if (a->kind == RR__K_SEND || a->kind == RR__K_RECV || a->kind == RR__K_SENDRECV) {
+    RR_CHECK(rr__rank_arg(pg, a->kind == RR__K_SENDRECV ? "dst" : "peer", root_or_peer, &a->peer));
     if (a->peer == pg->rank)
       return rr__set_error(RR_EINVAL, "peer %d is this rank: sending to oneself is not supported",
                            root_or_peer);
   }
+  if (a->kind == RR__K_SENDRECV) {
+    int global_src = a->src;
+    RR_CHECK(rr__rank_arg(pg, "src", global_src, &a->src));
+    if (a->src == pg->rank)
+      return rr__set_error(RR_EINVAL, "src %d is this rank: receiving from oneself is not supported",
+                           global_src);
+    if (a->recvcount > SIZE_MAX / es / 2)
+      return rr__set_error(RR_EINVAL, "recvcount %zu overflows the addressable size", a->recvcount);
+  }
 
   /* Sizes of what is read and written, in bytes. */
   size_t n = (size_t)pg->size, in = a->count * es, out = a->count * es;
+  if (a->kind == RR__K_SENDRECV) out = a->recvcount * es;
   if (a->kind == RR__K_ALL_GATHER) out = in * n;
   if (a->kind == RR__K_REDUCE_SCATTER) in = out * n;
   int reads = a->kind != RR__K_RECV && a->kind != RR__K_BARRIER &&
@@ -283,12 +294,14 @@ static int rr__validate(rr_pg *pg, rr__args *a, int root_or_peer) {
     int in_place = s == r;
     if (a->kind == RR__K_ALL_GATHER) in_place = s == r + (size_t)pg->rank * in;
     if (a->kind == RR__K_REDUCE_SCATTER) in_place = r == s + (size_t)pg->rank * out;
+    if (a->kind == RR__K_SENDRECV) in_place = 0; /* receiving over what is being sent */
     if (!in_place && rr__overlap(s, in, r, out))
       return rr__set_error(RR_EINVAL,
                            "sendbuf and recvbuf overlap without being in place (in place is "
                            "%s)",
                            a->kind == RR__K_ALL_GATHER       ? "sendbuf == recvbuf + rank*count"
                            : a->kind == RR__K_REDUCE_SCATTER ? "recvbuf == sendbuf + rank*count"
+                           : a->kind == RR__K_SENDRECV       ? "not possible for sendrecv"
                                                              : "sendbuf == recvbuf");
   }
   return RR_OK;
@@ -361,6 +374,29 @@ int rr_recv(rr_pg *pg, void *buf, size_t n, rr_dtype d, int peer) {
 }
 int rr_recv_async(rr_pg *pg, void *buf, size_t n, rr_dtype d, int peer, rr_work **w) {
   return rr__call(pg, RR__K_RECV, NULL, buf, n, d, RR_SUM, peer, w, 1);
+}
+
+static int rr__sendrecv(rr_pg *pg, const void *s, size_t sn, int dst, void *r, size_t rn,
+                        int src, rr_dtype d, rr_work **w, int async) {
+  if (async && w) *w = NULL;
+  if (!pg) return rr__set_error(RR_EINVAL, "sendrecv: the process group is NULL");
+  if (async && !w)
+    return rr__set_error(RR_EINVAL, "rank %d: sendrecv_async: work is NULL",
+                         pg->global_ranks[pg->rank]);
+  rr__args a = {.kind = RR__K_SENDRECV, .sendbuf = s, .recvbuf = r, .count = sn,
+                .recvcount = rn, .src = src, .dtype = d, .op = RR_SUM};
+  int st = rr__validate(pg, &a, dst);
+  if (st != RR_OK)
+    return rr__prefix_error(st, "rank %d: sendrecv", pg->global_ranks[pg->rank]);
+  return rr__submit(pg, &a, async ? w : NULL);
+}
+int rr_sendrecv(rr_pg *pg, const void *s, size_t sn, int dst, void *r, size_t rn, int src,
+                rr_dtype d) {
+  return rr__sendrecv(pg, s, sn, dst, r, rn, src, d, NULL, 0);
+}
+int rr_sendrecv_async(rr_pg *pg, const void *s, size_t sn, int dst, void *r, size_t rn, int src,
+                      rr_dtype d, rr_work **w) {
+  return rr__sendrecv(pg, s, sn, dst, r, rn, src, d, w, 1);
 }
 
 /* ---------------------------------------------------------------------------------------

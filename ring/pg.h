@@ -20,10 +20,14 @@ typedef struct rr__args {
   rr_dtype dtype;
   rr_op op;
   int root; /* group rank, -1 if none */
-  int peer; /* group rank for send / recv */
+  int peer; /* group rank for send / recv; the destination of a sendrecv */
+  int src;  /* the source of a sendrecv */
+  size_t recvcount; /* of a sendrecv */
 } rr__args;
 
+/* Call kinds beyond the wire kinds: both halves of point to point. */
 #define RR__K_RECV (RR__K_COUNT + 1)
+#define RR__K_SENDRECV (RR__K_COUNT + 2)
 
 struct rr_work {
   rr_pg *pg;

@@ -65,5 +65,6 @@ int rr__reduce_chain(rr__coll *c);
 int rr__barrier_dissem(rr__coll *c);
 int rr__send_p2p(rr__coll *c);
 int rr__recv_p2p(rr__coll *c);
+int rr__sendrecv_p2p(rr__coll *c);
 
 #endif /* RR_RING_RING_H_ */

@@ -27,3 +27,23 @@ int rr__recv_p2p(rr__coll *c) {
                  .schunk = -1, .rchunk = -1};
   return rr__pipe_step(c, &st);
 }
+
+/* Both halves at once: the send half carries this pair's next send number, the receive
+ * half checks the source's, so each half matches a plain send or recv on the peer. */
+int rr__sendrecv_p2p(rr__coll *c) {
+  const rr__args *a = c->a;
+  snprintf(c->where, sizeof c->where, "exchanging");
+  rr__hdr both = c->hdr;
+  c->hdr.seq = c->pg->p2p_sent[a->peer]++;
+  c->hdr.count = a->count;
+  c->hdr.from = c->r;
+  RR_CHECK(rr__coll_send_hdr(c, a->peer));
+  c->hdr.seq = c->pg->p2p_recvd[a->src]++;
+  c->hdr.count = a->recvcount;
+  c->hdr.from = a->src;
+  RR_CHECK(rr__coll_recv_hdr(c, a->src));
+  c->hdr = both;
+  rr__step st = {.to = a->peer, .sbuf = a->sendbuf, .scount = a->count, .from = a->src,
+                 .rbuf = a->recvbuf, .rcount = a->recvcount, .schunk = -1, .rchunk = -1};
+  return rr__pipe_step(c, &st);
+}

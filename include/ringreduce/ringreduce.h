@@ -189,9 +189,16 @@ int rr_broadcast(rr_pg *pg, const void *sendbuf, void *recvbuf, size_t count, rr
 int rr_reduce(rr_pg *pg, const void *sendbuf, void *recvbuf, size_t count, rr_dtype dtype,
               rr_op op, int root);
 int rr_barrier(rr_pg *pg);
-/* Point to point: matched in order between each pair of ranks. */
+/* Point to point: matched in order between each pair of ranks. Calls on a group run in
+ * issue order, so a send completes before a later recv starts: two ranks that both send a
+ * large message before receiving would wait for each other (as with MPI). Use
+ * rr_sendrecv for exchanges. */
 int rr_send(rr_pg *pg, const void *buf, size_t count, rr_dtype dtype, int peer);
 int rr_recv(rr_pg *pg, void *buf, size_t count, rr_dtype dtype, int peer);
+/* Send to `dst` and receive from `src` at the same time (MPI_Sendrecv); each half matches
+ * an rr_recv / rr_send, or the other half of an rr_sendrecv, on the peer. */
+int rr_sendrecv(rr_pg *pg, const void *sendbuf, size_t sendcount, int dst, void *recvbuf,
+                size_t recvcount, int src, rr_dtype dtype);
 
 /* The same calls, asynchronous: they return at once with *work set, and the group's
  * background thread runs them in issue order while the caller computes. Buffers must stay
@@ -210,6 +217,8 @@ int rr_barrier_async(rr_pg *pg, rr_work **work);
 int rr_send_async(rr_pg *pg, const void *buf, size_t count, rr_dtype dtype, int peer,
                   rr_work **work);
 int rr_recv_async(rr_pg *pg, void *buf, size_t count, rr_dtype dtype, int peer, rr_work **work);
+int rr_sendrecv_async(rr_pg *pg, const void *sendbuf, size_t sendcount, int dst, void *recvbuf,
+                      size_t recvcount, int src, rr_dtype dtype, rr_work **work);
 
 /* Wait for a work to finish. timeout_ms > 0 bounds this wait: when it passes first, the
  * group is aborted (the collective cannot be resumed half-way) and RR_ETIMEDOUT is returned.

@@ -1,0 +1,49 @@
+# Core tests: the collective matrix over world sizes 1-8, algorithms and lanes, process
+# groups, faults and bad input. Every test is a real multi-process run on loopback.
+add_library(rrtest STATIC ${RR_TEST_DIR}/harness.c)
+target_link_libraries(rrtest PUBLIC ringreduce_internal m)
+target_include_directories(rrtest PUBLIC ${CMAKE_SOURCE_DIR})
+
+function(rr_core_test name)
+  add_executable(${name} ${RR_TEST_DIR}/${name}.c)
+  target_link_libraries(${name} PRIVATE rrtest)
+endfunction()
+rr_core_test(test_coll)
+
+# A call that hangs must fail inside the library (RR_TIMEOUT) before CTest's limit.
+set(RR_TEST_ENV "RR_TIMEOUT=60;RR_GRACE_PERIOD=2")
+
+foreach(coll all_reduce reduce_scatter all_gather broadcast reduce sendrecv barrier)
+  foreach(w 1 2 3 4 5 6 7 8)
+    add_test(NAME coll_${coll}_w${w} COMMAND test_coll ${coll} ${w})
+    set_tests_properties(coll_${coll}_w${w} PROPERTIES TIMEOUT 300 LABELS "core;coll"
+      ENVIRONMENT "${RR_TEST_ENV}")
+  endforeach()
+endforeach()
+
+# Both all-reduce algorithms on every size and world (auto picks by size), and the
+# pipeline under stress: three lanes, tiny segments, two slots.
+foreach(algo ring rd)
+  foreach(w 2 3 5 7 8)
+    add_test(NAME coll_all_reduce_${algo}_w${w} COMMAND test_coll all_reduce ${w})
+    set_tests_properties(coll_all_reduce_${algo}_w${w} PROPERTIES TIMEOUT 300 LABELS "core;coll"
+      ENVIRONMENT "${RR_TEST_ENV};RR_ALGO=${algo}")
+  endforeach()
+endforeach()
+foreach(coll all_reduce reduce_scatter all_gather broadcast reduce sendrecv)
+  add_test(NAME coll_${coll}_lanes_w5 COMMAND test_coll ${coll} 5)
+  set_tests_properties(coll_${coll}_lanes_w5 PROPERTIES TIMEOUT 300 LABELS "core;coll"
+    ENVIRONMENT "${RR_TEST_ENV};RR_NSOCKS=3;RR_SEG_BYTES=4096;RR_SLOTS=2;RR_ALGO=ring")
+endforeach()
+
+# 64 MiB buffers.
+foreach(coll all_reduce reduce_scatter all_gather broadcast reduce sendrecv)
+  add_test(NAME coll_${coll}_64MiB_w4 COMMAND test_coll ${coll} 4 large)
+  set_tests_properties(coll_${coll}_64MiB_w4 PROPERTIES TIMEOUT 300 LABELS "core;coll;large"
+    ENVIRONMENT "${RR_TEST_ENV}")
+endforeach()
+foreach(w 2 3 8)
+  add_test(NAME coll_all_reduce_64MiB_w${w} COMMAND test_coll all_reduce ${w} large)
+  set_tests_properties(coll_all_reduce_64MiB_w${w} PROPERTIES TIMEOUT 300 LABELS "core;coll;large"
+    ENVIRONMENT "${RR_TEST_ENV}")
+endforeach()

@@ -1,0 +1,234 @@
+#include "tests/harness.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "ring/op.h"
+
+int t_rank = -1;
+
+uint64_t t_seed(void) {
+  const char *s = getenv("RR_TEST_SEED");
+  return s && *s ? strtoull(s, NULL, 0) : 0x5eed2026ull;
+}
+
+void t_seed_announce(const char *test) {
+  printf("%s: seed 0x%llx (set RR_TEST_SEED to replay)\n", test, (unsigned long long)t_seed());
+  fflush(stdout);
+}
+
+uint64_t t_bits(uint64_t seed, uint64_t stream, uint64_t i) {
+  uint64_t z = seed ^ (stream * 0x9e3779b97f4a7c15ull) ^ (i * 0xbf58476d1ce4e5b9ull);
+  z += 0x9e3779b97f4a7c15ull;
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+
+static int t_is_float(rr_dtype d) {
+  return d == RR_FLOAT16 || d == RR_BFLOAT16 || d == RR_FLOAT32 || d == RR_FLOAT64;
+}
+
+/* Round x to what the dtype can hold (the value the buffer will really contain). */
+static double t_round(rr_dtype d, double x) {
+  switch (d) {
+    case RR_FLOAT16: return rr__half_to_float(rr__float_to_half((float)x));
+    case RR_BFLOAT16: return rr__bf16_to_float(rr__float_to_bf16((float)x));
+    case RR_FLOAT32: return (float)x;
+    default: return x;
+  }
+}
+
+double t_value(rr_dtype d, rr_op op, uint64_t seed, int rank, size_t i) {
+  uint64_t b = t_bits(seed, (uint64_t)rank + 1, i);
+  if (t_is_float(d)) {
+    double u = (double)(b >> 11) / 9007199254740992.0; /* [0, 1) */
+    double sign = (b & 1) ? -1.0 : 1.0;
+    double mag = op == RR_PROD ? 0.5 + 1.5 * u : 0.25 + 3.75 * u;
+    return t_round(d, sign * mag);
+  }
+  return (double)(int64_t)t_value_bits(d, op, seed, rank, i);
+}
+
+uint64_t t_value_bits(rr_dtype d, rr_op op, uint64_t seed, int rank, size_t i) {
+  uint64_t b = t_bits(seed, (uint64_t)rank + 1, i);
+  switch (d) {
+    case RR_INT8: {
+      int8_t v = (int8_t)(uint8_t)b;
+      if (v == 0) v = 1;
+      return (uint64_t)(int64_t)v;
+    }
+    case RR_UINT8: return (uint8_t)b ? (uint8_t)b : 1;
+    case RR_INT32: {
+      int32_t v = (int32_t)(uint32_t)b;
+      if (v == 0) v = 1;
+      return (uint64_t)(int64_t)v;
+    }
+    case RR_INT64: return b ? b : 1;
+    case RR_FLOAT16: return rr__float_to_half((float)t_value(d, op, seed, rank, i));
+    case RR_BFLOAT16: return rr__float_to_bf16((float)t_value(d, op, seed, rank, i));
+    case RR_FLOAT32: {
+      float f = (float)t_value(d, op, seed, rank, i);
+      uint32_t u;
+      memcpy(&u, &f, 4);
+      return u;
+    }
+    case RR_FLOAT64: {
+      double f = t_value(d, op, seed, rank, i);
+      uint64_t u;
+      memcpy(&u, &f, 8);
+      return u;
+    }
+    default: return 0;
+  }
+}
+
+static void t_store_bits(void *buf, size_t i, rr_dtype d, uint64_t v) {
+  size_t es = rr_dtype_size(d);
+  memcpy((char *)buf + i * es, &v, es); /* little-endian: the low bytes */
+}
+
+void t_fill(void *buf, size_t n, rr_dtype d, rr_op op, uint64_t seed, int rank, size_t first) {
+  for (size_t i = 0; i < n; i++) t_store_bits(buf, i, d, t_value_bits(d, op, seed, rank, first + i));
+}
+
+double t_load(const void *buf, size_t i, rr_dtype d) {
+  const char *p = (const char *)buf + i * rr_dtype_size(d);
+  switch (d) {
+    case RR_INT8: return *(const int8_t *)p;
+    case RR_UINT8: return *(const uint8_t *)p;
+    case RR_INT32: { int32_t v; memcpy(&v, p, 4); return v; }
+    case RR_INT64: { int64_t v; memcpy(&v, p, 8); return (double)v; }
+    case RR_FLOAT16: { uint16_t v; memcpy(&v, p, 2); return rr__half_to_float(v); }
+    case RR_BFLOAT16: { uint16_t v; memcpy(&v, p, 2); return rr__bf16_to_float(v); }
+    case RR_FLOAT32: { float v; memcpy(&v, p, 4); return v; }
+    case RR_FLOAT64: { double v; memcpy(&v, p, 8); return v; }
+    default: return NAN;
+  }
+}
+
+double t_eps(rr_dtype d) {
+  switch (d) {
+    case RR_FLOAT16: return ldexp(1.0, -10);
+    case RR_BFLOAT16: return ldexp(1.0, -7);
+    case RR_FLOAT32: return ldexp(1.0, -23);
+    case RR_FLOAT64: return ldexp(1.0, -52);
+    default: return 0;
+  }
+}
+
+/* Integer reference: wrapping arithmetic in the dtype's width, as the library defines it. */
+static uint64_t t_int_ref(rr_dtype d, rr_op op, uint64_t seed, int nranks, size_t i) {
+  int bits = (int)rr_dtype_size(d) * 8;
+  uint64_t mask = bits == 64 ? ~0ull : ((1ull << bits) - 1);
+  int is_signed = d != RR_UINT8;
+  uint64_t acc = t_value_bits(d, op, seed, 0, i) & mask;
+  for (int r = 1; r < nranks; r++) {
+    uint64_t v = t_value_bits(d, op, seed, r, i) & mask;
+    switch (op) {
+      case RR_SUM:
+      case RR_AVG: acc = (acc + v) & mask; break;
+      case RR_PROD: acc = (acc * v) & mask; break;
+      case RR_BAND: acc &= v; break;
+      case RR_BOR: acc |= v; break;
+      case RR_BXOR: acc ^= v; break;
+      case RR_MIN:
+      case RR_MAX: {
+        int64_t sa = (int64_t)(acc << (64 - bits)) >> (64 - bits);
+        int64_t sv = (int64_t)(v << (64 - bits)) >> (64 - bits);
+        int less = is_signed ? sv < sa : v < acc;
+        if (op == RR_MIN ? less : (is_signed ? sv > sa : v > acc)) acc = v;
+        break;
+      }
+      default: break;
+    }
+  }
+  if (op == RR_AVG) {
+    if (is_signed) {
+      int64_t s = (int64_t)(acc << (64 - bits)) >> (64 - bits);
+      acc = (uint64_t)(s / nranks) & mask;
+    } else {
+      acc = (acc / (uint64_t)nranks) & mask;
+    }
+  }
+  return acc;
+}
+
+size_t t_check_reduced(const void *got, size_t n, rr_dtype d, rr_op op, uint64_t seed,
+                       int nranks, size_t first, const char *what) {
+  size_t wrong = 0;
+  size_t es = rr_dtype_size(d);
+  for (size_t k = 0; k < n; k++) {
+    size_t i = first + k;
+    int bad;
+    double g = t_load(got, k, d), ref = 0, tol = 0;
+    if (!t_is_float(d)) {
+      uint64_t want = t_int_ref(d, op, seed, nranks, i), have = 0;
+      memcpy(&have, (const char *)got + k * es, es);
+      bad = have != want;
+      int bits = (int)es * 8;
+      ref = d == RR_UINT8 ? (double)want
+                          : (double)((int64_t)(want << (64 - bits)) >> (64 - bits));
+    } else {
+      double sum = 0, abs_sum = 0, prod = 1, mn = INFINITY, mx = -INFINITY;
+      for (int r = 0; r < nranks; r++) {
+        double v = t_value(d, op, seed, r, i);
+        sum += v;
+        abs_sum += fabs(v);
+        prod *= v;
+        mn = fmin(mn, v);
+        mx = fmax(mx, v);
+      }
+      double eps = t_eps(d);
+      switch (op) {
+        case RR_SUM: ref = sum, tol = nranks * eps * abs_sum; break;
+        case RR_AVG: ref = sum / nranks, tol = eps * abs_sum + eps * fabs(ref); break;
+        case RR_PROD: ref = prod, tol = nranks * eps * fabs(prod); break;
+        case RR_MIN: ref = mn; break;
+        case RR_MAX: ref = mx; break;
+        default: ref = NAN;
+      }
+      bad = !(fabs(g - ref) <= tol);
+    }
+    if (bad) {
+      if (wrong < 5)
+        fprintf(stderr, "rank %d: %s: element %zu of %s %s over %d ranks: got %.17g, want %.17g (tolerance %.3g)\n",
+                t_rank, what, i, rr_dtype_name(d), rr_op_name(op), nranks, g, ref, tol);
+      wrong++;
+    }
+  }
+  return wrong;
+}
+
+size_t t_check_copied(const void *got, size_t n, rr_dtype d, rr_op op, uint64_t seed, int src,
+                      size_t first, const char *what) {
+  size_t wrong = 0, es = rr_dtype_size(d);
+  for (size_t k = 0; k < n; k++) {
+    uint64_t want = t_value_bits(d, op, seed, src, first + k), have = 0;
+    uint64_t mask = es == 8 ? ~0ull : ((1ull << (8 * es)) - 1);
+    memcpy(&have, (const char *)got + k * es, es);
+    if (have != (want & mask)) {
+      if (wrong < 5)
+        fprintf(stderr, "rank %d: %s: element %zu (from rank %d) is 0x%llx, want 0x%llx\n",
+                t_rank, what, first + k, src, (unsigned long long)have,
+                (unsigned long long)(want & mask));
+      wrong++;
+    }
+  }
+  return wrong;
+}
+
+double t_now(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+uint64_t t_hash(const void *buf, size_t bytes) {
+  uint64_t h = 1469598103934665603ull;
+  const unsigned char *p = buf;
+  for (size_t i = 0; i < bytes; i++) h = (h ^ p[i]) * 1099511628211ull;
+  return h;
+}

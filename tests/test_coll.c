@@ -1,0 +1,328 @@
+/* The collective matrix. One process per rank (rr_spawn); for a collective and a world
+ * size it runs every dtype x op x count x placement (in / out of place) x root, each rank
+ * checking every element of its result against an exact (integers) or float64 (floats,
+ * tolerance in harness.h) reference on random non-zero data. Results that must be equal
+ * on all ranks are compared bit for bit through a hash all-gather, outputs that must stay
+ * untouched are checked, and out-of-place inputs must come back unchanged.
+ *
+ *   test_coll <all_reduce|reduce_scatter|all_gather|broadcast|reduce|sendrecv|barrier>
+ *             <world> [matrix|large]
+ *
+ * matrix: counts 0, 1, 7, world-1, world+1 with every combination, and 1,000,003 with
+ * every dtype (two ops each, rotating); large: 64 MiB of float32 and of int32. */
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "tests/harness.h"
+
+typedef struct targs {
+  const char *coll;
+  int world;
+  int large;
+} targs;
+
+static const rr_op all_ops[] = {RR_SUM, RR_PROD, RR_MIN, RR_MAX, RR_AVG, RR_BAND, RR_BOR, RR_BXOR};
+
+static int is_float(rr_dtype d) { return d >= RR_FLOAT16; }
+
+static int valid_ops(rr_dtype d, rr_op *out) {
+  int n = 0;
+  for (size_t i = 0; i < sizeof all_ops / sizeof all_ops[0]; i++)
+    if (!(is_float(d) && all_ops[i] >= RR_BAND)) out[n++] = all_ops[i];
+  return n;
+}
+
+static void *xalloc(size_t bytes) {
+  void *p = malloc(bytes ? bytes : 1);
+  if (!p) {
+    fprintf(stderr, "rank %d: out of memory (%zu bytes)\n", t_rank, bytes);
+    exit(3);
+  }
+  return p;
+}
+
+/* Every rank must hold the same bytes: all-gather a hash and compare. */
+static int same_everywhere(rr_pg *pg, const void *buf, size_t bytes, const char *what) {
+  int n = rr_get_world_size(pg);
+  int64_t h = (int64_t)t_hash(buf, bytes), *all = xalloc((size_t)n * sizeof *all);
+  T_OK(rr_all_gather(pg, &h, all, 1, RR_INT64));
+  for (int i = 0; i < n; i++)
+    if (all[i] != h) {
+      free(all);
+      T_FAIL("%s: rank %d's result differs in its bits from rank %d's", what, i, t_rank);
+    }
+  free(all);
+  return 0;
+}
+
+static int case_all_reduce(rr_pg *pg, size_t count, rr_dtype d, rr_op op, int inplace, uint64_t seed) {
+  int n = rr_get_world_size(pg), r = rr_get_rank(pg);
+  size_t bytes = count * rr_dtype_size(d);
+  char *src = xalloc(bytes), *dst = inplace ? src : xalloc(bytes);
+  t_fill(src, count, d, op, seed, r, 0);
+  if (!inplace) memset(dst, 0xa5, bytes); /* an element never written fails the check */
+  T_OK(rr_all_reduce(pg, src, dst, count, d, op));
+  char what[96];
+  snprintf(what, sizeof what, "all_reduce %s count %zu", inplace ? "in place" : "out of place", count);
+  size_t wrong = t_check_reduced(dst, count, d, op, seed, n, 0, what);
+  if (!inplace) wrong += t_check_copied(src, count, d, op, seed, r, 0, "all_reduce input (must be unchanged)");
+  int bad = wrong || same_everywhere(pg, dst, bytes, what);
+  if (!inplace) free(dst);
+  free(src);
+  T_CHECK(!bad, "%s: %zu wrong elements", what, wrong);
+  return 0;
+}
+
+static int case_reduce_scatter(rr_pg *pg, size_t count, rr_dtype d, rr_op op, int inplace, uint64_t seed) {
+  int n = rr_get_world_size(pg), r = rr_get_rank(pg);
+  size_t es = rr_dtype_size(d), blk = count * es;
+  char *src = xalloc(blk * (size_t)n);
+  char *dst = inplace ? src + (size_t)r * blk : xalloc(blk);
+  t_fill(src, count * (size_t)n, d, op, seed, r, 0);
+  if (!inplace) memset(dst, 0xa5, blk);
+  T_OK(rr_reduce_scatter(pg, src, dst, count, d, op));
+  char what[96];
+  snprintf(what, sizeof what, "reduce_scatter %s count %zu", inplace ? "in place" : "out of place", count);
+  size_t wrong = t_check_reduced(dst, count, d, op, seed, n, (size_t)r * count, what);
+  if (!inplace) wrong += t_check_copied(src, count * (size_t)n, d, op, seed, r, 0, "reduce_scatter input");
+  else /* in place, the other blocks of the input must be left alone */
+    for (int q = 0; q < n; q++)
+      if (q != r) wrong += t_check_copied(src + (size_t)q * blk, count, d, op, seed, r, (size_t)q * count, "reduce_scatter untouched block");
+  if (!inplace) free(dst);
+  free(src);
+  T_CHECK(!wrong, "%s: %zu wrong elements", what, wrong);
+  return 0;
+}
+
+static int case_all_gather(rr_pg *pg, size_t count, rr_dtype d, int inplace, uint64_t seed) {
+  int n = rr_get_world_size(pg), r = rr_get_rank(pg);
+  size_t es = rr_dtype_size(d), blk = count * es;
+  char *dst = xalloc(blk * (size_t)n), *src = inplace ? dst + (size_t)r * blk : xalloc(blk);
+  memset(dst, 0xa5, blk * (size_t)n);
+  t_fill(src, count, d, RR_SUM, seed, r, 0);
+  T_OK(rr_all_gather(pg, src, dst, count, d));
+  char what[96];
+  snprintf(what, sizeof what, "all_gather %s count %zu", inplace ? "in place" : "out of place", count);
+  size_t wrong = 0;
+  for (int q = 0; q < n; q++) wrong += t_check_copied(dst + (size_t)q * blk, count, d, RR_SUM, seed, q, 0, what);
+  int bad = wrong || same_everywhere(pg, dst, blk * (size_t)n, what);
+  if (!inplace) free(src);
+  free(dst);
+  T_CHECK(!bad, "%s: %zu wrong elements", what, wrong);
+  return 0;
+}
+
+static int case_broadcast(rr_pg *pg, size_t count, rr_dtype d, int inplace, int root, uint64_t seed) {
+  int r = rr_get_rank(pg);
+  size_t bytes = count * rr_dtype_size(d);
+  char *dst = xalloc(bytes), *src = NULL;
+  memset(dst, 0xa5, bytes);
+  if (inplace) {
+    src = dst;
+    if (r == root) t_fill(dst, count, d, RR_SUM, seed, root, 0);
+  } else if (r == root) {
+    src = xalloc(bytes);
+    t_fill(src, count, d, RR_SUM, seed, root, 0);
+  } /* out of place, other ranks pass NULL: their sendbuf is never read */
+  T_OK(rr_broadcast(pg, src, dst, count, d, rr_get_global_rank(pg, root)));
+  char what[96];
+  snprintf(what, sizeof what, "broadcast %s count %zu root %d", inplace ? "in place" : "out of place", count, root);
+  size_t wrong = t_check_copied(dst, count, d, RR_SUM, seed, root, 0, what);
+  if (!inplace && r == root) wrong += t_check_copied(src, count, d, RR_SUM, seed, root, 0, "broadcast input");
+  int bad = wrong || same_everywhere(pg, dst, bytes, what);
+  if (!inplace && r == root) free(src);
+  free(dst);
+  T_CHECK(!bad, "%s: %zu wrong elements", what, wrong);
+  return 0;
+}
+
+static int case_reduce(rr_pg *pg, size_t count, rr_dtype d, rr_op op, int inplace, int root, uint64_t seed) {
+  int n = rr_get_world_size(pg), r = rr_get_rank(pg);
+  size_t bytes = count * rr_dtype_size(d);
+  char *src = xalloc(bytes), *dst = inplace ? src : xalloc(bytes);
+  t_fill(src, count, d, op, seed, r, 0);
+  if (!inplace) memset(dst, 0xa5, bytes);
+  T_OK(rr_reduce(pg, src, dst, count, d, op, rr_get_global_rank(pg, root)));
+  char what[96];
+  snprintf(what, sizeof what, "reduce %s count %zu root %d", inplace ? "in place" : "out of place", count, root);
+  size_t wrong = 0;
+  if (r == root) {
+    wrong = t_check_reduced(dst, count, d, op, seed, n, 0, what);
+  } else {
+    /* Not the root: neither buffer may change. */
+    wrong = t_check_copied(src, count, d, op, seed, r, 0, "reduce input on a non-root");
+    if (!inplace)
+      for (size_t i = 0; i < bytes; i++) wrong += ((unsigned char)dst[i] != 0xa5);
+  }
+  if (!inplace && r == root) wrong += t_check_copied(src, count, d, op, seed, r, 0, "reduce input");
+  if (!inplace) free(dst);
+  free(src);
+  T_CHECK(!wrong, "%s: %zu wrong elements", what, wrong);
+  return 0;
+}
+
+/* Ring shift with sendrecv, then blocking send/recv in pairs, then ordering of several
+ * messages between one pair. */
+static int case_sendrecv(rr_pg *pg, size_t count, rr_dtype d, uint64_t seed) {
+  int n = rr_get_world_size(pg), r = rr_get_rank(pg);
+  size_t bytes = count * rr_dtype_size(d);
+  char *src = xalloc(bytes), *dst = xalloc(bytes);
+  char what[96];
+  t_fill(src, count, d, RR_SUM, seed, r, 0);
+  size_t wrong = 0;
+  if (n > 1) {
+    memset(dst, 0xa5, bytes);
+    int right = (r + 1) % n, left = (r + n - 1) % n;
+    T_OK(rr_sendrecv(pg, src, count, right, dst, count, left, d));
+    snprintf(what, sizeof what, "sendrecv ring shift count %zu", count);
+    wrong += t_check_copied(dst, count, d, RR_SUM, seed, left, 0, what);
+
+    int partner = r ^ 1;
+    if (partner < n) {
+      memset(dst, 0xa5, bytes);
+      if (r < partner) {
+        T_OK(rr_send(pg, src, count, d, partner));
+        T_OK(rr_recv(pg, dst, count, d, partner));
+      } else {
+        T_OK(rr_recv(pg, dst, count, d, partner));
+        T_OK(rr_send(pg, src, count, d, partner));
+      }
+      snprintf(what, sizeof what, "send/recv pair count %zu", count);
+      wrong += t_check_copied(dst, count, d, RR_SUM, seed, partner, 0, what);
+    }
+    /* Three messages of different sizes from the first to the last rank, in order. */
+    size_t sizes[3] = {count, count / 2 + 1, 1};
+    for (int k = 0; k < 3; k++) {
+      size_t c = sizes[k] < count ? sizes[k] : count;
+      if (r == 0) T_OK(rr_send(pg, src, c, d, n - 1));
+      if (r == n - 1) {
+        memset(dst, 0xa5, bytes);
+        T_OK(rr_recv(pg, dst, c, d, 0));
+        snprintf(what, sizeof what, "ordered message %d of %zu elements", k, c);
+        wrong += t_check_copied(dst, c, d, RR_SUM, seed, 0, 0, what);
+      }
+    }
+  }
+  free(src);
+  free(dst);
+  T_CHECK(!wrong, "sendrecv count %zu: %zu wrong elements", count, wrong);
+  return 0;
+}
+
+/* No rank may leave a barrier before every rank entered it. */
+static int case_barrier(rr_pg *pg, uint64_t seed, int iter) {
+  int n = rr_get_world_size(pg), r = rr_get_rank(pg);
+  usleep((useconds_t)(t_bits(seed, (uint64_t)r, (uint64_t)iter) % 20000));
+  double times[2] = {t_now(), 0}, *all = xalloc((size_t)n * 2 * sizeof *all);
+  T_OK(rr_barrier(pg));
+  times[1] = t_now();
+  T_OK(rr_all_gather(pg, times, all, 2, RR_FLOAT64));
+  for (int q = 0; q < n; q++)
+    if (all[2 * r + 1] < all[2 * q]) {
+      free(all);
+      T_FAIL("barrier %d: rank %d left at %.6f before rank %d entered at %.6f", iter, r,
+             times[1], q, all[2 * q]);
+    }
+  free(all);
+  return 0;
+}
+
+static size_t dedupe(size_t *c, size_t n) {
+  size_t m = 0;
+  for (size_t i = 0; i < n; i++) {
+    int seen = 0;
+    for (size_t j = 0; j < m; j++) seen |= c[j] == c[i];
+    if (!seen) c[m++] = c[i];
+  }
+  return m;
+}
+
+static int body(int rank, void *arg) {
+  const targs *ta = arg;
+  t_rank = rank;
+  rr_pg *pg;
+  T_OK(rr_init_process_group(&pg, NULL));
+  const int n = rr_get_world_size(pg);
+  const char *c = ta->coll;
+  uint64_t seed = t_seed();
+  int cases = 0, fails = 0;
+
+  if (!strcmp(c, "barrier")) {
+    for (int i = 0; i < 30; i++) fails += case_barrier(pg, seed, i), cases++;
+  } else if (ta->large) {
+    /* 64 MiB buffers: float32 sum and int32 bxor, both placements. */
+    const rr_dtype ds[2] = {RR_FLOAT32, RR_INT32};
+    const rr_op os[2] = {RR_SUM, RR_BXOR};
+    size_t total = (size_t)64 << 20;
+    for (int k = 0; k < 2; k++) {
+      size_t count = total / rr_dtype_size(ds[k]);
+      size_t per = count / (size_t)n;
+      uint64_t s = seed + (uint64_t)k;
+      int inplace = k;
+      if (!strcmp(c, "all_reduce")) fails += case_all_reduce(pg, count, ds[k], os[k], inplace, s);
+      else if (!strcmp(c, "reduce_scatter")) fails += case_reduce_scatter(pg, per, ds[k], os[k], inplace, s);
+      else if (!strcmp(c, "all_gather")) fails += case_all_gather(pg, per, ds[k], inplace, s);
+      else if (!strcmp(c, "broadcast")) fails += case_broadcast(pg, count, ds[k], inplace, (k + 1) % n, s);
+      else if (!strcmp(c, "reduce")) fails += case_reduce(pg, count, ds[k], os[k], inplace, (k + 1) % n, s);
+      else if (!strcmp(c, "sendrecv")) fails += case_sendrecv(pg, count, ds[k], s);
+      cases++;
+    }
+  } else {
+    size_t counts[6] = {0, 1, 7, (size_t)n - 1, (size_t)n + 1, 1000003};
+    size_t ncounts = dedupe(counts, 6);
+    for (size_t ci = 0; ci < ncounts; ci++) {
+      size_t count = counts[ci];
+      int big = count > 100000;
+      for (int di = 0; di < RR_NUM_DTYPES; di++) {
+        rr_dtype d = (rr_dtype)di;
+        rr_op ops[8];
+        int nops = valid_ops(d, ops);
+        if (big) { /* two ops per dtype, rotating so every op meets a big count */
+          ops[1] = ops[1 + (size_t)di % (size_t)(nops - 1)];
+          nops = 2;
+        }
+        int reduces = !strcmp(c, "all_reduce") || !strcmp(c, "reduce_scatter") || !strcmp(c, "reduce");
+        if (!reduces) nops = 1;
+        for (int oi = 0; oi < nops; oi++) {
+          for (int inplace = 0; inplace < 2; inplace++) {
+            if (big && inplace != (di + oi) % 2) continue;
+            uint64_t s = seed + (uint64_t)cases * 7919;
+            int nroots = (!strcmp(c, "broadcast") || !strcmp(c, "reduce")) ? n : 1;
+            for (int root = 0; root < nroots; root++) {
+              if (big && root != (di + oi) % n) continue;
+              if (!strcmp(c, "all_reduce")) fails += case_all_reduce(pg, count, d, ops[oi], inplace, s);
+              else if (!strcmp(c, "reduce_scatter")) fails += case_reduce_scatter(pg, count, d, ops[oi], inplace, s);
+              else if (!strcmp(c, "all_gather")) fails += case_all_gather(pg, count, d, inplace, s);
+              else if (!strcmp(c, "broadcast")) fails += case_broadcast(pg, count, d, inplace, root, s);
+              else if (!strcmp(c, "reduce")) fails += case_reduce(pg, count, d, ops[oi], inplace, root, s);
+              else if (!strcmp(c, "sendrecv")) { if (!inplace) fails += case_sendrecv(pg, count, d, s); }
+              else T_FAIL("unknown collective %s", c);
+              cases++;
+              if (fails) goto out; /* the first failure is the informative one */
+            }
+          }
+        }
+      }
+    }
+  }
+out:
+  T_OK(rr_destroy_process_group(pg));
+  if (rank == 0) printf("%s world %d: %d cases, %d failed\n", c, n, cases, fails);
+  return fails ? 1 : 0;
+}
+
+int main(int argc, char **argv) {
+  if (argc < 3) {
+    fprintf(stderr, "usage: %s <collective> <world> [matrix|large]\n", argv[0]);
+    return 2;
+  }
+  targs ta = {.coll = argv[1], .world = atoi(argv[2]), .large = argc > 3 && !strcmp(argv[3], "large")};
+  t_seed_announce(argv[1]);
+  rr_spawn_status st;
+  if (rr_spawn(ta.world, body, &ta, &st) != RR_OK) {
+    fprintf(stderr, "FAILED: %s\n", rr_last_error());
+    return 1;
+  }
+  return 0;
+}

@@ -27,6 +27,11 @@ void rr__avg_scale(void *buf, size_t n, rr_dtype dtype, int div);
  * on floating types, values out of range). */
 int rr__op_check(rr_dtype dtype, rr_op op);
 
+/* Tests only: on != 0 forces the portable C loops instead of the AVX2/F16C ones (the results
+ * must be bit-identical, which tests/test_op.c checks). Returns 1 when this CPU has the
+ * faster path, that is, when forcing changes anything. */
+int rr__op_force_portable(int on);
+
 /* IEEE binary16 and bfloat16 <-> float32, round to nearest even, NaN stays NaN. */
 float rr__half_to_float(uint16_t h);
 uint16_t rr__float_to_half(float f);

@@ -1,0 +1,1137 @@
+/* The TCP store, as torch's TCPStore: the master runs a server thread holding the keys;
+ * every process (the master too) is a client of it. The wire protocol is in store.h.
+ *
+ * Server: one thread, one poll() over a wake-up eventfd, the listening socket and every
+ * client. Clients are non-blocking and each has a small state machine: read a header, read
+ * its body (buffer grown as bytes arrive, never to more than the header's checked length),
+ * run the request, write the reply (queued; POLLOUT when the socket is full). A GET or WAIT
+ * whose keys are missing parks the client with its own deadline: each SET/ADD re-checks the
+ * parked clients, the poll timeout is the nearest deadline, and at that deadline the client
+ * gets RR__SST_TIMEOUT. So no client ever blocks another. Anything malformed, a client that
+ * leaves mid-request, or one that stalls mid-request (or does not read its reply) longer
+ * than the store's timeout, closes that client only. rr_store_free on the master writes the
+ * eventfd, joins the thread and closes every socket.
+ *
+ * Client: a small pool of connections to the server, each made with connect + HELLO (the
+ * job-token handshake) and used by one request at a time, so threads sharing a store never
+ * wait behind another thread's blocking get. Every call has a deadline: the store's timeout,
+ * or a get/wait's own timeout plus RR__STORE_GRACE_MS (the server answers at the timeout;
+ * the grace only matters when the master is gone). A connection the master closed marks the
+ * whole store lost: later calls fail at once with RR_EPEER instead of retrying. */
+#include <errno.h>
+#include <inttypes.h>
+#include <poll.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "common/log.h"
+#include "common/status.h"
+#include "common/util.h"
+#include "ring/store.h"
+#include "transport/socket.h"
+
+#define RR__SRV_BACKLOG 1024
+#define RR__SRV_BODY_CHUNK (64u << 10) /* first body allocation; doubles as bytes arrive */
+#define RR__SRV_ACCEPT_BURST 64
+#define RR__POOL_MAX 32 /* concurrent requests one store object may have in flight */
+
+/* =============================================================================================
+ * Server
+ */
+typedef struct rr__sarg {
+  const uint8_t *p;
+  uint32_t len;
+} rr__sarg;
+
+typedef struct rr__sconn {
+  int fd; /* -1 once closed; the slot is removed at the end of the loop */
+  int greeted;
+  char peer[RR_ADDRSTRLEN];
+  /* The request being read. */
+  uint8_t hdr[RR__STORE_HDR];
+  size_t hdr_got;
+  rr__store_hdr h;
+  uint8_t *body;
+  size_t body_cap, body_got;
+  int64_t req_start_ms; /* when its first byte came */
+  /* A GET / WAIT parked until its keys exist. */
+  int waiting;
+  rr__sarg *args;
+  uint32_t nargs, next; /* keys [0, next) were seen */
+  int64_t deadline_ms;
+  /* The reply being written. */
+  uint8_t *out;
+  size_t out_len, out_off;
+  int64_t out_start_ms;
+  int close_after_write;
+} rr__sconn;
+
+typedef struct rr__server {
+  int lfd, wakefd;
+  pthread_t thread;
+  int64_t idle_ms; /* how long a request may take to arrive / a reply to be read */
+  char *token;     /* NULL: accept any client */
+  int port;
+  rr__kv *kv;
+  rr__sconn **conns;
+  size_t nconns, conns_cap;
+  struct pollfd *pfds; /* conns_cap + 2 */
+  int64_t accept_pause_until;
+} rr__server;
+
+/* Close a client; `abort`: with a reset, dropping whatever the kernel still queues for it
+ * (a client that broke the rules gets no more of the server's memory or time). */
+static void rr__srv_close(rr__sconn *c, int abort) {
+  if (c->fd >= 0 && abort) {
+    struct linger lg = {.l_onoff = 1, .l_linger = 0};
+    (void)setsockopt(c->fd, SOL_SOCKET, SO_LINGER, &lg, sizeof lg); /* else a normal close */
+  }
+  if (c->fd >= 0) close(c->fd); /* nothing useful to do about a failing close */
+  c->fd = -1;
+  free(c->body);
+  free(c->args);
+  free(c->out);
+  c->body = NULL;
+  c->args = NULL;
+  c->out = NULL;
+}
+
+/* Close one client, saying why: WARN for misbehaviour (closed with a reset), INFO / TRACE
+ * for an ordinary goodbye. */
+static void rr__srv_drop(rr__server *srv, rr__sconn *c, int level, const char *fmt, ...)
+    RR__PRINTF(4, 5);
+static void rr__srv_drop(rr__server *srv, rr__sconn *c, int level, const char *fmt, ...) {
+  if (c->fd < 0) return;
+  if (rr__log_enabled(level, RR_SUB_STORE)) {
+    char why[256];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(why, sizeof why, fmt, ap);
+    va_end(ap);
+    rr__log(level, RR_SUB_STORE, __FILE__, __LINE__,
+            "rendezvous store on port %d: closing the connection of client %s: %s", srv->port,
+            c->peer, why);
+  }
+  rr__srv_close(c, level == RR_LOG_WARN);
+}
+
+/* Forget the request just answered, ready for the next one. */
+static void rr__srv_reset_request(rr__sconn *c) {
+  free(c->body);
+  free(c->args);
+  c->body = NULL;
+  c->args = NULL;
+  c->body_cap = c->body_got = 0;
+  c->hdr_got = 0;
+  c->nargs = c->next = 0;
+  c->waiting = 0;
+  c->req_start_ms = 0;
+}
+
+/* Write what is queued; stop at EAGAIN (POLLOUT resumes it). */
+static void rr__srv_flush(rr__server *srv, rr__sconn *c) {
+  while (c->out && c->out_off < c->out_len) {
+    ssize_t w =
+        send(c->fd, c->out + c->out_off, c->out_len - c->out_off, MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (w > 0) {
+      c->out_off += (size_t)w;
+      continue;
+    }
+    if (w < 0 && errno == EINTR) continue;
+    if (w < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return;
+    rr__srv_drop(srv, c, errno == EPIPE || errno == ECONNRESET ? RR_LOG_TRACE : RR_LOG_WARN,
+                 "send: %s", w < 0 ? strerror(errno) : "wrote nothing");
+    return;
+  }
+  free(c->out);
+  c->out = NULL;
+  c->out_len = c->out_off = 0;
+  /* A refused client was warned about already; close gently so it reads why. */
+  if (c->close_after_write) rr__srv_drop(srv, c, RR_LOG_INFO, "refused its handshake");
+}
+
+/* Answer the current request (the request's buffers are freed: the reply is a copy). */
+static void rr__srv_reply(rr__server *srv, rr__sconn *c, uint8_t status, int64_t num,
+                          const void *body, size_t blen) {
+  rr__store_hdr h = {.magic = RR__STORE_REP_MAGIC,
+                     .op = c->h.op,
+                     .status = status,
+                     .body_len = (uint32_t)blen,
+                     .num = num};
+  rr__srv_reset_request(c);
+  c->out = malloc(RR__STORE_HDR + blen);
+  if (!c->out) {
+    rr__srv_drop(srv, c, RR_LOG_WARN, "out of memory for a reply of %zu bytes", blen);
+    return;
+  }
+  rr__store_hdr_encode(&h, c->out);
+  if (blen) memcpy(c->out + RR__STORE_HDR, body, blen);
+  c->out_len = RR__STORE_HDR + blen;
+  c->out_off = 0;
+  c->out_start_ms = rr__now_ms();
+  rr__srv_flush(srv, c);
+}
+
+/* Advance a parked request; answer it when every key exists. */
+static void rr__srv_try_wake(rr__server *srv, rr__sconn *c) {
+  while (c->next < c->nargs && rr__kv_get(srv->kv, c->args[c->next].p, c->args[c->next].len))
+    c->next++;
+  if (c->next < c->nargs) return;
+  if (c->h.op == RR__SOP_GET) {
+    const rr__kv_val *v = rr__kv_get(srv->kv, c->args[0].p, c->args[0].len);
+    rr__srv_reply(srv, c, RR__SST_OK, 0, v->data, v->len);
+  } else {
+    rr__srv_reply(srv, c, RR__SST_OK, 0, NULL, 0);
+  }
+}
+
+static void rr__srv_wake_all(rr__server *srv) {
+  for (size_t i = 0; i < srv->nconns; i++) {
+    rr__sconn *c = srv->conns[i];
+    if (c->fd >= 0 && c->waiting) rr__srv_try_wake(srv, c);
+  }
+}
+
+static int rr__key_ok(const rr__sarg *a) {
+  return a->len >= 1 && a->len <= RR__STORE_MAX_KEY && !memchr(a->p, 0, a->len);
+}
+
+/* Check a header as soon as it is complete: NULL if acceptable, else why not. */
+static const char *rr__srv_bad_header(const rr__sconn *c, char *why, size_t n) {
+  const rr__store_hdr *h = &c->h;
+  if (h->magic != RR__STORE_REQ_MAGIC)
+    snprintf(why, n, "bad magic 0x%08x (not a ringreduce store client?)", (unsigned)h->magic);
+  else if (h->op < RR__SOP_HELLO || h->op > RR__SOP_MAX)
+    snprintf(why, n, "unknown opcode %u", (unsigned)h->op);
+  else if (h->status != 0 || h->reserved != 0)
+    snprintf(why, n, "non-zero reserved header bytes");
+  else if (h->body_len > RR__STORE_MAX_BODY)
+    snprintf(why, n, "request body of %" PRIu32 " bytes is over the limit of %u", h->body_len,
+             (unsigned)RR__STORE_MAX_BODY);
+  else if (h->nargs > RR__STORE_MAX_KEYS || (uint64_t)h->nargs * 4 > h->body_len)
+    snprintf(why, n, "%" PRIu32 " arguments do not fit a body of %" PRIu32 " bytes", h->nargs,
+             h->body_len);
+  else if (!c->greeted && h->op != RR__SOP_HELLO)
+    snprintf(why, n, "request (opcode %u) before the HELLO handshake", (unsigned)h->op);
+  else if (c->greeted && h->op == RR__SOP_HELLO)
+    snprintf(why, n, "a second HELLO");
+  else
+    return NULL;
+  return why;
+}
+
+/* Split the body into arguments and check them against the opcode. */
+static const char *rr__srv_parse(rr__sconn *c, char *why, size_t n) {
+  const rr__store_hdr *h = &c->h;
+  uint32_t na = h->nargs;
+  c->args = calloc(na ? na : 1, sizeof *c->args);
+  if (!c->args) return snprintf(why, n, "out of memory for %" PRIu32 " arguments", na), why;
+  size_t off = 0, len = h->body_len;
+  for (uint32_t i = 0; i < na; i++) {
+    if (len - off < 4) return snprintf(why, n, "argument %" PRIu32 " overruns the body", i), why;
+    uint32_t al = rr__get_u32(c->body + off);
+    off += 4;
+    if (al > len - off)
+      return snprintf(why, n, "argument %" PRIu32 " of %" PRIu32 " bytes overruns the body", i, al),
+             why;
+    c->args[i].p = c->body + off;
+    c->args[i].len = al;
+    off += al;
+  }
+  c->nargs = na;
+  if (off != len) return snprintf(why, n, "%zu bytes after the last argument", len - off), why;
+  int arity_ok = 1, keys_from = 0, keys_to = (int)na;
+  switch (h->op) {
+    case RR__SOP_HELLO:
+      arity_ok = na == 1;
+      keys_to = 0;
+      if (arity_ok && c->args[0].len > RR__STORE_MAX_TOKEN)
+        return snprintf(why, n, "a job token of %" PRIu32 " bytes", c->args[0].len), why;
+      break;
+    case RR__SOP_SET:
+      arity_ok = na == 2;
+      keys_to = 1;
+      if (arity_ok && c->args[1].len > RR__STORE_MAX_VALUE)
+        return snprintf(why, n, "a value of %" PRIu32 " bytes", c->args[1].len), why;
+      break;
+    case RR__SOP_GET:
+    case RR__SOP_ADD:
+    case RR__SOP_DELETE:
+      arity_ok = na == 1;
+      break;
+    default: /* WAIT, CHECK */
+      arity_ok = na >= 1;
+      break;
+  }
+  if (!arity_ok)
+    return snprintf(why, n, "opcode %u with %" PRIu32 " arguments", (unsigned)h->op, na), why;
+  for (int i = keys_from; i < keys_to; i++)
+    if (!rr__key_ok(&c->args[i]))
+      return snprintf(why, n, "key %d is empty, longer than %d bytes or holds a NUL", i,
+                      RR__STORE_MAX_KEY),
+             why;
+  if ((h->op == RR__SOP_GET || h->op == RR__SOP_WAIT) && h->num <= 0)
+    return snprintf(why, n, "timeout of %" PRId64 " ms", h->num), why;
+  return NULL;
+}
+
+/* Run a complete request. */
+static void rr__srv_request(rr__server *srv, rr__sconn *c) {
+  char why[160];
+  if (rr__srv_parse(c, why, sizeof why)) {
+    rr__srv_drop(srv, c, RR_LOG_WARN, "malformed request: %s", why);
+    return;
+  }
+  const rr__sarg *a = c->args;
+  RR_TRACE(RR_SUB_STORE,
+           "rendezvous store on port %d: client %s: opcode %u, %" PRIu32 " argument(s), %" PRIu32
+           " bytes",
+           srv->port, c->peer, (unsigned)c->h.op, c->nargs, c->h.body_len);
+  switch (c->h.op) {
+    case RR__SOP_HELLO: {
+      int version_ok = c->h.num == RR__STORE_VERSION;
+      int token_ok = !srv->token ||
+                     (a[0].len == strlen(srv->token) && memcmp(a[0].p, srv->token, a[0].len) == 0);
+      if (!version_ok || !token_ok) {
+        RR_WARN(RR_SUB_STORE, "rendezvous store on port %d: refusing client %s: %s", srv->port,
+                c->peer,
+                !version_ok ? "it speaks another protocol version"
+                            : "its job token does not match this job's");
+        c->close_after_write = 1;
+        rr__srv_reply(srv, c, RR__SST_DENIED, RR__STORE_VERSION, NULL, 0);
+        return;
+      }
+      c->greeted = 1;
+      rr__srv_reply(srv, c, RR__SST_OK, RR__STORE_VERSION, NULL, 0);
+      return;
+    }
+    case RR__SOP_SET: {
+      void *v = NULL;
+      if (a[1].len) {
+        v = malloc(a[1].len);
+        if (!v) {
+          rr__srv_drop(srv, c, RR_LOG_WARN, "out of memory for a value of %" PRIu32 " bytes",
+                       a[1].len);
+          return;
+        }
+        memcpy(v, a[1].p, a[1].len);
+      }
+      if (rr__kv_set(srv->kv, a[0].p, a[0].len, v, a[1].len) != RR_OK) {
+        rr__srv_drop(srv, c, RR_LOG_WARN, "out of memory storing a key");
+        return;
+      }
+      rr__srv_reply(srv, c, RR__SST_OK, 0, NULL, 0);
+      rr__srv_wake_all(srv);
+      return;
+    }
+    case RR__SOP_ADD: {
+      int64_t result = 0;
+      char text[24];
+      int rc = rr__store_add_value(rr__kv_get(srv->kv, a[0].p, a[0].len), c->h.num, &result, text);
+      if (rc != RR__ADD_OK) {
+        rr__srv_reply(srv, c, rc == RR__ADD_NOTINT ? RR__SST_NOTINT : RR__SST_OVERFLOW, 0, NULL, 0);
+        return;
+      }
+      size_t tl = strlen(text);
+      char *v = malloc(tl);
+      if (v) memcpy(v, text, tl);
+      if (!v || rr__kv_set(srv->kv, a[0].p, a[0].len, v, tl) != RR_OK) {
+        rr__srv_drop(srv, c, RR_LOG_WARN, "out of memory storing a key");
+        return;
+      }
+      rr__srv_reply(srv, c, RR__SST_OK, result, NULL, 0);
+      rr__srv_wake_all(srv);
+      return;
+    }
+    case RR__SOP_CHECK: {
+      int all = 1;
+      for (uint32_t i = 0; i < c->nargs && all; i++)
+        all = rr__kv_get(srv->kv, a[i].p, a[i].len) != NULL;
+      rr__srv_reply(srv, c, RR__SST_OK, all, NULL, 0);
+      return;
+    }
+    case RR__SOP_DELETE: {
+      int deleted = rr__kv_del(srv->kv, a[0].p, a[0].len);
+      rr__srv_reply(srv, c, RR__SST_OK, deleted, NULL, 0);
+      return;
+    }
+    default: /* GET, WAIT: answer now or park until the keys exist or the deadline */
+      c->waiting = 1;
+      c->next = 0;
+      c->deadline_ms = rr__deadline(c->h.num);
+      rr__srv_try_wake(srv, c);
+      return;
+  }
+}
+
+/* Read what the client sent, up to the end of one request. */
+static void rr__srv_readable(rr__server *srv, rr__sconn *c) {
+  char why[160];
+  while (c->fd >= 0 && !c->out && !c->waiting) {
+    uint8_t *dst;
+    size_t want;
+    if (c->hdr_got < RR__STORE_HDR) {
+      dst = c->hdr + c->hdr_got;
+      want = RR__STORE_HDR - c->hdr_got;
+    } else {
+      if (c->body_got == c->body_cap) {
+        size_t cap =
+            RR_MIN((size_t)c->h.body_len, RR_MAX((size_t)RR__SRV_BODY_CHUNK, 2 * c->body_cap));
+        uint8_t *nb = realloc(c->body, cap);
+        if (!nb) {
+          rr__srv_drop(srv, c, RR_LOG_WARN, "out of memory for a request of %" PRIu32 " bytes",
+                       c->h.body_len);
+          return;
+        }
+        c->body = nb;
+        c->body_cap = cap;
+      }
+      dst = c->body + c->body_got;
+      want = c->body_cap - c->body_got;
+    }
+    ssize_t r = recv(c->fd, dst, want, MSG_DONTWAIT);
+    if (r == 0) {
+      if (c->hdr_got > 0)
+        rr__srv_drop(srv, c, RR_LOG_WARN,
+                     "it disconnected in the middle of a request (%zu header and %zu body bytes "
+                     "of %" PRIu32 " received)",
+                     c->hdr_got, c->body_got, c->h.body_len);
+      else
+        rr__srv_drop(srv, c, RR_LOG_TRACE, "it disconnected");
+      return;
+    }
+    if (r < 0) {
+      if (errno == EINTR) continue;
+      if (errno == EAGAIN || errno == EWOULDBLOCK) return;
+      rr__srv_drop(srv, c, errno == ECONNRESET ? RR_LOG_TRACE : RR_LOG_WARN, "recv: %s",
+                   strerror(errno));
+      return;
+    }
+    if (c->hdr_got == 0) c->req_start_ms = rr__now_ms();
+    if (c->hdr_got < RR__STORE_HDR) {
+      c->hdr_got += (size_t)r;
+      if (c->hdr_got < RR__STORE_HDR) continue;
+      rr__store_hdr_decode(c->hdr, &c->h);
+      if (rr__srv_bad_header(c, why, sizeof why)) {
+        rr__srv_drop(srv, c, RR_LOG_WARN, "malformed request: %s", why);
+        return;
+      }
+    } else {
+      c->body_got += (size_t)r;
+    }
+    if (c->body_got == c->h.body_len) {
+      rr__srv_request(srv, c);
+      return; /* one request per wake-up: fair to the others */
+    }
+  }
+}
+
+static int rr__srv_add_conn(rr__server *srv, int fd, const rr__addr *from) {
+  if (srv->nconns == srv->conns_cap) {
+    size_t cap = srv->conns_cap * 2;
+    rr__sconn **nc = realloc(srv->conns, cap * sizeof *nc);
+    if (!nc) return -1;
+    srv->conns = nc;
+    struct pollfd *np = realloc(srv->pfds, (cap + 2) * sizeof *np);
+    if (!np) return -1;
+    srv->pfds = np;
+    srv->conns_cap = cap;
+  }
+  rr__sconn *c = calloc(1, sizeof *c);
+  if (!c) return -1;
+  c->fd = fd;
+  rr__addr_str(from, c->peer, sizeof c->peer);
+  srv->conns[srv->nconns++] = c;
+  RR_TRACE(RR_SUB_STORE, "rendezvous store on port %d: client %s connected", srv->port, c->peer);
+  return 0;
+}
+
+static void rr__srv_accept(rr__server *srv) {
+  for (int i = 0; i < RR__SRV_ACCEPT_BURST; i++) {
+    rr__addr from;
+    memset(&from, 0, sizeof from);
+    from.len = sizeof from.ss;
+    int fd =
+        accept4(srv->lfd, (struct sockaddr *)&from.ss, &from.len, SOCK_NONBLOCK | SOCK_CLOEXEC);
+    if (fd < 0) {
+      if (errno == EINTR || errno == ECONNABORTED) continue;
+      if (errno == EAGAIN || errno == EWOULDBLOCK) return;
+      /* Out of descriptors or memory: the listener stays readable, so stop polling it for a
+       * moment rather than spin. */
+      RR_WARN(RR_SUB_STORE, "rendezvous store on port %d: accept: %s; pausing accepts 100 ms",
+              srv->port, strerror(errno));
+      srv->accept_pause_until = rr__now_ms() + 100;
+      return;
+    }
+    if (rr__sock_tune(fd, 0) != RR_OK || rr__srv_add_conn(srv, fd, &from) != 0) {
+      RR_WARN(RR_SUB_STORE, "rendezvous store on port %d: dropping a new client: %s", srv->port,
+              rr__error()[0] ? rr__error() : "out of memory");
+      close(fd);
+    }
+  }
+}
+
+/* Answer parked requests whose deadline passed, drop stalled clients; returns the poll
+ * timeout (ms, -1: none) until the next such deadline. */
+static int rr__srv_timers(rr__server *srv) {
+  int64_t now = rr__now_ms(), next = INT64_MAX;
+  for (size_t i = 0; i < srv->nconns; i++) {
+    rr__sconn *c = srv->conns[i];
+    if (c->fd < 0) continue;
+    int64_t due;
+    if (c->waiting) {
+      if (c->deadline_ms <= now) {
+        rr__srv_reply(srv, c, RR__SST_TIMEOUT, c->next, NULL, 0);
+        if (c->fd < 0 || !c->out) continue;
+      } else {
+        next = RR_MIN(next, c->deadline_ms);
+        continue;
+      }
+    }
+    if (c->out) {
+      due = c->out_start_ms + srv->idle_ms;
+      if (due <= now) {
+        rr__srv_drop(srv, c, RR_LOG_WARN, "it has not read its reply for %.1f s",
+                     (double)srv->idle_ms / 1000);
+        continue;
+      }
+    } else if (c->hdr_got > 0) {
+      due = c->req_start_ms + srv->idle_ms;
+      if (due <= now) {
+        rr__srv_drop(srv, c, RR_LOG_WARN,
+                     "it sent only part of a request (%zu header and %zu body bytes) in %.1f s",
+                     c->hdr_got, c->body_got, (double)srv->idle_ms / 1000);
+        continue;
+      }
+    } else {
+      continue;
+    }
+    next = RR_MIN(next, due);
+  }
+  if (srv->accept_pause_until > now) next = RR_MIN(next, srv->accept_pause_until);
+  if (next == INT64_MAX) return -1;
+  return (int)RR_MIN(next - now, 1 << 30);
+}
+
+static void *rr__srv_main(void *arg) {
+  rr__server *srv = arg;
+  for (;;) {
+    int timeout = rr__srv_timers(srv);
+    /* Remove closed clients. */
+    size_t k = 0;
+    for (size_t i = 0; i < srv->nconns; i++) {
+      if (srv->conns[i]->fd >= 0)
+        srv->conns[k++] = srv->conns[i];
+      else
+        free(srv->conns[i]);
+    }
+    srv->nconns = k;
+    struct pollfd *p = srv->pfds;
+    p[0] = (struct pollfd){.fd = srv->wakefd, .events = POLLIN};
+    int paused = srv->accept_pause_until > rr__now_ms();
+    p[1] = (struct pollfd){.fd = paused ? -1 : srv->lfd, .events = POLLIN};
+    for (size_t i = 0; i < srv->nconns; i++) {
+      rr__sconn *c = srv->conns[i];
+      short ev = c->out ? POLLOUT : c->waiting ? POLLRDHUP : POLLIN;
+      p[i + 2] = (struct pollfd){.fd = c->fd, .events = ev};
+    }
+    size_t np = srv->nconns + 2;
+    int rc = poll(p, np, timeout);
+    if (rc < 0) {
+      if (errno == EINTR) continue;
+      RR_WARN(RR_SUB_STORE, "rendezvous store on port %d: poll: %s", srv->port, strerror(errno));
+      usleep(100 * 1000);
+      continue;
+    }
+    if (p[0].revents) break; /* rr_store_free */
+    for (size_t i = 0; i < np - 2; i++) {
+      rr__sconn *c = srv->conns[i];
+      short re = p[i + 2].revents;
+      if (!re || c->fd < 0) continue;
+      if (re & POLLNVAL) {
+        rr__srv_drop(srv, c, RR_LOG_WARN, "invalid descriptor");
+      } else if (c->out) {
+        rr__srv_flush(srv, c);
+      } else if (c->waiting) {
+        if (re & (POLLRDHUP | POLLHUP | POLLERR))
+          rr__srv_drop(srv, c, RR_LOG_TRACE, "it disconnected while waiting for keys");
+      } else {
+        rr__srv_readable(srv, c);
+      }
+    }
+    if (p[1].revents & POLLIN) rr__srv_accept(srv);
+  }
+  return NULL;
+}
+
+static void rr__srv_destroy(rr__server *srv) {
+  if (!srv) return;
+  for (size_t i = 0; i < srv->nconns; i++) {
+    rr__srv_close(srv->conns[i], 0);
+    free(srv->conns[i]);
+  }
+  free(srv->conns);
+  free(srv->pfds);
+  if (srv->lfd >= 0) close(srv->lfd);
+  if (srv->wakefd >= 0) close(srv->wakefd);
+  rr__kv_free(srv->kv);
+  free(srv->token);
+  free(srv);
+}
+
+static int rr__srv_start(const rr__addr *bind_addr, int64_t idle_ms, const char *token,
+                         rr__server **out) {
+  rr__server *srv = rr__calloc(1, sizeof *srv);
+  if (!srv) return RR_ENOMEM;
+  srv->lfd = srv->wakefd = -1;
+  srv->idle_ms = idle_ms;
+  rr__addr bound;
+  int rc = rr__sock_listen(bind_addr, RR__SRV_BACKLOG, 1, &srv->lfd, &bound);
+  if (rc != RR_OK) {
+    rr__srv_destroy(srv);
+    return rr__prefix_error(rc, "cannot serve the rendezvous store on port %d",
+                            rr__addr_port(bind_addr));
+  }
+  srv->port = rr__addr_port(&bound);
+  RR_CHECK_GOTO(rr__sock_nonblock(srv->lfd, 1), rc, fail);
+  srv->wakefd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+  if (srv->wakefd < 0) {
+    rc = rr__set_error(RR_ESYS, "eventfd: %s", strerror(errno));
+    goto fail;
+  }
+  RR_CHECK_GOTO(rr__kv_new(&srv->kv), rc, fail);
+  if (token && *token) {
+    srv->token = rr__strdup(token);
+    if (!srv->token) {
+      rc = RR_ENOMEM;
+      goto fail;
+    }
+  }
+  srv->conns_cap = 16;
+  srv->conns = rr__calloc(srv->conns_cap, sizeof *srv->conns);
+  srv->pfds = rr__calloc(srv->conns_cap + 2, sizeof *srv->pfds);
+  if (!srv->conns || !srv->pfds) {
+    rc = RR_ENOMEM;
+    goto fail;
+  }
+  /* Signals are for the application's threads, not this one. */
+  sigset_t all, old;
+  sigfillset(&all);
+  int e = pthread_sigmask(SIG_SETMASK, &all, &old);
+  if (e == 0) {
+    e = pthread_create(&srv->thread, NULL, rr__srv_main, srv);
+    int e2 = pthread_sigmask(SIG_SETMASK, &old, NULL);
+    if (e == 0 && e2 != 0) RR_WARN(RR_SUB_STORE, "pthread_sigmask: %s", strerror(e2));
+  }
+  if (e != 0) {
+    rc = rr__set_error(RR_ESYS, "cannot start the rendezvous store's server thread: %s",
+                       strerror(e));
+    goto fail;
+  }
+  RR_INFO(RR_SUB_STORE, "rendezvous store serving on port %d", srv->port);
+  *out = srv;
+  return RR_OK;
+fail:
+  rr__srv_destroy(srv);
+  return rr__prefix_error(rc, "cannot start the rendezvous store server");
+}
+
+static void rr__srv_stop(rr__server *srv) {
+  uint64_t one = 1;
+  ssize_t w;
+  do w = write(srv->wakefd, &one, sizeof one);
+  while (w < 0 && errno == EINTR);
+  if (w != (ssize_t)sizeof one) {
+    /* Cannot happen with a fresh eventfd; leaking the thread beats hanging in join. */
+    RR_WARN(RR_SUB_STORE,
+            "rendezvous store on port %d: cannot wake the server thread (%s); "
+            "leaving it running",
+            srv->port, w < 0 ? strerror(errno) : "short write");
+    return;
+  }
+  int e = pthread_join(srv->thread, NULL);
+  if (e != 0) RR_WARN(RR_SUB_STORE, "pthread_join: %s", strerror(e));
+  RR_INFO(RR_SUB_STORE, "rendezvous store on port %d stopped", srv->port);
+  rr__srv_destroy(srv);
+}
+
+/* =============================================================================================
+ * Client
+ */
+typedef struct rr__tcp_store {
+  rr_store base;
+  rr__addr addr;
+  char where[RR_ADDRSTRLEN + 300]; /* "127.0.0.1:29500" or "node1:29500 (10.0.0.1)" */
+  int port;
+  char *token;
+  rr__server *srv; /* the master's */
+  pthread_mutex_t lock;
+  pthread_cond_t cond;
+  int fd[RR__POOL_MAX]; /* -1: no connection in this slot yet */
+  unsigned char busy[RR__POOL_MAX];
+  int lost; /* the master closed a connection: every later call fails at once */
+  char lost_msg[RR__ERRMSG_MAX];
+} rr__tcp_store;
+
+/* Send a HELLO on a fresh connection and check the answer. */
+static int rr__tcp_hello(rr__tcp_store *s, int fd, int64_t deadline) {
+  size_t tl = s->token ? strlen(s->token) : 0;
+  uint8_t buf[RR__STORE_HDR + 4 + RR__STORE_MAX_TOKEN];
+  rr__store_hdr h = {.magic = RR__STORE_REQ_MAGIC,
+                     .op = RR__SOP_HELLO,
+                     .nargs = 1,
+                     .body_len = (uint32_t)(4 + tl),
+                     .num = RR__STORE_VERSION};
+  rr__store_hdr_encode(&h, buf);
+  rr__put_u32(buf + RR__STORE_HDR, (uint32_t)tl);
+  if (tl) memcpy(buf + RR__STORE_HDR + 4, s->token, tl);
+  int rc = rr__sock_send_all(fd, buf, RR__STORE_HDR + 4 + tl, deadline);
+  if (rc == RR_OK) rc = rr__sock_recv_all(fd, buf, RR__STORE_HDR, deadline);
+  if (rc != RR_OK)
+    return rr__prefix_error(rc, "handshake with the rendezvous store at %s", s->where);
+  rr__store_hdr_decode(buf, &h);
+  if (h.magic != RR__STORE_REP_MAGIC || h.op != RR__SOP_HELLO || h.body_len != 0)
+    return rr__set_error(RR_EPROTO,
+                         "the server at %s is not a ringreduce rendezvous store (its handshake "
+                         "reply starts with 0x%08x)",
+                         s->where, (unsigned)h.magic);
+  if (h.status == RR__SST_DENIED)
+    return rr__set_error(RR_EPROTO, "the rendezvous store at %s refused this client: %s", s->where,
+                         h.num != RR__STORE_VERSION ? "it speaks another protocol version"
+                                                    : "the job token does not match");
+  if (h.status != RR__SST_OK)
+    return rr__set_error(RR_EPROTO,
+                         "the rendezvous store at %s answered the handshake with "
+                         "status %u",
+                         s->where, (unsigned)h.status);
+  return RR_OK;
+}
+
+static int rr__tcp_connect(rr__tcp_store *s, int64_t deadline, int *fd_out) {
+  int64_t start = rr__now_ms();
+  int fd;
+  int rc = rr__sock_connect(&s->addr, deadline, &fd);
+  if (rc != RR_OK) {
+    /* socket.c says "cannot connect to <addr>: <cause>"; keep the cause only. */
+    char cause[RR__ERRMSG_MAX];
+    char as[RR_ADDRSTRLEN], pre[RR_ADDRSTRLEN + 32];
+    snprintf(pre, sizeof pre, "cannot connect to %s: ", rr__addr_str(&s->addr, as, sizeof as));
+    const char *e = rr__error();
+    snprintf(cause, sizeof cause, "%s", strncmp(e, pre, strlen(pre)) ? e : e + strlen(pre));
+    return rr__set_error(rc, "cannot reach the rendezvous store at %s within %.1f s: %s", s->where,
+                         (double)RR_MAX(deadline - start, 0) / 1000, cause);
+  }
+  rc = rr__sock_tune(fd, 0);
+  if (rc == RR_OK) rc = rr__tcp_hello(s, fd, deadline);
+  if (rc != RR_OK) {
+    close(fd);
+    return rc;
+  }
+  *fd_out = fd;
+  return RR_OK;
+}
+
+static int rr__cond_wait_until(pthread_cond_t *cv, pthread_mutex_t *mu, int64_t deadline_ms) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  int64_t left = rr__ms_left(deadline_ms);
+  ts.tv_sec += left / 1000;
+  ts.tv_nsec += (left % 1000) * 1000000;
+  if (ts.tv_nsec >= 1000000000) {
+    ts.tv_sec++;
+    ts.tv_nsec -= 1000000000;
+  }
+  return pthread_cond_timedwait(cv, mu, &ts);
+}
+
+/* Take a connection for one request: an idle one, else a new one, else wait for one. */
+static int rr__pool_take(rr__tcp_store *s, int64_t deadline, const char *what, int *slot) {
+  pthread_mutex_lock(&s->lock);
+  for (;;) {
+    if (s->lost) {
+      pthread_mutex_unlock(&s->lock);
+      return rr__set_error(RR_EPEER, "%s: %s", what, s->lost_msg);
+    }
+    int idle = -1, empty = -1;
+    for (int i = 0; i < RR__POOL_MAX && idle < 0; i++) {
+      if (s->busy[i]) continue;
+      if (s->fd[i] >= 0)
+        idle = i;
+      else if (empty < 0)
+        empty = i;
+    }
+    if (idle >= 0) {
+      s->busy[idle] = 1;
+      pthread_mutex_unlock(&s->lock);
+      *slot = idle;
+      return RR_OK;
+    }
+    if (empty >= 0) {
+      s->busy[empty] = 1; /* reserved while connecting, outside the lock */
+      pthread_mutex_unlock(&s->lock);
+      int fd = -1;
+      int rc = rr__tcp_connect(s, deadline, &fd);
+      pthread_mutex_lock(&s->lock);
+      if (rc == RR_OK)
+        s->fd[empty] = fd;
+      else
+        s->busy[empty] = 0;
+      pthread_cond_broadcast(&s->cond);
+      pthread_mutex_unlock(&s->lock);
+      if (rc != RR_OK) return rr__prefix_error(rc, "%s", what);
+      *slot = empty;
+      return RR_OK;
+    }
+    if (rr__ms_left(deadline) == 0 ||
+        rr__cond_wait_until(&s->cond, &s->lock, deadline) == ETIMEDOUT) {
+      pthread_mutex_unlock(&s->lock);
+      return rr__set_error(RR_ETIMEDOUT,
+                           "%s: all %d connections to the rendezvous store at %s stayed busy", what,
+                           RR__POOL_MAX, s->where);
+    }
+  }
+}
+
+/* Give a connection back; `broken`: close it; `lost`: the store is gone (keep the error). */
+static void rr__pool_give(rr__tcp_store *s, int slot, int broken, int lost) {
+  pthread_mutex_lock(&s->lock);
+  if (broken) {
+    close(s->fd[slot]);
+    s->fd[slot] = -1;
+  }
+  if (lost && !s->lost) {
+    s->lost = 1;
+    snprintf(s->lost_msg, sizeof s->lost_msg,
+             "the connection to the rendezvous store at %s was "
+             "lost earlier: %s",
+             s->where, rr__error());
+  }
+  s->busy[slot] = 0;
+  pthread_cond_broadcast(&s->cond);
+  pthread_mutex_unlock(&s->lock);
+}
+
+/* One request and its reply. args: nargs (pointer, length); the last argument, when large,
+ * is sent from the caller's memory without a copy. *body gets the reply body (GET). */
+static int rr__tcp_call(rr__tcp_store *s, const char *what, uint8_t op, int64_t num, uint32_t nargs,
+                        const void *const *argp, const size_t *argl, int64_t deadline,
+                        rr__store_hdr *rep, void **body, size_t *blen) {
+  int slot = -1;
+  RR_CHECK(rr__pool_take(s, deadline, what, &slot));
+  int fd = s->fd[slot];
+  size_t total = 0;
+  for (uint32_t i = 0; i < nargs; i++) total += 4 + argl[i];
+  size_t tail = nargs && argl[nargs - 1] > 4096 ? argl[nargs - 1] : 0;
+  size_t head = RR__STORE_HDR + total - tail;
+  uint8_t *buf = malloc(head);
+  if (!buf) {
+    rr__pool_give(s, slot, 0, 0);
+    return rr__set_error(RR_ENOMEM, "%s: out of memory for a request of %zu bytes", what, head);
+  }
+  rr__store_hdr h = {.magic = RR__STORE_REQ_MAGIC,
+                     .op = op,
+                     .nargs = nargs,
+                     .body_len = (uint32_t)total,
+                     .num = num};
+  rr__store_hdr_encode(&h, buf);
+  size_t o = RR__STORE_HDR;
+  for (uint32_t i = 0; i < nargs; i++) {
+    rr__put_u32(buf + o, (uint32_t)argl[i]);
+    o += 4;
+    if (i + 1 == nargs && tail) break;
+    if (argl[i]) memcpy(buf + o, argp[i], argl[i]);
+    o += argl[i];
+  }
+  int rc = rr__sock_send_all(fd, buf, head, deadline);
+  free(buf);
+  if (rc == RR_OK && tail) rc = rr__sock_send_all(fd, argp[nargs - 1], tail, deadline);
+  uint8_t rh[RR__STORE_HDR];
+  if (rc == RR_OK) rc = rr__sock_recv_all(fd, rh, sizeof rh, deadline);
+  if (rc == RR_OK) {
+    rr__store_hdr_decode(rh, rep);
+    if (rep->magic != RR__STORE_REP_MAGIC || rep->op != op || rep->status > RR__SST_MAX ||
+        rep->reserved != 0 || rep->nargs != 0 || rep->body_len > RR__STORE_MAX_VALUE ||
+        (rep->body_len > 0 && (op != RR__SOP_GET || rep->status != RR__SST_OK)))
+      rc = rr__set_error(RR_EPROTO,
+                         "malformed reply (magic 0x%08x, opcode %u, status %u, "
+                         "%" PRIu32 " bytes)",
+                         (unsigned)rep->magic, (unsigned)rep->op, (unsigned)rep->status,
+                         rep->body_len);
+  }
+  if (rc == RR_OK && rep->body_len > 0) {
+    *body = malloc(rep->body_len);
+    if (!*body) {
+      rc =
+          rr__set_error(RR_ENOMEM, "out of memory for a value of %" PRIu32 " bytes", rep->body_len);
+    } else {
+      rc = rr__sock_recv_all(fd, *body, rep->body_len, deadline);
+      if (rc != RR_OK) {
+        free(*body);
+        *body = NULL;
+      }
+    }
+  }
+  if (rc == RR_OK) {
+    if (blen) *blen = rep->body_len;
+    rr__pool_give(s, slot, 0, 0);
+    return RR_OK;
+  }
+  /* The connection is out of step now (a reply may still come): close it. */
+  if (rc == RR_EPEER) {
+    char cause[256];
+    snprintf(cause, sizeof cause, "%s", rr__error());
+    rr__set_error(RR_EPEER, "%s: the rendezvous store at %s closed the connection (%s)", what,
+                  s->where, cause);
+  } else if (rc == RR_ETIMEDOUT)
+    rr__set_error(RR_ETIMEDOUT,
+                  "%s: no reply from the rendezvous store at %s in time; the "
+                  "connection was closed",
+                  what, s->where);
+  else
+    rr__prefix_error(rc, "%s: talking to the rendezvous store at %s", what, s->where);
+  rr__pool_give(s, slot, 1, rc == RR_EPEER || rc == RR_EPROTO);
+  return rc;
+}
+
+#define RR__TCP(s) ((rr__tcp_store *)(s))
+
+static int rr__tcp_set(rr_store *st, const char *key, const void *value, size_t len) {
+  rr__tcp_store *s = RR__TCP(st);
+  char what[200], ks[160];
+  snprintf(what, sizeof what, "set of key %s", rr__store_key_str(key, strlen(key), ks, sizeof ks));
+  const void *argp[2] = {key, value};
+  size_t argl[2] = {strlen(key), len};
+  rr__store_hdr rep;
+  return rr__tcp_call(s, what, RR__SOP_SET, 0, 2, argp, argl, rr__deadline(st->timeout_ms), &rep,
+                      NULL, NULL);
+}
+
+static int rr__tcp_get(rr_store *st, const char *key, int64_t timeout_ms, void **value,
+                       size_t *len) {
+  rr__tcp_store *s = RR__TCP(st);
+  char what[200], ks[160];
+  snprintf(what, sizeof what, "get of key %s", rr__store_key_str(key, strlen(key), ks, sizeof ks));
+  const void *argp[1] = {key};
+  size_t argl[1] = {strlen(key)};
+  rr__store_hdr rep;
+  void *body = NULL;
+  size_t blen = 0;
+  RR_CHECK(rr__tcp_call(s, what, RR__SOP_GET, timeout_ms, 1, argp, argl,
+                        rr__deadline(timeout_ms + RR__STORE_GRACE_MS), &rep, &body, &blen));
+  if (rep.status == RR__SST_TIMEOUT)
+    return rr__set_error(RR_ETIMEDOUT,
+                         "%s from the rendezvous store at %s timed out after %.1f s: no process "
+                         "set it",
+                         what, s->where, (double)timeout_ms / 1000);
+  if (rep.status != RR__SST_OK) {
+    free(body);
+    return rr__set_error(RR_EPROTO, "%s: the rendezvous store at %s answered status %u", what,
+                         s->where, (unsigned)rep.status);
+  }
+  *value = body;
+  *len = blen;
+  return RR_OK;
+}
+
+static int rr__tcp_add(rr_store *st, const char *key, int64_t delta, int64_t *result) {
+  rr__tcp_store *s = RR__TCP(st);
+  char what[200], ks[160];
+  snprintf(what, sizeof what, "add of %" PRId64 " to key %s", delta,
+           rr__store_key_str(key, strlen(key), ks, sizeof ks));
+  const void *argp[1] = {key};
+  size_t argl[1] = {strlen(key)};
+  rr__store_hdr rep;
+  RR_CHECK(rr__tcp_call(s, what, RR__SOP_ADD, delta, 1, argp, argl, rr__deadline(st->timeout_ms),
+                        &rep, NULL, NULL));
+  if (rep.status == RR__SST_NOTINT)
+    return rr__set_error(RR_EINVAL,
+                         "%s at %s: the value stored is not an integer (add needs "
+                         "ASCII decimal)",
+                         what, s->where);
+  if (rep.status == RR__SST_OVERFLOW)
+    return rr__set_error(RR_EINVAL, "%s at %s: the sum overflows a 64-bit integer", what, s->where);
+  if (rep.status != RR__SST_OK)
+    return rr__set_error(RR_EPROTO, "%s: the rendezvous store at %s answered status %u", what,
+                         s->where, (unsigned)rep.status);
+  *result = rep.num;
+  return RR_OK;
+}
+
+/* WAIT and CHECK send a list of keys. */
+static int rr__tcp_keys(rr__tcp_store *s, uint8_t op, const char *what, const char *const *keys,
+                        int nkeys, int64_t num, int64_t deadline, rr__store_hdr *rep) {
+  const void **argp = malloc((size_t)nkeys * sizeof *argp);
+  size_t *argl = malloc((size_t)nkeys * sizeof *argl);
+  int rc;
+  if (!argp || !argl) {
+    rc = rr__set_error(RR_ENOMEM, "%s: out of memory", what);
+  } else {
+    for (int i = 0; i < nkeys; i++) {
+      argp[i] = keys[i];
+      argl[i] = strlen(keys[i]);
+    }
+    rc = rr__tcp_call(s, what, op, num, (uint32_t)nkeys, argp, argl, deadline, rep, NULL, NULL);
+  }
+  free(argp);
+  free(argl);
+  return rc;
+}
+
+static int rr__tcp_wait(rr_store *st, const char *const *keys, int nkeys, int64_t timeout_ms) {
+  rr__tcp_store *s = RR__TCP(st);
+  char what[240], ks[160];
+  snprintf(what, sizeof what, "wait for %d key%s (%s%s)", nkeys, nkeys == 1 ? "" : "s",
+           rr__store_key_str(keys[0], strlen(keys[0]), ks, sizeof ks), nkeys > 1 ? ", ..." : "");
+  rr__store_hdr rep;
+  RR_CHECK(rr__tcp_keys(s, RR__SOP_WAIT, what, keys, nkeys, timeout_ms,
+                        rr__deadline(timeout_ms + RR__STORE_GRACE_MS), &rep));
+  if (rep.status == RR__SST_TIMEOUT) {
+    int miss = rep.num >= 0 && rep.num < nkeys ? (int)rep.num : 0;
+    return rr__set_error(RR_ETIMEDOUT,
+                         "%s on the rendezvous store at %s timed out after %.1f s: key %s "
+                         "(number %d) was never set",
+                         what, s->where, (double)timeout_ms / 1000,
+                         rr__store_key_str(keys[miss], strlen(keys[miss]), ks, sizeof ks), miss);
+  }
+  if (rep.status != RR__SST_OK)
+    return rr__set_error(RR_EPROTO, "%s: the rendezvous store at %s answered status %u", what,
+                         s->where, (unsigned)rep.status);
+  return RR_OK;
+}
+
+static int rr__tcp_check(rr_store *st, const char *const *keys, int nkeys, int *exists) {
+  rr__tcp_store *s = RR__TCP(st);
+  char what[240], ks[160];
+  snprintf(what, sizeof what, "check of %d key%s (%s%s)", nkeys, nkeys == 1 ? "" : "s",
+           rr__store_key_str(keys[0], strlen(keys[0]), ks, sizeof ks), nkeys > 1 ? ", ..." : "");
+  rr__store_hdr rep;
+  RR_CHECK(
+      rr__tcp_keys(s, RR__SOP_CHECK, what, keys, nkeys, 0, rr__deadline(st->timeout_ms), &rep));
+  *exists = rep.num != 0;
+  return RR_OK;
+}
+
+static int rr__tcp_del(rr_store *st, const char *key, int *deleted) {
+  rr__tcp_store *s = RR__TCP(st);
+  char what[200], ks[160];
+  snprintf(what, sizeof what, "delete of key %s",
+           rr__store_key_str(key, strlen(key), ks, sizeof ks));
+  const void *argp[1] = {key};
+  size_t argl[1] = {strlen(key)};
+  rr__store_hdr rep;
+  RR_CHECK(rr__tcp_call(s, what, RR__SOP_DELETE, 0, 1, argp, argl, rr__deadline(st->timeout_ms),
+                        &rep, NULL, NULL));
+  *deleted = rep.num != 0;
+  return RR_OK;
+}
+
+static int rr__tcp_port(const rr_store *st) {
+  return ((const rr__tcp_store *)st)->port;
+}
+
+static void rr__tcp_free(rr_store *st) {
+  rr__tcp_store *s = RR__TCP(st);
+  for (int i = 0; i < RR__POOL_MAX; i++)
+    if (s->fd[i] >= 0) close(s->fd[i]);
+  if (s->srv) rr__srv_stop(s->srv);
+  pthread_cond_destroy(&s->cond);
+  pthread_mutex_destroy(&s->lock);
+  free(s->token);
+  free(s);
+}
+
+static const rr__store_ops rr__tcp_ops = {
+    .set = rr__tcp_set,
+    .get = rr__tcp_get,
+    .add = rr__tcp_add,
+    .wait = rr__tcp_wait,
+    .check = rr__tcp_check,
+    .del = rr__tcp_del,
+    .port = rr__tcp_port,
+    .free = rr__tcp_free,
+};
+
+int rr__store_tcp_open(const char *host, int port, int is_master, int64_t timeout_ms,
+                       const char *token, rr_store **store) {
+  *store = NULL;
+  if (token && strlen(token) > RR__STORE_MAX_TOKEN)
+    return rr__set_error(RR_EINVAL,
+                         "rr_store_tcp: a job token of %zu bytes is over the limit "
+                         "of %d",
+                         strlen(token), RR__STORE_MAX_TOKEN);
+  rr__tcp_store *s = rr__calloc(1, sizeof *s);
+  if (!s) return RR_ENOMEM;
+  s->base.ops = &rr__tcp_ops;
+  s->base.timeout_ms = timeout_ms;
+  for (int i = 0; i < RR__POOL_MAX; i++) s->fd[i] = -1;
+  pthread_condattr_t ca;
+  int e = pthread_condattr_init(&ca);
+  if (e == 0) e = pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+  if (e == 0) e = pthread_cond_init(&s->cond, &ca);
+  if (e == 0) pthread_condattr_destroy(&ca);
+  if (e == 0 && (e = pthread_mutex_init(&s->lock, NULL)) != 0) pthread_cond_destroy(&s->cond);
+  if (e != 0) {
+    free(s);
+    return rr__set_error(RR_ESYS, "rr_store_tcp: cannot make a mutex / condition: %s", strerror(e));
+  }
+  int rc = RR_OK;
+  if (token && *token && !(s->token = rr__strdup(token))) {
+    rc = RR_ENOMEM;
+    goto fail;
+  }
+  rc = rr__addr_resolve(host, port, &s->addr);
+  if (rc != RR_OK) {
+    rr__prefix_error(rc, "cannot reach the rendezvous store at %s:%d", host, port);
+    goto fail;
+  }
+  if (is_master) {
+    /* Serve on the wildcard address of the host's family, as torch's TCPStore. */
+    rr__addr any;
+    memset(&any, 0, sizeof any);
+    if (s->addr.ss.ss_family == AF_INET6) {
+      struct sockaddr_in6 *a6 = (struct sockaddr_in6 *)&any.ss;
+      a6->sin6_family = AF_INET6;
+      a6->sin6_addr = in6addr_any;
+      any.len = sizeof *a6;
+    } else {
+      struct sockaddr_in *a4 = (struct sockaddr_in *)&any.ss;
+      a4->sin_family = AF_INET;
+      a4->sin_addr.s_addr = htonl(INADDR_ANY);
+      any.len = sizeof *a4;
+    }
+    rr__addr_set_port(&any, port);
+    RR_CHECK_GOTO(rr__srv_start(&any, timeout_ms, token, &s->srv), rc, fail);
+    rr__addr_set_port(&s->addr, s->srv->port);
+  }
+  s->port = rr__addr_port(&s->addr);
+  char as[RR_ADDRSTRLEN];
+  rr__addr_str(&s->addr, as, sizeof as);
+  /* Name the host as given, and the address it resolved to when that differs. */
+  char ip[RR_ADDRSTRLEN];
+  snprintf(ip, sizeof ip, "%s", as);
+  char *colon = strrchr(ip, ':');
+  if (colon) *colon = '\0';
+  size_t il = strlen(ip);
+  if (strcmp(host, ip) == 0 ||
+      (ip[0] == '[' && strlen(host) == il - 2 && strncmp(host, ip + 1, il - 2) == 0))
+    snprintf(s->where, sizeof s->where, "%s", as);
+  else
+    snprintf(s->where, sizeof s->where, "%.200s:%d (%s)", host, s->port, ip);
+  int64_t deadline = rr__deadline(timeout_ms);
+  RR_CHECK_GOTO(rr__tcp_connect(s, deadline, &s->fd[0]), rc, fail);
+  RR_INFO(RR_SUB_STORE, "connected to the rendezvous store at %s%s", s->where,
+          is_master ? " (served by this process)" : "");
+  *store = &s->base;
+  return RR_OK;
+fail:
+  rr__tcp_free(&s->base);
+  return rc;
+}

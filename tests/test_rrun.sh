@@ -1,0 +1,515 @@
+#!/usr/bin/env bash
+# Tests of the rrun launcher (tools/rrun.c), one case per run so CTest times each one alone:
+#
+#   bash tests/test_rrun.sh RRUN HELPER CASE
+#
+# The workers are tests/helpers/rrun_helper.c (see its top comment for the actions it takes
+# and the env.R.A / pid.R.A / sig.R.A files it writes). Exit 0 pass, 1 fail, 77 skip.
+set -u
+
+RRUN=${1:?usage: test_rrun.sh RRUN HELPER CASE}
+HELPER=${2:?}
+CASE=${3:?}
+[ -x "$RRUN" ] || { echo "rrun not built: $RRUN" >&2; exit 1; }
+[ -x "$HELPER" ] || { echo "helper not built: $HELPER (build target rrun_helper)" >&2; exit 1; }
+T=$(mktemp -d "${TMPDIR:-/tmp}/rrun-test.XXXXXX") || exit 1
+trap 'rm -rf "$T"' EXIT
+
+# Nothing inherited that rrun sets or reads, so every expected value below is exact.
+unset RANK LOCAL_RANK WORLD_SIZE LOCAL_WORLD_SIZE GROUP_RANK ROLE_RANK GROUP_WORLD_SIZE \
+  ROLE_WORLD_SIZE MASTER_ADDR MASTER_PORT TORCHELASTIC_RUN_ID TORCHELASTIC_RESTART_COUNT \
+  TORCHELASTIC_MAX_RESTARTS OMP_NUM_THREADS RR_JOB_TOKEN RR_GRACE_PERIOD
+
+fail() {
+  echo "FAIL($CASE): $*" >&2
+  for f in "$T/out" "$T/err"; do
+    [ -s "$f" ] && { echo "--- $f:"; head -c 4000 "$f"; echo; }
+  done >&2
+  exit 1
+}
+skip() { echo "SKIP($CASE): $*" >&2; exit 77; }
+now_ms() { date +%s%3N; }
+
+# rr ARGS...: runs rrun, output in $T/out and $T/err; sets RC and ELAPSED (milliseconds).
+# The helper's files of an earlier run are removed first: its workers wait for pid files.
+rr() {
+  local t0
+  rm -f "$T"/env.* "$T"/pid.* "$T"/sig.* "$T"/port.*
+  t0=$(now_ms)
+  # A hung rrun fails the case in 30 s (exit code 137) instead of at the CTest timeout.
+  timeout -s KILL 30 "$RRUN" "$@" >"$T/out" 2>"$T/err"
+  RC=$?
+  ELAPSED=$(($(now_ms) - t0))
+}
+expect_rc() { [ "$RC" = "$1" ] || fail "exit code $RC, expected $1"; }
+expect_err() { grep -qF -- "$1" "$T/err" || fail "stderr lacks: $1"; }
+expect_no_err() { ! grep -qF -- "$1" "$T/err" || fail "stderr has: $1"; }
+expect_faster() { [ "$ELAPSED" -lt "$1" ] || fail "took ${ELAPSED} ms, limit $1 ms"; }
+expect_slower() { [ "$ELAPSED" -ge "$1" ] || fail "took ${ELAPSED} ms, expected >= $1 ms"; }
+expect_content() { # FILE TEXT
+  [ -f "$1" ] || fail "missing $1"
+  [ "$(cat "$1")" = "$2" ] || fail "$1 is '$(cat "$1")', expected '$2'"
+}
+wait_for() { # FILE...: up to 10 s each
+  local f i
+  for f; do
+    for ((i = 0; i < 200; i++)); do [ -e "$f" ] && break; sleep 0.05; done
+    [ -e "$f" ] || fail "timed out waiting for $f"
+  done
+}
+# The comm and state of a live (or zombie) worker, empty once it is gone.
+worker_stat() { awk '$2 == "(rrun_helper)" { print $2, $3 }' "/proc/$1/stat" 2>/dev/null; }
+# Workers are gone: neither running nor zombies (a zombie keeps its /proc/PID/stat).
+expect_gone() { # PIDFILE...
+  local f pid
+  for f; do
+    pid=$(cat "$f") || fail "missing $f"
+    [ -z "$(worker_stat "$pid")" ] || fail "worker pid $pid ($f) still exists: $(worker_stat "$pid")"
+  done
+}
+# expect_dead PID WHAT: within 2 s the process is gone or a zombie. For processes rrun is not
+# the parent of, whose reaping is up to whoever inherits them (a container's init may be slow).
+expect_dead() {
+  local i st
+  for ((i = 0; i < 40; i++)); do
+    st=$(awk '{ print $3 }' "/proc/$1/stat" 2>/dev/null)
+    [ -z "$st" ] || [ "$st" = Z ] && return 0
+    sleep 0.05
+  done
+  fail "$2 (pid $1, state $st) is still alive: $(tr '\0' ' ' <"/proc/$1/cmdline")"
+}
+# wait_exit PID: waits (up to 10 s) for a background rrun and sets RC to its exit status.
+wait_exit() {
+  local i
+  for ((i = 0; i < 200; i++)); do kill -0 "$1" 2>/dev/null || break; sleep 0.05; done
+  if kill -0 "$1" 2>/dev/null; then
+    kill -s KILL "$1"
+    wait "$1"
+    fail "rrun (pid $1) still running 10 s later"
+  fi
+  wait "$1"
+  RC=$?
+}
+
+# expect_env FILE RANK LOCAL_RANK WORLD LOCAL_WORLD GROUP_RANK GROUP_WORLD ADDR PORT RUN_ID
+#            RESTART MAX_RESTARTS OMP (OMP "-" for unset); RR_JOB_TOKEN is checked for form.
+expect_env() {
+  local f=$1 omp
+  [ -f "$f" ] || fail "missing $f (worker did not start?)"
+  if [ "${13}" = - ]; then omp="OMP_NUM_THREADS unset"; else omp="OMP_NUM_THREADS=${13}"; fi
+  local want="RANK=$2
+LOCAL_RANK=$3
+WORLD_SIZE=$4
+LOCAL_WORLD_SIZE=$5
+GROUP_RANK=$6
+ROLE_RANK=$2
+GROUP_WORLD_SIZE=$7
+ROLE_WORLD_SIZE=$4
+MASTER_ADDR=$8
+MASTER_PORT=$9
+TORCHELASTIC_RUN_ID=${10}
+TORCHELASTIC_RESTART_COUNT=${11}
+TORCHELASTIC_MAX_RESTARTS=${12}
+$omp"
+  local got
+  got=$(grep -v '^RR_JOB_TOKEN' "$f")
+  [ "$got" = "$want" ] || fail "$f:
+$got
+expected:
+$want"
+  grep -qE '^RR_JOB_TOKEN=[0-9a-f]{32}$' "$f" || fail "$f: bad RR_JOB_TOKEN: $(grep TOKEN "$f")"
+}
+token_of() { sed -n 's/^RR_JOB_TOKEN=//p' "$1"; }
+
+# ---------------------------------------------------------------------------------------------
+case_env_nproc1() {
+  rr "$HELPER" "$T"
+  expect_rc 0
+  expect_env "$T/env.0.0" 0 0 1 1 0 1 127.0.0.1 29500 none 0 0 -
+  [ ! -s "$T/err" ] || fail "rrun printed something for a successful one-worker job"
+}
+
+case_env_nproc4() {
+  # Inherited values of the variables rrun sets must be overridden.
+  RANK=7 LOCAL_RANK=9 WORLD_SIZE=99 MASTER_PORT=1 rr --nproc-per-node 4 --master-port=12345 \
+    "$HELPER" "$T"
+  expect_rc 0
+  local r
+  for r in 0 1 2 3; do
+    expect_env "$T/env.$r.0" $r $r 4 4 0 1 127.0.0.1 12345 none 0 0 1
+  done
+  [ "$(cat "$T"/env.*.0 | grep RR_JOB_TOKEN | sort -u | wc -l)" = 1 ] ||
+    fail "workers got different RR_JOB_TOKENs"
+  [ "$(grep -c 'Setting OMP_NUM_THREADS environment variable for each process to be 1' \
+    "$T/err")" = 1 ] || fail "the OMP_NUM_THREADS warning was not printed exactly once"
+
+  # Inherited OMP_NUM_THREADS and RR_JOB_TOKEN are kept (and then there is no warning).
+  OMP_NUM_THREADS=3 RR_JOB_TOKEN=0123456789abcdef0123456789abcdef \
+    rr --nproc-per-node 2 "$HELPER" "$T"
+  expect_rc 0
+  for r in 0 1; do
+    expect_env "$T/env.$r.0" $r $r 2 2 0 1 127.0.0.1 29500 none 0 0 3
+    [ "$(token_of "$T/env.$r.0")" = 0123456789abcdef0123456789abcdef ] ||
+      fail "inherited RR_JOB_TOKEN not passed on"
+  done
+  expect_no_err OMP_NUM_THREADS
+
+  # A fresh token per launch.
+  local t1 t2
+  rr "$HELPER" "$T"; t1=$(token_of "$T/env.0.0")
+  rr "$HELPER" "$T"; t2=$(token_of "$T/env.0.0")
+  [ "$t1" != "$t2" ] || fail "two launches got the same RR_JOB_TOKEN $t1"
+}
+
+case_env_multinode() {
+  rr --nnodes 2 --node-rank 1 --nproc-per-node 3 --master-addr 10.1.2.3 --master-port 23456 \
+    --rdzv-id job42 --max-restarts 2 "$HELPER" "$T"
+  expect_rc 0
+  local l
+  for l in 0 1 2; do
+    expect_env "$T/env.$((3 + l)).0" $((3 + l)) $l 6 3 1 2 10.1.2.3 23456 job42 0 2 1
+  done
+  [ ! -e "$T/env.0.0" ] || fail "node rank 1 started global rank 0"
+}
+
+case_underscores() {
+  rr --nproc_per_node=2 --nnodes=2:2 --node_rank=1 --master_addr=10.0.0.9 --master_port 2345 \
+    --max_restarts=1 --grace_period=1 --rdzv_backend=static --rdzv-endpoint=h:1 \
+    --rdzv_id=abc --tee=0 --no_python -- "$HELPER" "$T"
+  expect_rc 0
+  expect_env "$T/env.2.0" 2 0 4 2 1 2 10.0.0.9 2345 abc 0 1 1
+  expect_env "$T/env.3.0" 3 1 4 2 1 2 10.0.0.9 2345 abc 0 1 1
+  expect_err "warning: ignoring --rdzv_backend=static"
+  expect_err "warning: ignoring --rdzv-endpoint=h:1"
+  # Arguments after the program are the program's, even when they look like rrun flags.
+  rr -t 0 sh -c 'echo "$@"' sh --nproc-per-node 3 -- x
+  expect_rc 0
+  [ "$(cat "$T/out")" = "--nproc-per-node 3 -- x" ] || fail "program arguments changed"
+}
+
+case_standalone() {
+  rr --standalone --nproc-per-node 2 "$HELPER" "$T" '0=bind:0'
+  grep -q "finding a free port" "$T/err" && skip "no usable 127.0.0.1: $(cat "$T/err")"
+  expect_rc 0
+  local port uuid='^[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$'
+  port=$(cat "$T/port.0.0") # rank 0 could bind it: it was free
+  [ "$port" != 29500 ] && [ "$port" -ge 1024 ] && [ "$port" -le 65535 ] || fail "port $port"
+  local id
+  id=$(sed -n 's/^TORCHELASTIC_RUN_ID=//p' "$T/env.0.0")
+  [[ $id =~ $uuid ]] || fail "standalone run id '$id' is not a random UUID, as torchrun's"
+  expect_env "$T/env.1.0" 1 1 2 2 0 1 127.0.0.1 "$port" "$id" 0 0 1
+
+  # --master-* are ignored (with a warning), --nnodes 2 is refused.
+  rr --standalone --master-port 29500 --master-addr 10.9.9.9 "$HELPER" "$T" '0=bind:0'
+  expect_rc 0
+  expect_err "ignoring --master-addr and --master-port"
+  [ "$(cat "$T/port.0.0")" != 29500 ] || fail "--standalone used --master-port"
+
+  # Two jobs at once: each worker holds its port while the other job starts and binds.
+  mkdir "$T/a" "$T/b"
+  "$RRUN" --standalone "$HELPER" "$T/a" '0=bind:1000' >"$T/a/out" 2>"$T/a/err" &
+  local pa=$!
+  "$RRUN" --standalone "$HELPER" "$T/b" '0=bind:1000' >"$T/b/out" 2>"$T/b/err" &
+  local pb=$!
+  wait $pa || fail "first concurrent job failed: $(cat "$T/a/err")"
+  wait $pb || fail "second concurrent job failed: $(cat "$T/b/err")"
+  [ "$(cat "$T/a/port.0.0")" != "$(cat "$T/b/port.0.0")" ] ||
+    fail "concurrent standalone jobs got the same port $(cat "$T/a/port.0.0")"
+}
+
+case_fail_stops_others() {
+  # Rank 2 fails; the sleepers must be stopped at once, not after the 30 s grace period.
+  rr --nproc-per-node 4 "$HELPER" "$T" '*=sleep' '2=exit:3:100'
+  expect_rc 3
+  expect_faster 10000
+  local p2
+  p2=$(cat "$T/pid.2.0")
+  expect_err "rrun: rank 2 (local rank 2, pid $p2) failed: exit code 3"
+  expect_err "rrun: stopping 3 other worker(s) (SIGTERM, then SIGKILL after 30 s)"
+  expect_err "rrun: summary: 1 of 4 worker(s) failed, 3 stopped by rrun"
+  expect_err "rrun:   rank 2 (local rank 2, pid $p2): exit code 3 (first failure)"
+  [ "$(grep -c 'failed: ' "$T/err")" = 1 ] || fail "stopped workers reported as failures"
+  local r
+  for r in 0 1 3; do expect_content "$T/sig.$r.0" 15; done
+  expect_gone "$T"/pid.*.0
+}
+
+case_grace_kill() {
+  # Rank 1 ignores SIGTERM: it gets SIGKILL once the 1 s grace period is over.
+  rr --nproc-per-node 2 --grace-period 1 "$HELPER" "$T" '0=exit:1' '1=ignoreterm'
+  expect_rc 1
+  expect_slower 1000
+  expect_faster 8000
+  expect_content "$T/sig.1.0" 15
+  expect_err "stopping 1 other worker(s) (SIGTERM, then SIGKILL after 1 s)"
+  expect_err "1 worker(s) still running 1 s after SIGTERM; sending SIGKILL"
+  expect_gone "$T"/pid.*.0
+
+  # RR_GRACE_PERIOD sets it too (fractions allowed); the flag wins over the variable.
+  RR_GRACE_PERIOD=0.5 rr --nproc-per-node 2 "$HELPER" "$T" '0=exit:1' '1=ignoreterm'
+  expect_rc 1
+  expect_slower 500
+  expect_faster 8000
+  expect_err "SIGKILL after 0.5 s"
+  RR_GRACE_PERIOD=100 rr --grace-period 0.2 --nproc-per-node 2 "$HELPER" "$T" '0=exit:1' \
+    '1=ignoreterm'
+  expect_rc 1
+  expect_faster 8000
+  expect_err "SIGKILL after 0.2 s"
+  expect_gone "$T"/pid.*.0
+}
+
+# Stopping signals the worker's process group: what the worker started dies with it.
+case_process_group() {
+  local script='if [ "$RANK" = 0 ]; then
+    while [ ! -s "$1/grandchild" ]; do sleep 0.05; done; exit 5
+  fi
+  sleep 30 & echo $! >"$1/grandchild.tmp"; mv "$1/grandchild.tmp" "$1/grandchild"; wait'
+  rr --nproc-per-node 2 --grace-period 20 sh -c "$script" sh "$T"
+  expect_rc 5
+  expect_faster 10000
+  local gc
+  gc=$(cat "$T/grandchild") || fail "no grandchild pid"
+  expect_dead "$gc" "the child of the stopped worker"
+}
+
+# rrun killed outright (SIGKILL, OOM): PR_SET_PDEATHSIG takes its workers down too.
+case_rrun_killed() {
+  "$RRUN" --nproc-per-node 2 "$HELPER" "$T" '*=sleep' >"$T/out" 2>"$T/err" &
+  local pid=$! f
+  wait_for "$T"/pid.{0,1}.0
+  kill -s KILL $pid
+  wait $pid
+  for f in "$T"/pid.{0,1}.0; do expect_dead "$(cat "$f")" "a worker of the killed rrun"; done
+}
+
+case_signalled() {
+  rr --nproc-per-node 2 "$HELPER" "$T" '*=sleep' '1=raise:9'
+  expect_rc 137
+  expect_err "rank 1 (local rank 1, pid $(cat "$T/pid.1.0")) failed: killed by signal SIGKILL (9)"
+  expect_content "$T/sig.0.0" 15
+  rr --nproc-per-node 2 "$HELPER" "$T" '*=sleep' '0=raise:10'
+  expect_rc 138
+  expect_err "failed: killed by signal SIGUSR1 (10)"
+  expect_gone "$T"/pid.*.0
+}
+
+case_exec_fail() {
+  rr --nproc-per-node 2 "$T/no-such-program" --arg
+  expect_rc 127
+  expect_err "rrun: cannot run '$T/no-such-program': No such file or directory"
+  expect_err "failed: exit code 127"
+  rr rrun-test-no-such-program-on-path
+  expect_rc 127
+  expect_err "rrun: cannot run 'rrun-test-no-such-program-on-path': No such file or directory"
+  touch "$T/not-executable"
+  rr "$T/not-executable"
+  expect_rc 127
+  expect_err "rrun: cannot run '$T/not-executable': Permission denied"
+}
+
+# The four forwarded signals: every worker sees the signal, rrun exits 128 + its number.
+case_signals() {
+  set -m # background jobs keep SIGINT/SIGQUIT (bash ignores them for '&' without job control)
+  local sig num d pid r
+  for sig in TERM INT HUP QUIT; do
+    num=$(kill -l "$sig")
+    d=$T/$sig
+    mkdir "$d"
+    "$RRUN" --nproc-per-node 3 "$HELPER" "$d" '*=sleep' >"$d/out" 2>"$d/err" &
+    pid=$!
+    wait_for "$d"/pid.{0,1,2}.0
+    kill -s "$sig" $pid
+    wait_exit $pid
+    cp "$d/err" "$T/err"
+    expect_rc $((128 + num))
+    expect_err "rrun: received SIG$sig; forwarding it to 3 worker(s)"
+    for r in 0 1 2; do expect_content "$d/sig.$r.0" "$num"; done
+    expect_gone "$d"/pid.*.0
+  done
+
+  # A signal rrun was started with ignored (nohup) stays ignored, for rrun and its workers.
+  d=$T/ign
+  mkdir "$d"
+  (
+    trap '' HUP
+    exec "$RRUN" --nproc-per-node 2 "$HELPER" "$d" '*=sleep' >"$d/out" 2>"$d/err"
+  ) &
+  pid=$!
+  wait_for "$d"/pid.{0,1}.0
+  kill -s HUP $pid
+  sleep 0.3
+  kill -0 $pid 2>/dev/null || fail "rrun died of a SIGHUP it inherited as ignored"
+  kill -s TERM $pid
+  wait_exit $pid
+  expect_rc 143
+  for r in 0 1; do expect_content "$d/sig.$r.0" 15; done
+}
+
+# check_prefixed FILE KIND RANKS LINES BIG: every line of FILE is "[rankR]: " + one whole line
+# that rank wrote, in order; BIG 'L's per rank in pieces; the unterminated last line is there.
+check_prefixed() {
+  awk -v kind="$2" -v ranks="$3" -v lines="$4" -v big="$5" '
+    function bad(msg) { print FILENAME ":" NR ": " msg ": " substr($0, 1, 100); err = 1 }
+    {
+      if (!match($0, /^\[rank[0-9]+\]: /)) { bad("unprefixed"); next }
+      r = substr($0, 6, RLENGTH - 8) + 0
+      body = substr($0, RLENGTH + 1)
+      alpha = kind == "out" ? "abcdefghijklmnopqrstuvwxyz" : "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
+      if (body == sprintf("rank %d %s line %d %s", r, kind, n[r] + 0, alpha)) n[r]++
+      else if (body == sprintf("rank %d %s partial", r, kind) && n[r] == lines) partial[r]++
+      else if (body ~ /^L+$/ && n[r] == lines) ls[r] += length(body)
+      else bad("garbled or out of order")
+    }
+    END {
+      for (r = 0; r < ranks; r++) {
+        if (n[r] != lines) { print "rank " r ": " n[r] + 0 " lines, expected " lines; err = 1 }
+        if (partial[r] != 1) { print "rank " r ": partial last line missing"; err = 1 }
+        if (ls[r] + 0 != big) { print "rank " r ": " ls[r] + 0 " of " big " L bytes"; err = 1 }
+      }
+      exit err
+    }' "$1" >&2 || fail "$1 is not correctly prefixed"
+}
+
+case_tee() {
+  rr --nproc-per-node 3 --tee 3 "$HELPER" "$T" '*=out:100'
+  expect_rc 0
+  check_prefixed "$T/out" out 3 100 200000
+  grep -v '^rrun: warning: Setting OMP' "$T/err" >"$T/err.workers"
+  check_prefixed "$T/err.workers" err 3 100 0
+}
+
+case_tee_modes() {
+  local r
+  # --prefix is --tee 3.
+  rr --nproc-per-node 2 --prefix "$HELPER" "$T" '*=out:5'
+  expect_rc 0
+  check_prefixed "$T/out" out 2 5 200000
+  # --tee 1: stdout only; stderr is the workers' own.
+  rr --nproc-per-node 2 --tee 1 "$HELPER" "$T" '*=out:5'
+  expect_rc 0
+  check_prefixed "$T/out" out 2 5 200000
+  expect_no_err "[rank"
+  expect_err "err partial"
+  # --tee 2: stderr only.
+  rr --nproc-per-node 2 --tee=2 "$HELPER" "$T" '*=out:5'
+  expect_rc 0
+  ! grep -q '^\[rank' "$T/out" || fail "--tee 2 prefixed stdout"
+  grep -v '^rrun: warning: Setting OMP' "$T/err" >"$T/err.workers"
+  check_prefixed "$T/err.workers" err 2 5 0
+  # No --tee: the worker writes to rrun's own stdout, byte for byte as when run directly.
+  rr "$HELPER" "$T" '*=out:20'
+  expect_rc 0
+  mkdir "$T/direct"
+  RANK=0 "$HELPER" "$T/direct" '*=out:20' >"$T/direct/out" 2>"$T/direct/err"
+  cmp -s "$T/out" "$T/direct/out" || fail "stdout without --tee differs from a direct run"
+  cmp -s "$T/err" "$T/direct/err" || fail "stderr without --tee differs from a direct run"
+  # No pipe: the worker's stdout is the very file rrun was given.
+  rr sh -c 'readlink /proc/self/fd/1'
+  [ "$(cat "$T/out")" = "$T/out" ] || fail "worker stdout is $(cat "$T/out"), not $T/out"
+}
+
+# The worker exits but leaves a process flooding its --tee pipe: rrun still finishes.
+case_leftover_writer() {
+  local t0=$(now_ms)
+  timeout -s KILL 20 "$RRUN" --tee 1 sh -c 'yes & sleep 0.3' >/dev/null 2>"$T/err"
+  RC=$?
+  ELAPSED=$(($(now_ms) - t0))
+  expect_rc 0
+  expect_faster 10000
+}
+
+case_no_zombies() {
+  # Ranks 0 and 1 finish early; rrun must reap them while it still waits for rank 2.
+  "$RRUN" --nproc-per-node 3 "$HELPER" "$T" '0=exit:0' '1=exit:0:100' '2=exit:0:1500' \
+    >"$T/out" 2>"$T/err" &
+  local pid=$!
+  wait_for "$T"/pid.{0,1,2}.0
+  sleep 0.8
+  kill -0 $pid 2>/dev/null || fail "rrun finished before rank 2"
+  local zombies
+  zombies=$(ps -o pid=,stat= --ppid $pid | awk '$2 ~ /^Z/')
+  [ -z "$zombies" ] || fail "rrun left zombie children: $zombies"
+  [ "$(ps -o pid= --ppid $pid | wc -l)" = 1 ] || fail "rrun has $(ps --ppid $pid) children"
+  expect_gone "$T/pid.0.0" "$T/pid.1.0"
+  wait_exit $pid
+  expect_rc 0
+  expect_gone "$T"/pid.*.0
+}
+
+case_restart() {
+  # Rank 1 fails on every attempt: one restart, then rrun gives up with its code.
+  rr --nproc-per-node 2 --max-restarts 1 --grace-period 5 "$HELPER" "$T" '*=sleep' '1=exit:3'
+  expect_rc 3
+  local r a
+  for a in 0 1; do
+    for r in 0 1; do expect_env "$T/env.$r.$a" $r $r 2 2 0 1 127.0.0.1 29500 none $a 1 1; done
+    expect_content "$T/sig.0.$a" 15
+  done
+  [ ! -e "$T/env.0.2" ] || fail "restarted twice with --max-restarts 1"
+  [ "$(grep -c 'restarting the worker group (restart 1 of 1)' "$T/err")" = 1 ] ||
+    fail "restart not announced once"
+  [ "$(grep -c 'rank 1 (local rank 1, pid [0-9]*) failed: exit code 3' "$T/err")" = 2 ] ||
+    fail "expected one failure per attempt"
+  [ "$(token_of "$T/env.0.0")" = "$(token_of "$T/env.1.1")" ] || fail "token changed on restart"
+  expect_gone "$T"/pid.*.*
+
+  # Fails only on the first attempt: the restart succeeds and so does rrun.
+  rr --nproc-per-node 2 --max-restarts 2 "$HELPER" "$T" '*=failfirst:4'
+  expect_rc 0
+  [ -e "$T/env.1.1" ] && [ ! -e "$T/env.0.2" ] || fail "expected exactly one restart"
+  # Without --max-restarts: no restart.
+  rr --nproc-per-node 2 "$HELPER" "$T" '*=failfirst:4'
+  expect_rc 4
+  [ ! -e "$T/env.0.1" ] || fail "restarted with --max-restarts 0"
+  expect_no_err restarting
+}
+
+# expect_usage PHRASE ARGS...: exit 2, one line on stderr naming the problem and --help.
+expect_usage() {
+  local phrase=$1
+  shift
+  rr "$@"
+  [ "$RC" = 2 ] || fail "rrun $* exited $RC, expected 2"
+  [ "$(wc -l <"$T/err")" = 1 ] || fail "rrun $*: expected one line on stderr"
+  expect_err "rrun: "
+  expect_err "$phrase"
+  expect_err "rrun --help"
+  [ ! -s "$T/out" ] || fail "rrun $* wrote to stdout"
+}
+
+case_bad_flags() {
+  expect_usage "unknown option '--bogus'" --bogus "$HELPER" "$T"
+  expect_usage "unknown option '--nproc=2'" --nproc=2 "$HELPER" "$T"
+  expect_usage "option '--nproc-per-node' needs a value" --nproc-per-node
+  expect_usage "--nproc-per-node: expected a positive integer, got 'abc'" \
+    --nproc-per-node abc "$HELPER"
+  expect_usage "got '0'" --nproc_per_node=0 "$HELPER"
+  expect_usage "got '2x'" --nnodes 2x "$HELPER"
+  expect_usage "elastic ranges are not supported" --nnodes 1:4 "$HELPER"
+  expect_usage "--node-rank 2 is out of range for --nnodes 2" --nnodes 2 --node-rank 2 "$HELPER"
+  expect_usage "--master-port: expected an integer from 1 to 65535, got '70000'" \
+    --master-port 70000 "$HELPER"
+  expect_usage "--tee: expected an integer from 0 to 3, got '4'" --tee 4 "$HELPER"
+  expect_usage "--max-restarts" --max-restarts -1 "$HELPER"
+  expect_usage "--grace-period: expected seconds" --grace-period -1 "$HELPER"
+  expect_usage "--grace-period: expected seconds" --grace-period nan "$HELPER"
+  expect_usage "option '--standalone' takes no value" --standalone=1 "$HELPER"
+  expect_usage "cannot be used with --nnodes 2" --standalone --nnodes 2 "$HELPER"
+  expect_usage "no program to run" --nproc-per-node 2
+  expect_usage "no program to run" --nproc-per-node 2 --
+  RR_GRACE_PERIOD=soon expect_usage "RR_GRACE_PERIOD: expected seconds" "$HELPER"
+
+  rr --help
+  expect_rc 0
+  grep -q '^usage: rrun' "$T/out" || fail "--help has no usage line"
+  grep -q 'RR_JOB_TOKEN' "$T/out" || fail "--help does not explain RR_JOB_TOKEN"
+  rr --version
+  expect_rc 0
+  grep -q '^rrun (ringreduce) [0-9]' "$T/out" || fail "--version: $(cat "$T/out")"
+}
+
+fn="case_$CASE"
+declare -F "$fn" >/dev/null || { echo "unknown case '$CASE'" >&2; exit 1; }
+"$fn"
+echo "PASS($CASE)"

@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "common/param.h"
+#include "common/util.h"
 
 /* Logger configuration is process-wide by nature (one stderr, one RR_DEBUG); it is set
  * once and only read afterwards, except the rank shown in the prefix. */
@@ -37,11 +38,14 @@ static void rr__open_file(const char *pattern) {
   char path[512];
   size_t o = 0;
   for (const char *p = pattern; *p && o + 32 < sizeof path; p++) {
-    if (p[0] == '%' && p[1] == 'h') {
-      o += (size_t)snprintf(path + o, sizeof path - o, "%s", rr__logger.host);
-      p++;
-    } else if (p[0] == '%' && p[1] == 'p') {
-      o += (size_t)snprintf(path + o, sizeof path - o, "%d", (int)getpid());
+    int w = -1;
+    if (p[0] == '%' && p[1] == 'h')
+      w = snprintf(path + o, sizeof path - o, "%s", rr__logger.host);
+    else if (p[0] == '%' && p[1] == 'p')
+      w = snprintf(path + o, sizeof path - o, "%d", (int)getpid());
+    if (w >= 0) {
+      /* snprintf returns what it wanted to write: never step past the buffer. */
+      o = RR_MIN(o + (size_t)w, sizeof path - 1);
       p++;
     } else {
       path[o++] = *p;

@@ -81,29 +81,44 @@ static int rr__gather(const rr__boot *b, rr__peer_info *infos) {
     if (!keys[i]) st = rr__set_error(RR_ENOMEM, "out of memory");
     else snprintf(keys[i], 96, "rr/%s/peer/%d", b->group_id, i);
   }
-  if (st == RR_OK) {
+  /* Wait in slices and ask after each one who is still missing, while the store (on rank
+   * 0, which gives up at the same moment we do) is surely still there to answer. */
+  char missing[512] = "";
+  int nmiss = b->size, checked = 0;
+  while (st == RR_OK) {
     int64_t left = rr__ms_left(b->deadline_ms);
-    st = rr_store_wait(b->store, (const char *const *)keys, b->size, left > 0 ? left : 1);
-    if (st == RR_ETIMEDOUT) {
-      char missing[512] = "";
-      size_t o = 0;
-      int nmiss = 0;
-      for (int i = 0; i < b->size; i++) {
-        int exists = 0;
-        if (rr_store_check(b->store, (const char *const *)&keys[i], 1, &exists) == RR_OK &&
-            !exists) {
-          if (o < sizeof missing - 16)
-            o += (size_t)snprintf(missing + o, sizeof missing - o, "%s%d", nmiss ? ", " : "",
-                                  b->global_ranks[i]);
-          nmiss++;
-        }
-      }
-      st = rr__set_error(RR_ETIMEDOUT,
-                         "timed out after %.1f s waiting for rank%s %s to join the rendezvous "
-                         "(%d of %d arrived)",
-                         (double)b->timeout_ms / 1000.0, nmiss == 1 ? "" : "s", missing,
-                         b->size - nmiss, b->size);
+    st = rr_store_wait(b->store, (const char *const *)keys, b->size, RR_MAX(RR_MIN(left, 500), 1));
+    if (st != RR_OK && st != RR_ETIMEDOUT && checked && nmiss > 0) {
+      /* Rank 0, holding the store, gave up a moment before us: still say who was missing. */
+      st = rr__prefix_error(RR_ETIMEDOUT,
+                            "gave up waiting for rank%s %s to join the rendezvous (%d of %d "
+                            "arrived; then the store closed)",
+                            nmiss == 1 ? "" : "s", missing, b->size - nmiss, b->size);
+      break;
     }
+    if (st != RR_ETIMEDOUT) break;
+    size_t o = 0;
+    int miss = 0;
+    for (int i = 0; i < b->size; i++) {
+      int exists = 0;
+      if (rr_store_check(b->store, (const char *const *)&keys[i], 1, &exists) != RR_OK) break;
+      if (!exists) {
+        if (o < sizeof missing - 16)
+          o += (size_t)snprintf(missing + o, sizeof missing - o, "%s%d", miss ? ", " : "",
+                                b->global_ranks[i]);
+        miss++;
+      }
+      if (i == b->size - 1) nmiss = miss, checked = 1;
+    }
+    if (rr__ms_left(b->deadline_ms) > 0) {
+      st = RR_OK;
+      continue;
+    }
+    st = rr__set_error(RR_ETIMEDOUT,
+                       "timed out after %.1f s waiting for rank%s %s to join the rendezvous "
+                       "(%d of %d arrived)",
+                       (double)b->timeout_ms / 1000.0, nmiss == 1 ? "" : "s",
+                       missing[0] ? missing : "?", b->size - nmiss, b->size);
   }
   for (int i = 0; i < b->size && st == RR_OK; i++) {
     void *v = NULL;
@@ -393,7 +408,7 @@ done:
   free(m.nsock);
   free(m.fds);
   if (cm) {
-    atomic_store(&cm->aborted, 1); /* no goodbyes from a group that never formed */
+    cm->no_bye = 1; /* no goodbyes from a group that never formed */
     rr__comm_free(cm);
   }
   return st;

@@ -22,9 +22,33 @@ typedef struct rr__hdr_sends {
   int n;
 } rr__hdr_sends;
 
+/* A header from a peer this call does not read from: the same call number must mean the
+ * same call. (Point-to-point sends and later calls pass: they are read in their turn.) */
+static int rr__sniff_check(void *ctx, int peer, const uint8_t wire[RR__HDR_BYTES]) {
+  rr__coll *c = ctx;
+  int g = c->pg->global_ranks[peer];
+  rr__hdr h;
+  if (rr__hdr_decode(wire, &h) != RR_OK) return rr__prefix_error(RR_EPROTO, "from rank %d", g);
+  if (h.kind == RR__K_SEND || h.seq != c->hdr.seq) return RR_OK;
+  const rr__hdr *m = &c->hdr;
+  int same_kind = h.kind == m->kind || h.kind == RR__K_ACK;
+  if (same_kind && h.count == m->count && h.dtype == m->dtype && h.op == m->op &&
+      h.algo == m->algo && h.root == m->root && h.seg_bytes == m->seg_bytes)
+    return RR_OK;
+  char a[160], b[160];
+  rr__hdr_describe(m, a, sizeof a);
+  rr__hdr_describe(&h, b, sizeof b);
+  return rr__set_error(RR_EMISMATCH, "mismatched calls: rank %d called %s, but rank %d called %s",
+                       c->pg->global_ranks[c->r], a, g, b);
+}
+
 int rr__coll_block(rr__coll *c, int peer) {
-  int st = rr__comm_wait(c->cm, c->deadline_ms);
-  if (st != RR_ETIMEDOUT) return st;
+  /* Point-to-point calls have no group-wide number to compare against. */
+  int p2p = c->a->kind == RR__K_SEND || c->a->kind == RR__K_RECV || c->a->kind == RR__K_SENDRECV;
+  rr__sniff sn = {.seq = c->hdr.seq, .check = rr__sniff_check, .ctx = c};
+  int st = rr__comm_wait(c->cm, c->deadline_ms, p2p ? NULL : &sn);
+  /* An abort may carry RR_ETIMEDOUT too (rr_work_wait gave up); keep its own words. */
+  if (st != RR_ETIMEDOUT || atomic_load(&c->cm->aborted)) return st;
   int g = peer >= 0 ? c->pg->global_ranks[peer] : -1;
   return rr__set_error(RR_ETIMEDOUT,
                        "timed out after %.1f s waiting for rank %d (nothing arrived from it "
@@ -157,7 +181,8 @@ static void rr__make_hdr(rr__coll *c) {
                         : 0);
   h->root = a->root;
   h->from = c->r;
-  h->seg_bytes = (uint32_t)pg->seg_bytes;
+  /* Only calls that cut data into segments need the same segment size on both sides. */
+  if (a->kind != RR__K_BARRIER) h->seg_bytes = (uint32_t)pg->seg_bytes;
   h->count = a->count;
   switch (a->kind) {
     case RR__K_SEND:
@@ -176,6 +201,7 @@ static void rr__make_hdr(rr__coll *c) {
                 : a->kind == RR__K_BARRIER   ? RR__ALGO_DISSEM
                 : a->kind == RR__K_BROADCAST || a->kind == RR__K_REDUCE ? RR__ALGO_CHAIN
                                                                        : RR__ALGO_RING;
+      if (h->algo == RR__ALGO_RD) h->seg_bytes = 0; /* recursive doubling sends whole buffers */
   }
 }
 
@@ -195,10 +221,9 @@ int rr__coll_run(rr_pg *pg, const rr__args *a, int64_t timeout_ms) {
   int me = pg->global_ranks[pg->rank];
   char desc[192];
 
-  if (atomic_load(&pg->comm->aborted)) {
-    rr__comm_check(pg->comm);
-    return rr__prefix_error(RR_EABORTED, "rank %d: the group is unusable after an earlier failure", me);
-  }
+  /* A peer may have aborted while this rank was busy elsewhere: look before starting, so a
+   * call never completes on buffered data from a group that already failed. */
+  rr__comm_poll_ctl(pg->comm);
   rr__make_hdr(&c);
   if (a->kind == RR__K_SEND)
     snprintf(desc, sizeof desc, "send to rank %d (#%llu of this pair, %zu x %s)",
@@ -215,8 +240,17 @@ int rr__coll_run(rr_pg *pg, const rr__args *a, int64_t timeout_ms) {
   else
     rr__hdr_describe(&c.hdr, desc, sizeof desc);
   RR_TRACE(RR_SUB_COLL, "start %s", desc);
+  if (atomic_load(&pg->comm->aborted)) {
+    /* The first call to meet the abort reports its cause; later ones say the group is gone. */
+    int st = rr__comm_check(pg->comm);
+    if (pg->comm->reported)
+      return rr__prefix_error(RR_EABORTED, "rank %d: %s: the group is unusable after an earlier failure", me, desc);
+    pg->comm->reported = 1;
+    return rr__prefix_error(st, "rank %d: %s", me, desc);
+  }
 
   c.sends = &sends;
+  rr__comm_new_call(pg->comm);
   int st = rr__dispatch(&c);
   /* Wait until our headers left: their buffers live in this frame. */
   for (int i = 0; st == RR_OK && i < sends.n; i++)
@@ -227,6 +261,7 @@ int rr__coll_run(rr_pg *pg, const rr__args *a, int64_t timeout_ms) {
     rr__prefix_error(st, "rank %d: %s", me, desc);
     /* The group's state is unknown now: stop it here and tell every peer why. */
     rr__comm_abort(pg->comm, st, rr__error(), 1);
+    pg->comm->reported = 1;
     return st;
   }
   RR_TRACE(RR_SUB_COLL, "done %s", desc);

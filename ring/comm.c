@@ -22,7 +22,7 @@ int rr__comm_new(int rank, int size, int global_rank, rr__comm **out) {
   pthread_mutex_init(&cm->abort_mu, NULL);
   cm->peers = rr__calloc((size_t)size, sizeof *cm->peers);
   cm->active = rr__calloc((size_t)size * RR__MAX_LANES, sizeof *cm->active);
-  cm->pfds = rr__calloc((size_t)size * (RR__MAX_LANES + 1) + 1, sizeof *cm->pfds);
+  cm->pfds = rr__calloc((size_t)size * (RR__MAX_LANES + 2) + 1, sizeof *cm->pfds);
   if (!cm->peers || !cm->active || !cm->pfds) {
     rr__comm_free(cm);
     return RR_ENOMEM;
@@ -53,12 +53,12 @@ static void rr__send_ctl(int fd, uint32_t type, int origin, int status, const ch
 
 void rr__comm_free(rr__comm *cm) {
   if (!cm) return;
-  int aborted = atomic_load(&cm->aborted);
   for (int i = 0; cm->peers && i < cm->size; i++) {
     rr__peer *p = &cm->peers[i];
     if (p->ctrl_fd >= 0) {
-      /* A goodbye tells the peer that our closing sockets are not a crash. */
-      if (!aborted) rr__send_ctl(p->ctrl_fd, RR__CTL_BYE, cm->global_rank, 0, NULL);
+      /* A goodbye tells the peer that our closing sockets are not a crash (after an abort
+       * too: whoever aborted already told everyone why). */
+      if (!cm->no_bye) rr__send_ctl(p->ctrl_fd, RR__CTL_BYE, cm->global_rank, 0, NULL);
       close(p->ctrl_fd);
     }
     for (int l = 0; l < p->nlanes; l++)
@@ -78,6 +78,7 @@ int rr__comm_abort(rr__comm *cm, int status, const char *reason, int tell_peers)
     cm->abort_status = status;
     snprintf(cm->abort_reason, sizeof cm->abort_reason, "%s", reason);
     atomic_store(&cm->aborted, 1);
+    if (tell_peers) atomic_store(&cm->halt, 1);
     RR_WARN(RR_SUB_COLL, "group aborted: %s", reason);
     uint64_t one = 1;
     if (write(cm->wake_fd, &one, sizeof one) < 0 && errno != EAGAIN)
@@ -122,17 +123,23 @@ int rr__comm_isend(rr__comm *cm, int peer, int msg, rr__req *r) {
   return RR_OK;
 }
 
+void rr__comm_new_call(rr__comm *cm) {
+  for (int i = 0; i < cm->size; i++) cm->peers[i].rx_used = 0;
+}
+
 int rr__comm_irecv(rr__comm *cm, int peer, int msg, rr__req *r) {
   rr__conn *c = rr__lane_for(cm, peer, msg);
   if (!c) return rr__set_error(RR_EINVAL, "internal: no connection to group rank %d", peer);
+  cm->peers[peer].rx_used = 1;
   RR_CHECK(c->tp->irecv(c, r));
   rr__activate(cm, c);
   return RR_OK;
 }
 
-/* Read what is waiting on a peer's control socket; a complete ABORT or an unannounced close
- * becomes this group's error. */
-static int rr__read_ctl(rr__comm *cm, int i) {
+/* Read what is waiting on a peer's control socket; a complete ABORT becomes this group's
+ * error. An unannounced close sets *lost (the caller decides, after reading every socket,
+ * whether some peer's ABORT already explains it). */
+static int rr__read_ctl_msgs(rr__comm *cm, int i, int *lost) {
   rr__peer *p = &cm->peers[i];
   for (;;) {
     rr__ctl c = {0};
@@ -169,14 +176,8 @@ static int rr__read_ctl(rr__comm *cm, int i) {
      * gone, and every call that needs it would wait forever. */
     close(p->ctrl_fd);
     p->ctrl_fd = -1;
-    if (p->said_bye) return RR_OK;
-    char reason[RR__ERRMSG_MAX];
-    snprintf(reason, sizeof reason,
-             "lost rank %d: its connection closed without a goodbye (the process exited, "
-             "crashed or was killed)",
-             p->info.global_rank);
-    rr__comm_abort(cm, RR_EPEER, reason, 0);
-    return rr__comm_check(cm);
+    if (!p->said_bye) *lost = 1;
+    return RR_OK;
   }
 garbage: {
   char reason[RR__ERRMSG_MAX];
@@ -189,13 +190,36 @@ garbage: {
 }
 }
 
-/* A data lane failed: if the peer left on purpose, say so instead of "crashed". */
+/* A peer vanished without a word: abort, and tell everyone why we stop, so that when we
+ * exit in turn nobody blames us. */
+static int rr__lost(rr__comm *cm, int i) {
+  {
+    rr__peer *p = &cm->peers[i];
+    char reason[RR__ERRMSG_MAX];
+    snprintf(reason, sizeof reason,
+             "lost rank %d: its connection closed without a goodbye (the process exited, "
+             "crashed or was killed)",
+             p->info.global_rank);
+    rr__comm_abort(cm, RR_EPEER, reason, 1);
+    return rr__comm_check(cm);
+  }
+}
+
+static int rr__read_ctl(rr__comm *cm, int i) {
+  int lost = 0;
+  RR_CHECK(rr__read_ctl_msgs(cm, i, &lost));
+  return lost ? rr__lost(cm, i) : RR_OK;
+}
+
+/* A data lane failed. The peer's control socket says more: an ABORT it sent before going
+ * (the real cause), a goodbye (it left on purpose), or nothing (it died). */
 static int rr__lane_error(rr__comm *cm, rr__conn *c, int st) {
   rr__peer *p = &cm->peers[c->peer];
   if (st == RR_EPEER && p->ctrl_fd >= 0) {
     char saved[RR__ERRMSG_MAX];
     snprintf(saved, sizeof saved, "%s", rr__error());
     (void)rr__read_ctl(cm, c->peer);
+    if (atomic_load(&cm->aborted)) return rr__comm_check(cm);
     rr__copy_error(saved);
   }
   if (st == RR_EPEER && p->said_bye)
@@ -210,7 +234,7 @@ static int rr__lane_error(rr__comm *cm, rr__conn *c, int st) {
 
 int rr__comm_progress(rr__comm *cm, size_t *moved) {
   *moved = 0;
-  if (atomic_load(&cm->aborted)) return rr__comm_check(cm);
+  if (atomic_load(&cm->halt)) return rr__comm_check(cm);
   for (int i = 0; i < cm->nactive;) {
     rr__conn *c = cm->active[i];
     int st = c->tp->progress(c, moved);
@@ -225,10 +249,25 @@ int rr__comm_progress(rr__comm *cm, size_t *moved) {
   return RR_OK;
 }
 
-int rr__comm_wait(rr__comm *cm, int64_t deadline_ms) {
+/* Should a waiting call watch this peer's first lane for a header nobody asked for? */
+static rr__conn *rr__sniffable(rr__comm *cm, int i, const rr__sniff *sn) {
+  rr__peer *p = &cm->peers[i];
+  /* Only peers this call has not read from yet: their next bytes must be a header. */
+  if (!sn || i == cm->rank || p->nlanes == 0 || p->sniffed == sn->seq + 1 || p->rx_used)
+    return NULL;
+  rr__conn *l0 = p->lane[0];
+  return l0->tp->peek ? l0 : NULL;
+}
+
+int rr__comm_wait(rr__comm *cm, int64_t deadline_ms, const rr__sniff *sn) {
   int n = 0;
   for (int i = 0; i < cm->nactive; i++)
     n += cm->active[i]->tp->pollfd(cm->active[i], &cm->pfds[n]);
+  int first_sniff = n;
+  for (int i = 0; i < cm->size; i++) {
+    rr__conn *l0 = rr__sniffable(cm, i, sn);
+    if (l0) l0->tp->peekfd(l0, &cm->pfds[n++]);
+  }
   int first_ctl = n;
   for (int i = 0; i < cm->size; i++) {
     if (cm->peers[i].ctrl_fd < 0) continue;
@@ -246,13 +285,56 @@ int rr__comm_wait(rr__comm *cm, int64_t deadline_ms) {
   do rc = poll(cm->pfds, (nfds_t)n, (int)RR_MIN(left, 1 << 30));
   while (rc < 0 && errno == EINTR);
   if (rc < 0) return rr__set_error(RR_ESYS, "poll: %s", strerror(errno));
+  /* Data that is here wins: a call whose last bytes arrived completes even if a peer has
+   * since given up on a later call. The abort is seen when we would otherwise sleep. */
+  for (int i = 0; i < first_sniff; i++)
+    if (cm->pfds[i].revents && !atomic_load(&cm->halt)) return RR_OK;
   if (atomic_load(&cm->aborted)) return rr__comm_check(cm);
   if (rc == 0) return rr__set_error(RR_ETIMEDOUT, "timed out");
+  for (int k = first_sniff, i = 0; i < cm->size; i++) {
+    rr__conn *l0 = rr__sniffable(cm, i, sn);
+    if (!l0 || !cm->pfds[k++].revents) continue;
+    uint8_t hdr[RR__HDR_BYTES];
+    size_t got = 0;
+    RR_CHECK(l0->tp->peek(l0, hdr, sizeof hdr, &got));
+    if (got == sizeof hdr) {
+      cm->peers[i].sniffed = sn->seq + 1;
+      RR_CHECK(sn->check(sn->ctx, i, hdr));
+    } else if (got == 0) {
+      cm->peers[i].sniffed = sn->seq + 1; /* closed: the control socket will say why */
+    }
+  }
+  /* Read every control socket before judging a silent close: when several peers go at
+   * once, the one that said why (an ABORT) names the cause, not the first to close. */
+  int lost = -1;
   for (int k = first_ctl, i = 0; i < cm->size; i++) {
     if (cm->peers[i].ctrl_fd < 0) continue;
-    if (cm->pfds[k++].revents) RR_CHECK(rr__read_ctl(cm, i));
+    int gone = 0;
+    if (cm->pfds[k++].revents) RR_CHECK(rr__read_ctl_msgs(cm, i, &gone));
+    if (gone && lost < 0) lost = i;
   }
-  return RR_OK;
+  if (lost >= 0 && !atomic_load(&cm->aborted)) return rr__lost(cm, lost);
+  return rr__comm_check(cm);
+}
+
+void rr__comm_poll_ctl(rr__comm *cm) {
+  int n = 0;
+  for (int i = 0; i < cm->size; i++) {
+    if (cm->peers[i].ctrl_fd < 0) continue;
+    cm->pfds[n].fd = cm->peers[i].ctrl_fd;
+    cm->pfds[n].events = POLLIN;
+    cm->pfds[n].revents = 0;
+    n++;
+  }
+  if (n == 0 || poll(cm->pfds, (nfds_t)n, 0) <= 0) return;
+  int lost = -1;
+  for (int k = 0, i = 0; i < cm->size; i++) {
+    if (cm->peers[i].ctrl_fd < 0) continue;
+    int gone = 0;
+    if (cm->pfds[k++].revents) (void)rr__read_ctl_msgs(cm, i, &gone);
+    if (gone && lost < 0) lost = i;
+  }
+  if (lost >= 0 && !atomic_load(&cm->aborted)) (void)rr__lost(cm, lost);
 }
 
 int64_t rr__comm_idle_ms(const rr__comm *cm, int peer) {

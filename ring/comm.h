@@ -16,6 +16,16 @@
 #include "ring/wire.h"
 #include "transport/transport.h"
 
+/* While a collective waits it looks at headers that arrive from peers it is not reading
+ * from: a peer in the same call with a different idea of it (another collective, another
+ * pattern) is a mismatch, even when the two patterns never meet. */
+typedef struct rr__sniff {
+  uint64_t seq; /* the waiting call's sequence number */
+  /* RR_OK, or the error (RR_EMISMATCH / RR_EPROTO) for this header from `peer`. */
+  int (*check)(void *ctx, int peer, const uint8_t hdr[RR__HDR_BYTES]);
+  void *ctx;
+} rr__sniff;
+
 typedef struct rr__peer {
   rr__peer_info info;
   const rr__transport *tp;
@@ -25,6 +35,8 @@ typedef struct rr__peer {
   int said_bye;
   uint8_t ctl_buf[RR__CTL_FIXED + RR__CTL_TEXT_MAX];
   size_t ctl_have;
+  uint64_t sniffed; /* seq + 1 of the call that already looked at this peer's next header */
+  int rx_used;      /* this call has received from the peer: its next bytes may be payload */
 } rr__peer;
 
 typedef struct rr__comm {
@@ -35,8 +47,12 @@ typedef struct rr__comm {
   rr__conn **active; /* lanes with queued requests */
   int nactive;
   struct pollfd *pfds;
-  /* Abort state: set once, read by every later call. */
+  /* Abort state: set once, read by every later call. `halt` stops transfers mid-way (a
+   * local abort); after a peer's abort, data already here may still complete a call. */
   atomic_int aborted;
+  atomic_int halt;
+  int reported; /* a call on this rank has already failed with the abort's cause */
+  int no_bye;   /* set when the group never formed: close without goodbyes */
   int abort_status;
   char abort_reason[RR__ERRMSG_MAX];
   pthread_mutex_t abort_mu;
@@ -51,16 +67,22 @@ void rr__comm_free(rr__comm *cm);
  * lanes, the same rule on both sides). */
 int rr__comm_isend(rr__comm *cm, int peer, int msg, rr__req *r);
 int rr__comm_irecv(rr__comm *cm, int peer, int msg, rr__req *r);
+/* A new call starts: forget which peers the previous one received from. */
+void rr__comm_new_call(rr__comm *cm);
 /* Move bytes on every busy lane without blocking. *moved gets the bytes moved. */
 int rr__comm_progress(rr__comm *cm, size_t *moved);
 /* Sleep until a busy lane or control socket is ready, the group is aborted, or
  * deadline_ms passes (RR_ETIMEDOUT). Control messages are handled here. */
-int rr__comm_wait(rr__comm *cm, int64_t deadline_ms);
+int rr__comm_wait(rr__comm *cm, int64_t deadline_ms, const rr__sniff *sniff);
+/* Read whatever waits on the control sockets, without blocking (an ABORT from a peer
+ * becomes this group's state). */
+void rr__comm_poll_ctl(rr__comm *cm);
 /* Milliseconds since bytes last arrived from `peer` (for timeout messages). */
 int64_t rr__comm_idle_ms(const rr__comm *cm, int peer);
 
-/* Abort the group: the first reason is kept, waiting calls wake up, and (when tell_peers)
- * every peer gets an ABORT carrying the reason. Safe from any thread. Returns status. */
+/* Abort the group: the first reason is kept, waiting calls wake up. A local abort
+ * (tell_peers) also stops transfers at once and sends every peer an ABORT with the
+ * reason. Safe from any thread. Returns status. */
 int rr__comm_abort(rr__comm *cm, int status, const char *reason, int tell_peers);
 /* RR_OK, or the abort status with the last error set to the reason. */
 int rr__comm_check(rr__comm *cm);

@@ -47,3 +47,13 @@ foreach(w 2 3 8)
   set_tests_properties(coll_all_reduce_64MiB_w${w} PROPERTIES TIMEOUT 300 LABELS "core;coll;large"
     ENVIRONMENT "${RR_TEST_ENV}")
 endforeach()
+
+# Bad input and faults: every rank gets a status and a message naming the rank and the
+# cause, within a bounded time.
+rr_core_test(test_fault)
+foreach(s invalid_args mismatch late_rank kill9 timeout wait_timeout destroy_early
+          duplicate_rank world_mismatch port_in_use unreachable env_errors env_params)
+  add_test(NAME fault_${s} COMMAND test_fault ${s})
+  set_tests_properties(fault_${s} PROPERTIES TIMEOUT 120 LABELS "core;fault"
+    ENVIRONMENT "RR_TIMEOUT=30;RR_GRACE_PERIOD=2")
+endforeach()

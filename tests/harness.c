@@ -232,3 +232,82 @@ uint64_t t_hash(const void *buf, size_t bytes) {
   for (size_t i = 0; i < bytes; i++) h = (h ^ p[i]) * 1099511628211ull;
   return h;
 }
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+int t_free_port(void) {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  if (fd < 0) return -1;
+  struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+  socklen_t len = sizeof a;
+  int port = -1;
+  if (bind(fd, (struct sockaddr *)&a, sizeof a) == 0 &&
+      getsockname(fd, (struct sockaddr *)&a, &len) == 0)
+    port = ntohs(a.sin_port);
+  close(fd);
+  return port;
+}
+
+int t_run(int n, int (*fn)(int rank, void *arg), void *arg, t_during_fn during,
+          double timeout_s, int *exit_codes, int *signals) {
+  int port = t_free_port();
+  int *pids = calloc((size_t)n, sizeof *pids);
+  if (!pids || port < 0) return -1;
+  pid_t parent = getpid();
+  fflush(NULL);
+  for (int r = 0; r < n; r++) {
+    pid_t p = fork();
+    if (p < 0) return -1;
+    if (p == 0) {
+      if (prctl(PR_SET_PDEATHSIG, SIGKILL) != 0 || getppid() != parent) _exit(125);
+      char v[32];
+      snprintf(v, sizeof v, "%d", r);
+      setenv("RANK", v, 1);
+      setenv("LOCAL_RANK", v, 1);
+      snprintf(v, sizeof v, "%d", n);
+      setenv("WORLD_SIZE", v, 1);
+      snprintf(v, sizeof v, "%d", port);
+      setenv("MASTER_PORT", v, 1);
+      setenv("MASTER_ADDR", "127.0.0.1", 1);
+      t_rank = r;
+      int rc = fn(r, arg);
+      fflush(NULL);
+      _exit(rc);
+    }
+    pids[r] = p;
+  }
+  if (during) during(pids, n, arg);
+  double end = t_now() + timeout_s;
+  int live = n, rc = 0;
+  while (live > 0) {
+    int ws;
+    pid_t p = waitpid(-1, &ws, WNOHANG);
+    if (p > 0) {
+      for (int r = 0; r < n; r++)
+        if (pids[r] == p) {
+          exit_codes[r] = WIFEXITED(ws) ? WEXITSTATUS(ws) : -1;
+          signals[r] = WIFSIGNALED(ws) ? WTERMSIG(ws) : 0;
+          pids[r] = 0;
+          live--;
+        }
+      continue;
+    }
+    if (t_now() > end) {
+      fprintf(stderr, "t_run: %d rank(s) still running after %.0f s: killing them\n", live, timeout_s);
+      for (int r = 0; r < n; r++)
+        if (pids[r]) kill(pids[r], SIGKILL), exit_codes[r] = -1, signals[r] = SIGKILL;
+      while (waitpid(-1, NULL, 0) > 0) {}
+      rc = -1;
+      break;
+    }
+    usleep(2000);
+  }
+  free(pids);
+  return rc;
+}

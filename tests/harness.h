@@ -80,3 +80,15 @@ double t_now(void);
 uint64_t t_hash(const void *buf, size_t bytes);
 
 #endif /* RR_TESTS_HARNESS_H_ */
+
+/* Launch n ranks as child processes with the env:// variables set (MASTER_ADDR=127.0.0.1,
+ * a free MASTER_PORT), without stopping the others when one fails (unlike rr_spawn), so
+ * fault tests can see what survivors report. `during` (may be NULL) runs in the parent
+ * after the start with the children's pids, e.g. to kill one. All children are killed
+ * when timeout_s passes (then the call returns -1). Exit codes / signals land in the
+ * arrays (each n long). Returns 0 when all exited. */
+typedef void (*t_during_fn)(const int *pids, int n, void *arg);
+int t_run(int n, int (*fn)(int rank, void *arg), void *arg, t_during_fn during,
+          double timeout_s, int *exit_codes, int *signals);
+/* A TCP port nobody listens on right now. */
+int t_free_port(void);

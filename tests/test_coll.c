@@ -47,12 +47,11 @@ static int same_everywhere(rr_pg *pg, const void *buf, size_t bytes, const char 
   int n = rr_get_world_size(pg);
   int64_t h = (int64_t)t_hash(buf, bytes), *all = xalloc((size_t)n * sizeof *all);
   T_OK(rr_all_gather(pg, &h, all, 1, RR_INT64));
-  for (int i = 0; i < n; i++)
-    if (all[i] != h) {
-      free(all);
-      T_FAIL("%s: rank %d's result differs in its bits from rank %d's", what, i, t_rank);
-    }
+  int differs = -1;
+  for (int i = 0; i < n && differs < 0; i++)
+    if (all[i] != h) differs = i;
   free(all);
+  T_CHECK(differs < 0, "%s: rank %d's result differs in its bits from rank %d's", what, differs, t_rank);
   return 0;
 }
 
@@ -218,13 +217,13 @@ static int case_barrier(rr_pg *pg, uint64_t seed, int iter) {
   T_OK(rr_barrier(pg));
   times[1] = t_now();
   T_OK(rr_all_gather(pg, times, all, 2, RR_FLOAT64));
-  for (int q = 0; q < n; q++)
-    if (all[2 * r + 1] < all[2 * q]) {
-      free(all);
-      T_FAIL("barrier %d: rank %d left at %.6f before rank %d entered at %.6f", iter, r,
-             times[1], q, all[2 * q]);
-    }
+  int early = -1;
+  double entered = 0;
+  for (int q = 0; q < n && early < 0; q++)
+    if (all[2 * r + 1] < all[2 * q]) early = q, entered = all[2 * q];
   free(all);
+  T_CHECK(early < 0, "barrier %d: rank %d left at %.6f before rank %d entered at %.6f", iter, r,
+          times[1], early, entered);
   return 0;
 }
 

@@ -25,6 +25,9 @@ int rr__addr_resolve(const char *host, int port, rr__addr *out) {
   snprintf(portstr, sizeof portstr, "%d", port);
   /* Strip [] around IPv6 literals. */
   char buf[256];
+  if (strlen(host ? host : "") >= sizeof buf)
+    return rr__set_error(RR_EADDR, "host name '%.40s...' is longer than %zu characters", host,
+                         sizeof buf - 1);
   snprintf(buf, sizeof buf, "%s", host ? host : "");
   char *h = buf;
   size_t hl = strlen(h);
@@ -286,9 +289,12 @@ int rr__sock_connect(const rr__addr *to, int64_t deadline_ms, int *fd_out) {
         if (getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &el) != 0) err = errno;
         errno = err;
         rc = err ? -1 : 0;
-      } else {
+      } else if (rc == RR_ETIMEDOUT) {
         errno = ETIMEDOUT;
         rc = -1;
+      } else { /* poll itself failed: not worth retrying, keep its error */
+        close(fd);
+        return rr__prefix_error(rc, "connecting to %s", rr__addr_str(to, as, sizeof as));
       }
     }
     if (rc == 0) {

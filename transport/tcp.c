@@ -64,6 +64,7 @@ static void rr__tcp_advance(rr__tcp_conn *c, rr__tcp_queue *q, size_t bytes) {
       q->head = r->next;
       if (!q->head) q->tail = NULL;
       c->base.pending--;
+      if (q == &c->rq) c->base.rx_pending--;
     }
   }
 }
@@ -86,7 +87,9 @@ static int rr__tcp_isend(rr__conn *base, rr__req *r) {
 }
 
 static int rr__tcp_irecv(rr__conn *base, rr__req *r) {
-  return rr__tcp_post(base, r, &((rr__tcp_conn *)base)->rq);
+  int st = rr__tcp_post(base, r, &((rr__tcp_conn *)base)->rq);
+  if (st == RR_OK && !r->complete) base->rx_pending++;
+  return st;
 }
 
 static int rr__tcp_progress(rr__conn *base, size_t *moved) {
@@ -143,6 +146,28 @@ static int rr__tcp_pollfd(rr__conn *base, struct pollfd *pfd) {
   pfd->events = ev;
   pfd->revents = 0;
   return 1;
+}
+
+static int rr__tcp_peek(rr__conn *base, void *buf, size_t len, size_t *got) {
+  rr__tcp_conn *c = (rr__tcp_conn *)base;
+  *got = 0;
+  for (;;) {
+    ssize_t r = recv(c->fd, buf, len, MSG_PEEK | MSG_DONTWAIT);
+    if (r >= 0) {
+      *got = (size_t)r;
+      return RR_OK;
+    }
+    if (errno == EINTR) continue;
+    if (errno == EAGAIN || errno == EWOULDBLOCK) return RR_OK;
+    return rr__set_error(RR_EPEER, "connection to rank %d: %s", c->base.peer_global,
+                         strerror(errno));
+  }
+}
+
+static void rr__tcp_peekfd(rr__conn *base, struct pollfd *pfd) {
+  pfd->fd = ((rr__tcp_conn *)base)->fd;
+  pfd->events = POLLIN;
+  pfd->revents = 0;
 }
 
 static void rr__tcp_close(rr__conn *base) {
@@ -210,6 +235,8 @@ const rr__transport rr__tcp_transport = {
     .irecv = rr__tcp_irecv,
     .progress = rr__tcp_progress,
     .pollfd = rr__tcp_pollfd,
+    .peek = rr__tcp_peek,
+    .peekfd = rr__tcp_peekfd,
     .close = rr__tcp_close,
 };
 

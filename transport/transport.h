@@ -49,6 +49,7 @@ typedef struct rr__conn {
   int peer_global; /* its global rank, for messages */
   int lane;        /* index among this peer's lanes */
   int pending;     /* requests queued here (maintained by the transport) */
+  int rx_pending;  /* of which receives */
   int64_t last_rx_ms; /* when bytes last arrived (for timeout messages) */
   int in_active;      /* owned by ring/comm.c: listed among lanes with work */
 } rr__conn;
@@ -73,6 +74,11 @@ typedef struct rr__transport {
   int (*progress)(rr__conn *c, size_t *moved);
   /* Fill *pfd to sleep on this lane; returns 0 if it has nothing to wait for. */
   int (*pollfd)(rr__conn *c, struct pollfd *pfd);
+  /* Copy up to len bytes that have arrived but no receive has taken yet, without consuming
+   * them (so a waiting call can look at a peer's next header); returns the count. pfd gets
+   * what to poll on for such bytes. Never blocks. */
+  int (*peek)(rr__conn *c, void *buf, size_t len, size_t *got);
+  void (*peekfd)(rr__conn *c, struct pollfd *pfd);
   /* Close and free the lane. */
   void (*close)(rr__conn *c);
 } rr__transport;

@@ -1,0 +1,469 @@
+/* Bad input and faults. Each scenario asserts what every rank sees: the status, that the
+ * message names the rank and the cause, and that it arrives within a bounded time.
+ *
+ *   test_fault <scenario>
+ *
+ * invalid_args, mismatch, late_rank, kill9, timeout, wait_timeout, destroy_early,
+ * port_in_use, unreachable, env_errors, duplicate_rank, world_mismatch */
+#include <errno.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <netinet/in.h>
+#include <arpa/inet.h>
+#include <unistd.h>
+
+#include "tests/harness.h"
+
+#define T_HAS(msg, sub) T_CHECK(strstr((msg), (sub)) != NULL, "message lacks '%s': %s", (sub), (msg))
+
+static int all_ok(int n, const int *codes, const int *sigs, const char *what) {
+  int bad = 0;
+  for (int r = 0; r < n; r++)
+    if (codes[r] != 0 || sigs[r] != 0) {
+      fprintf(stderr, "%s: rank %d exit code %d signal %d\n", what, r, codes[r], sigs[r]);
+      bad = 1;
+    }
+  return bad;
+}
+
+/* ---- invalid arguments: refused locally, nothing sent, the group stays usable ---- */
+static int invalid_args(int rank, void *arg) {
+  (void)arg;
+  rr_pg *pg;
+  T_OK(rr_init_process_group(&pg, NULL));
+  int n = rr_get_world_size(pg);
+  float buf[64] = {0};
+  for (int i = 0; i < 64; i++) buf[i] = (float)(rank + 1);
+  struct { int st; const char *needle; } cases[12];
+  int k = 0;
+  rr_work *w = (rr_work *)1;
+  cases[k++] = (typeof(cases[0])){rr_all_reduce(pg, NULL, buf, 10, RR_FLOAT32, RR_SUM), "sendbuf is NULL"};
+  cases[k++] = (typeof(cases[0])){rr_all_reduce(pg, buf, NULL, 10, RR_FLOAT32, RR_SUM), "recvbuf is NULL"};
+  cases[k++] = (typeof(cases[0])){rr_all_reduce(pg, buf, buf, 10, (rr_dtype)99, RR_SUM), "dtype"};
+  cases[k++] = (typeof(cases[0])){rr_all_reduce(pg, buf, buf, 10, RR_FLOAT32, RR_BAND), "band"};
+  cases[k++] = (typeof(cases[0])){rr_all_reduce(pg, buf, buf, 10, RR_FLOAT32, (rr_op)42), "op"};
+  cases[k++] = (typeof(cases[0])){rr_broadcast(pg, buf, buf, 10, RR_FLOAT32, n + 3), "out of range"};
+  cases[k++] = (typeof(cases[0])){rr_reduce(pg, buf, buf, 10, RR_FLOAT32, RR_SUM, -1), "out of range"};
+  cases[k++] = (typeof(cases[0])){rr_all_reduce(pg, buf, buf, SIZE_MAX / 2, RR_FLOAT32, RR_SUM), "overflows"};
+  cases[k++] = (typeof(cases[0])){rr_all_reduce(pg, buf, buf + 1, 10, RR_FLOAT32, RR_SUM), "overlap"};
+  cases[k++] = (typeof(cases[0])){rr_send(pg, buf, 10, RR_FLOAT32, rank), "oneself"};
+  cases[k++] = (typeof(cases[0])){rr_all_reduce_async(pg, buf, buf, 10, RR_FLOAT32, RR_SUM, NULL), "work is NULL"};
+  cases[k++] = (typeof(cases[0])){rr_all_reduce_async(pg, NULL, buf, 10, RR_FLOAT32, RR_SUM, &w), "sendbuf is NULL"};
+  T_CHECK(w == NULL, "a refused async call must leave *work NULL");
+  char who[32];
+  snprintf(who, sizeof who, "rank %d", rank);
+  for (int i = 0; i < k; i++) {
+    T_CHECK(cases[i].st == RR_EINVAL, "case %d: status %s, want RR_EINVAL", i, rr_status_name(cases[i].st));
+  }
+  /* The messages (re-run each to read its text; the last error is per call). */
+  rr_all_reduce(pg, NULL, buf, 10, RR_FLOAT32, RR_SUM);
+  T_HAS(rr_last_error(), who);
+  T_HAS(rr_last_error(), "all_reduce");
+  T_HAS(rr_last_error(), "sendbuf is NULL");
+  rr_all_reduce(pg, buf, buf, 10, RR_FLOAT32, RR_BAND);
+  T_HAS(rr_last_error(), "band");
+  rr_broadcast(pg, buf, buf, 10, RR_FLOAT32, n + 3);
+  T_HAS(rr_last_error(), "root");
+  /* Nothing was sent: the next valid call is the first one every rank sees. */
+  T_OK(rr_all_reduce(pg, buf, buf, 64, RR_FLOAT32, RR_SUM));
+  for (int i = 0; i < 64; i++)
+    T_CHECK(buf[i] == (float)(n * (n + 1) / 2), "element %d is %g after invalid calls", i, buf[i]);
+  T_OK(rr_destroy_process_group(pg));
+  return 0;
+}
+
+/* ---- mismatched calls: every rank fails, and every message shows both calls ---- */
+typedef struct mm_case {
+  const char *name;
+  const char *a, *b; /* substrings: both calls must appear in every rank's message */
+} mm_case;
+static const mm_case mm_cases[] = {
+    {"collective", "all_reduce #1", "broadcast #1"},
+    {"count", "(100 x float", "(101 x float"},
+    {"dtype", "x float,", "x double,"},
+    {"op", "float, sum", "float, max"},
+    {"root", "root 0", "root 1"},
+    {"reduce_root", "reduce #1 (100 x float, sum, root 0)", "root 2"},
+    {"seg_bytes", "RR_SEG_BYTES differs", "all_reduce"},
+};
+
+static int mismatch(int rank, void *arg) {
+  const mm_case *mc = arg;
+  if (!strcmp(mc->name, "seg_bytes") && rank == 2) setenv("RR_SEG_BYTES", "8192", 1);
+  rr_pg *pg;
+  T_OK(rr_init_process_group(&pg, NULL));
+  float x[101], y[101];
+  double z[100];
+  for (int i = 0; i < 101; i++) x[i] = (float)i;
+  for (int i = 0; i < 100; i++) z[i] = i;
+  T_OK(rr_barrier(pg)); /* call #0 matches everywhere */
+  double t0 = t_now();
+  int st;
+  const char *m = mc->name;
+  int odd = rank >= 2; /* ranks 2 and 3 make the other call */
+  if (!strcmp(m, "collective"))
+    st = odd ? rr_broadcast(pg, x, y, 100, RR_FLOAT32, 0) : rr_all_reduce(pg, x, y, 100, RR_FLOAT32, RR_SUM);
+  else if (!strcmp(m, "count"))
+    st = rr_all_reduce(pg, x, y, odd ? 101 : 100, RR_FLOAT32, RR_SUM);
+  else if (!strcmp(m, "dtype"))
+    st = odd ? rr_all_reduce(pg, z, z, 100, RR_FLOAT64, RR_SUM) : rr_all_reduce(pg, x, y, 100, RR_FLOAT32, RR_SUM);
+  else if (!strcmp(m, "op"))
+    st = rr_all_reduce(pg, x, y, 100, RR_FLOAT32, odd ? RR_MAX : RR_SUM);
+  else if (!strcmp(m, "root"))
+    st = rr_broadcast(pg, x, y, 100, RR_FLOAT32, odd ? 1 : 0);
+  else if (!strcmp(m, "reduce_root"))
+    st = rr_reduce(pg, x, y, 100, RR_FLOAT32, RR_SUM, rank == 3 ? 2 : 0);
+  else { /* seg_bytes: one rank cuts segments differently; a (segmented) ring must notice */
+    float *big = calloc(1 << 18, sizeof *big);
+    st = rr_all_reduce(pg, big, big, 1 << 18, RR_FLOAT32, RR_SUM);
+    free(big);
+  }
+  double dt = t_now() - t0;
+  const char *e = rr_last_error();
+  T_CHECK(st == RR_EMISMATCH, "status %s, want RR_EMISMATCH: %s", rr_status_name(st), e);
+  T_HAS(e, "mismatched calls");
+  T_HAS(e, mc->a);
+  T_HAS(e, mc->b);
+  T_CHECK(dt < 5.0, "took %.1f s to report the mismatch", dt);
+  /* The group is unusable now, and says why. */
+  st = rr_barrier(pg);
+  T_CHECK(st == RR_EABORTED, "next call returned %s", rr_status_name(st));
+  T_HAS(rr_last_error(), "mismatched calls");
+  rr_destroy_process_group(pg);
+  return 0;
+}
+
+/* ---- a rank that never joins: everyone else names it within the timeout ---- */
+static int late_rank(int rank, void *arg) {
+  (void)arg;
+  if (rank == 3) {
+    sleep(8);
+    return 0;
+  }
+  double t0 = t_now();
+  rr_pg *pg;
+  int st = rr_init_process_group(&pg, NULL);
+  double dt = t_now() - t0;
+  T_CHECK(st == RR_ETIMEDOUT, "init returned %s: %s", rr_status_name(st), rr_last_error());
+  T_HAS(rr_last_error(), "rank 3 to join");
+  T_HAS(rr_last_error(), "3 of 4 arrived");
+  T_CHECK(dt >= 1.5 && dt < 5.0, "reported after %.1f s with RR_TIMEOUT=2", dt);
+  return 0;
+}
+
+/* ---- kill -9 during collectives: survivors name the dead rank fast ---- */
+typedef struct kill_case {
+  int victim;
+  const char *coll;
+  double kill_after;
+  double killed_at;
+} kill_case;
+
+static int kill9(int rank, void *arg) {
+  kill_case *kc = arg;
+  rr_pg *pg;
+  T_OK(rr_init_process_group(&pg, NULL));
+  size_t n = strcmp(kc->coll, "barrier") ? (size_t)1 << 21 : 0;
+  float *x = calloc(n + 1, sizeof *x);
+  int st;
+  for (long it = 0;; it++) {
+    if (!strcmp(kc->coll, "all_reduce")) st = rr_all_reduce(pg, x, x, n, RR_FLOAT32, RR_SUM);
+    else if (!strcmp(kc->coll, "broadcast")) st = rr_broadcast(pg, x, x, n, RR_FLOAT32, (int)(it % 4));
+    else st = rr_barrier(pg);
+    if (st != RR_OK) break;
+  }
+  char want[32];
+  snprintf(want, sizeof want, "rank %d", kc->victim);
+  const char *e = rr_last_error();
+  T_CHECK(st == RR_EPEER, "status %s: %s", rr_status_name(st), e);
+  T_CHECK(strstr(e, "lost rank") || strstr(e, "closed by the peer") || strstr(e, "reset"),
+          "message does not say the peer is gone: %s", e);
+  T_HAS(e, want);
+  free(x);
+  rr_destroy_process_group(pg);
+  return 0;
+}
+
+static void kill_one(const int *pids, int n, void *arg) {
+  kill_case *kc = arg;
+  (void)n;
+  usleep((useconds_t)(kc->kill_after * 1e6));
+  kill(pids[kc->victim], SIGKILL);
+  kc->killed_at = t_now();
+}
+
+/* ---- a rank that does not make the call: the others time out with a clear message ---- */
+static int timeout_case(int rank, void *arg) {
+  (void)arg;
+  rr_pg *pg;
+  T_OK(rr_init_process_group(&pg, NULL));
+  T_OK(rr_pg_set_timeout(pg, 2000));
+  float x[1000] = {0};
+  double t0 = t_now();
+  if (rank == 2) sleep(5); /* busy elsewhere: it misses the deadline */
+  int st = rr_all_reduce(pg, x, x, 1000, RR_FLOAT32, RR_SUM);
+  double dt = t_now() - t0;
+  T_CHECK(st != RR_OK, "rank %d: the call succeeded", rank);
+  if (rank != 2) {
+    T_CHECK(st == RR_ETIMEDOUT, "status %s: %s", rr_status_name(st), rr_last_error());
+    T_HAS(rr_last_error(), "timed out after 2.0 s");
+    T_CHECK(dt >= 1.9 && dt < 4.0, "gave up after %.1f s with a 2 s timeout", dt);
+  } else {
+    /* The late rank learns at once that the others gave up. */
+    T_CHECK(dt < 6.0, "late rank waited %.1f s", dt);
+  }
+  rr_destroy_process_group(pg);
+  return 0;
+}
+
+/* ---- rr_work_wait with a limit: gives up, aborts, says so ---- */
+static int wait_timeout(int rank, void *arg) {
+  (void)arg;
+  rr_pg *pg;
+  T_OK(rr_init_process_group(&pg, NULL));
+  float x[16] = {0};
+  if (rank == 1) {
+    sleep(3);
+  } else {
+    rr_work *w;
+    T_OK(rr_all_reduce_async(pg, x, x, 16, RR_FLOAT32, RR_SUM, &w));
+    double t0 = t_now();
+    int st = rr_work_wait(w, 500);
+    double dt = t_now() - t0;
+    T_CHECK(st == RR_ETIMEDOUT, "status %s", rr_status_name(st));
+    T_HAS(rr_last_error(), "gave up");
+    T_CHECK(dt >= 0.45 && dt < 2.0, "returned after %.2f s", dt);
+    rr_work_free(w);
+    T_CHECK(rr_barrier(pg) == RR_EABORTED, "group still usable after the abort");
+  }
+  rr_destroy_process_group(pg);
+  return 0;
+}
+
+/* ---- a rank destroys its group while the others still need it ---- */
+static int destroy_early(int rank, void *arg) {
+  (void)arg;
+  rr_pg *pg;
+  T_OK(rr_init_process_group(&pg, NULL));
+  float x[1 << 16] = {0};
+  T_OK(rr_all_reduce(pg, x, x, 1 << 16, RR_FLOAT32, RR_SUM));
+  if (rank == 0) {
+    T_OK(rr_destroy_process_group(pg));
+    return 0;
+  }
+  int st = rr_all_reduce(pg, x, x, 1 << 16, RR_FLOAT32, RR_SUM);
+  T_CHECK(st == RR_EPEER, "status %s: %s", rr_status_name(st), rr_last_error());
+  T_HAS(rr_last_error(), "rank 0");
+  rr_destroy_process_group(pg);
+  return 0;
+}
+
+/* ---- duplicate RANK and inconsistent WORLD_SIZE: named, not hung ---- */
+static int duplicate_rank(int rank, void *arg) {
+  (void)arg;
+  if (rank == 2) setenv("RANK", "1", 1); /* two processes claim rank 1; rank 2 is missing */
+  rr_pg *pg;
+  int st = rr_init_process_group(&pg, NULL);
+  T_CHECK(st != RR_OK, "init succeeded with a duplicate rank");
+  const char *e = rr_last_error();
+  /* One claimant is told about the duplicate; the others time out naming rank 2. */
+  if (strstr(e, "claimed by 2 processes")) return 10;
+  T_HAS(e, "rank 2");
+  return 0;
+}
+
+static int world_mismatch(int rank, void *arg) {
+  (void)arg;
+  if (rank == 1) setenv("WORLD_SIZE", "3", 1);
+  rr_pg *pg;
+  int st = rr_init_process_group(&pg, NULL);
+  if (rank == 1) {
+    T_CHECK(st == RR_EINVAL, "status %s: %s", rr_status_name(st), rr_last_error());
+    T_HAS(rr_last_error(), "world size 3 but rank 0 has 2");
+  } else {
+    T_CHECK(st != RR_OK, "rank 0 formed a group without rank 1");
+  }
+  return 0;
+}
+
+/* ---- single-process scenarios ---- */
+static int port_in_use(void) {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_ANY)};
+  socklen_t len = sizeof a;
+  T_CHECK(bind(fd, (struct sockaddr *)&a, sizeof a) == 0 && listen(fd, 1) == 0 &&
+              getsockname(fd, (struct sockaddr *)&a, &len) == 0, "cannot occupy a port");
+  char port[16];
+  snprintf(port, sizeof port, "%d", ntohs(a.sin_port));
+  setenv("MASTER_ADDR", "127.0.0.1", 1);
+  setenv("MASTER_PORT", port, 1);
+  setenv("RANK", "0", 1);
+  setenv("WORLD_SIZE", "2", 1);
+  rr_pg *pg;
+  double t0 = t_now();
+  int st = rr_init_process_group(&pg, NULL);
+  T_CHECK(st == RR_EADDR, "status %s: %s", rr_status_name(st), rr_last_error());
+  T_HAS(rr_last_error(), "in use");
+  T_HAS(rr_last_error(), port);
+  T_HAS(rr_last_error(), "rank 0");
+  T_CHECK(t_now() - t0 < 1.0, "took %.1f s", t_now() - t0);
+  close(fd);
+  return 0;
+}
+
+static int unreachable(void) {
+  char port[16];
+  snprintf(port, sizeof port, "%d", t_free_port());
+  setenv("MASTER_ADDR", "127.0.0.1", 1);
+  setenv("MASTER_PORT", port, 1);
+  setenv("RANK", "1", 1);
+  setenv("WORLD_SIZE", "2", 1);
+  rr_pg *pg;
+  double t0 = t_now();
+  int st = rr_init_process_group(&pg, NULL);
+  double dt = t_now() - t0;
+  T_CHECK(st == RR_ETIMEDOUT || st == RR_EADDR, "status %s: %s", rr_status_name(st), rr_last_error());
+  T_HAS(rr_last_error(), port);
+  T_HAS(rr_last_error(), "127.0.0.1");
+  T_CHECK(dt >= 1.5 && dt < 5.0, "gave up after %.1f s with RR_TIMEOUT=2", dt);
+  return 0;
+}
+
+static int expect_env_error(const char *needle, int want) {
+  rr_pg *pg = (rr_pg *)1;
+  int st = rr_init_process_group(&pg, NULL);
+  T_CHECK(st == want, "status %s, want %s: %s", rr_status_name(st), rr_status_name(want), rr_last_error());
+  T_CHECK(pg == NULL, "*pg not NULL after a failed init");
+  T_HAS(rr_last_error(), needle);
+  return 0;
+}
+
+static int env_errors(void) {
+  unsetenv("RANK"), unsetenv("WORLD_SIZE"), unsetenv("MASTER_ADDR"), unsetenv("MASTER_PORT");
+  unsetenv("SLURM_PROCID"), unsetenv("SLURM_NTASKS"), unsetenv("OMPI_COMM_WORLD_RANK"),
+      unsetenv("OMPI_COMM_WORLD_SIZE");
+  int bad = 0;
+  bad |= expect_env_error("RANK expected, but not set", RR_EENV);
+  setenv("RANK", "0", 1);
+  bad |= expect_env_error("WORLD_SIZE expected, but not set", RR_EENV);
+  setenv("WORLD_SIZE", "2", 1);
+  bad |= expect_env_error("MASTER_ADDR expected, but not set", RR_EENV);
+  setenv("MASTER_ADDR", "127.0.0.1", 1);
+  bad |= expect_env_error("MASTER_PORT expected, but not set", RR_EENV);
+  setenv("MASTER_PORT", "70000", 1);
+  bad |= expect_env_error("MASTER_PORT='70000'", RR_EENV);
+  setenv("MASTER_PORT", "29500", 1);
+  setenv("RANK", "abc", 1);
+  bad |= expect_env_error("RANK='abc'", RR_EENV);
+  setenv("RANK", "2", 1);
+  bad |= expect_env_error("rank 2 is outside 0..1", RR_EINVAL);
+  unsetenv("RANK"), unsetenv("WORLD_SIZE");
+  setenv("SLURM_PROCID", "1", 1);
+  bad |= expect_env_error("SLURM_NTASKS expected, but not set", RR_EENV);
+  unsetenv("SLURM_PROCID");
+  rr_pg_options o = RR_PG_OPTIONS_INIT;
+  rr_pg *pg;
+  o.init_method = "tcp://127.0.0.1:29500?rank=0";
+  T_CHECK(rr_init_process_group(&pg, &o) == RR_EINVAL && strstr(rr_last_error(), "world_size"), "%s", rr_last_error());
+  o.init_method = "tcp://127.0.0.1?rank=0&world_size=1";
+  T_CHECK(rr_init_process_group(&pg, &o) == RR_EINVAL && strstr(rr_last_error(), "host:port"), "%s", rr_last_error());
+  o.init_method = "tcp://127.0.0.1:29500?rank=0&wrld_size=1";
+  T_CHECK(rr_init_process_group(&pg, &o) == RR_EINVAL && strstr(rr_last_error(), "wrld_size"), "%s", rr_last_error());
+  o.init_method = "udp://x";
+  T_CHECK(rr_init_process_group(&pg, &o) == RR_EINVAL && strstr(rr_last_error(), "unknown init_method"), "%s", rr_last_error());
+  return bad;
+}
+
+static int env_params(void) {
+  setenv("RR_NSOCKS", "banana", 1);
+  return expect_env_error("RR_NSOCKS='banana'", RR_EENV);
+}
+
+int main(int argc, char **argv) {
+  if (argc < 2) {
+    fprintf(stderr, "usage: %s <scenario>\n", argv[0]);
+    return 2;
+  }
+  const char *s = argv[1];
+  int codes[8], sigs[8];
+  if (!strcmp(s, "invalid_args")) {
+    if (t_run(3, invalid_args, NULL, NULL, 60, codes, sigs)) return 1;
+    return all_ok(3, codes, sigs, s);
+  }
+  if (!strcmp(s, "mismatch")) {
+    int bad = 0;
+    for (size_t i = 0; i < sizeof mm_cases / sizeof mm_cases[0]; i++) {
+      printf("mismatch: %s\n", mm_cases[i].name);
+      fflush(stdout);
+      if (t_run(4, mismatch, (void *)&mm_cases[i], NULL, 60, codes, sigs)) return 1;
+      bad |= all_ok(4, codes, sigs, mm_cases[i].name);
+    }
+    return bad;
+  }
+  if (!strcmp(s, "late_rank")) {
+    setenv("RR_TIMEOUT", "2", 1);
+    if (t_run(4, late_rank, NULL, NULL, 60, codes, sigs)) return 1;
+    return all_ok(4, codes, sigs, s);
+  }
+  if (!strcmp(s, "kill9")) {
+    /* Each position of the ring, in each kind of call, at a random moment. */
+    const char *colls[] = {"all_reduce", "broadcast", "barrier"};
+    int bad = 0;
+    for (int victim = 0; victim < 4; victim++)
+      for (int c = 0; c < 3; c++) {
+        kill_case kc = {.victim = victim, .coll = colls[c],
+                        .kill_after = 0.4 + (double)(t_bits(t_seed(), (uint64_t)victim, (uint64_t)c) % 400) / 1000.0};
+        if (t_run(4, kill9, &kc, kill_one, 60, codes, sigs)) return 1;
+        double took = t_now() - kc.killed_at;
+        printf("kill -9 rank %d in %s after %.2f s: survivors reported in %.2f s\n", victim,
+               colls[c], kc.kill_after, took);
+        for (int r = 0; r < 4; r++)
+          if (r != victim && (codes[r] != 0 || sigs[r] != 0)) {
+            fprintf(stderr, "survivor rank %d: exit %d signal %d\n", r, codes[r], sigs[r]);
+            bad = 1;
+          }
+        if (sigs[victim] != SIGKILL) bad = 1, fprintf(stderr, "victim was not killed\n");
+        if (took > 5.0) bad = 1, fprintf(stderr, "survivors took %.1f s (timeout is 30 s)\n", took);
+      }
+    return bad;
+  }
+  if (!strcmp(s, "timeout")) {
+    if (t_run(3, timeout_case, NULL, NULL, 60, codes, sigs)) return 1;
+    return all_ok(3, codes, sigs, s);
+  }
+  if (!strcmp(s, "wait_timeout")) {
+    if (t_run(2, wait_timeout, NULL, NULL, 60, codes, sigs)) return 1;
+    return all_ok(2, codes, sigs, s);
+  }
+  if (!strcmp(s, "destroy_early")) {
+    if (t_run(3, destroy_early, NULL, NULL, 60, codes, sigs)) return 1;
+    return all_ok(3, codes, sigs, s);
+  }
+  if (!strcmp(s, "duplicate_rank")) {
+    setenv("RR_TIMEOUT", "3", 1);
+    if (t_run(3, duplicate_rank, NULL, NULL, 60, codes, sigs)) return 1;
+    int told = 0, bad = 0;
+    for (int r = 0; r < 3; r++) {
+      if (codes[r] == 10) told++;
+      else if (codes[r] != 0 || sigs[r]) bad = 1;
+    }
+    if (told != 1) fprintf(stderr, "%d processes were told about the duplicate, want 1\n", told);
+    return bad || told != 1;
+  }
+  if (!strcmp(s, "world_mismatch")) {
+    setenv("RR_TIMEOUT", "3", 1);
+    if (t_run(2, world_mismatch, NULL, NULL, 60, codes, sigs)) return 1;
+    return all_ok(2, codes, sigs, s);
+  }
+  if (!strcmp(s, "port_in_use")) return port_in_use();
+  if (!strcmp(s, "unreachable")) {
+    setenv("RR_TIMEOUT", "2", 1);
+    return unreachable();
+  }
+  if (!strcmp(s, "env_errors")) return env_errors();
+  if (!strcmp(s, "env_params")) return env_params();
+  fprintf(stderr, "unknown scenario %s\n", s);
+  return 2;
+}

@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# Install what building and testing ringreduce needs, only if it is missing (Debian/Ubuntu,
+# via apt-get; run as root or with sudo available). Sourced or run by tools/quickstart.sh,
+# tests/run.sh and .ci/run, so a fresh machine needs nothing installed by hand.
+set -euo pipefail
+
+need=()
+command -v cmake >/dev/null 2>&1 || need+=(cmake)
+command -v cc >/dev/null 2>&1 || need+=(gcc libc6-dev)
+command -v make >/dev/null 2>&1 || need+=(make)
+command -v ninja >/dev/null 2>&1 || need+=(ninja-build)
+command -v ip >/dev/null 2>&1 || need+=(iproute2)       # tests: several hosts in netns
+command -v python3 >/dev/null 2>&1 || need+=(python3)   # tests: JSON output check
+
+if [ ${#need[@]} -gt 0 ]; then
+  echo "deps: installing ${need[*]}"
+  SUDO=""
+  [ "$(id -u)" -eq 0 ] || SUDO="sudo"
+  export DEBIAN_FRONTEND=noninteractive
+  $SUDO apt-get update -qq
+  $SUDO apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
+fi

@@ -24,7 +24,9 @@
   XX(algo, "RR_ALGO", "auto", "all-reduce algorithm: auto, ring or rd (recursive doubling)") \
   XX(socket_ifname, "RR_SOCKET_IFNAME", "",                                                 \
      "interfaces for data sockets: prefixes, ^ excludes, = exact (NCCL syntax)")            \
-  XX(hostid, "RR_HOSTID", "", "override the host identity used to find ranks on one host")
+  XX(hostid, "RR_HOSTID", "", "override the host identity used to find ranks on one host")   \
+  XX(job_token, "RR_JOB_TOKEN", "",                                                          \
+     "secret shared by the ranks of one job (rrun sets it); other connections are refused")
 
 typedef struct rr__params {
 #define RR__P_INT(f, env, def, doc) int64_t f;

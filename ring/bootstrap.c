@@ -20,6 +20,7 @@
 
 #include "common/log.h"
 #include "common/param.h"
+#include "common/siphash.h"
 #include "common/status.h"
 #include "common/util.h"
 #include "ring/wire.h"
@@ -154,11 +155,22 @@ static uint32_t rr__get32(const uint8_t *p) {
 
 typedef struct rr__mesh {
   const rr__boot *b;
+  int refused_token; /* greetings refused for a wrong job token (for the timeout message) */
   rr__peer_info *infos;
   const rr__transport **tp; /* [size] */
   int *nsock;               /* [size] sockets per pair, control included */
   int (*fds)[1 + RR__MAX_LANES];
 } rr__mesh;
+
+/* Proof of the job token for one socket: bound to the group, both ranks and the socket, so
+ * it cannot be reused for another connection. 0 without a token. */
+static uint64_t rr__greeting_proof(const rr__boot *b, int from, int to, int index) {
+  if (!b->token_key) return 0;
+  char ctx[RR__GROUP_ID_MAX + 48];
+  int n = snprintf(ctx, sizeof ctx, "rr-hello-v1/%s/%d/%d/%d", b->group_id, from, to, index);
+  uint64_t h = rr__siphash(b->token_key, ctx, (size_t)n);
+  return h ? h : 1;
+}
 
 /* Connect every socket to each lower rank and send its greeting. */
 static int rr__connect_lower(rr__mesh *m) {
@@ -172,7 +184,8 @@ static int rr__connect_lower(rr__mesh *m) {
       if (st != RR_OK)
         return rr__prefix_error(st, "connecting to rank %d", b->global_ranks[p]);
       m->fds[p][k] = fd;
-      rr__hello h = {.from = b->rank, .to = p, .index = k, .nsockets = m->nsock[p]};
+      rr__hello h = {.from = b->rank, .to = p, .index = k, .nsockets = m->nsock[p],
+                     .token_hash = rr__greeting_proof(b, b->rank, p, k)};
       snprintf(h.group, sizeof h.group, "%s", b->group_id);
       snprintf(h.transport, sizeof h.transport, "%s", m->tp[p]->name);
       uint8_t wire[RR__HELLO_BYTES];
@@ -200,6 +213,13 @@ static int rr__file_greeting(rr__mesh *m, rr__pending *pd) {
       h.from >= b->size) {
     rr__set_error(RR_EPROTO, "greeting for group '%s' rank %d from rank %d", h.group, h.to,
                   h.from);
+    return RR_EPROTO;
+  }
+  if (h.token_hash != rr__greeting_proof(b, h.from, h.to, h.index)) {
+    m->refused_token++;
+    rr__set_error(RR_EPROTO, "a connection claiming to be rank %d does not hold this job's "
+                  "token (another job, or RR_JOB_TOKEN differs between the ranks)",
+                  b->global_ranks[h.from]);
     return RR_EPROTO;
   }
   int p = h.from;
@@ -252,8 +272,11 @@ static int rr__accept_higher(rr__mesh *m, int lfd) {
                                   b->global_ranks[p]);
             break;
           }
-      st = rr__set_error(RR_ETIMEDOUT, "timed out waiting for connections from rank(s) %s",
-                         who);
+      st = rr__set_error(RR_ETIMEDOUT, "timed out waiting for connections from rank(s) %s%s",
+                         who,
+                         m->refused_token ? " (connections with a wrong job token were refused: "
+                                            "does RR_JOB_TOKEN differ between the ranks?)"
+                                          : "");
       break;
     }
     for (int i = npend - 1; i >= 0; i--) {

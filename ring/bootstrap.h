@@ -15,6 +15,7 @@ typedef struct rr__boot {
   const rr__addr *hint;    /* the master's address, to pick an interface; may be NULL */
   int64_t deadline_ms;
   int64_t timeout_ms;      /* for messages */
+  const uint8_t *token_key; /* 16 bytes, or NULL without a job token */
 } rr__boot;
 
 /* Rendezvous through the store and connect every pair of the group. */

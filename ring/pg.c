@@ -13,12 +13,14 @@
 
 #include "common/log.h"
 #include "common/param.h"
+#include "common/siphash.h"
 #include "common/status.h"
 #include "common/util.h"
 #include "ring/bootstrap.h"
 #include "ring/init_method.h"
 #include "ring/op.h"
 #include "ring/pg.h"
+#include "ring/store.h"
 
 void rr_pg_options_init(rr_pg_options *opt) {
   if (opt) *opt = (rr_pg_options)RR_PG_OPTIONS_INIT;
@@ -43,6 +45,14 @@ int rr_pg_set_timeout(rr_pg *pg, int64_t timeout_ms) {
   if (!pg || timeout_ms <= 0)
     return rr__set_error(RR_EINVAL, "rr_pg_set_timeout: need a group and a timeout > 0 ms");
   atomic_store(&pg->timeout_override, timeout_ms);
+  return RR_OK;
+}
+
+int rr_abort(rr_pg *pg) {
+  if (!pg) return rr__set_error(RR_EINVAL, "rr_abort: NULL group");
+  char reason[128];
+  snprintf(reason, sizeof reason, "rank %d called rr_abort", pg->global_ranks[pg->rank]);
+  rr__comm_abort(pg->comm, RR_EABORTED, reason, 1);
   return RR_OK;
 }
 
@@ -443,7 +453,8 @@ static int rr__pg_new(int size, rr_pg **out) {
 static int rr__pg_start(rr_pg *pg, int64_t deadline_ms) {
   rr__boot b = {.store = pg->store, .group_id = pg->id, .rank = pg->rank, .size = pg->size,
                 .global_ranks = pg->global_ranks, .hint = pg->have_hint ? &pg->hint : NULL,
-                .deadline_ms = deadline_ms, .timeout_ms = pg->timeout_ms};
+                .deadline_ms = deadline_ms, .timeout_ms = pg->timeout_ms,
+                .token_key = pg->have_token ? pg->token_key : NULL};
   RR_CHECK(rr__bootstrap(&b, &pg->comm));
   int e = pthread_create(&pg->worker, NULL, rr__worker_main, pg);
   if (e != 0) return rr__set_error(RR_ESYS, "pthread_create: %s", strerror(e));
@@ -506,13 +517,23 @@ int rr_init_process_group(rr_pg **out, const rr_pg_options *opt) {
   snprintf(pg->id, sizeof pg->id, "w");
   for (int i = 0; i < in.world_size; i++) pg->global_ranks[i] = i;
 
+  /* The job token: only a proof derived from it crosses the wire (store and greetings). */
+  const char *token = rr__params_get()->job_token;
+  char proof[32] = "";
+  if (token[0]) {
+    rr__token_key(token, pg->token_key);
+    pg->have_token = 1;
+    snprintf(proof, sizeof proof, "%016llx",
+             (unsigned long long)rr__siphash(pg->token_key, "rr-store-v1", 11));
+  }
   if (in.kind == RR__INIT_FILE) {
     st = rr_store_file(in.path, timeout, &pg->store);
   } else {
     st = rr__addr_resolve(in.host, in.port, &pg->hint);
     if (st == RR_OK) {
       pg->have_hint = 1;
-      st = rr_store_tcp(in.host, in.port, in.rank == 0, timeout, &pg->store);
+      st = rr__store_tcp_open(in.host, in.port, in.rank == 0, timeout, proof[0] ? proof : NULL,
+                              &pg->store);
     }
   }
   if (st != RR_OK) {
@@ -585,6 +606,8 @@ int rr_new_group(rr_pg *parent, const int *ranks, int nranks, int64_t timeout_ms
   pg->local_rank = parent->local_rank;
   pg->local_size = parent->local_size;
   pg->device = parent->device;
+  pg->have_token = parent->world->have_token;
+  memcpy(pg->token_key, parent->world->token_key, sizeof pg->token_key);
   if (snprintf(pg->id, sizeof pg->id, "%s.%d", parent->id, child) >= (int)sizeof pg->id) {
     rr__pg_free(pg);
     return rr__set_error(RR_EINVAL, "rank %d: new_group: groups nested too deeply", me);

@@ -53,6 +53,8 @@ struct rr_pg {
   rr__addr hint;                 /* master address, to pick an interface */
   int have_hint;
   int local_rank, local_size, device;
+  uint8_t token_key[16]; /* from RR_JOB_TOKEN; all zero without one */
+  int have_token;
   rr__comm *comm;
   atomic_int nchildren;
   int next_child;

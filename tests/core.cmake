@@ -51,9 +51,14 @@ endforeach()
 # Bad input and faults: every rank gets a status and a message naming the rank and the
 # cause, within a bounded time.
 rr_core_test(test_fault)
-foreach(s invalid_args mismatch late_rank kill9 timeout wait_timeout destroy_early
+foreach(s invalid_args mismatch late_rank kill9 timeout wait_timeout destroy_early abort
           duplicate_rank world_mismatch port_in_use unreachable env_errors env_params)
   add_test(NAME fault_${s} COMMAND test_fault ${s})
   set_tests_properties(fault_${s} PROPERTIES TIMEOUT 120 LABELS "core;fault"
     ENVIRONMENT "RR_TIMEOUT=30;RR_GRACE_PERIOD=2")
 endforeach()
+
+# Wire formats and the token PRF.
+rr_core_test(test_wire)
+add_test(NAME wire_formats COMMAND test_wire)
+set_tests_properties(wire_formats PROPERTIES TIMEOUT 60 LABELS "core;wire")

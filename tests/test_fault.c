@@ -260,6 +260,48 @@ static int destroy_early(int rank, void *arg) {
   return 0;
 }
 
+/* ---- rr_abort from another thread: the running call and later ones fail fast ---- */
+#include <pthread.h>
+static void *abort_later(void *pg) {
+  usleep(300000);
+  rr_abort(pg);
+  return NULL;
+}
+
+static int abort_case(int rank, void *arg) {
+  (void)arg;
+  rr_pg *pg;
+  T_OK(rr_init_process_group(&pg, NULL));
+  size_t n = (size_t)1 << 22;
+  float *x = calloc(n, sizeof *x);
+  pthread_t th;
+  if (rank == 1) T_CHECK(pthread_create(&th, NULL, abort_later, pg) == 0, "pthread_create");
+  /* Keep the group busy until the abort lands (queued async calls too). */
+  rr_work *w[4];
+  for (int i = 0; i < 4; i++) T_OK(rr_all_reduce_async(pg, x, x, n, RR_FLOAT32, RR_SUM, &w[i]));
+  int st = RR_OK;
+  double t_fail = 0;
+  for (int it = 0; st == RR_OK && it < 100000; it++) {
+    st = rr_all_reduce(pg, x, x, n, RR_FLOAT32, RR_SUM);
+    if (st != RR_OK) t_fail = t_now();
+  }
+  T_CHECK(st == RR_EABORTED, "status %s: %s", rr_status_name(st), rr_last_error());
+  T_HAS(rr_last_error(), "rank 1 called rr_abort");
+  for (int i = 0; i < 4; i++) {
+    int ws = rr_work_wait(w[i], 0);
+    T_CHECK(ws == RR_OK || ws == RR_EABORTED, "queued work %d: %s", i, rr_status_name(ws));
+    rr_work_free(w[i]);
+  }
+  T_CHECK(rr_barrier(pg) == RR_EABORTED, "a later call did not fail");
+  double t0 = t_now();
+  rr_destroy_process_group(pg);
+  T_CHECK(t_now() - t0 < 1.0, "destroy after abort took %.2f s", t_now() - t0);
+  T_CHECK(t_fail > 0, "no failure time");
+  if (rank == 1) pthread_join(th, NULL);
+  free(x);
+  return 0;
+}
+
 /* ---- duplicate RANK and inconsistent WORLD_SIZE: named, not hung ---- */
 static int duplicate_rank(int rank, void *arg) {
   (void)arg;
@@ -428,6 +470,12 @@ int main(int argc, char **argv) {
         if (took > 5.0) bad = 1, fprintf(stderr, "survivors took %.1f s (timeout is 30 s)\n", took);
       }
     return bad;
+  }
+  if (!strcmp(s, "abort")) {
+    double t0 = t_now();
+    if (t_run(3, abort_case, NULL, NULL, 60, codes, sigs)) return 1;
+    printf("abort: all ranks done %.2f s after the start (abort at 0.3 s)\n", t_now() - t0);
+    return all_ok(3, codes, sigs, s);
   }
   if (!strcmp(s, "timeout")) {
     if (t_run(3, timeout_case, NULL, NULL, 60, codes, sigs)) return 1;

@@ -162,6 +162,11 @@ int rr_new_group(rr_pg *parent, const int *ranks, int nranks, int64_t timeout_ms
 /* Change the deadline of the group's later calls (milliseconds, > 0). */
 int rr_pg_set_timeout(rr_pg *pg, int64_t timeout_ms);
 
+/* Abort the group, from any thread: the running call and every pending and later call on it
+ * return RR_EABORTED promptly, and the peers are told (their calls fail too, naming this
+ * rank). rr_destroy_process_group afterwards does not block. */
+int rr_abort(rr_pg *pg);
+
 /* ---------------------------------------------------------------------------------------------
  * Collectives. Buffers follow NCCL: in-place when sendbuf == recvbuf (for all_gather when
  * sendbuf == recvbuf + rank * sendcount, for reduce_scatter when

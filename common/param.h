@@ -25,6 +25,8 @@
   XX(socket_ifname, "RR_SOCKET_IFNAME", "",                                                 \
      "interfaces for data sockets: prefixes, ^ excludes, = exact (NCCL syntax)")            \
   XX(hostid, "RR_HOSTID", "", "override the host identity used to find ranks on one host")   \
+  XX(transport, "RR_TRANSPORT", "auto",                                                       \
+     "auto picks per peer (shared memory on one host); tcp forces sockets")                   \
   XX(job_token, "RR_JOB_TOKEN", "",                                                          \
      "secret shared by the ranks of one job (rrun sets it); other connections are refused")
 

@@ -23,6 +23,19 @@
 #define RR__SEND_WIN 32
 #define RR__RECV_WIN 64 /* >= the largest RR_SLOTS */
 
+/* A segment to reduce straight out of the transport's memory (shared memory). */
+typedef struct rr__consume_ctx {
+  const rr__coll *c;
+  char *dst;
+  const char *own;
+  int avg_div;
+} rr__consume_ctx;
+
+static void rr__reduce_in_place(rr__req *r, const void *data, size_t len) {
+  const rr__consume_ctx *x = r->ctx;
+  rr__reduce(x->dst, x->own, data, len / x->c->esize, x->c->a->dtype, x->c->a->op, x->avg_div);
+}
+
 static size_t rr__nseg(size_t count, size_t seg) { return (count + seg - 1) / seg; }
 
 int rr__pipe_step(rr__coll *c, const rr__step *st) {
@@ -35,6 +48,7 @@ int rr__pipe_step(rr__coll *c, const rr__step *st) {
   const size_t nslots = (size_t)c->pg->nslots;
   const size_t rwin = slotted ? nslots : RR__RECV_WIN;
   rr__req sreq[RR__SEND_WIN], rreq[RR__RECV_WIN];
+  rr__consume_ctx cctx[RR__RECV_WIN];
   size_t sp = 0, sd = 0; /* sends posted, sends done */
   size_t rp = 0, rd = 0; /* receives posted, receives processed */
 
@@ -69,13 +83,20 @@ int rr__pipe_step(rr__coll *c, const rr__step *st) {
       r->buf = slotted ? c->pg->staging + (rp % nslots) * c->pg->seg_bytes
                        : (char *)st->rbuf + off * es;
       r->len = n * es;
+      if (slotted && st->rbuf) { /* the transport may reduce in place instead of copying */
+        rr__consume_ctx *x = &cctx[rp % RR__RECV_WIN];
+        *x = (rr__consume_ctx){c, (char *)st->rbuf + off * es, (const char *)st->own + off * es,
+                               st->avg_div};
+        r->consume = rr__reduce_in_place;
+        r->ctx = x;
+      }
       RR_CHECK(rr__comm_irecv(c->cm, st->from, (int)rp, r));
       rp++;
     }
     size_t moved = 0;
     RR_CHECK(rr__comm_progress(c->cm, &moved));
     while (rd < rp && rreq[rd % RR__RECV_WIN].complete) {
-      if (slotted) {
+      if (slotted && !rreq[rd % RR__RECV_WIN].consumed) {
         size_t off = rd * seg, n = RR_MIN(seg, st->rcount - off);
         char *slot = rreq[rd % RR__RECV_WIN].buf;
         char *dst = st->rbuf ? (char *)st->rbuf + off * es : slot;

@@ -73,6 +73,7 @@ static int rr__tcp_post(rr__conn *base, rr__req *r, rr__tcp_queue *q) {
   rr__tcp_conn *c = (rr__tcp_conn *)base;
   r->done = 0;
   r->complete = 0;
+  r->consumed = 0; /* sockets always copy into buf */
   if (r->len == 0) { /* nothing crosses the wire for an empty message */
     r->complete = 1;
     return RR_OK;

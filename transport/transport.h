@@ -29,6 +29,13 @@ typedef struct rr__req {
   size_t done;  /* bytes moved so far */
   int complete; /* set by the transport once done == len */
   int tag;      /* free for the caller (segment index, slot, ...) */
+  /* Optional, receives only: a transport whose bytes sit in memory of its own (shared
+   * memory) may, instead of copying them to buf, call consume once with the whole message
+   * contiguous, and set consumed. The ring uses it to reduce straight out of the transport's
+   * buffer into the destination. Transports that cannot simply ignore it. */
+  void (*consume)(struct rr__req *r, const void *data, size_t len);
+  void *ctx;
+  int consumed;
 } rr__req;
 
 /* What every rank publishes at rendezvous about itself. */

@@ -50,10 +50,13 @@ int rr__coll_block(rr__coll *c, int peer) {
   /* An abort may carry RR_ETIMEDOUT too (rr_work_wait gave up); keep its own words. */
   if (st != RR_ETIMEDOUT || atomic_load(&c->cm->aborted)) return st;
   int g = peer >= 0 ? c->pg->global_ranks[peer] : -1;
+  char seg[48] = "";
+  if (c->seg_total)
+    snprintf(seg, sizeof seg, " segment %zu/%zu from", c->seg_at, c->seg_total);
   return rr__set_error(RR_ETIMEDOUT,
-                       "timed out after %.1f s waiting for rank %d (nothing arrived from it "
-                       "for %.1f s; is it stuck, or in a different call?)",
-                       (double)c->timeout_ms / 1000.0, g,
+                       "timed out after %.1f s waiting for%s rank %d (last byte from it %.1f s "
+                       "ago; is it stuck, or in a different call?)",
+                       (double)c->timeout_ms / 1000.0, seg, g,
                        (double)rr__comm_idle_ms(c->cm, peer) / 1000.0);
 }
 
@@ -102,6 +105,7 @@ static int rr__recv_hdr_kind(rr__coll *c, int from, int kind) {
   uint8_t wire[RR__HDR_BYTES];
   rr__req r = {.buf = (char *)wire, .len = RR__HDR_BYTES};
   int g = c->pg->global_ranks[from];
+  if (!c->where[0]) snprintf(c->where, sizeof c->where, "checking the call against rank %d", g);
   RR_CHECK(rr__comm_irecv(c->cm, from, 0, &r));
   RR_CHECK(rr__coll_wait(c, &r, from));
   rr__hdr h;

@@ -91,6 +91,7 @@ typedef struct rr__coll {
   int64_t deadline_ms;
   int64_t timeout_ms;
   char where[96]; /* "reduce-scatter step 2/3", for error messages */
+  size_t seg_at, seg_total; /* the segment a pipelined step waits for (0 total: none) */
   struct rr__hdr_sends *sends; /* header messages of this call still to be flushed */
 } rr__coll;
 

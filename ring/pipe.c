@@ -108,8 +108,13 @@ int rr__pipe_step(rr__coll *c, const rr__step *st) {
     }
     while (sd < sp && sreq[sd % RR__SEND_WIN].complete) sd++, busy = 1;
     if (sd == nsend && rd == nrecv) break;
-    if (!moved && !busy) RR_CHECK(rr__coll_block(c, rd < nrecv ? st->from : st->to));
+    if (!moved && !busy) {
+      c->seg_at = (rd < nrecv ? rd : sd) + 1;
+      c->seg_total = rd < nrecv ? nrecv : nsend;
+      RR_CHECK(rr__coll_block(c, rd < nrecv ? st->from : st->to));
+    }
   }
+  c->seg_total = 0;
   RR_TRACE(RR_SUB_COLL, "%s: sent chunk %d (%zu elems) to rank %d, got chunk %d (%zu elems) from rank %d%s",
            c->where, st->schunk, st->to >= 0 ? st->scount : 0,
            st->to >= 0 ? c->pg->global_ranks[st->to] : -1, st->rchunk,

@@ -12,7 +12,8 @@
   XX(slots, "RR_SLOTS", 4, "receive segments in flight per step (2..64)")                   \
   XX(small_bytes, "RR_SMALL_BYTES", 64 * 1024,                                              \
      "all-reduce up to this many bytes uses recursive doubling (RR_ALGO=auto)")             \
-  XX(sockbuf, "RR_SOCKBUF", 4 * 1024 * 1024, "socket buffer bytes (0: kernel autotuning)")
+  XX(sockbuf, "RR_SOCKBUF", 4 * 1024 * 1024, "socket buffer bytes (0: kernel autotuning)") \
+  XX(trace, "RR_TRACE", 0, "1: print one line per rank per ring step (chunks, and values when small)")
 
 #define RR_DBL_PARAMS(XX) \
   XX(timeout_s, "RR_TIMEOUT", 1800.0, "seconds a call may take before it fails (default 30 min)")

@@ -38,6 +38,10 @@ typedef struct rr__step {
   int schunk, rchunk; /* chunk numbers, for RR_TRACE and messages (-1: n/a) */
 } rr__step;
 
+/* RR_TRACE: format up to n values ("{1 2 3}"), and write one trace line for this call. */
+int rr__trace_values(char *out, size_t cap, const void *buf, size_t n, rr_dtype d);
+void rr__trace_emit(const rr__coll *c, const char *what);
+
 /* Execute a step; returns when all its sends and receives completed. */
 int rr__pipe_step(rr__coll *c, const rr__step *st);
 

@@ -44,13 +44,11 @@ static int rr__rd_swap(rr__coll *c, int to, const void *out, int from, void *in,
 }
 
 /* buf = op(lower, upper) with operands in rank order. */
-static void rr__rd_combine(rr__coll *c, char *buf, const char *theirs, int mine_is_lower,
-                           int partner) {
+static void rr__rd_combine(rr__coll *c, char *buf, const char *theirs, int mine_is_lower) {
   const rr__args *a = c->a;
   char line[512];
   int o = 0, show = rr__params_get()->trace && a->count <= 8;
   if (show) {
-    (void)partner;
     o = snprintf(line, sizeof line, "%s: ", c->where);
     o += rr__trace_values(line + o, sizeof line - (size_t)o, mine_is_lower ? buf : theirs, a->count, a->dtype);
     o += snprintf(line + o, sizeof line - (size_t)o, " %s ", rr_op_name(a->op));
@@ -88,7 +86,7 @@ int rr__all_reduce_rd(rr__coll *c) {
       newrank = -1;
     } else {
       RR_CHECK(rr__rd_swap(c, -1, NULL, r - 1, tmp, bytes));
-      rr__rd_combine(c, buf, tmp, 0, r - 1);
+      rr__rd_combine(c, buf, tmp, 0);
       newrank = r / 2;
     }
   } else {
@@ -103,7 +101,7 @@ int rr__all_reduce_rd(rr__coll *c) {
       snprintf(c->where, sizeof c->where, "recursive doubling round %d with rank %d",
                round + 1, c->pg->global_ranks[partner]);
       RR_CHECK(rr__rd_swap(c, partner, buf, partner, tmp, bytes));
-      rr__rd_combine(c, buf, tmp, newrank < pn, partner);
+      rr__rd_combine(c, buf, tmp, newrank < pn);
     }
     if (c->a->op == RR_AVG) rr__avg_scale(buf, c->a->count, c->a->dtype, n);
   }

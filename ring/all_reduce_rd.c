@@ -24,19 +24,26 @@
 #include "ring/op.h"
 #include "ring/ring.h"
 
-/* Send our whole buffer to `peer` and/or receive its whole buffer into `in`, with the
- * call header ahead of the data. */
+/* Send our whole buffer to `to` and/or receive `from`'s into `in`, each behind the call
+ * header. Everything is posted at once, so a header and its data share one system call; the
+ * received header is checked before the data is used. */
 static int rr__rd_swap(rr__coll *c, int to, const void *out, int from, void *in,
                        size_t bytes) {
-  rr__req sr = {.buf = (char *)out, .len = bytes}, rq = {.buf = in, .len = bytes};
+  rr__req sr = {.buf = (char *)out, .len = bytes}, hr, rq = {.buf = in, .len = bytes};
+  uint8_t wire[RR__HDR_BYTES];
+  if (from >= 0) {
+    RR_CHECK(rr__coll_post_hdr(c, from, &hr, wire));
+    RR_CHECK(rr__comm_irecv(c->cm, from, 0, &rq));
+  }
   if (to >= 0) {
     RR_CHECK(rr__coll_send_hdr(c, to));
     RR_CHECK(rr__comm_isend(c->cm, to, 0, &sr));
   }
   if (from >= 0) {
-    RR_CHECK(rr__coll_recv_hdr(c, from));
-    RR_CHECK(rr__comm_irecv(c->cm, from, 0, &rq));
+    /* Both: an empty message completes at once, before its header has arrived. */
+    RR_CHECK(rr__coll_wait(c, &hr, from));
     RR_CHECK(rr__coll_wait(c, &rq, from));
+    RR_CHECK(rr__coll_check_hdr(c, from, wire));
   }
   /* The buffer we sent is overwritten next: the send must be finished first. */
   if (to >= 0) RR_CHECK(rr__coll_wait(c, &sr, to));

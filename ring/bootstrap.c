@@ -390,6 +390,10 @@ int rr__bootstrap(const rr__boot *b, rr__comm **out) {
     m.nsock[p] = rr__nsockets(m.tp[p], &m.infos[b->rank], &m.infos[p]);
   }
 
+  /* Measured on 2 cores: no gain at np=2, a loss when ranks outnumber cores (see
+   * docs/performance.md), so spinning is opt-in. */
+  cm->spin_us = (int)prm->spin_us;
+
   /* 3-4. The mesh. */
   RR_CHECK_GOTO(rr__connect_lower(&m), st, done);
   RR_CHECK_GOTO(rr__accept_higher(&m, lfd), st, done);

@@ -46,6 +46,16 @@ int rr__coll_block(rr__coll *c, int peer) {
   /* Point-to-point calls have no group-wide number to compare against. */
   int p2p = c->a->kind == RR__K_SEND || c->a->kind == RR__K_RECV || c->a->kind == RR__K_SENDRECV;
   rr__sniff sn = {.seq = c->hdr.seq, .check = rr__sniff_check, .ctx = c};
+  if (c->cm->spin_us > 0) {
+    /* A peer on its own core answers within microseconds: a short spin saves the two
+     * context switches of sleeping in poll and being woken. */
+    int64_t until = rr__now_ns() + (int64_t)c->cm->spin_us * 1000;
+    do {
+      size_t moved = 0;
+      RR_CHECK(rr__comm_progress(c->cm, &moved));
+      if (moved) return RR_OK;
+    } while (rr__now_ns() < until);
+  }
   int st = rr__comm_wait(c->cm, c->deadline_ms, p2p ? NULL : &sn);
   /* An abort may carry RR_ETIMEDOUT too (rr_work_wait gave up); keep its own words. */
   if (st != RR_ETIMEDOUT || atomic_load(&c->cm->aborted)) return st;
@@ -101,13 +111,9 @@ static const char *rr__describe_own(const rr__coll *c, const rr__hdr *h, char *b
   return buf;
 }
 
-static int rr__recv_hdr_kind(rr__coll *c, int from, int kind) {
-  uint8_t wire[RR__HDR_BYTES];
-  rr__req r = {.buf = (char *)wire, .len = RR__HDR_BYTES};
+/* Compare a received header with this rank's call. */
+static int rr__check_hdr_kind(rr__coll *c, int from, const uint8_t *wire, int kind) {
   int g = c->pg->global_ranks[from];
-  if (!c->where[0]) snprintf(c->where, sizeof c->where, "checking the call against rank %d", g);
-  RR_CHECK(rr__comm_irecv(c->cm, from, 0, &r));
-  RR_CHECK(rr__coll_wait(c, &r, from));
   rr__hdr h;
   if (rr__hdr_decode(wire, &h) != RR_OK) return rr__prefix_error(RR_EPROTO, "from rank %d", g);
   rr__hdr mine = c->hdr;
@@ -128,6 +134,28 @@ static int rr__recv_hdr_kind(rr__coll *c, int from, int kind) {
                          c->pg->global_ranks[c->r], a, g, b, hint);
   }
   return RR_OK;
+}
+
+int rr__coll_post_hdr(rr__coll *c, int from, rr__req *r, uint8_t *wire) {
+  memset(r, 0, sizeof *r);
+  r->buf = (char *)wire;
+  r->len = RR__HDR_BYTES;
+  if (!c->where[0])
+    snprintf(c->where, sizeof c->where, "checking the call against rank %d",
+             c->pg->global_ranks[from]);
+  return rr__comm_irecv(c->cm, from, 0, r);
+}
+
+int rr__coll_check_hdr(rr__coll *c, int from, const uint8_t *wire) {
+  return rr__check_hdr_kind(c, from, wire, c->hdr.kind);
+}
+
+static int rr__recv_hdr_kind(rr__coll *c, int from, int kind) {
+  uint8_t wire[RR__HDR_BYTES];
+  rr__req r;
+  RR_CHECK(rr__coll_post_hdr(c, from, &r, wire));
+  RR_CHECK(rr__coll_wait(c, &r, from));
+  return rr__check_hdr_kind(c, from, wire, kind);
 }
 
 int rr__coll_recv_hdr(rr__coll *c, int from) { return rr__recv_hdr_kind(c, from, c->hdr.kind); }

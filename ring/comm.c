@@ -38,6 +38,8 @@ int rr__comm_new(int rank, int size, int global_rank, rr__comm **out) {
   return RR_OK;
 }
 
+void rr__comm_poll_ctl(rr__comm *cm);
+
 static void rr__send_ctl(int fd, uint32_t type, int origin, int status, const char *text) {
   uint8_t buf[RR__CTL_FIXED + RR__CTL_TEXT_MAX];
   size_t len = text ? strnlen(text, RR__CTL_TEXT_MAX) : 0;
@@ -205,20 +207,17 @@ static int rr__lost(rr__comm *cm, int i) {
   }
 }
 
-static int rr__read_ctl(rr__comm *cm, int i) {
-  int lost = 0;
-  RR_CHECK(rr__read_ctl_msgs(cm, i, &lost));
-  return lost ? rr__lost(cm, i) : RR_OK;
-}
 
 /* A data lane failed. The peer's control socket says more: an ABORT it sent before going
  * (the real cause), a goodbye (it left on purpose), or nothing (it died). */
 static int rr__lane_error(rr__comm *cm, rr__conn *c, int st) {
   rr__peer *p = &cm->peers[c->peer];
-  if (st == RR_EPEER && p->ctrl_fd >= 0) {
+  if (st == RR_EPEER) {
+    /* Any peer may have said why the group is going down (an ABORT queued on its control
+     * socket): that is the cause, not the closed link it led to. */
     char saved[RR__ERRMSG_MAX];
     snprintf(saved, sizeof saved, "%s", rr__error());
-    (void)rr__read_ctl(cm, c->peer);
+    rr__comm_poll_ctl(cm);
     if (atomic_load(&cm->aborted)) return rr__comm_check(cm);
     rr__copy_error(saved);
   }

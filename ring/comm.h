@@ -53,6 +53,7 @@ typedef struct rr__comm {
   atomic_int halt;
   int reported; /* a call on this rank has already failed with the abort's cause */
   int no_bye;   /* set when the group never formed: close without goodbyes */
+  int spin_us;  /* poll lanes this long before sleeping (0: sleep at once) */
   int abort_status;
   char abort_reason[RR__ERRMSG_MAX];
   pthread_mutex_t abort_mu;

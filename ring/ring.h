@@ -50,6 +50,10 @@ int rr__coll_send_hdr(rr__coll *c, int to);
 /* Receive `from`'s header and compare it with ours; a difference fails every rank with
  * RR_EMISMATCH and both calls in the message. */
 int rr__coll_recv_hdr(rr__coll *c, int from);
+/* The same in two halves, so a header can share a system call with the data behind it:
+ * post the receive into wire[RR__HDR_BYTES], then check it once it completed. */
+int rr__coll_post_hdr(rr__coll *c, int from, rr__req *r, uint8_t *wire);
+int rr__coll_check_hdr(rr__coll *c, int from, const uint8_t *wire);
 /* Rooted collectives end with a completion notice from the rank that saw the whole chain
  * valid (`from`), so no rank returns success from a call another rank rejected. */
 int rr__coll_send_ack(rr__coll *c, int to);

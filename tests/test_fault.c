@@ -159,6 +159,7 @@ typedef struct kill_case {
   const char *coll;
   double kill_after;
   double killed_at;
+  char ready_dir[64]; /* each rank drops a file here once it is inside the loop */
 } kill_case;
 
 static int kill9(int rank, void *arg) {
@@ -168,6 +169,12 @@ static int kill9(int rank, void *arg) {
   size_t n = strcmp(kc->coll, "barrier") ? (size_t)1 << 21 : 0;
   float *x = calloc(n + 1, sizeof *x);
   int st;
+  T_OK(rr_barrier(pg)); /* everyone is in: the kill may come now */
+  char path[96];
+  snprintf(path, sizeof path, "%s/%d", kc->ready_dir, rank);
+  FILE *f = fopen(path, "w");
+  T_CHECK(f != NULL, "cannot create %s", path);
+  fclose(f);
   for (long it = 0;; it++) {
     if (!strcmp(kc->coll, "all_reduce")) st = rr_all_reduce(pg, x, x, n, RR_FLOAT32, RR_SUM);
     else if (!strcmp(kc->coll, "broadcast")) st = rr_broadcast(pg, x, x, n, RR_FLOAT32, (int)(it % 4));
@@ -188,7 +195,17 @@ static int kill9(int rank, void *arg) {
 
 static void kill_one(const int *pids, int n, void *arg) {
   kill_case *kc = arg;
-  (void)n;
+  /* Wait until every rank is running calls (slow under load), then a random moment. */
+  for (double end = t_now() + 30; t_now() < end;) {
+    int ready = 0;
+    for (int r = 0; r < n; r++) {
+      char path[96];
+      snprintf(path, sizeof path, "%s/%d", kc->ready_dir, r);
+      ready += access(path, F_OK) == 0;
+    }
+    if (ready == n) break;
+    usleep(10000);
+  }
   usleep((useconds_t)(kc->kill_after * 1e6));
   kill(pids[kc->victim], SIGKILL);
   kc->killed_at = t_now();
@@ -456,7 +473,9 @@ int main(int argc, char **argv) {
     for (int victim = 0; victim < 4; victim++)
       for (int c = 0; c < 3; c++) {
         kill_case kc = {.victim = victim, .coll = colls[c],
-                        .kill_after = 0.4 + (double)(t_bits(t_seed(), (uint64_t)victim, (uint64_t)c) % 400) / 1000.0};
+                        .kill_after = 0.05 + (double)(t_bits(t_seed(), (uint64_t)victim, (uint64_t)c) % 400) / 1000.0};
+        snprintf(kc.ready_dir, sizeof kc.ready_dir, "/tmp/rr-kill9-XXXXXX");
+        if (!mkdtemp(kc.ready_dir)) return 1;
         if (t_run(4, kill9, &kc, kill_one, 60, codes, sigs)) return 1;
         double took = t_now() - kc.killed_at;
         printf("kill -9 rank %d in %s after %.2f s: survivors reported in %.2f s\n", victim,
@@ -468,6 +487,12 @@ int main(int argc, char **argv) {
           }
         if (sigs[victim] != SIGKILL) bad = 1, fprintf(stderr, "victim was not killed\n");
         if (took > 5.0) bad = 1, fprintf(stderr, "survivors took %.1f s (timeout is 30 s)\n", took);
+        for (int r = 0; r < 4; r++) {
+          char path[96];
+          snprintf(path, sizeof path, "%s/%d", kc.ready_dir, r);
+          unlink(path);
+        }
+        rmdir(kc.ready_dir);
       }
     return bad;
   }

@@ -1,0 +1,84 @@
+/*
+ * What the driver measured and how rank 0 prints it: nccl-tests' header, rows and footer
+ * (byte for byte in shape), the extra columns when asked, the trailing section and JSON.
+ * Internal to bench/.
+ */
+#ifndef RR_BENCH_PERF_REPORT_H_
+#define RR_BENCH_PERF_REPORT_H_
+
+#include <stdint.h>
+#include <stdio.h>
+
+#include "perf.h"
+
+typedef struct perf_opts {
+  size_t minbytes, maxbytes, stepbytes, stepfactor;
+  int iters, warmup, check, agg;
+  int all_dtypes, all_ops;
+  rr_dtype dtype;
+  rr_op op;
+  int root;
+  int64_t timeout_ms;
+  const char *json; /* -J */
+  double link_gbps; /* --link-gbps X; 0 when not given */
+  int link_auto;    /* --link-gbps auto */
+  int percentiles, split;
+} perf_opts;
+
+/* One of a row's two halves (out-of-place, in-place). */
+typedef struct perf_half {
+  double time_us, algbw, busbw; /* time aggregated by -a; GB/s */
+  int64_t wrong;                /* summed over ranks; -1: not checked */
+  int have_pct;
+  double p50_us, p99_us;
+} perf_half;
+
+typedef struct perf_split {
+  int valid; /* fewer elements than ranks: no halves to time */
+  double rs_us, ag_us, rs_busbw, ag_busbw;
+  int64_t wrong;
+} perf_split;
+
+typedef struct perf_row {
+  size_t bytes, count;
+  rr_dtype dtype;
+  const char *op;
+  int root;
+  perf_half half[2];
+  perf_split split;
+} perf_row;
+
+/* Gathered from every rank for the "# Rank" lines; plain bytes on the wire. */
+typedef struct perf_rank_info {
+  int32_t pid, device;
+  char host[120];
+} perf_rank_info;
+
+typedef struct perf_report {
+  const char *tool;
+  const perf_coll *coll;
+  const perf_opts *o;
+  int nranks;
+  perf_rank_info *ranks;
+  FILE *json; /* rank 0, with -J */
+  int json_rows;
+  /* The link: speed in Gbit/s (0: unknown), where it came from, and whether it is a column. */
+  double link_gbps;
+  char link_src[192];
+  int link_column;
+  /* Footer totals. */
+  int64_t wrong_total;
+  double bw_sum, best_busbw;
+  int bw_count;
+  /* The options line shows -b and -e as given; reduced_max is the -e used when memory
+   * forced a smaller one (0: not reduced). */
+  size_t header_min, header_max, reduced_max;
+} perf_report;
+
+void perf_report_link(perf_report *r);
+void perf_report_header(perf_report *r);
+void perf_report_row(perf_report *r, const perf_row *row);
+/* Prints the footer and closes the JSON; returns non-zero when the run failed. */
+int perf_report_footer(perf_report *r);
+
+#endif /* RR_BENCH_PERF_REPORT_H_ */

@@ -1,0 +1,14 @@
+# Tests of the *_perf tools (bench/): each case runs a tool under the real launcher and
+# checks its table against nccl-tests' format and arithmetic (tests/test_bench.sh). Run them
+# with `ctest -L bench`. Together they take about 15 s on 2 cores.
+set(RR_BENCH_CASES
+  ar_np1 ar_np2 ar_np3 ar_np4 ag_np3 rs_np3 bc_np3 red_np3 sr_np3
+  types_ar types_rs types_bcast nocheck bad_flags help json extras corrupt)
+foreach(case IN LISTS RR_BENCH_CASES)
+  add_test(NAME bench_${case}
+    COMMAND bash ${RR_TEST_DIR}/test_bench.sh $<TARGET_FILE:rrun>
+            $<TARGET_FILE_DIR:all_reduce_perf> ${case})
+  # A worker that fails takes the others down in 2 s, and a hung call fails in 60 s.
+  set_tests_properties(bench_${case} PROPERTIES TIMEOUT 120 LABELS bench SKIP_RETURN_CODE 77
+    ENVIRONMENT "RR_TIMEOUT=60;RR_GRACE_PERIOD=2")
+endforeach()

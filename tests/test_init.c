@@ -1,0 +1,387 @@
+/* Init methods: tcp:// and file:// URLs, rank and world size from rr_pg_options over the
+ * environment, the Slurm and Open MPI fallbacks, an IPv6 master, RR_DEBUG_FILE with %h and
+ * %p, and timeout_ms in the options. Each rank is a process of t_run with its own
+ * environment; each checks its rank, the group's size and a collective's exact result.
+ *
+ *   test_init <tcp|file|options|slurm|ompi|ipv6|debug_file|timeout_opt> */
+#include <dirent.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "tests/harness.h"
+
+#define T_HAS(msg, sub) \
+  T_CHECK(strstr((msg), (sub)) != NULL, "message lacks '%s': %s", (sub), (msg))
+
+typedef struct iarg {
+  int world;
+  int port;        /* for tcp:// */
+  char path[256];  /* for file:// */
+  char tag[96];    /* per-run prefix of files under /tmp */
+  int phase;
+} iarg;
+
+/* The group has the expected shape and works: an all-gather of ranks and an exact
+ * all-reduce of random int64 data. */
+static int check_group(rr_pg *pg, int rank, int world, uint64_t seed) {
+  T_CHECK(rr_get_rank(pg) == rank, "rr_get_rank = %d, want %d", rr_get_rank(pg), rank);
+  T_CHECK(rr_get_world_size(pg) == world, "rr_get_world_size = %d, want %d", rr_get_world_size(pg), world);
+  int32_t me = rank * 1000 + 7, all[64];
+  T_CHECK(world <= 64, "world too big");
+  memset(all, 0xa5, sizeof all);
+  T_OK(rr_all_gather(pg, &me, all, 1, RR_INT32));
+  for (int q = 0; q < world; q++)
+    T_CHECK(all[q] == q * 1000 + 7, "all_gather block %d is %d", q, all[q]);
+  int64_t x[257];
+  t_fill(x, 257, RR_INT64, RR_SUM, seed, rank, 0);
+  T_OK(rr_all_reduce(pg, x, x, 257, RR_INT64, RR_SUM));
+  size_t wrong = t_check_reduced(x, 257, RR_INT64, RR_SUM, seed, world, 0, "all_reduce");
+  T_CHECK(!wrong, "all_reduce: %zu wrong", wrong);
+  return 0;
+}
+
+/* Whole file into a malloc'd string (NULL if it cannot be read). */
+static char *slurp(const char *path) {
+  FILE *f = fopen(path, "r");
+  if (!f) return NULL;
+  size_t cap = 4096, len = 0;
+  char *buf = malloc(cap);
+  size_t r;
+  while (buf && (r = fread(buf + len, 1, cap - len - 1, f)) > 0) {
+    len += r;
+    if (cap - len < 2) buf = realloc(buf, cap *= 2);
+  }
+  fclose(f);
+  if (buf) buf[len] = '\0';
+  return buf;
+}
+
+static void clear_rank_env(void) {
+  static const char *const vars[] = {
+      "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "SLURM_PROCID", "SLURM_NTASKS",
+      "SLURM_LOCALID", "SLURM_NTASKS_PER_NODE", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE",
+      "OMPI_COMM_WORLD_LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_SIZE"};
+  for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++) unsetenv(vars[i]);
+}
+
+static void set_int_env(const char *name, int v) {
+  char s[32];
+  snprintf(s, sizeof s, "%d", v);
+  setenv(name, s, 1);
+}
+
+/* Log to a per-rank file of this run; returns its path in buf. */
+static const char *log_to_file(const iarg *a, int rank, char *buf, size_t n) {
+  snprintf(buf, n, "/tmp/%s-rank%d.log", a->tag, rank);
+  unlink(buf);
+  setenv("RR_DEBUG", "INFO", 1);
+  setenv("RR_DEBUG_FILE", buf, 1);
+  return buf;
+}
+
+static int log_has(const char *path, const char *needle) {
+  char *s = slurp(path);
+  T_CHECK(s != NULL, "cannot read the log %s", path);
+  int ok = strstr(s, needle) != NULL;
+  if (!ok) fprintf(stderr, "rank %d: log %s lacks '%s'; it holds:\n%s\n", t_rank, path, needle, s);
+  free(s);
+  return ok ? 0 : 1;
+}
+
+/* ---- tcp:// ---- */
+static int tcp_rank(int rank, void *p) {
+  iarg *a = p;
+  clear_rank_env();
+  unsetenv("MASTER_ADDR");
+  unsetenv("MASTER_PORT");
+  char url[256];
+  rr_pg_options opt;
+  rr_pg_options_init(&opt);
+  rr_pg *pg = (rr_pg *)1;
+  /* Refused before anything is sent: a missing rank, an unknown parameter, a bad port. */
+  snprintf(url, sizeof url, "tcp://127.0.0.1:%d?world_size=%d", a->port, a->world);
+  opt.init_method = url;
+  int st = rr_init_process_group(&pg, &opt);
+  T_CHECK(st == RR_EINVAL && pg == NULL, "URL without rank: %s", rr_status_name(st));
+  T_HAS(rr_last_error(), "rank");
+  snprintf(url, sizeof url, "tcp://127.0.0.1:%d?rank=%d&world_size=%d&wrld=2", a->port, rank, a->world);
+  st = rr_init_process_group(&pg, &opt);
+  T_CHECK(st == RR_EINVAL, "URL with a typo: %s", rr_status_name(st));
+  T_HAS(rr_last_error(), "wrld");
+  snprintf(url, sizeof url, "tcp://127.0.0.1:99999?rank=%d&world_size=%d", rank, a->world);
+  st = rr_init_process_group(&pg, &opt);
+  T_CHECK(st != RR_OK, "port 99999 accepted");
+  /* The real one: rank and size from the URL alone (RANK, MASTER_* are unset). */
+  snprintf(url, sizeof url, "tcp://127.0.0.1:%d?rank=%d&world_size=%d", a->port, rank, a->world);
+  T_OK(rr_init_process_group(&pg, &opt));
+  if (check_group(pg, rank, a->world, 11)) return 1;
+  T_OK(rr_destroy_process_group(pg));
+  return 0;
+}
+
+/* ---- file:// ---- */
+static int file_rank(int rank, void *p) {
+  iarg *a = p;
+  clear_rank_env();
+  unsetenv("MASTER_ADDR");
+  unsetenv("MASTER_PORT");
+  char url[512];
+  snprintf(url, sizeof url, "file://%s?rank=%d&world_size=%d", a->path, rank, a->world);
+  rr_pg_options opt;
+  rr_pg_options_init(&opt);
+  opt.init_method = url;
+  rr_pg *pg;
+  T_OK(rr_init_process_group(&pg, &opt));
+  T_CHECK(access(a->path, F_OK) == 0, "the store file %s does not exist while in use", a->path);
+  if (check_group(pg, rank, a->world, 12)) return 1;
+  T_OK(rr_destroy_process_group(pg));
+  return 0;
+}
+
+/* ---- rr_pg_options over the environment and over the URL ---- */
+static int options_rank(int rank, void *p) {
+  iarg *a = p;
+  char logp[256];
+  log_to_file(a, rank, logp, sizeof logp);
+  /* The environment lies about rank and size; the options win. */
+  set_int_env("RANK", (rank + 1) % a->world);
+  set_int_env("WORLD_SIZE", 99);
+  rr_pg_options opt;
+  rr_pg_options_init(&opt);
+  opt.rank = rank;
+  opt.world_size = a->world;
+  rr_pg *pg;
+  T_OK(rr_init_process_group(&pg, &opt));
+  if (check_group(pg, rank, a->world, 13)) return 1;
+  T_OK(rr_destroy_process_group(pg));
+  if (log_has(logp, "ready (rank and size from options)")) return 1;
+  /* So does a URL's query. */
+  char url[256];
+  snprintf(url, sizeof url, "tcp://127.0.0.1:%d?rank=%d&world_size=7", a->port, (rank + 2) % a->world);
+  opt.init_method = url;
+  T_OK(rr_init_process_group(&pg, &opt));
+  if (check_group(pg, rank, a->world, 14)) return 1;
+  T_OK(rr_destroy_process_group(pg));
+  unlink(logp);
+  return 0;
+}
+
+/* ---- Slurm and Open MPI stand in for RANK / WORLD_SIZE / LOCAL_RANK ---- */
+static int launcher_rank(int rank, void *p) {
+  iarg *a = p;
+  char logp[256];
+  log_to_file(a, rank, logp, sizeof logp);
+  clear_rank_env();
+  const char *src;
+  if (a->phase == 0) {
+    set_int_env("SLURM_PROCID", rank);
+    set_int_env("SLURM_NTASKS", a->world);
+    set_int_env("SLURM_LOCALID", 0); /* one task per node: local rank 0 everywhere */
+    src = "SLURM_PROCID";
+  } else {
+    set_int_env("OMPI_COMM_WORLD_RANK", rank);
+    set_int_env("OMPI_COMM_WORLD_SIZE", a->world);
+    set_int_env("OMPI_COMM_WORLD_LOCAL_RANK", 0);
+    src = "OMPI_COMM_WORLD_RANK";
+  }
+  rr_pg *pg;
+  T_OK(rr_init_process_group(&pg, NULL));
+  if (check_group(pg, rank, a->world, 15 + (uint64_t)a->phase)) return 1;
+  T_OK(rr_destroy_process_group(pg));
+  char want[96];
+  snprintf(want, sizeof want, "rank %d of %d ready (rank and size from %s)", rank, a->world, src);
+  if (log_has(logp, want)) return 1;
+  unlink(logp);
+  return 0;
+}
+
+/* ---- IPv6 loopback master ---- */
+static int ipv6_rank(int rank, void *p) {
+  iarg *a = p;
+  char logp[256];
+  log_to_file(a, rank, logp, sizeof logp);
+  setenv("MASTER_ADDR", "::1", 1);
+  rr_pg *pg;
+  T_OK(rr_init_process_group(&pg, NULL));
+  if (check_group(pg, rank, a->world, 17)) return 1;
+  T_OK(rr_destroy_process_group(pg));
+  /* The data sockets follow the master onto IPv6 loopback. */
+  if (log_has(logp, "listening on [::1]:")) return 1;
+  /* The bracketed form in a tcp:// URL. */
+  char url[128];
+  snprintf(url, sizeof url, "tcp://[::1]:%d?rank=%d&world_size=%d", a->port, rank, a->world);
+  rr_pg_options opt;
+  rr_pg_options_init(&opt);
+  opt.init_method = url;
+  T_OK(rr_init_process_group(&pg, &opt));
+  if (check_group(pg, rank, a->world, 18)) return 1;
+  T_OK(rr_destroy_process_group(pg));
+  unlink(logp);
+  return 0;
+}
+
+static int have_ipv6_loopback(char *why, size_t n) {
+  int fd = socket(AF_INET6, SOCK_STREAM, 0);
+  if (fd < 0) {
+    snprintf(why, n, "no IPv6 sockets (%s)", strerror(errno));
+    return 0;
+  }
+  struct sockaddr_in6 a = {.sin6_family = AF_INET6, .sin6_addr = IN6ADDR_LOOPBACK_INIT};
+  int ok = bind(fd, (struct sockaddr *)&a, sizeof a) == 0;
+  if (!ok) snprintf(why, n, "cannot bind [::1] (%s): no IPv6 on lo", strerror(errno));
+  close(fd);
+  return ok;
+}
+
+/* ---- RR_DEBUG=INFO into RR_DEBUG_FILE with %h and %p ---- */
+static int debug_file_rank(int rank, void *p) {
+  iarg *a = p;
+  char pattern[256];
+  snprintf(pattern, sizeof pattern, "/tmp/%s.%%h.%%p.log", a->tag);
+  setenv("RR_DEBUG", "INFO", 1);
+  setenv("RR_DEBUG_FILE", pattern, 1);
+  rr_pg *pg;
+  T_OK(rr_init_process_group(&pg, NULL));
+  if (check_group(pg, rank, a->world, 19)) return 1;
+  T_OK(rr_destroy_process_group(pg));
+  char host[256] = "";
+  T_CHECK(gethostname(host, sizeof host) == 0, "gethostname");
+  host[strcspn(host, ".")] = '\0';
+  char path[512];
+  snprintf(path, sizeof path, "/tmp/%s.%s.%d.log", a->tag, host, (int)getpid());
+  char *s = slurp(path);
+  T_CHECK(s != NULL, "no log file %s (RR_DEBUG_FILE=%s)", path, pattern);
+  int lines = 0, mine = 0, ready = 0;
+  char *save = NULL;
+  for (char *line = strtok_r(s, "\n", &save); line; line = strtok_r(NULL, "\n", &save)) {
+    char h[256], level[16];
+    int pid = -1, tid = -1, r = -2, used = 0;
+    int got = sscanf(line, "%255[^:]:%d:%d [%d] RR %15s %n", h, &pid, &tid, &r, level, &used);
+    T_CHECK(got == 5 && used > 0, "line %d does not look like 'host:pid:tid [rank] RR LEVEL msg': %s", lines, line);
+    T_CHECK(!strcmp(h, host) && pid == (int)getpid() && tid > 0, "line %d has host '%s' pid %d tid %d; want %s, %d: %s",
+            lines, h, pid, tid, host, (int)getpid(), line);
+    T_CHECK(!strcmp(level, "INFO") || !strcmp(level, "WARN"), "line %d: level %s", lines, level);
+    if (r == rank && !strcmp(level, "INFO")) mine++;
+    if (r == rank && strstr(line, "ready")) ready++;
+    lines++;
+  }
+  free(s);
+  T_CHECK(mine > 0 && ready == 1, "%d lines, %d 'RR INFO' lines with prefix [%d], %d 'ready' lines in %s",
+          lines, mine, rank, ready, path);
+  unlink(path);
+  return 0;
+}
+
+/* ---- timeout_ms in the options: the rendezvous and the calls obey it ---- */
+static int timeout_rank(int rank, void *p) {
+  iarg *a = p;
+  rr_pg_options opt;
+  rr_pg_options_init(&opt);
+  if (a->phase == 0) {
+    /* Rank 2 never comes; RR_TIMEOUT is 15 s under CTest but the options say 2 s. */
+    if (rank == 2) return 0;
+    opt.timeout_ms = 2000;
+    rr_pg *pg = (rr_pg *)1;
+    double t0 = t_now();
+    int st = rr_init_process_group(&pg, &opt);
+    double dt = t_now() - t0;
+    T_CHECK(st == RR_ETIMEDOUT && pg == NULL, "init without rank 2: %s: %s", rr_status_name(st), rr_last_error());
+    T_HAS(rr_last_error(), "rank 2");
+    T_CHECK(dt >= 1.5 && dt < 8.0, "init gave up after %.2f s with timeout_ms 2000", dt);
+    return 0;
+  }
+  opt.timeout_ms = 1500;
+  rr_pg *pg;
+  T_OK(rr_init_process_group(&pg, &opt));
+  if (check_group(pg, rank, a->world, 20)) return 1;
+  float x[16];
+  t_fill(x, 16, RR_FLOAT32, RR_SUM, 21, rank, 0);
+  if (rank == 2) usleep(4000000);
+  double t0 = t_now();
+  int st = rr_all_reduce(pg, x, x, 16, RR_FLOAT32, RR_SUM);
+  double dt = t_now() - t0;
+  if (rank == 2) {
+    T_CHECK(st != RR_OK, "the late rank's call on an aborted group succeeded");
+  } else {
+    T_CHECK(st == RR_ETIMEDOUT, "all_reduce with rank 2 late: %s: %s", rr_status_name(st), rr_last_error());
+    T_HAS(rr_last_error(), "1.5 s");
+    T_CHECK(dt >= 1.3 && dt < 3.8, "the call gave up after %.2f s with timeout_ms 1500", dt);
+  }
+  rr_destroy_process_group(pg);
+  return 0;
+}
+
+/* Remove leftovers of this run under /tmp (files named <tag>*). */
+static void cleanup_tmp(const char *tag) {
+  DIR *d = opendir("/tmp");
+  if (!d) return;
+  struct dirent *e;
+  char path[512];
+  while ((e = readdir(d)) != NULL)
+    if (!strncmp(e->d_name, tag, strlen(tag))) {
+      snprintf(path, sizeof path, "/tmp/%s", e->d_name);
+      unlink(path);
+    }
+  closedir(d);
+}
+
+static int run_all(int n, int (*fn)(int, void *), iarg *a, double limit) {
+  int codes[16] = {0}, sigs[16] = {0};
+  int rc = t_run(n, fn, a, NULL, limit, codes, sigs);
+  for (int r = 0; r < n; r++)
+    if (codes[r] || sigs[r]) fprintf(stderr, "rank %d: exit %d signal %d\n", r, codes[r], sigs[r]), rc = 1;
+  return rc;
+}
+
+int main(int argc, char **argv) {
+  if (argc < 2) {
+    fprintf(stderr, "usage: %s <tcp|file|options|slurm|ompi|ipv6|debug_file|timeout_opt>\n", argv[0]);
+    return 2;
+  }
+  const char *s = argv[1];
+  t_seed_announce(s);
+  iarg a = {.world = 3, .port = t_free_port()};
+  snprintf(a.tag, sizeof a.tag, "rr-test-init-%d-%llx", (int)getpid(),
+           (unsigned long long)(t_now() * 1e9));
+  int rc;
+  if (!strcmp(s, "tcp")) {
+    rc = run_all(3, tcp_rank, &a, 45);
+  } else if (!strcmp(s, "file")) {
+    snprintf(a.path, sizeof a.path, "/tmp/%s.store", a.tag);
+    unlink(a.path);
+    rc = run_all(3, file_rank, &a, 45);
+    if (access(a.path, F_OK) == 0) {
+      fprintf(stderr, "the store file %s is still there after every rank destroyed its group\n", a.path);
+      rc = 1;
+    }
+  } else if (!strcmp(s, "options")) {
+    rc = run_all(3, options_rank, &a, 45);
+  } else if (!strcmp(s, "slurm") || !strcmp(s, "ompi")) {
+    a.phase = !strcmp(s, "ompi");
+    rc = run_all(3, launcher_rank, &a, 45);
+  } else if (!strcmp(s, "ipv6")) {
+    char why[160];
+    if (!have_ipv6_loopback(why, sizeof why)) {
+      printf("skipped: %s\n", why);
+      return 77;
+    }
+    rc = run_all(3, ipv6_rank, &a, 45);
+  } else if (!strcmp(s, "debug_file")) {
+    a.world = 2;
+    rc = run_all(2, debug_file_rank, &a, 45);
+  } else if (!strcmp(s, "timeout_opt")) {
+    rc = run_all(3, timeout_rank, &a, 45);
+    a.phase = 1;
+    if (!rc) rc = run_all(3, timeout_rank, &a, 45);
+  } else {
+    fprintf(stderr, "unknown scenario %s\n", s);
+    return 2;
+  }
+  cleanup_tmp(a.tag);
+  if (rc == 0) printf("%s: ok\n", s);
+  return rc ? 1 : 0;
+}

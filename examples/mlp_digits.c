@@ -1,0 +1,435 @@
+/* Train an MLP on the 8x8 handwritten digits (1,797 images, 10 classes) with data parallelism:
+ * the DistributedSampler gives each rank its share of every epoch, the DDP wrapper averages
+ * gradients with bucketed all-reduces that overlap the backward pass, rank 0 reports loss and
+ * held-out accuracy per epoch and saves a checkpoint.
+ *
+ *   build/bin/rrun --nproc-per-node 4 build/bin/mlp_digits        # under the launcher
+ *   build/bin/mlp_digits --spawn 4                               # one program, 4 ranks
+ *   build/bin/mlp_digits --spawn 4 --no-comm                     # no all-reduce (timing base)
+ *
+ * The split is fixed: the first 1,437 images of randperm(1797, seed 0) train, the other 360
+ * are held out. --batch is the global batch; each rank takes batch / world of it, so results
+ * do not depend on the number of ranks (up to float rounding).
+ *
+ * At the end rank 0 prints a timing summary: the mean training step, the communication a step
+ * needs when nothing overlaps it (measured separately after training: every bucket reduced
+ * back to back), the part of it a step still waits for in rr_ddp_sync (exposed), and so the
+ * share that overlap hid.
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#ifdef MLP_HAVE_CBLAS
+#include <cblas.h>
+#endif
+
+#include "examples/mlp.h"
+#include "ringreduce/ddp.h"
+#include "ringreduce/ringreduce.h"
+#include "ringreduce/sampler.h"
+
+#define NTRAIN 1437
+
+typedef struct args {
+  int spawn, epochs, batch, nhidden, no_comm, check_identical, comm_iters;
+  int hidden[MLP_MAX_LAYERS - 1];
+  float lr;
+  uint64_t seed;
+  double bucket_cap_mb, min_accuracy;
+  rr_ddp_hook hook;
+  const char *data, *checkpoint;
+  /* loaded before the ranks start, shared by fork */
+  float *x;
+  int *y, n;
+} args;
+
+static void usage(FILE *f) {
+  fprintf(f,
+          "usage: mlp_digits [options]   (under rrun, or --spawn N)\n"
+          "  --spawn N            start N ranks from this program (rr_spawn)\n"
+          "  --epochs N           (10)\n"
+          "  --batch N            global batch, split over the ranks (64)\n"
+          "  --lr X               SGD learning rate (0.3)\n"
+          "  --hidden A,B,...     hidden layer widths (128)\n"
+          "  --seed N             weights and sampler seed (0)\n"
+          "  --data PATH          digits.csv.gz (default: $RR_DIGITS, tests/data/digits.csv.gz)\n"
+          "  --checkpoint PATH    written by rank 0 at the end (mlp_digits.ckpt; '' for none)\n"
+          "  --bucket-cap-mb X    DDP bucket size (default: torch's 25 with a 1 MiB first)\n"
+          "  --hook H             none | allreduce | fp16 | bf16\n"
+          "  --no-comm            skip DDP's all-reduce (to measure its overhead)\n"
+          "  --check-identical    after every step, check all ranks hold the same parameters\n"
+          "  --comm-iters N       repetitions of the standalone communication timing (20)\n"
+          "  --min-accuracy PCT   exit 3 when the final held-out accuracy is lower\n");
+}
+
+static double now_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static uint64_t fnv(const void *p, size_t n) {
+  const unsigned char *c = p;
+  uint64_t h = 1469598103934665603ull;
+  for (size_t i = 0; i < n; i++) h = (h ^ c[i]) * 1099511628211ull;
+  return h;
+}
+
+static int cmp_double(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return (x > y) - (x < y);
+}
+
+#define CHECK_RR(call)                                                                             \
+  do {                                                                                             \
+    int st_ = (call);                                                                              \
+    if (st_ != RR_OK) {                                                                            \
+      fprintf(stderr, "mlp_digits rank %d: %s failed: %s: %s\n", rank, #call, rr_status_name(st_), \
+              rr_last_error());                                                                    \
+      goto out;                                                                                    \
+    }                                                                                              \
+  } while (0)
+
+typedef struct ready_ctx {
+  rr_ddp *ddp;
+  int status;
+} ready_ctx;
+
+/* mlp_backward's callback: layer l's weight and bias gradients are final. */
+static int on_ready(int layer, void *p) {
+  ready_ctx *c = p;
+  if (!c->ddp) return 0;
+  c->status = rr_ddp_grad_ready(c->ddp, 2 * layer);
+  if (c->status == RR_OK) c->status = rr_ddp_grad_ready(c->ddp, 2 * layer + 1);
+  return c->status != RR_OK;
+}
+
+/* All ranks hold bit-identical parameters: gather every rank's hash and compare. */
+static int params_identical(rr_pg *pg, const mlp *m, int *same) {
+  int w = rr_get_world_size(pg);
+  uint64_t h = fnv(m->params, m->nweights * sizeof(float));
+  uint64_t *all = calloc((size_t)w, sizeof *all);
+  if (!all) return RR_ENOMEM;
+  int st = rr_all_gather(pg, &h, all, 1, RR_INT64);
+  *same = 1;
+  for (int r = 0; st == RR_OK && r < w; r++) *same &= all[r] == all[0];
+  free(all);
+  return st;
+}
+
+static int worker(int rank, void *p) {
+  args *a = p;
+  int rc = 1;
+  rr_pg *pg = NULL;
+  rr_ddp *ddp = NULL;
+  mlp m = {0};
+  int64_t *idx = NULL;
+  float *xb = NULL;
+  int *yb = NULL, *test_y = NULL, *train = NULL;
+  float *test_x = NULL;
+  double *step_times = NULL;
+#if defined(MLP_HAVE_CBLAS) && defined(OPENBLAS_VERSION)
+  openblas_set_num_threads(1); /* one core per rank: ranks are the parallelism */
+#endif
+  CHECK_RR(rr_init_process_group(&pg, NULL));
+  rank = rr_get_rank(pg);
+  int world = rr_get_world_size(pg);
+
+  /* The fixed split: randperm(n, seed 0), first NTRAIN train, the rest held out. */
+  int n = a->n, ntest = n - NTRAIN;
+  int64_t *perm = malloc((size_t)n * sizeof *perm);
+  train = malloc((size_t)NTRAIN * sizeof *train);
+  test_x = malloc((size_t)ntest * 64 * sizeof *test_x);
+  test_y = malloc((size_t)ntest * sizeof *test_y);
+  if (!perm || !train || !test_x || !test_y) {
+    free(perm);
+    fprintf(stderr, "rank %d: out of memory\n", rank);
+    goto out;
+  }
+  CHECK_RR(rr_randperm((uint64_t)n, 0, perm));
+  for (int i = 0; i < NTRAIN; i++) train[i] = (int)perm[i];
+  for (int i = 0; i < ntest; i++) {
+    memcpy(test_x + (size_t)i * 64, a->x + (size_t)perm[NTRAIN + i] * 64, 64 * sizeof(float));
+    test_y[i] = a->y[perm[NTRAIN + i]];
+  }
+  free(perm);
+
+  int local = a->batch / world > 0 ? a->batch / world : 1;
+  int dims[MLP_MAX_LAYERS + 1], nl = a->nhidden + 1;
+  dims[0] = 64;
+  for (int i = 0; i < a->nhidden; i++) dims[i + 1] = a->hidden[i];
+  dims[nl] = 10;
+  /* Each rank starts from different weights: DDP's construction broadcast makes them rank 0's. */
+  if (mlp_init(&m, nl, dims, local > 256 ? local : 256, a->seed + (uint64_t)rank) != 0) {
+    fprintf(stderr, "rank %d: mlp_init failed\n", rank);
+    goto out;
+  }
+  rr_ddp_tensor params[2 * MLP_MAX_LAYERS];
+  mlp_ddp_params(&m, params);
+  rr_ddp_options opt = RR_DDP_OPTIONS_INIT;
+  opt.bucket_cap_mb = a->bucket_cap_mb;
+  opt.hook = a->hook;
+  CHECK_RR(rr_ddp_init(&ddp, pg, params, 2 * nl, NULL, 0, &opt));
+
+  rr_sampler sampler;
+  CHECK_RR(rr_sampler_init(&sampler, NTRAIN, world, rank, 1, (int64_t)a->seed, 0));
+  uint64_t ns = rr_sampler_len(&sampler);
+  int steps = (int)((ns + (uint64_t)local - 1) / (uint64_t)local);
+  idx = malloc((ns ? ns : 1) * sizeof *idx);
+  xb = malloc((size_t)local * 64 * sizeof *xb);
+  yb = malloc((size_t)local * sizeof *yb);
+  step_times = malloc(((size_t)a->epochs * steps + 1) * sizeof *step_times);
+  if (!idx || !xb || !yb || !step_times) {
+    fprintf(stderr, "rank %d: out of memory\n", rank);
+    goto out;
+  }
+  if (rank == 0) {
+    printf("mlp_digits: %d ranks, MLP", world);
+    for (int l = 0; l <= nl; l++) printf("%s%d", l ? "-" : " ", dims[l]);
+    printf(
+        " (%zu parameters, %d DDP buckets), %s, global batch %d (%d per rank), lr %g, %d "
+        "train / %d held out, %s\n",
+        m.nweights, rr_ddp_num_buckets(ddp), mlp_have_blas() ? "OpenBLAS" : "plain C gemm",
+        local * world, local, (double)a->lr, NTRAIN, ntest,
+        a->no_comm ? "NO COMMUNICATION (--no-comm)" : "DDP all-reduce");
+    fflush(stdout);
+  }
+
+  ready_ctx rctx = {.ddp = a->no_comm ? NULL : ddp};
+  int nsteps = 0;
+  double acc = 0;
+  for (int e = 0; e < a->epochs; e++) {
+    rr_sampler_set_epoch(&sampler, e);
+    CHECK_RR(rr_sampler_indices(&sampler, idx, ns));
+    double loss_sum[2] = {0, 0}; /* summed loss, samples */
+    for (int s = 0; s < steps; s++) {
+      int b = (int)((uint64_t)(s + 1) * local <= ns ? (uint64_t)local : ns - (uint64_t)s * local);
+      for (int i = 0; i < b; i++) {
+        int k = train[idx[(size_t)s * local + i]];
+        memcpy(xb + (size_t)i * 64, a->x + (size_t)k * 64, 64 * sizeof(float));
+        yb[i] = a->y[k];
+      }
+      double t0 = now_s();
+      if (!a->no_comm) CHECK_RR(rr_ddp_forward(ddp));
+      mlp_forward(&m, xb, b);
+      loss_sum[0] += mlp_loss(&m, yb, b, 1.0f / (float)b);
+      loss_sum[1] += b;
+      if (mlp_backward(&m, b, 0, on_ready, &rctx) != 0) CHECK_RR(rctx.status);
+      if (!a->no_comm) CHECK_RR(rr_ddp_sync(ddp));
+      mlp_sgd(&m, a->lr);
+      step_times[nsteps++] = now_s() - t0;
+      if (a->check_identical && !a->no_comm) {
+        int same;
+        CHECK_RR(params_identical(pg, &m, &same));
+        if (!same) {
+          fprintf(stderr, "rank %d: parameters differ across ranks after epoch %d step %d\n", rank,
+                  e, s);
+          goto out;
+        }
+      }
+    }
+    if (!a->no_comm) CHECK_RR(rr_all_reduce(pg, loss_sum, loss_sum, 2, RR_FLOAT64, RR_SUM));
+    if (rank == 0) {
+      int correct = mlp_correct(&m, test_x, test_y, ntest);
+      acc = 100.0 * correct / ntest;
+      printf("epoch %2d  loss %.4f  held-out accuracy %.2f%% (%d/%d)\n", e,
+             loss_sum[0] / loss_sum[1], acc, correct, ntest);
+      fflush(stdout);
+    }
+  }
+
+  if (a->checkpoint && a->checkpoint[0]) {
+    CHECK_RR(rr_ddp_save(ddp, a->checkpoint));
+    if (rank == 0) printf("checkpoint: %s\n", a->checkpoint);
+  }
+  if (!a->no_comm) {
+    int same;
+    CHECK_RR(params_identical(pg, &m, &same));
+    if (rank == 0)
+      printf("parameters bit-identical on all %d ranks: %s\n", world, same ? "yes" : "NO");
+    if (!same) goto out;
+  }
+
+  /* Timing. Steps after the first epoch's first 3 (warm-up: page faults, bucket rebuild). */
+  rr_ddp_stats st0;
+  CHECK_RR(rr_ddp_get_stats(ddp, &st0));
+  int skip = nsteps > 6 ? 3 : 0, cnt = nsteps - skip;
+  double sum = 0;
+  for (int i = skip; i < nsteps; i++) sum += step_times[i];
+  double mean = cnt > 0 ? sum / cnt : 0;
+  qsort(step_times + skip, (size_t)cnt, sizeof *step_times, cmp_double);
+  double p50 = cnt > 0 ? step_times[skip + cnt / 2] : 0;
+  double comm = 0;
+  if (!a->no_comm && a->comm_iters > 0) {
+    /* The communication of one step with nothing to hide it: every gradient marked at once,
+     * then wait. (Gradients are stale here; training is over.) */
+    CHECK_RR(rr_barrier(pg));
+    double t0 = now_s();
+    for (int it = 0; it < a->comm_iters; it++) {
+      for (int i = 2 * nl - 1; i >= 0; i--) CHECK_RR(rr_ddp_grad_ready(ddp, i));
+      CHECK_RR(rr_ddp_sync(ddp));
+    }
+    comm = (now_s() - t0) / a->comm_iters;
+  }
+  if (rank == 0) {
+    printf("final held-out accuracy %.2f%%\n", acc);
+    if (a->no_comm)
+      printf("timing: world %d, %d steps, step %.3f ms mean (p50 %.3f ms), no communication\n",
+             world, cnt, mean * 1e3, p50 * 1e3);
+    else {
+      double exposed = st0.syncs > 0 ? st0.sync_wait_s / (double)st0.syncs : 0;
+      printf(
+          "timing: world %d, %d steps, step %.3f ms mean (p50 %.3f ms), comm %.3f ms/step "
+          "standalone, exposed %.3f ms/step (wait in rr_ddp_sync), hidden %.0f%%, "
+          "%.1f KiB/step reduced in %" PRId64 " buckets/step\n",
+          world, cnt, mean * 1e3, p50 * 1e3, comm * 1e3, exposed * 1e3,
+          comm > 0 ? fmax(0.0, 100.0 * (1.0 - exposed / comm)) : 0.0,
+          st0.syncs ? st0.bytes_reduced / (double)st0.syncs / 1024.0 : 0.0,
+          st0.syncs ? st0.buckets_reduced / st0.syncs : 0);
+    }
+    fflush(stdout);
+  }
+  rc = rank == 0 && a->min_accuracy > 0 && acc < a->min_accuracy ? 3 : 0;
+  if (rc == 3)
+    fprintf(stderr, "held-out accuracy %.2f%% is below --min-accuracy %.2f%%\n", acc,
+            a->min_accuracy);
+out:
+  if (ddp) {
+    int st = rr_ddp_destroy(ddp);
+    if (st != RR_OK) {
+      fprintf(stderr, "rank %d: rr_ddp_destroy: %s\n", rank, rr_last_error());
+      rc = rc ? rc : 1;
+    }
+  }
+  if (pg && rr_destroy_process_group(pg) != RR_OK) {
+    fprintf(stderr, "rank %d: rr_destroy_process_group: %s\n", rank, rr_last_error());
+    rc = rc ? rc : 1;
+  }
+  mlp_free(&m);
+  free(idx), free(xb), free(yb), free(step_times), free(train), free(test_x), free(test_y);
+  return rc;
+}
+
+static int parse_int(const char *s, int lo, int hi, int *out) {
+  char *end;
+  errno = 0;
+  long v = strtol(s, &end, 10);
+  if (errno || end == s || *end || v < lo || v > hi) return -1;
+  *out = (int)v;
+  return 0;
+}
+
+static int parse_double(const char *s, double lo, double *out) {
+  char *end;
+  errno = 0;
+  double v = strtod(s, &end);
+  if (errno || end == s || *end || !(v >= lo)) return -1;
+  *out = v;
+  return 0;
+}
+
+int main(int argc, char **argv) {
+  args a = {.epochs = 10,
+            .batch = 64,
+            .lr = 0.3f,
+            .nhidden = 1,
+            .hidden = {128},
+            .checkpoint = "mlp_digits.ckpt",
+            .comm_iters = 20};
+  for (int i = 1; i < argc; i++) {
+    const char *o = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+    int bad = 0;
+    double d;
+    if (!strcmp(o, "-h") || !strcmp(o, "--help")) {
+      usage(stdout);
+      return 0;
+    } else if (!strcmp(o, "--no-comm")) {
+      a.no_comm = 1;
+      continue;
+    } else if (!strcmp(o, "--check-identical")) {
+      a.check_identical = 1;
+      continue;
+    } else if (!v) {
+      bad = 1;
+    } else if (!strcmp(o, "--spawn")) {
+      bad = parse_int(v, 1, 256, &a.spawn);
+    } else if (!strcmp(o, "--epochs")) {
+      bad = parse_int(v, 1, 100000, &a.epochs);
+    } else if (!strcmp(o, "--batch")) {
+      bad = parse_int(v, 1, 4096, &a.batch);
+    } else if (!strcmp(o, "--comm-iters")) {
+      bad = parse_int(v, 0, 100000, &a.comm_iters);
+    } else if (!strcmp(o, "--lr")) {
+      bad = parse_double(v, 0, &d);
+      a.lr = (float)d;
+    } else if (!strcmp(o, "--seed")) {
+      bad = parse_double(v, 0, &d);
+      a.seed = (uint64_t)d;
+    } else if (!strcmp(o, "--bucket-cap-mb")) {
+      bad = parse_double(v, 0, &a.bucket_cap_mb);
+    } else if (!strcmp(o, "--min-accuracy")) {
+      bad = parse_double(v, 0, &a.min_accuracy);
+    } else if (!strcmp(o, "--data")) {
+      a.data = v;
+    } else if (!strcmp(o, "--checkpoint")) {
+      a.checkpoint = v;
+    } else if (!strcmp(o, "--hook")) {
+      if (!strcmp(v, "none"))
+        a.hook = RR_DDP_HOOK_NONE;
+      else if (!strcmp(v, "allreduce"))
+        a.hook = RR_DDP_HOOK_ALLREDUCE;
+      else if (!strcmp(v, "fp16"))
+        a.hook = RR_DDP_HOOK_FP16;
+      else if (!strcmp(v, "bf16"))
+        a.hook = RR_DDP_HOOK_BF16;
+      else
+        bad = 1;
+    } else if (!strcmp(o, "--hidden")) {
+      a.nhidden = 0;
+      const char *p = v;
+      while (*p && !bad) {
+        char *end;
+        long w = strtol(p, &end, 10);
+        if (end == p || w < 1 || w > 65536 || a.nhidden == MLP_MAX_LAYERS - 1)
+          bad = 1;
+        else
+          a.hidden[a.nhidden++] = (int)w;
+        p = *end == ',' ? end + 1 : end;
+        if (*end && *end != ',') bad = 1;
+      }
+    } else {
+      fprintf(stderr, "mlp_digits: unknown option %s\n", o);
+      usage(stderr);
+      return 2;
+    }
+    if (bad) {
+      fprintf(stderr, "mlp_digits: bad or missing value for %s\n", o);
+      usage(stderr);
+      return 2;
+    }
+    i++;
+  }
+  const char *path = a.data ? a.data : digits_default_path();
+  if (digits_load(path, &a.x, &a.y, &a.n) != 0) return 1;
+  if (a.n <= NTRAIN) {
+    fprintf(stderr, "mlp_digits: %s holds %d images, need more than %d\n", path, a.n, NTRAIN);
+    return 1;
+  }
+  int rc;
+  /* Under rrun (RANK set) this process is one rank; otherwise start the ranks here. */
+  if (a.spawn == 0 && getenv("RANK")) {
+    rc = worker(atoi(getenv("RANK")), &a);
+  } else {
+    rr_spawn_status st;
+    int s = rr_spawn(a.spawn ? a.spawn : 1, worker, &a, &st);
+    if (s != RR_OK) fprintf(stderr, "mlp_digits: %s\n", rr_last_error());
+    rc = s == RR_OK ? 0 : st.exit_code ? st.exit_code : 1;
+  }
+  free(a.x), free(a.y);
+  return rc;
+}

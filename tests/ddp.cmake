@@ -1,0 +1,44 @@
+# DDP wrapper (ddp/), DistributedSampler (sampler/) and the training example (examples/).
+# Run them with `ctest -L ddp`. Multi-rank tests are real processes on loopback.
+add_executable(test_sampler ${RR_TEST_DIR}/test_sampler.c)
+target_link_libraries(test_sampler PRIVATE ringreduce_internal)
+
+# Against the committed golden vectors (made by real torch), always.
+add_test(NAME ddp.sampler_golden
+  COMMAND test_sampler golden ${RR_TEST_DIR}/data/sampler_golden.txt)
+add_test(NAME ddp.sampler_unit COMMAND test_sampler unit)
+# Against torch live, when /usr/bin/python3 can import it (77 = skipped otherwise).
+add_test(NAME ddp.sampler_live
+  COMMAND bash ${RR_TEST_DIR}/test_sampler_live.sh $<TARGET_FILE:test_sampler>
+          ${RR_TEST_DIR}/data/make_sampler_golden.py)
+set_tests_properties(ddp.sampler_golden ddp.sampler_unit PROPERTIES
+  LABELS "ddp;sampler" TIMEOUT 60)
+# Importing torch alone takes 1-2 s on an idle machine, 20+ s on a loaded one.
+set_tests_properties(ddp.sampler_live PROPERTIES LABELS "ddp;sampler" TIMEOUT 150
+  SKIP_RETURN_CODE 77)
+
+# DDP: white-box where it must be (rrtest's t_run and data helpers), the MLP from examples/.
+if(TARGET rr_mlp)
+  add_executable(test_ddp ${RR_TEST_DIR}/test_ddp.c)
+  target_link_libraries(test_ddp PRIVATE rrtest rr_mlp)
+  set(RR_DDP_TESTS buckets "grads 1" "grads 2" "grads 3" "grads 4" order "equiv 2" "equiv 3"
+      "equiv 4" identical "nosync 2" "nosync 3" "hooks 3" missing mismatch checkpoint broadcast
+      cuda args)
+  foreach(t IN LISTS RR_DDP_TESTS)
+    string(REPLACE " " ";" targs "${t}")
+    string(REPLACE " " "_w" tname "${t}")
+    add_test(NAME ddp.${tname} COMMAND test_ddp ${targs})
+    set_tests_properties(ddp.${tname} PROPERTIES LABELS ddp TIMEOUT 120 SKIP_RETURN_CODE 77
+      ENVIRONMENT "RR_TIMEOUT=60;RR_GRACE_PERIOD=2")
+  endforeach()
+endif()
+
+# The training example end to end (tests/test_train.sh), under rrun and with --spawn.
+if(TARGET mlp_digits)
+  foreach(case rrun_w4 spawn_w2 no_comm bad_data)
+    add_test(NAME ddp.train_${case}
+      COMMAND bash ${RR_TEST_DIR}/test_train.sh $<TARGET_FILE:rrun> $<TARGET_FILE:mlp_digits> ${case})
+    set_tests_properties(ddp.train_${case} PROPERTIES LABELS "ddp;train" TIMEOUT 120
+      SKIP_RETURN_CODE 77)
+  endforeach()
+endif()

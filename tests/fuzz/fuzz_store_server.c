@@ -1,0 +1,167 @@
+/* libFuzzer harness: the rendezvous store's server (ring/store_tcp.c), fed arbitrary bytes
+ * over a real TCP connection. The request parser (header checks, body split, arity, keys,
+ * the HELLO / job-token handshake, parked GET / WAIT) is static inside the server thread,
+ * so the harness runs the real server in-process and plays a client:
+ *
+ *   byte 0, bit 0   the server holds a job token (what rr_init_process_group does when
+ *                   RR_JOB_TOKEN is set); seeds carry both the right and wrong tokens
+ *   byte 0, bit 1   send the rest in two writes with a pause between them, so the server
+ *                   also sees a request cut at an arbitrary point (partial header/body)
+ *   the rest        what the client sends, then it half-closes (SHUT_WR)
+ *
+ * For each input: connect, send, half-close, read every reply until the server closes the
+ * connection. Invariants (abort() = a crash for libFuzzer):
+ *   - the server finishes with the client within 10 s (a stalled parser would hang here);
+ *   - every reply starts with the reply magic and has a status in range;
+ *   - afterwards the server still serves a well-behaved client (set + get round trip).
+ * The server is restarted every RESTART inputs so the key table stays small; a crash input
+ * replays deterministically on a fresh server (the replay driver starts one per run). */
+#include <errno.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "ring/store.h"
+
+int LLVMFuzzerInitialize(int *argc, char ***argv);
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+
+#define FZ_TOKEN "fuzz-job-token-0123456789abcdef"
+#define RESTART 256
+
+#define FZ_ASSERT(cond)                                                                      \
+  do {                                                                                       \
+    if (!(cond)) {                                                                           \
+      fprintf(stderr, "fuzz_store_server: %s:%d: invariant failed: %s (%s)\n", __FILE__,    \
+              __LINE__, #cond, rr_last_error());                                             \
+      abort();                                                                               \
+    }                                                                                        \
+  } while (0)
+
+static rr_store *g_store[2]; /* [0] without a token, [1] with FZ_TOKEN */
+static int g_uses[2];
+
+int LLVMFuzzerInitialize(int *argc, char ***argv) {
+  (void)argc, (void)argv;
+  setenv("RR_DEBUG", "NONE", 1); /* every refused client logs a WARN */
+  signal(SIGPIPE, SIG_IGN);
+  return 0;
+}
+
+static rr_store *server(int with_token) {
+  if (g_store[with_token] && g_uses[with_token]++ < RESTART) return g_store[with_token];
+  if (g_store[with_token]) rr_store_free(g_store[with_token]);
+  g_store[with_token] = NULL;
+  g_uses[with_token] = 0;
+  int rc = RR_OK;
+  for (int attempt = 0; attempt < 50; attempt++) {
+    rc = rr__store_tcp_open("127.0.0.1", 0, 1, 10000, with_token ? FZ_TOKEN : NULL,
+                            &g_store[with_token]);
+    if (rc == RR_OK) break;
+    usleep(20000); /* out of ports for a moment: not the parser's fault */
+  }
+  FZ_ASSERT(rc == RR_OK);
+  return g_store[with_token];
+}
+
+static int connect_to(int port) {
+  int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  FZ_ASSERT(fd >= 0);
+  struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port),
+                          .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+  FZ_ASSERT(connect(fd, (struct sockaddr *)&a, sizeof a) == 0);
+  int one = 1;
+  (void)setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+  /* Close with a reset: no TIME_WAIT left behind by millions of connections. */
+  struct linger lg = {.l_onoff = 1, .l_linger = 0};
+  (void)setsockopt(fd, SOL_SOCKET, SO_LINGER, &lg, sizeof lg);
+  return fd;
+}
+
+/* Send what the server will take; it may close on us at any point (that is allowed). */
+static void send_some(int fd, const uint8_t *p, size_t n) {
+  while (n > 0) {
+    struct pollfd pf = {.fd = fd, .events = POLLOUT};
+    int rc = poll(&pf, 1, 10000);
+    FZ_ASSERT(rc >= 0 || errno == EINTR);
+    FZ_ASSERT(rc != 0); /* the server neither reads nor closes: stuck */
+    if (rc < 0) continue;
+    ssize_t w = send(fd, p, n, MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (w < 0 && (errno == EAGAIN || errno == EINTR)) continue;
+    if (w <= 0) return; /* EPIPE / ECONNRESET: closed by the server */
+    p += w, n -= (size_t)w;
+  }
+}
+
+/* Read replies until EOF; check the shape of each complete reply header. */
+static void drain(int fd) {
+  uint8_t buf[65536];
+  uint8_t hdr[RR__STORE_HDR];
+  size_t hdr_have = 0;
+  uint64_t body_left = 0;
+  for (;;) {
+    struct pollfd pf = {.fd = fd, .events = POLLIN};
+    int rc = poll(&pf, 1, 10000);
+    if (rc < 0 && errno == EINTR) continue;
+    FZ_ASSERT(rc > 0); /* 10 s without a byte or a close: the server is stuck on us */
+    ssize_t r = recv(fd, buf, sizeof buf, 0);
+    if (r < 0 && errno == EINTR) continue;
+    if (r <= 0) return; /* EOF or reset: the server is done with us */
+    for (size_t i = 0; i < (size_t)r;) {
+      if (body_left) {
+        size_t k = (size_t)r - i < body_left ? (size_t)r - i : (size_t)body_left;
+        body_left -= k, i += k;
+        continue;
+      }
+      hdr[hdr_have++] = buf[i++];
+      if (hdr_have < RR__STORE_HDR) continue;
+      hdr_have = 0;
+      rr__store_hdr h;
+      rr__store_hdr_decode(hdr, &h);
+      FZ_ASSERT(h.magic == RR__STORE_REP_MAGIC);
+      FZ_ASSERT(h.op >= RR__SOP_HELLO && h.op <= RR__SOP_MAX);
+      FZ_ASSERT(h.status <= RR__SST_MAX && h.reserved == 0 && h.nargs == 0);
+      FZ_ASSERT(h.body_len <= RR__STORE_MAX_VALUE);
+      FZ_ASSERT(h.body_len == 0 || (h.op == RR__SOP_GET && h.status == RR__SST_OK));
+      body_left = h.body_len;
+    }
+  }
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
+  if (size < 1) return 0;
+  int with_token = data[0] & 1, split = data[0] & 2;
+  data++, size--;
+  rr_store *s = server(with_token);
+  int fd = connect_to(rr_store_port(s));
+  if (split && size > 1) {
+    size_t cut = 1 + (size_t)data[0] % (size - 1);
+    send_some(fd, data, cut);
+    struct timespec ts = {0, 2 * 1000 * 1000};
+    nanosleep(&ts, NULL);
+    send_some(fd, data + cut, size - cut);
+  } else {
+    send_some(fd, data, size);
+  }
+  (void)shutdown(fd, SHUT_WR);
+  drain(fd);
+  close(fd);
+  /* The server must still work for everyone else. */
+  char val[32];
+  int vl = snprintf(val, sizeof val, "v%zu", size);
+  FZ_ASSERT(rr_store_set(s, "fuzz/probe", val, (size_t)vl) == RR_OK);
+  void *got = NULL;
+  size_t gl = 0;
+  FZ_ASSERT(rr_store_get(s, "fuzz/probe", &got, &gl) == RR_OK);
+  FZ_ASSERT(gl == (size_t)vl && memcmp(got, val, gl) == 0);
+  free(got);
+  return 0;
+}

@@ -1,0 +1,94 @@
+# Reliability and security (issue 6): fault injection under load, junk on every port, soak,
+# fuzz-corpus replay and the clang/libFuzzer short runs, network faults in namespaces.
+#
+# Labels: "core;reliability" run in the default suite (fast samples, each < ~60 s);
+# "stress", "soak" and "netns" are long or need root and are for `ctest -L <label>` only
+# (exclude them from the default run with -LE 'stress|soak|netns|fuzz|known_bug'); "fuzz"
+# needs clang with libFuzzer and skips (77) without it; "known_bug" tests show a library
+# bug described in docs/reliability.md ("Known problems") and fail until it is fixed.
+set(RR_REL_ENV "RR_TIMEOUT=30;RR_GRACE_PERIOD=2")
+
+function(rr_rel_test name)
+  add_executable(${name} ${RR_TEST_DIR}/${name}.c)
+  target_link_libraries(${name} PRIVATE rrtest)
+endfunction()
+
+# ---- fault injection: kill -9 / SIGSTOP at random moments (tests/test_stress.c) ----
+rr_rel_test(test_stress)
+add_test(NAME rel_stress_sample COMMAND test_stress sample)
+set_tests_properties(rel_stress_sample PROPERTIES TIMEOUT 180 LABELS "core;reliability"
+  ENVIRONMENT "${RR_REL_ENV}")
+add_test(NAME rel_stop_sample COMMAND test_stress stop 3)
+set_tests_properties(rel_stop_sample PROPERTIES TIMEOUT 180 LABELS "core;reliability"
+  ENVIRONMENT "${RR_REL_ENV}")
+# Which cause a survivor reports when an ABORT from a third rank is queued behind a peer's
+# goodbye (deterministic; failed before e46468d made lane errors read every control socket).
+add_test(NAME rel_cause_third_rank COMMAND test_stress cause)
+set_tests_properties(rel_cause_third_rank PROPERTIES TIMEOUT 120 LABELS "core;reliability"
+  ENVIRONMENT "${RR_REL_ENV}")
+add_test(NAME rel_stress_kill9 COMMAND test_stress kill 120)
+set_tests_properties(rel_stress_kill9 PROPERTIES TIMEOUT 3600 LABELS "stress"
+  ENVIRONMENT "${RR_REL_ENV}")
+add_test(NAME rel_stress_sigstop COMMAND test_stress stop 20)
+set_tests_properties(rel_stress_sigstop PROPERTIES TIMEOUT 1800 LABELS "stress"
+  ENVIRONMENT "${RR_REL_ENV}")
+
+# ---- soak: random verified collectives on 4 ranks; fds, threads and RSS flat (test_soak.c) ----
+rr_rel_test(test_soak)
+add_test(NAME rel_soak_5k COMMAND test_soak 5000)
+set_tests_properties(rel_soak_5k PROPERTIES TIMEOUT 300 LABELS "core;reliability"
+  ENVIRONMENT "${RR_REL_ENV}")
+add_test(NAME rel_soak_100k COMMAND test_soak 100000)
+set_tests_properties(rel_soak_100k PROPERTIES TIMEOUT 7200 LABELS "soak"
+  ENVIRONMENT "${RR_REL_ENV}")
+
+# ---- port scans and junk on every port during a running job (test_junk.c) ----
+rr_rel_test(test_junk)
+foreach(mode token notoken)
+  add_test(NAME rel_junk_${mode} COMMAND test_junk ${mode})
+  set_tests_properties(rel_junk_${mode} PROPERTIES TIMEOUT 180 LABELS "core;reliability"
+    ENVIRONMENT "${RR_REL_ENV}")
+endforeach()
+# Strangers that connect to the store and never speak, more than rank 0 has descriptors
+# (RLIMIT_NOFILE 256): fails until the store sheds silent, un-greeted clients.
+add_test(NAME rel_junk_silent_flood COMMAND test_junk silent_flood)
+set_tests_properties(rel_junk_silent_flood PROPERTIES TIMEOUT 180
+  LABELS "reliability;known_bug" ENVIRONMENT "${RR_REL_ENV}")
+
+# ---- network faults between namespaces (netns_faults.sh; root + ip netns, else 77) ----
+add_executable(netns_fault_rank ${RR_TEST_DIR}/netns_fault_rank.c)
+target_link_libraries(netns_fault_rank PRIVATE rrtest)
+add_test(NAME rel_netns_faults
+  COMMAND bash ${RR_TEST_DIR}/netns_faults.sh $<TARGET_FILE:netns_fault_rank> all)
+set_tests_properties(rel_netns_faults PROPERTIES TIMEOUT 600 LABELS "reliability;netns"
+  SKIP_RETURN_CODE 77)
+
+# ---- fuzzing (tests/fuzz/) ----
+# Replays of the seed corpus and of every input that once crashed a harness
+# (tests/fuzz/crashes/<harness>/), built with the main compiler: regression tests that need
+# no clang. Then short libFuzzer runs (clang; 77 = skipped without it), label fuzz.
+set(RR_FUZZ_HARNESSES wire ctl_stream store_server store_client)
+foreach(h ${RR_FUZZ_HARNESSES})
+  add_executable(fuzz_${h}_replay ${RR_TEST_DIR}/fuzz/fuzz_${h}.c ${RR_TEST_DIR}/fuzz/replay.c)
+  target_link_libraries(fuzz_${h}_replay PRIVATE ringreduce_internal)
+  target_include_directories(fuzz_${h}_replay PRIVATE ${CMAKE_SOURCE_DIR})
+  add_test(NAME rel_fuzz_replay_${h} COMMAND fuzz_${h}_replay
+    ${RR_TEST_DIR}/fuzz/corpus/${h} ${RR_TEST_DIR}/fuzz/crashes/${h})
+  set_tests_properties(rel_fuzz_replay_${h} PROPERTIES TIMEOUT 120 LABELS "core;reliability")
+  add_test(NAME fuzz_${h} COMMAND bash ${RR_TEST_DIR}/fuzz/run.sh ${h} 20)
+  set_tests_properties(fuzz_${h} PROPERTIES TIMEOUT 900 LABELS "fuzz" SKIP_RETURN_CODE 77
+    ENVIRONMENT "RR_FUZZ_BUILD=${CMAKE_BINARY_DIR}/fuzz")
+endforeach()
+
+# ---- which cause wins when a survivor's link resets and a third rank said why (white-box) ----
+rr_rel_test(test_rel_comm)
+foreach(s lane_abort lane_dead)
+  add_test(NAME rel_comm_cause_${s} COMMAND test_rel_comm ${s})
+  set_tests_properties(rel_comm_cause_${s} PROPERTIES TIMEOUT 60 LABELS "core;reliability")
+endforeach()
+# The header-sniffing path of rr__comm_wait reports a peer's reset link before reading the
+# control sockets: fails until it does what rr__lane_error does (docs/reliability.md).
+foreach(s sniff_abort sniff_dead)
+  add_test(NAME rel_comm_cause_${s} COMMAND test_rel_comm ${s})
+  set_tests_properties(rel_comm_cause_${s} PROPERTIES TIMEOUT 60 LABELS "reliability;known_bug")
+endforeach()

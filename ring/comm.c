@@ -58,8 +58,12 @@ void rr__comm_free(rr__comm *cm) {
   for (int i = 0; cm->peers && i < cm->size; i++) {
     rr__peer *p = &cm->peers[i];
     if (p->ctrl_fd >= 0) {
-      /* A goodbye tells the peer that our closing sockets are not a crash (after an abort
-       * too: whoever aborted already told everyone why). */
+      /* After an abort, repeat its cause first: a peer that has not heard it from its
+       * origin yet must not take our leaving for the reason. Then a goodbye, so our closing
+       * sockets are not taken for a crash. */
+      if (!cm->no_bye && atomic_load(&cm->aborted))
+        rr__send_ctl(p->ctrl_fd, RR__CTL_ABORT, cm->global_rank, cm->abort_status,
+                     cm->abort_reason);
       if (!cm->no_bye) rr__send_ctl(p->ctrl_fd, RR__CTL_BYE, cm->global_rank, 0, NULL);
       close(p->ctrl_fd);
     }
@@ -295,7 +299,16 @@ int rr__comm_wait(rr__comm *cm, int64_t deadline_ms, const rr__sniff *sn) {
     if (!l0 || !cm->pfds[k++].revents) continue;
     uint8_t hdr[RR__HDR_BYTES];
     size_t got = 0;
-    RR_CHECK(l0->tp->peek(l0, hdr, sizeof hdr, &got));
+    int pst = l0->tp->peek(l0, hdr, sizeof hdr, &got);
+    if (pst != RR_OK) {
+      /* A reset link is the effect; a peer's ABORT, if one is queued, is the cause. */
+      char saved[RR__ERRMSG_MAX];
+      snprintf(saved, sizeof saved, "%s", rr__error());
+      rr__comm_poll_ctl(cm);
+      if (atomic_load(&cm->aborted)) return rr__comm_check(cm);
+      rr__copy_error(saved);
+      return pst;
+    }
     if (got == sizeof hdr) {
       cm->peers[i].sniffed = sn->seq + 1;
       RR_CHECK(sn->check(sn->ctx, i, hdr));

@@ -206,7 +206,14 @@ int rr_work_test(rr_work *w) {
   return st;
 }
 
-const char *rr_work_error(const rr_work *w) { return w && w->done ? w->error : ""; }
+const char *rr_work_error(const rr_work *w) {
+  if (!w) return "";
+  rr_work *m = (rr_work *)w; /* the lock protects `done`; the text never changes after it */
+  pthread_mutex_lock(&m->mu);
+  const char *e = m->done ? m->error : "";
+  pthread_mutex_unlock(&m->mu);
+  return e;
+}
 
 void rr_work_free(rr_work *w) {
   if (w) rr__work_unref(w);
@@ -519,6 +526,15 @@ int rr_init_process_group(rr_pg **out, const rr_pg_options *opt) {
   snprintf(pg->id, sizeof pg->id, "w");
   for (int i = 0; i < in.world_size; i++) pg->global_ranks[i] = i;
 
+  /* The interface is a local choice: check it before the rendezvous, so a bad
+   * RR_SOCKET_IFNAME fails here with its own message instead of as store trouble elsewhere. */
+  {
+    rr__addr probe, hint;
+    int have = in.kind != RR__INIT_FILE && rr__addr_resolve(in.host, in.port, &hint) == RR_OK;
+    RR_CHECK_GOTO(rr__if_select(rr__params_get()->socket_ifname, have ? &hint : NULL, &probe,
+                                NULL, 0),
+                  st, fail);
+  }
   /* The job token: only a proof derived from it crosses the wire (store and greetings). */
   const char *token = rr__params_get()->job_token;
   char proof[32] = "";
@@ -586,9 +602,16 @@ int rr_new_group(rr_pg *parent, const int *ranks, int nranks, int64_t timeout_ms
   }
   /* Every rank of the parent takes the next child number, members or not, so that ids agree. */
   int child = parent->next_child++;
-  if (st != RR_OK || my_index < 0) {
+  if (st != RR_OK) { /* the same list gives the same verdict on every rank: no barrier */
     free(sorted);
     return st;
+  }
+  if (my_index < 0) {
+    /* Like torch's new_group, a barrier over the parent: a non-member (rank 0 with the store
+     * above all) must not leave and take the store with it while members still set up. */
+    free(sorted);
+    st = rr_barrier(parent);
+    return st == RR_OK ? st : rr__prefix_error(st, "rank %d: new_group", me);
   }
   rr_pg *pg = NULL;
   st = rr__pg_new(nranks, &pg);
@@ -618,11 +641,12 @@ int rr_new_group(rr_pg *parent, const int *ranks, int nranks, int64_t timeout_ms
   if (st != RR_OK) {
     rr__prefix_error(st, "rank %d: new_group %s", me, pg->id);
     rr__pg_free(pg);
-    return st;
+    return st; /* the non-members' barrier then fails on the parent's deadline or abort */
   }
   atomic_fetch_add(&parent->nchildren, 1);
   *group = pg;
-  return RR_OK;
+  st = rr_barrier(parent);
+  return st == RR_OK ? st : rr__prefix_error(st, "rank %d: new_group", me);
 }
 
 int rr_destroy_process_group(rr_pg *pg) {

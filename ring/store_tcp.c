@@ -42,6 +42,10 @@
 #define RR__SRV_BODY_CHUNK (64u << 10) /* first body allocation; doubles as bytes arrive */
 #define RR__SRV_ACCEPT_BURST 64
 #define RR__POOL_MAX 32 /* concurrent requests one store object may have in flight */
+/* Clients say HELLO as soon as they connect; a connection that stays silent this long, or
+ * beyond this many silent ones, is a stranger holding a descriptor and is dropped. */
+#define RR__SRV_HELLO_MS 10000
+#define RR__SRV_MAX_UNGREETED 128
 
 /* =============================================================================================
  * Server
@@ -54,6 +58,7 @@ typedef struct rr__sarg {
 typedef struct rr__sconn {
   int fd; /* -1 once closed; the slot is removed at the end of the loop */
   int greeted;
+  int64_t connected_ms;
   char peer[RR_ADDRSTRLEN];
   /* The request being read. */
   uint8_t hdr[RR__STORE_HDR];
@@ -448,7 +453,20 @@ static int rr__srv_add_conn(rr__server *srv, int fd, const rr__addr *from) {
   rr__sconn *c = calloc(1, sizeof *c);
   if (!c) return -1;
   c->fd = fd;
+  c->connected_ms = rr__now_ms();
   rr__addr_str(from, c->peer, sizeof c->peer);
+  /* Too many silent connections: the oldest one makes room (a flood must not exhaust rank
+   * 0's descriptors while the job runs). */
+  size_t silent = 0, oldest = SIZE_MAX;
+  for (size_t i = 0; i < srv->nconns; i++) {
+    rr__sconn *o = srv->conns[i];
+    if (o->fd < 0 || o->greeted) continue;
+    silent++;
+    if (oldest == SIZE_MAX || o->connected_ms < srv->conns[oldest]->connected_ms) oldest = i;
+  }
+  if (silent >= RR__SRV_MAX_UNGREETED && oldest != SIZE_MAX)
+    rr__srv_drop(srv, srv->conns[oldest], RR_LOG_WARN,
+                 "%zu connections have not said HELLO; dropping the oldest", silent);
   srv->conns[srv->nconns++] = c;
   RR_TRACE(RR_SUB_STORE, "rendezvous store on port %d: client %s connected", srv->port, c->peer);
   return 0;
@@ -509,6 +527,13 @@ static int rr__srv_timers(rr__server *srv) {
         rr__srv_drop(srv, c, RR_LOG_WARN,
                      "it sent only part of a request (%zu header and %zu body bytes) in %.1f s",
                      c->hdr_got, c->body_got, (double)srv->idle_ms / 1000);
+        continue;
+      }
+    } else if (!c->greeted) {
+      due = c->connected_ms + RR_MIN(srv->idle_ms, RR__SRV_HELLO_MS);
+      if (due <= now) {
+        rr__srv_drop(srv, c, RR_LOG_WARN, "it connected and said nothing for %.1f s",
+                     (double)RR_MIN(srv->idle_ms, RR__SRV_HELLO_MS) / 1000);
         continue;
       }
     } else {

@@ -7,7 +7,7 @@
 
 #include "ring/op.h"
 
-int t_rank = -1;
+_Thread_local int t_rank = -1;
 
 uint64_t t_seed(void) {
   const char *s = getenv("RR_TEST_SEED");

@@ -11,7 +11,7 @@
 
 #include "ringreduce/ringreduce.h"
 
-extern int t_rank; /* for messages; -1 in the parent */
+extern _Thread_local int t_rank; /* for messages; -1 in the parent */
 
 #define T_FAIL(...)                                                          \
   do {                                                                       \

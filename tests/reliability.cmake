@@ -53,7 +53,7 @@ endforeach()
 # (RLIMIT_NOFILE 256): fails until the store sheds silent, un-greeted clients.
 add_test(NAME rel_junk_silent_flood COMMAND test_junk silent_flood)
 set_tests_properties(rel_junk_silent_flood PROPERTIES TIMEOUT 180
-  LABELS "reliability;known_bug" ENVIRONMENT "${RR_REL_ENV}")
+  LABELS "core;reliability" ENVIRONMENT "${RR_REL_ENV}")
 
 # ---- network faults between namespaces (netns_faults.sh; root + ip netns, else 77) ----
 add_executable(netns_fault_rank ${RR_TEST_DIR}/netns_fault_rank.c)
@@ -90,5 +90,5 @@ endforeach()
 # control sockets: fails until it does what rr__lane_error does (docs/reliability.md).
 foreach(s sniff_abort sniff_dead)
   add_test(NAME rel_comm_cause_${s} COMMAND test_rel_comm ${s})
-  set_tests_properties(rel_comm_cause_${s} PROPERTIES TIMEOUT 60 LABELS "reliability;known_bug")
+  set_tests_properties(rel_comm_cause_${s} PROPERTIES TIMEOUT 60 LABELS "core;reliability")
 endforeach()

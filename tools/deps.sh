@@ -11,6 +11,12 @@ command -v make >/dev/null 2>&1 || need+=(make)
 command -v ninja >/dev/null 2>&1 || need+=(ninja-build)
 command -v ip >/dev/null 2>&1 || need+=(iproute2)       # tests: several hosts in netns
 command -v python3 >/dev/null 2>&1 || need+=(python3)   # tests: JSON output check
+command -v iptables >/dev/null 2>&1 || need+=(iptables) # tests: lossy link in netns
+dpkg -s libopenblas-dev >/dev/null 2>&1 || need+=(libopenblas-dev)  # the training example
+if [ "${RR_DEPS_FUZZ:-0}" = 1 ]; then                   # CI: libFuzzer harnesses
+  command -v clang >/dev/null 2>&1 || need+=(clang)
+  dpkg -s libclang-rt-14-dev >/dev/null 2>&1 || need+=(libclang-rt-14-dev)
+fi
 
 if [ ${#need[@]} -gt 0 ]; then
   echo "deps: installing ${need[*]}"

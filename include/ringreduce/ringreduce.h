@@ -155,7 +155,7 @@ int rr_get_group_rank(const rr_pg *pg, int global_rank);
 
 /* Make a subgroup of `parent` from global ranks `ranks` (any order; duplicates are an
  * error). Every rank of `parent` must call it, in the same order, with the same list, as
- * torch's new_group. Members get a group (ranks sorted: group rank = index in the sorted
+ * torch's new_group; it ends with a barrier over the parent. Members get a group (ranks sorted: group rank = index in the sorted
  * list); non-members get *group == NULL and RR_OK. timeout_ms == 0 inherits the parent's. */
 int rr_new_group(rr_pg *parent, const int *ranks, int nranks, int64_t timeout_ms, rr_pg **group);
 
@@ -232,7 +232,8 @@ int rr_sendrecv_async(rr_pg *pg, const void *sendbuf, size_t sendcount, int dst,
 int rr_work_wait(rr_work *work, int64_t timeout_ms);
 /* RR_OK when finished successfully, RR_INPROGRESS while running, the error otherwise. */
 int rr_work_test(rr_work *work);
-/* The error text of a failed work, "" otherwise. */
+/* The error text of a failed work, "" otherwise. It lives in the work: valid until
+ * rr_work_free. */
 const char *rr_work_error(const rr_work *work);
 /* Release the handle. A work freed before it finished still runs to completion. */
 void rr_work_free(rr_work *work);

@@ -62,3 +62,7 @@ endforeach()
 rr_core_test(test_wire)
 add_test(NAME wire_formats COMMAND test_wire)
 set_tests_properties(wire_formats PROPERTIES TIMEOUT 60 LABELS "core;wire")
+
+# RR_TRACE=1 on the example that docs/ring.md walks through.
+add_test(NAME trace_ring_demo COMMAND bash ${RR_TEST_DIR}/test_trace.sh $<TARGET_FILE:rrun> $<TARGET_FILE:ring_demo>)
+set_tests_properties(trace_ring_demo PROPERTIES TIMEOUT 60 LABELS "core;trace")

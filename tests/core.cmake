@@ -11,7 +11,9 @@ endfunction()
 rr_core_test(test_coll)
 
 # A call that hangs must fail inside the library (RR_TIMEOUT) before CTest's limit.
-set(RR_TEST_ENV "RR_TIMEOUT=60;RR_GRACE_PERIOD=2")
+# This matrix pins the TCP transport (ranks on one host would otherwise pair over shared
+# memory); tests/shm.cmake runs the same matrix over shm.
+set(RR_TEST_ENV "RR_TIMEOUT=60;RR_GRACE_PERIOD=2;RR_TRANSPORT=tcp")
 
 foreach(coll all_reduce reduce_scatter all_gather broadcast reduce sendrecv barrier)
   foreach(w 1 2 3 4 5 6 7 8)
@@ -55,7 +57,7 @@ foreach(s invalid_args mismatch late_rank kill9 timeout wait_timeout destroy_ear
           duplicate_rank world_mismatch port_in_use unreachable env_errors env_params)
   add_test(NAME fault_${s} COMMAND test_fault ${s})
   set_tests_properties(fault_${s} PROPERTIES TIMEOUT 120 LABELS "core;fault"
-    ENVIRONMENT "RR_TIMEOUT=30;RR_GRACE_PERIOD=2")
+    ENVIRONMENT "RR_TIMEOUT=30;RR_GRACE_PERIOD=2;RR_TRANSPORT=tcp")
 endforeach()
 
 # Wire formats and the token PRF.

@@ -1,6 +1,6 @@
 /* Port scans and junk during a running job. Four ranks run verified all-reduces in a loop
  * and, every few rounds, make a subgroup (a fresh bootstrap: every rank listens for setup
- * connections again) and reduce on it too; one rank arrives 300 ms late each time, so the
+ * connections again) and reduce on it too; one rank arrives 1 s late each time, so the
  * others' setup listeners stay open long enough to be found. Meanwhile the parent process
  * attacks every TCP port the job's processes listen on (found the way a port scanner on
  * the host would: /proc/net/tcp{,6} listeners owned by the job's pids):
@@ -46,7 +46,7 @@
 #define W 4
 #define ROUNDS 96
 #define SUBGROUP_EVERY 8
-#define LATE_MS 300
+#define LATE_MS 1000 /* long enough for a scan under a loaded CI machine (300 ms flaked) */
 #define MAXHELD 600
 
 static const char *g_token = "junk-test-token-5f1c0d7e";

@@ -241,4 +241,4 @@ const rr__transport rr__tcp_transport = {
     .close = rr__tcp_close,
 };
 
-const rr__transport *const rr__transports[] = {&rr__tcp_transport, NULL};
+const rr__transport *const rr__transports[] = {&rr__shm_transport, &rr__tcp_transport, NULL};

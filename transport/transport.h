@@ -91,6 +91,7 @@ typedef struct rr__transport {
 } rr__transport;
 
 extern const rr__transport rr__tcp_transport;
+extern const rr__transport rr__shm_transport;
 
 /* Transports in priority order, NULL-terminated. */
 extern const rr__transport *const rr__transports[];

@@ -34,6 +34,8 @@ typedef struct perf_state {
   perf_ctx ctx;
   perf_report rep;
   char *sendbuf, *recvbuf;
+  char *hsend, *hrecv; /* --mem cuda: host mirrors of the device buffers, for data and checks */
+  int mem;             /* --mem: -1 not given, 0 host, 1 cuda */
   size_t bufbytes;
   double *iter_us;  /* per-iteration times of one timed loop (-n entries) */
   double *sorted;   /* scratch for percentiles */
@@ -103,6 +105,27 @@ static void *alloc_or_die(const perf_state *s, size_t bytes, const char *what) {
   return p;
 }
 
+/* --mem cuda: data is made and checked in host mirrors of the device buffers (same
+ * offsets) and copied across; with host memory these are no-ops. */
+static char *host_of(const perf_state *s, char *p) {
+  if (!s->ctx.mem_cuda) return p;
+  uintptr_t x = (uintptr_t)p, b = (uintptr_t)s->sendbuf;
+  if (x >= b && x < b + s->bufbytes + 64) return s->hsend + (x - b);
+  return s->hrecv + (x - (uintptr_t)s->recvbuf);
+}
+
+static void mirror_copy(const perf_state *s, char *dev, size_t bytes, int to_device) {
+  if (!s->ctx.mem_cuda || bytes == 0) return;
+  char *h = host_of(s, dev);
+  if (perf_mem_copy(1, to_device ? dev : h, to_device ? h : dev, bytes) != 0) {
+    fprintf(stderr, "%s: rank %d: cudaMemcpy of %zu bytes %s the device failed\n",
+            tool_name(s->coll), s->ctx.rank, bytes, to_device ? "to" : "from");
+    exit(1);
+  }
+}
+#define upload(s, dev, bytes) mirror_copy((s), (dev), (bytes), 1)
+#define download(s, dev, bytes) mirror_copy((s), (dev), (bytes), 0)
+
 /* ---------------------------------------------------------------------------------------
  * Options. */
 
@@ -139,6 +162,8 @@ static void usage(const perf_coll *coll) {
       "                         the interface carrying the traffic, from /sys/class/net)\n"
       "  --percentiles          columns: p50 and p99 of the per-iteration times (max over\n"
       "                         ranks of each iteration); always in the JSON\n"
+      "  --mem host|cuda        buffers in host or CUDA device memory (device LOCAL_RANK\n"
+      "                         modulo the GPUs); default cuda when a GPU is present\n"
       "%s"
       "\n"
       "Example: rrun --nproc-per-node 4 %s -b 8 -e 256M -f 4\n",
@@ -204,7 +229,7 @@ static void parse_options(perf_state *s, int argc, char **argv) {
                    .agg = 1,
                    .dtype = RR_FLOAT32,
                    .op = RR_SUM};
-  enum { OPT_LINK = 1000, OPT_PERCENTILES, OPT_SPLIT };
+  enum { OPT_LINK = 1000, OPT_PERCENTILES, OPT_SPLIT, OPT_MEM };
   static const struct option longopts[] = {{"nthreads", required_argument, 0, 't'},
                                            {"ngpus", required_argument, 0, 'g'},
                                            {"minbytes", required_argument, 0, 'b'},
@@ -228,6 +253,7 @@ static void parse_options(perf_state *s, int argc, char **argv) {
                                            {"link_gbps", required_argument, 0, OPT_LINK},
                                            {"percentiles", no_argument, 0, OPT_PERCENTILES},
                                            {"split", no_argument, 0, OPT_SPLIT},
+                                           {"mem", required_argument, 0, OPT_MEM},
                                            {0, 0, 0, 0}};
   opterr = 0; /* our messages, printed once (rank 0) */
   int c;
@@ -306,6 +332,11 @@ static void parse_options(perf_state *s, int argc, char **argv) {
       case OPT_SPLIT:
         if (!coll->split) usage_error(coll, "--split applies to all_reduce_perf only");
         o->split = 1;
+        break;
+      case OPT_MEM:
+        if (!strcmp(optarg, "host")) s->mem = 0;
+        else if (!strcmp(optarg, "cuda")) s->mem = 1;
+        else usage_error(coll, "invalid value '%s' for --mem (host or cuda)", optarg);
         break;
       case 'h':
         usage(coll);
@@ -403,9 +434,13 @@ static void warmup(perf_state *s, size_t bytes) {
 static int64_t check_once(perf_state *s, const perf_counts *k, int in_place) {
   char *send, *recv;
   placement(s, k, in_place, -1, &send, &recv);
-  perf_fill_poison(&s->ctx, recv, k->recv);
-  perf_fill_input(&s->ctx, send, 0, k->send, s->ctx.rank);
+  perf_fill_poison(&s->ctx, host_of(s, recv), k->recv);
+  perf_fill_input(&s->ctx, host_of(s, send), 0, k->send, s->ctx.rank);
+  upload(s, recv, k->recv * s->ctx.esize);
+  upload(s, send, k->send * s->ctx.esize);
   run_coll(s, send, recv, k->param, in_place);
+  download(s, recv, k->recv * s->ctx.esize);
+  recv = host_of(s, recv);
   if (s->corrupt_rank == s->ctx.rank && k->recv > 0) {
     /* Flip a high bit of the last byte of one result element (exponent or high-order bit):
      * a wrong value in every dtype, beyond the AVG tolerance. */
@@ -468,11 +503,14 @@ static void bench_split(perf_state *s, size_t count, perf_split *sp) {
   sp->wrong = -1;
   if (s->o.check) {
     const size_t n = rc * (size_t)s->ctx.nranks;
-    perf_fill_poison(&s->ctx, s->recvbuf, n);
-    perf_fill_input(&s->ctx, s->sendbuf, 0, n, s->ctx.rank);
+    perf_fill_poison(&s->ctx, host_of(s, s->recvbuf), n);
+    perf_fill_input(&s->ctx, host_of(s, s->sendbuf), 0, n, s->ctx.rank);
+    upload(s, s->recvbuf, n * es);
+    upload(s, s->sendbuf, n * es);
     for (int phase = 0; phase < 2; phase++)
       check_call(s, s->coll->split(&s->ctx, phase, s->sendbuf, s->recvbuf, rc), what[phase]);
-    int64_t wrong = perf_wrong_reduced(&s->ctx, s->recvbuf, 0, n);
+    download(s, s->recvbuf, n * es);
+    int64_t wrong = perf_wrong_reduced(&s->ctx, host_of(s, s->recvbuf), 0, n);
     PERF_CHECK(s, rr_all_reduce(s->ctx.pg, &wrong, &wrong, 1, RR_INT64, RR_SUM));
     sp->wrong = wrong;
   }
@@ -497,8 +535,10 @@ static void time_test(perf_state *s) {
   const perf_opts *o = &s->o;
   /* Fresh data of this dtype in both buffers: timed calls then never start from another
    * dtype's bit patterns (NaNs, subnormals) that would run slower than real data. */
-  perf_fill_input(&s->ctx, s->sendbuf, 0, s->bufbytes / s->ctx.esize, s->ctx.rank);
-  perf_fill_input(&s->ctx, s->recvbuf, 0, s->bufbytes / s->ctx.esize, s->ctx.rank);
+  perf_fill_input(&s->ctx, host_of(s, s->sendbuf), 0, s->bufbytes / s->ctx.esize, s->ctx.rank);
+  perf_fill_input(&s->ctx, host_of(s, s->recvbuf), 0, s->bufbytes / s->ctx.esize, s->ctx.rank);
+  upload(s, s->sendbuf, s->bufbytes);
+  upload(s, s->recvbuf, s->bufbytes);
   PERF_CHECK(s, rr_barrier(s->ctx.pg));
   warmup(s, o->maxbytes);
   warmup(s, o->minbytes);
@@ -604,6 +644,7 @@ int perf_main(int argc, char **argv, const perf_coll *coll) {
   perf_state *s = &st;
   memset(s, 0, sizeof *s);
   s->coll = coll;
+  s->mem = -1;
   s->corrupt_rank = getenv("RR_PERF_CORRUPT") ? atoi(getenv("RR_PERF_CORRUPT")) : -1;
   setlinebuf(stdout); /* each row appears as soon as it is measured */
   parse_options(s, argc, argv);
@@ -625,11 +666,35 @@ int perf_main(int argc, char **argv, const perf_coll *coll) {
   s->rep.header_max = o->maxbytes;
   limit_memory(s);
 
+  /* --mem: device memory by default when this rank sees a GPU. */
+  s->ctx.mem_cuda = s->mem >= 0 ? s->mem : perf_mem_cuda_devices() > 0;
+  if (s->ctx.mem_cuda) {
+    char err[160];
+    const char *lr = getenv("LOCAL_RANK");
+    if (perf_mem_select(lr ? atoi(lr) : 0, err, sizeof err) != 0) {
+      fprintf(stderr, "%s: rank %d: --mem cuda: %s\n", tool_name(coll), s->ctx.rank, err);
+      exit(2);
+    }
+  }
+
   /* One allocation per buffer for the largest size, reused by every size (nccl-tests). */
   s->bufbytes = o->maxbytes;
-  s->sendbuf = alloc_or_die(s, s->bufbytes + 64, "the send buffer");
-  s->recvbuf = alloc_or_die(s, s->bufbytes + 64, "the receive buffer");
-  if (coll->needs_scratch) s->ctx.scratch = alloc_or_die(s, s->bufbytes + 64, "scratch");
+  if (s->ctx.mem_cuda) {
+    s->hsend = alloc_or_die(s, s->bufbytes + 64, "the send buffer's host mirror");
+    s->hrecv = alloc_or_die(s, s->bufbytes + 64, "the receive buffer's host mirror");
+    s->sendbuf = perf_mem_alloc(1, s->bufbytes + 64);
+    s->recvbuf = perf_mem_alloc(1, s->bufbytes + 64);
+    if (coll->needs_scratch) s->ctx.scratch = perf_mem_alloc(1, s->bufbytes + 64);
+    if (!s->sendbuf || !s->recvbuf || (coll->needs_scratch && !s->ctx.scratch)) {
+      fprintf(stderr, "%s: rank %d: cudaMalloc of %zu bytes failed (lower -e)\n",
+              tool_name(coll), s->ctx.rank, s->bufbytes + 64);
+      exit(1);
+    }
+  } else {
+    s->sendbuf = alloc_or_die(s, s->bufbytes + 64, "the send buffer");
+    s->recvbuf = alloc_or_die(s, s->bufbytes + 64, "the receive buffer");
+    if (coll->needs_scratch) s->ctx.scratch = alloc_or_die(s, s->bufbytes + 64, "scratch");
+  }
   s->iter_us = alloc_or_die(s, sizeof(double) * (size_t)o->iters, "timings");
   s->sorted = alloc_or_die(s, sizeof(double) * (size_t)o->iters, "timings");
 
@@ -639,6 +704,7 @@ int perf_main(int argc, char **argv, const perf_coll *coll) {
   s->rep.nranks = s->ctx.nranks;
   if (s->ctx.rank == 0) {
     perf_report_link(&s->rep);
+    if (s->ctx.mem_cuda) printf("#  Buffers: CUDA device memory (--mem cuda)\n");
     perf_report_header(&s->rep);
   }
 
@@ -662,9 +728,11 @@ int perf_main(int argc, char **argv, const perf_coll *coll) {
   int32_t f32 = failed;
   PERF_CHECK(s, rr_broadcast(s->ctx.pg, &f32, &f32, 1, RR_INT32, 0));
   PERF_CHECK(s, rr_destroy_process_group(s->ctx.pg));
-  free(s->sendbuf);
-  free(s->recvbuf);
-  free(s->ctx.scratch);
+  perf_mem_free(s->ctx.mem_cuda, s->sendbuf);
+  perf_mem_free(s->ctx.mem_cuda, s->recvbuf);
+  perf_mem_free(s->ctx.mem_cuda, s->ctx.scratch);
+  free(s->hsend);
+  free(s->hrecv);
   free(s->iter_us);
   free(s->sorted);
   free(s->rep.ranks);

@@ -27,7 +27,8 @@ typedef struct perf_ctx {
   rr_op op;     /* only meaningful when the collective reduces */
   int root;
   int reduces;   /* the data pattern: reducible small integers, or rank-unique values */
-  void *scratch; /* -e bytes, when perf_coll.needs_scratch */
+  void *scratch; /* -e bytes, when perf_coll.needs_scratch (in the buffers' memory) */
+  int mem_cuda;  /* the buffers are CUDA device memory (--mem cuda) */
 } perf_ctx;
 
 /* Element counts of one size, as nccl-tests' getCollByteCount. */
@@ -71,6 +72,13 @@ void perf_fill_poison(const perf_ctx *c, void *buf, size_t n);
 int64_t perf_wrong_reduced(const perf_ctx *c, const void *buf, size_t first, size_t n);
 int64_t perf_wrong_input(const perf_ctx *c, const void *buf, size_t first, size_t n, int src);
 int64_t perf_wrong_poison(const perf_ctx *c, const void *buf, size_t n);
+
+/* Buffer memory (perf_mem.c): --mem host|cuda. cuda != 0 means device memory. */
+int perf_mem_cuda_devices(void); /* 0 without CUDA, a driver or a GPU */
+int perf_mem_select(int local_rank, char *err, size_t cap); /* cudaSetDevice; -1: err set */
+void *perf_mem_alloc(int cuda, size_t bytes);
+void perf_mem_free(int cuda, void *p);
+int perf_mem_copy(int cuda, void *dst, const void *src, size_t bytes); /* -1 on failure */
 
 /* Bus factors shared by several tools. */
 double perf_factor_one(int nranks);

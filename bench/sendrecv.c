@@ -18,7 +18,8 @@ static void counts(size_t count, int nranks, perf_counts *k) {
 static int run(perf_ctx *c, const void *sendbuf, void *recvbuf, size_t count) {
   const int n = c->nranks, dst = (c->rank + 1) % n, src = (c->rank + n - 1) % n;
   if (sendbuf == recvbuf) {
-    memcpy(c->scratch, sendbuf, count * c->esize);
+    if (perf_mem_copy(c->mem_cuda, c->scratch, sendbuf, count * c->esize) != 0)
+      return RR_ECUDA;
     sendbuf = c->scratch;
   }
   return rr_sendrecv(c->pg, sendbuf, count, dst, recvbuf, count, src, c->dtype);

@@ -237,7 +237,8 @@ static void rr__make_hdr(rr__coll *c) {
   }
 }
 
-int rr__coll_run(rr_pg *pg, const rr__args *a, int64_t timeout_ms) {
+/* Host memory only; rr__coll_run (cuda/staging.c) stages device buffers and calls this. */
+int rr__coll_run_host(rr_pg *pg, const rr__args *a, int64_t timeout_ms) {
   rr__coll c = {0};
   rr__hdr_sends sends;
   sends.n = 0;

@@ -334,7 +334,7 @@ static int rr__call(rr_pg *pg, int kind, const void *sendbuf, void *recvbuf, siz
     return rr__set_error(RR_EINVAL, "rank %d: %s_async: work is NULL",
                          pg->global_ranks[pg->rank], rr__api_name(kind));
   rr__args a = {.kind = kind, .sendbuf = sendbuf, .recvbuf = recvbuf, .count = count,
-                .dtype = dtype, .op = op};
+                .dtype = dtype, .op = op, .stream = rr__cuda_pg_stream(pg)};
   int st = rr__validate(pg, &a, root_or_peer);
   if (st != RR_OK)
     return rr__prefix_error(st, "rank %d: %s", pg->global_ranks[pg->rank], rr__api_name(kind));
@@ -403,7 +403,8 @@ static int rr__sendrecv(rr_pg *pg, const void *s, size_t sn, int dst, void *r, s
     return rr__set_error(RR_EINVAL, "rank %d: sendrecv_async: work is NULL",
                          pg->global_ranks[pg->rank]);
   rr__args a = {.kind = RR__K_SENDRECV, .sendbuf = s, .recvbuf = r, .count = sn,
-                .recvcount = rn, .src = src, .dtype = d, .op = RR_SUM};
+                .recvcount = rn, .src = src, .dtype = d, .op = RR_SUM,
+                .stream = rr__cuda_pg_stream(pg)};
   int st = rr__validate(pg, &a, dst);
   if (st != RR_OK)
     return rr__prefix_error(st, "rank %d: sendrecv", pg->global_ranks[pg->rank]);
@@ -424,6 +425,7 @@ int rr_sendrecv_async(rr_pg *pg, const void *s, size_t sn, int dst, void *r, siz
 static void rr__pg_free(rr_pg *pg) {
   if (!pg) return;
   if (pg->comm) rr__comm_free(pg->comm);
+  rr__cuda_pg_free(pg);
   pthread_mutex_destroy(&pg->mu);
   pthread_cond_destroy(&pg->cv);
   free(pg->global_ranks);

@@ -23,6 +23,7 @@ typedef struct rr__args {
   int peer; /* group rank for send / recv; the destination of a sendrecv */
   int src;  /* the source of a sendrecv */
   size_t recvcount; /* of a sendrecv */
+  void *stream;     /* cudaStream_t set on the group when the call was made (device buffers) */
 } rr__args;
 
 /* Call kinds beyond the wire kinds: both halves of point to point. */
@@ -77,6 +78,12 @@ struct rr_pg {
   int nslots;
   void *scratch; /* grow-only, for reduce_scatter's partial chunks */
   size_t scratch_bytes;
+
+  /* CUDA (cuda/staging.c): pinned host memory that device buffers are staged through
+   * (grow-only, freed with the group), and the stream rr_pg_set_cuda_stream gave. */
+  void *cuda_host;
+  size_t cuda_host_bytes;
+  _Atomic(void *) cuda_stream;
 };
 
 /* The context of one running collective. */
@@ -95,8 +102,15 @@ typedef struct rr__coll {
   struct rr__hdr_sends *sends; /* header messages of this call still to be flushed */
 } rr__coll;
 
-/* Run a validated call on the current thread; sets the last error on failure. */
+/* Run a validated call on the current thread; sets the last error on failure. Buffers in
+ * CUDA device memory are staged through pinned host memory (cuda/staging.c), which then
+ * runs the host collective, rr__coll_run_host (ring/coll.c). */
 int rr__coll_run(rr_pg *pg, const rr__args *a, int64_t timeout_ms);
+int rr__coll_run_host(rr_pg *pg, const rr__args *a, int64_t timeout_ms);
+/* The group's CUDA stream (NULL: the legacy default stream), captured when a call is made. */
+void *rr__cuda_pg_stream(rr_pg *pg);
+/* Free the group's CUDA resources (pinned staging memory). */
+void rr__cuda_pg_free(rr_pg *pg);
 
 /* Grow the group's scratch buffer to at least `bytes`. */
 int rr__pg_scratch(rr_pg *pg, size_t bytes, void **out);

@@ -162,6 +162,13 @@ int rr_new_group(rr_pg *parent, const int *ranks, int nranks, int64_t timeout_ms
 /* Change the deadline of the group's later calls (milliseconds, > 0). */
 int rr_pg_set_timeout(rr_pg *pg, int64_t timeout_ms);
 
+/* CUDA device buffers: later calls on the group are ordered on `stream` (a cudaStream_t;
+ * NULL, the default, means the legacy default stream), as torch's current stream: work
+ * queued on it before a call is finished before the call reads its buffers, and the result
+ * is in the buffers when a blocking call (or rr_work_wait) returns. The stream is captured
+ * when each call is made. RR_ENOTSUP in a build without CUDA (docs/cuda.md). */
+int rr_pg_set_cuda_stream(rr_pg *pg, void *stream);
+
 /* Abort the group, from any thread: the running call and every pending and later call on it
  * return RR_EABORTED promptly, and the peers are told (their calls fail too, naming this
  * rank). rr_destroy_process_group afterwards does not block. */

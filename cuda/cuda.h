@@ -1,0 +1,78 @@
+/* The library's CUDA layer, as plain C (internal: rr__ prefix, not exported).
+ *
+ * Built with CUDA (RR_HAVE_CUDA=1, see docs/cuda.md) these talk to the CUDA runtime, which
+ * is linked statically: a library built with CUDA still loads and runs on a machine with no
+ * driver or no GPU, where rr__cuda_available() is 0 and every pointer is host memory.
+ * Built without CUDA the same functions are stubs: nothing is a device pointer (a device
+ * pointer passed to a collective is then read as host memory and faults: such a build cannot
+ * tell), and the calls that need CUDA fail with RR_ENOTSUP "built without CUDA".
+ *
+ * Every function that fails sets the last error (rr_last_error) naming the CUDA call and
+ * cudaGetErrorString's text, and returns RR_ECUDA (or RR_ENOTSUP / RR_EINVAL). */
+#ifndef RR_CUDA_CUDA_H_
+#define RR_CUDA_CUDA_H_
+
+#include <stddef.h>
+
+#include "ringreduce/ringreduce.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* 1 when this build has CUDA compiled in (whether or not a GPU is present). */
+int rr__cuda_built(void);
+
+/* Lazy, once per process: 1 when the CUDA runtime found a driver and at least one device.
+ * Never fails and never leaves a CUDA error behind: without a driver it is 0. */
+int rr__cuda_available(void);
+
+/* Number of devices (0 without CUDA). */
+int rr__cuda_device_count(void);
+
+/* 1 when p is device memory (cudaMalloc, cudaMallocAsync, IPC-mapped), 0 for anything else:
+ * host memory, pinned host memory, managed memory (host-accessible, used as it is), NULL, or
+ * no CUDA at all. It asks the driver only once this process has a CUDA context (device
+ * memory cannot exist before one), so CPU-only programs never create a context. Never
+ * fails; any CUDA error it meets is cleared. *device (may be NULL) gets the pointer's
+ * device, or -1. */
+int rr__cuda_is_device_ptr(const void *p);
+int rr__cuda_ptr_device(const void *p, int *device);
+
+/* The device a rank uses: `option` when >= 0, else LOCAL_RANK modulo the device count
+ * (several ranks may share one GPU), else 0. RR_ENOTSUP without CUDA. */
+int rr__cuda_pick_device(int option, int local_rank, int *device);
+
+/* Make `device` current on this thread, returning the one that was (to restore). */
+int rr__cuda_set_device(int device, int *previous);
+
+/* Page-locked host memory, usable by every device (cudaHostAlloc, portable). */
+int rr__cuda_host_alloc(void **p, size_t bytes);
+void rr__cuda_host_free(void *p);
+
+/* Copy bytes (any direction, unified addressing) ordered on `stream` (a cudaStream_t, NULL:
+ * the legacy default stream), then wait for the stream: returns when the copy is done. */
+int rr__cuda_memcpy_sync(void *dst, const void *src, size_t bytes, void *stream);
+/* Wait for everything queued on `stream` so far. */
+int rr__cuda_stream_sync(void *stream);
+
+/* dst[i] = a[i] op b[i] on the device, i < n, queued on `stream` (not waited for). When
+ * dst2 != NULL the result is also written there (the ring's receive-reduce-copy: the chunk
+ * is read once and written to both the local buffer and the next send buffer). avg_div as
+ * rr__reduce: > 1 divides the sum (AVG's last step). dst may equal a or b; dst2 must not
+ * overlap the inputs. Results are bit-identical to rr__reduce (ring/op.c). */
+int rr__cuda_reduce(void *dst, void *dst2, const void *a, const void *b, size_t n, rr_dtype dtype,
+                    rr_op op, int avg_div, void *stream);
+
+/* ---- implemented in cuda/reduce.cu (nvcc); called by cuda/runtime.c only ---- */
+/* Launches the kernel; returns a cudaError_t and, on failure, the call that failed. */
+int rr__cuda_reduce_launch(void *dst, void *dst2, const void *a, const void *b, size_t n,
+                           int dtype, int op, int avg_div, void *stream, const char **what);
+/* 1 when reduce.cu has a kernel for (dtype, op) (the same pairs as rr__op_check). */
+int rr__cuda_reduce_supported(int dtype, int op);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* RR_CUDA_CUDA_H_ */

@@ -1,0 +1,224 @@
+// Reduction kernels: dst[i] = a[i] op b[i] for every dtype x op of ring/op.c, optionally
+// written to a second destination too (the ring's fused receive-reduce-copy).
+//
+// One kernel per (dtype, op), a template over the element type and an element functor from
+// cuda/reduce_elem.cuh (the same functions the host test compares with ring/op.c bit for
+// bit). Each thread reduces 16-byte vectors (4 in flight per loop trip, grid-stride) when
+// every pointer is 16-byte aligned, then the scalar tail; without alignment it is all scalar.
+// The grid is sized from the device's SM count (4 blocks of 512 threads per SM at most).
+//
+// Plain C entry points (extern "C", cuda/cuda.h): rr__cuda_reduce_launch,
+// rr__cuda_reduce_supported. Error text is formatted by cuda/runtime.c.
+#include <cuda_runtime.h>
+#include <stdint.h>
+
+#include "cuda/cuda.h"
+#include "cuda/reduce_elem.cuh"
+
+namespace {
+
+constexpr int kThreads = 512;
+constexpr int kBlocksPerSm = 4;
+constexpr int kUnroll = 4;
+
+// The reduction of one element pair. `d` is AVG's divisor (unused otherwise).
+#define RR_FUNCTOR(name, T, D, expr)                                  \
+  struct name {                                                       \
+    D d;                                                              \
+    __device__ __forceinline__ T operator()(T x, T y) const { return expr; } \
+  };
+
+#define RR_INT_FUNCTORS(tag, T, D)                            \
+  RR_FUNCTOR(tag##_sum, T, D, rre_##tag##_sum(x, y))          \
+  RR_FUNCTOR(tag##_prod, T, D, rre_##tag##_prod(x, y))        \
+  RR_FUNCTOR(tag##_min, T, D, rre_##tag##_min(x, y))          \
+  RR_FUNCTOR(tag##_max, T, D, rre_##tag##_max(x, y))          \
+  RR_FUNCTOR(tag##_avg, T, D, rre_##tag##_avg(x, y, d))       \
+  RR_FUNCTOR(tag##_band, T, D, rre_##tag##_band(x, y))        \
+  RR_FUNCTOR(tag##_bor, T, D, rre_##tag##_bor(x, y))          \
+  RR_FUNCTOR(tag##_bxor, T, D, rre_##tag##_bxor(x, y))
+
+#define RR_FLT_FUNCTORS(tag, T, D)                            \
+  RR_FUNCTOR(tag##_sum, T, D, rre_##tag##_sum(x, y))          \
+  RR_FUNCTOR(tag##_prod, T, D, rre_##tag##_prod(x, y))        \
+  RR_FUNCTOR(tag##_min, T, D, rre_##tag##_min(x, y))          \
+  RR_FUNCTOR(tag##_max, T, D, rre_##tag##_max(x, y))          \
+  RR_FUNCTOR(tag##_avg, T, D, rre_##tag##_avg(x, y, d))
+
+RR_INT_FUNCTORS(i8, int8_t, double)
+RR_INT_FUNCTORS(u8, uint8_t, double)
+RR_INT_FUNCTORS(i32, int32_t, double)
+RR_INT_FUNCTORS(i64, int64_t, int64_t)
+RR_FLT_FUNCTORS(f16, uint16_t, float)
+RR_FLT_FUNCTORS(bf16, uint16_t, float)
+RR_FLT_FUNCTORS(f32, float, float)
+RR_FLT_FUNCTORS(f64, double, double)
+
+template <typename T>
+union Vec {
+  uint4 u;
+  T e[16 / sizeof(T)];
+};
+
+template <typename T, typename Op>
+__global__ void __launch_bounds__(kThreads)
+    reduce_kernel(T *dst, T *dst2, const T *a, const T *b, size_t n, size_t nvec, Op op) {
+  constexpr int E = 16 / sizeof(T);
+  const size_t tid = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+  const size_t stride = (size_t)gridDim.x * blockDim.x;
+  const uint4 *va = reinterpret_cast<const uint4 *>(a);
+  const uint4 *vb = reinterpret_cast<const uint4 *>(b);
+  uint4 *vd = reinterpret_cast<uint4 *>(dst);
+  uint4 *vd2 = reinterpret_cast<uint4 *>(dst2);
+  size_t i = tid;
+  // Loads of a trip come before its stores, so dst == a or dst == b is safe.
+  for (; i + (kUnroll - 1) * stride < nvec; i += kUnroll * stride) {
+    Vec<T> x[kUnroll], y[kUnroll];
+#pragma unroll
+    for (int u = 0; u < kUnroll; u++) {
+      x[u].u = va[i + u * stride];
+      y[u].u = vb[i + u * stride];
+    }
+#pragma unroll
+    for (int u = 0; u < kUnroll; u++) {
+#pragma unroll
+      for (int e = 0; e < E; e++) x[u].e[e] = op(x[u].e[e], y[u].e[e]);
+      vd[i + u * stride] = x[u].u;
+      if (vd2) vd2[i + u * stride] = x[u].u;
+    }
+  }
+  for (; i < nvec; i += stride) {
+    Vec<T> x, y;
+    x.u = va[i];
+    y.u = vb[i];
+#pragma unroll
+    for (int e = 0; e < E; e++) x.e[e] = op(x.e[e], y.e[e]);
+    vd[i] = x.u;
+    if (vd2) vd2[i] = x.u;
+  }
+  for (size_t j = nvec * E + tid; j < n; j += stride) {
+    T r = op(a[j], b[j]);
+    dst[j] = r;
+    if (dst2) dst2[j] = r;
+  }
+}
+
+// SM count per device, looked up once (racing threads store the same value).
+int g_sms[128];
+
+cudaError_t sm_count(int *sms, const char **what) {
+  int dev = 0;
+  cudaError_t e = cudaGetDevice(&dev);
+  if (e != cudaSuccess) {
+    *what = "cudaGetDevice";
+    return e;
+  }
+  int cached = dev >= 0 && dev < 128 ? __atomic_load_n(&g_sms[dev], __ATOMIC_RELAXED) : 0;
+  if (cached > 0) {
+    *sms = cached;
+    return cudaSuccess;
+  }
+  int v = 0;
+  e = cudaDeviceGetAttribute(&v, cudaDevAttrMultiProcessorCount, dev);
+  if (e != cudaSuccess) {
+    *what = "cudaDeviceGetAttribute(cudaDevAttrMultiProcessorCount)";
+    return e;
+  }
+  if (v < 1) v = 1;
+  if (dev >= 0 && dev < 128) __atomic_store_n(&g_sms[dev], v, __ATOMIC_RELAXED);
+  *sms = v;
+  return cudaSuccess;
+}
+
+template <typename T, typename Op>
+cudaError_t launch(void *dst, void *dst2, const void *a, const void *b, size_t n, Op op,
+                   cudaStream_t stream, const char **what) {
+  if (n == 0) return cudaSuccess;
+  constexpr size_t E = 16 / sizeof(T);
+  uintptr_t bits = (uintptr_t)dst | (uintptr_t)dst2 | (uintptr_t)a | (uintptr_t)b;
+  size_t nvec = (bits & 15u) == 0 ? n / E : 0;
+  size_t work = nvec ? nvec / kUnroll + (n - nvec * E) : n;
+  int sms = 1;
+  cudaError_t e = sm_count(&sms, what);
+  if (e != cudaSuccess) return e;
+  size_t want = (work + kThreads - 1) / kThreads;
+  size_t cap = (size_t)sms * kBlocksPerSm;
+  unsigned blocks = (unsigned)(want < 1 ? 1 : want > cap ? cap : want);
+  reduce_kernel<T, Op><<<blocks, kThreads, 0, stream>>>(
+      static_cast<T *>(dst), static_cast<T *>(dst2), static_cast<const T *>(a),
+      static_cast<const T *>(b), n, nvec, op);
+  e = cudaGetLastError();
+  if (e != cudaSuccess) *what = "reduce kernel launch";
+  return e;
+}
+
+template <typename T, typename Sum, typename Prod, typename Min, typename Max, typename Avg,
+          typename D>
+cudaError_t dispatch_common(int op, int avg_div, void *dst, void *dst2, const void *a,
+                            const void *b, size_t n, cudaStream_t s, const char **what,
+                            int *handled) {
+  *handled = 1;
+  switch (op) {
+    case RR_SUM: return launch<T>(dst, dst2, a, b, n, Sum{0}, s, what);
+    case RR_PROD: return launch<T>(dst, dst2, a, b, n, Prod{0}, s, what);
+    case RR_MIN: return launch<T>(dst, dst2, a, b, n, Min{0}, s, what);
+    case RR_MAX: return launch<T>(dst, dst2, a, b, n, Max{0}, s, what);
+    case RR_AVG:
+      // As op.c: a divisor of 0 or 1 leaves the sum as it is.
+      if (avg_div <= 1) return launch<T>(dst, dst2, a, b, n, Sum{0}, s, what);
+      return launch<T>(dst, dst2, a, b, n, Avg{(D)avg_div}, s, what);
+  }
+  *handled = 0;
+  return cudaSuccess;
+}
+
+#define RR_DISPATCH_FLT(tag, T, D)                                                          \
+  dispatch_common<T, tag##_sum, tag##_prod, tag##_min, tag##_max, tag##_avg, D>(          \
+      op, avg_div, dst, dst2, a, b, n, s, what, &handled)
+
+#define RR_DISPATCH_INT(tag, T, D)                                                          \
+  [&]() -> cudaError_t {                                                                    \
+    cudaError_t r = RR_DISPATCH_FLT(tag, T, D);                                             \
+    if (handled) return r;                                                                  \
+    handled = 1;                                                                            \
+    switch (op) {                                                                           \
+      case RR_BAND: return launch<T>(dst, dst2, a, b, n, tag##_band{0}, s, what);           \
+      case RR_BOR: return launch<T>(dst, dst2, a, b, n, tag##_bor{0}, s, what);             \
+      case RR_BXOR: return launch<T>(dst, dst2, a, b, n, tag##_bxor{0}, s, what);           \
+    }                                                                                       \
+    handled = 0;                                                                            \
+    return cudaSuccess;                                                                     \
+  }()
+
+}  // namespace
+
+extern "C" int rr__cuda_reduce_supported(int dtype, int op) {
+  if (dtype < 0 || dtype >= RR_NUM_DTYPES || op < 0 || op >= RR_NUM_OPS) return 0;
+  int integer = dtype == RR_INT8 || dtype == RR_UINT8 || dtype == RR_INT32 || dtype == RR_INT64;
+  return op <= RR_AVG || integer;
+}
+
+extern "C" int rr__cuda_reduce_launch(void *dst, void *dst2, const void *a, const void *b,
+                                      size_t n, int dtype, int op, int avg_div, void *stream,
+                                      const char **what) {
+  cudaStream_t s = static_cast<cudaStream_t>(stream);
+  int handled = 0;
+  cudaError_t e = cudaSuccess;
+  *what = "";
+  if (!rr__cuda_reduce_supported(dtype, op)) return (int)cudaErrorInvalidValue;
+  switch (dtype) {
+    case RR_INT8: e = RR_DISPATCH_INT(i8, int8_t, double); break;
+    case RR_UINT8: e = RR_DISPATCH_INT(u8, uint8_t, double); break;
+    case RR_INT32: e = RR_DISPATCH_INT(i32, int32_t, double); break;
+    case RR_INT64: e = RR_DISPATCH_INT(i64, int64_t, int64_t); break;
+    case RR_FLOAT16: e = RR_DISPATCH_FLT(f16, uint16_t, float); break;
+    case RR_BFLOAT16: e = RR_DISPATCH_FLT(bf16, uint16_t, float); break;
+    case RR_FLOAT32: e = RR_DISPATCH_FLT(f32, float, float); break;
+    case RR_FLOAT64: e = RR_DISPATCH_FLT(f64, double, double); break;
+  }
+  if (!handled) {
+    *what = "reduce dispatch";
+    return (int)cudaErrorInvalidValue;
+  }
+  return (int)e;
+}

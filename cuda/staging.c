@@ -1,0 +1,158 @@
+/* Device buffers in every collective: stage through pinned host memory.
+ *
+ * rr__coll_run is the entry of every call (pg.c runs it inline or on the group's worker).
+ * When no buffer of the call is CUDA device memory it is rr__coll_run_host (ring/coll.c)
+ * and nothing else: in a build without CUDA the checks are two calls to stubs that return
+ * 0; with CUDA but no driver, one flag read after the first call.
+ *
+ * A device buffer is copied into the group's pinned host buffer (cudaHostAlloc, grow-only,
+ * freed with the group), ordered on the stream captured when the call was made (so kernels
+ * queued before the call have written it), the host collective runs on the copy, and the
+ * result is copied back and waited for: when the call returns (or rr_work_wait does) the
+ * result is in the device buffer. In-place calls stay in place: when the send and receive
+ * ranges of one device buffer overlap (NCCL's aliasing for all_gather / reduce_scatter
+ * included) they are staged as one range with the same offsets, so rr__coll_run_host sees
+ * the same aliasing the user passed.
+ *
+ * This is the correct-everywhere path (any GPU, any transport, several ranks per GPU). The
+ * faster ones the design leaves room for, from cuda/cuda.h's launcher: reducing received
+ * segments on the GPU with the fused receive-reduce-copy kernel (pipe.c's reduce hook), and
+ * transport/cuda_ipc for ranks on one host (docs/cuda.md).
+ *
+ * A failure here (a CUDA error, or buffers on two devices) aborts the group like any other
+ * failure inside a call, so no peer waits for this rank in vain. */
+#include <stdio.h>
+#include <string.h>
+
+#include "common/status.h"
+#include "common/util.h"
+#include "cuda/cuda.h"
+#include "ring/comm.h"
+#include "ring/pg.h"
+
+#define RR__STAGE_ALIGN ((uintptr_t)256)
+
+void *rr__cuda_pg_stream(rr_pg *pg) { return atomic_load(&pg->cuda_stream); }
+
+int rr_pg_set_cuda_stream(rr_pg *pg, void *stream) {
+  if (!pg) return rr__set_error(RR_EINVAL, "rr_pg_set_cuda_stream: NULL group");
+  if (!rr__cuda_built())
+    return rr__set_error(RR_ENOTSUP,
+                         "rank %d: rr_pg_set_cuda_stream: this build of ringreduce has no CUDA "
+                         "support (configure with -DRR_CUDA=ON; see docs/cuda.md)",
+                         pg->global_ranks[pg->rank]);
+  atomic_store(&pg->cuda_stream, stream);
+  return RR_OK;
+}
+
+void rr__cuda_pg_free(rr_pg *pg) {
+  rr__cuda_host_free(pg->cuda_host);
+  pg->cuda_host = NULL;
+  pg->cuda_host_bytes = 0;
+}
+
+/* What a call reads and writes, in bytes (as rr__validate computes them). */
+static void rr__io(const rr_pg *pg, const rr__args *a, size_t *in, size_t *out, int *reads,
+                   int *writes) {
+  size_t es = rr_dtype_size(a->dtype), n = (size_t)pg->size;
+  *in = a->count * es;
+  *out = a->count * es;
+  if (a->kind == RR__K_SENDRECV) *out = a->recvcount * es;
+  if (a->kind == RR__K_ALL_GATHER) *out = *in * n;
+  if (a->kind == RR__K_REDUCE_SCATTER) *in = *out * n;
+  *reads = a->kind != RR__K_RECV && a->kind != RR__K_BARRIER &&
+           !(a->kind == RR__K_BROADCAST && a->root != pg->rank);
+  *writes = a->kind != RR__K_SEND && a->kind != RR__K_BARRIER &&
+            !(a->kind == RR__K_REDUCE && a->root != pg->rank);
+  if (!*reads || !a->sendbuf) *in = 0;
+  if (!*writes || !a->recvbuf) *out = 0;
+}
+
+static uintptr_t rr__align_up(uintptr_t x) { return (x + RR__STAGE_ALIGN - 1) & ~(RR__STAGE_ALIGN - 1); }
+
+static int rr__stage_fail(rr_pg *pg, const rr__args *a, int st, const char *what) {
+  rr__prefix_error(st, "%s", what);
+  rr__prefix_error(st, "rank %d: %s (%zu x %s, device buffer staged through host memory)",
+                   pg->global_ranks[pg->rank], rr__kind_name(a->kind == RR__K_RECV ||
+                                                                     a->kind == RR__K_SENDRECV
+                                                                 ? RR__K_SEND
+                                                                 : a->kind),
+                   a->count, rr_dtype_name(a->dtype));
+  /* The peers are (or will be) in this call: stop the group and tell them why. */
+  rr__comm_abort(pg->comm, st, rr__error(), 1);
+  pg->comm->reported = 1;
+  return st;
+}
+
+int rr__coll_run(rr_pg *pg, const rr__args *a, int64_t timeout_ms) {
+  size_t in, out;
+  int reads, writes;
+  rr__io(pg, a, &in, &out, &reads, &writes);
+  int sdevice = -1, rdevice = -1;
+  int sdev = in > 0 && rr__cuda_ptr_device(a->sendbuf, &sdevice);
+  int rdev = out > 0 && rr__cuda_ptr_device(a->recvbuf, &rdevice);
+  if (!sdev && !rdev) return rr__coll_run_host(pg, a, timeout_ms);
+
+  if (sdev && rdev && sdevice != rdevice) {
+    rr__set_error(RR_EINVAL, "sendbuf is on CUDA device %d but recvbuf on device %d", sdevice,
+                  rdevice);
+    return rr__stage_fail(pg, a, RR_EINVAL, "checking buffers");
+  }
+  int device = sdev ? sdevice : rdevice;
+
+  /* Lay out the host copy: one range when one device buffer's send and receive ranges
+   * overlap (in place), else a send area and a receive area. */
+  const char *s = a->sendbuf;
+  char *r = a->recvbuf;
+  uintptr_t soff = 0, roff = 0, total = 0;
+  int joint = sdev && rdev && (uintptr_t)s < (uintptr_t)r + out && (uintptr_t)r < (uintptr_t)s + in;
+  if (joint) {
+    uintptr_t lo = RR_MIN((uintptr_t)s, (uintptr_t)r);
+    uintptr_t hi = (uintptr_t)s + in > (uintptr_t)r + out ? (uintptr_t)s + in : (uintptr_t)r + out;
+    soff = (uintptr_t)s - lo;
+    roff = (uintptr_t)r - lo;
+    total = hi - lo;
+  } else {
+    if (sdev) total = rr__align_up(in);
+    roff = total;
+    if (rdev) total += out;
+  }
+
+  int prev = -1;
+  int st = rr__cuda_set_device(device, &prev);
+  if (st != RR_OK) return rr__stage_fail(pg, a, st, "selecting the buffers' device");
+  if (total > pg->cuda_host_bytes) {
+    rr__cuda_host_free(pg->cuda_host);
+    pg->cuda_host = NULL;
+    pg->cuda_host_bytes = 0;
+    st = rr__cuda_host_alloc(&pg->cuda_host, (size_t)total);
+    if (st != RR_OK) {
+      int ignored = -1;
+      (void)rr__cuda_set_device(prev, &ignored);
+      return rr__stage_fail(pg, a, st, "allocating pinned host memory");
+    }
+    pg->cuda_host_bytes = (size_t)total;
+  }
+  char *host = pg->cuda_host;
+  rr__args h = *a;
+  if (sdev) h.sendbuf = host + soff;
+  if (rdev) h.recvbuf = host + roff;
+
+  const char *what = NULL;
+  if (sdev) {
+    st = rr__cuda_memcpy_sync(host + soff, s, in, a->stream);
+    if (st != RR_OK) what = "copying the send buffer from the device";
+  }
+  if (st == RR_OK) {
+    st = rr__coll_run_host(pg, &h, timeout_ms);
+    if (st == RR_OK && rdev) {
+      st = rr__cuda_memcpy_sync(r, host + roff, out, a->stream);
+      if (st != RR_OK) what = "copying the result to the device";
+    }
+  }
+  int pst = -1;
+  if (prev >= 0 && prev != device) (void)rr__cuda_set_device(prev, &pst);
+  /* A failed collective has its message and abort from rr__coll_run_host already. */
+  if (st != RR_OK && what) return rr__stage_fail(pg, a, st, what);
+  return st;
+}

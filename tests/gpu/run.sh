@@ -1,0 +1,77 @@
+#!/usr/bin/env bash
+# The CUDA checks, in one call on a GPU machine (the `device` tool's H100/H200; one GPU, so
+# ranks share it). Configures build-gpu with -DRR_CUDA=ON, builds, then runs:
+#   1. the CTest label "cuda": pointer detection; every dtype x op through the kernels
+#      against ring/op.c bit for bit (aligned, tail, misaligned, in place, fused); every
+#      collective on device buffers for world sizes 1-4 on one GPU, over shared memory and
+#      forced TCP (RR_TRANSPORT=tcp), every dtype x op for all_reduce, in and out of place,
+#      counts 0/1/7/1000003, checked against the harness's float64 / exact reference
+#      (tolerance: tests/harness.h); 64 MiB; async on a user stream (ordering);
+#   2. the host test of the kernels' element functions (cuda_elem_vs_op);
+#   3. compute-sanitizer memcheck (and racecheck on the kernel test) on small runs;
+#   4. reduce_kernel_perf (kernel GB/s beside cudaMemcpy D2D, same run) and all_reduce_perf
+#      on device buffers (--mem cuda) with 2 ranks on the one GPU.
+# Output: everything on stdout; exit status non-zero when any step failed.
+#   tests/gpu/run.sh [--quick]   (--quick: skip the perf runs)
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+quick=0; [ "${1:-}" = "--quick" ] && quick=1
+dir=build-gpu
+fail=0
+step() { echo; echo "=== $* ==="; }
+run() { echo "+ $*"; "$@" || { echo "FAILED ($?): $*"; fail=1; }; }
+
+step "GPU"
+nvidia-smi -L || true
+command -v nvcc >/dev/null || export PATH=/usr/local/cuda/bin:$PATH
+nvcc --version | tail -2
+
+step "configure + build (RR_CUDA=ON)"
+gen=(); command -v ninja >/dev/null 2>&1 && gen=(-G Ninja)
+# Only the local GPU's architecture: the full default list is for distributable builds.
+arch=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | head -1 | tr -d '.')
+archflag=(); [ -n "$arch" ] && archflag=(-DCMAKE_CUDA_ARCHITECTURES="$arch")
+t0=$(date +%s)
+cmake -S . -B "$dir" "${gen[@]}" -DRR_CUDA=ON -DRR_WERROR=ON "${archflag[@]}" >/dev/null || exit 1
+cmake --build "$dir" -j "$(nproc)" || exit 1
+echo "build: $(( $(date +%s) - t0 )) s"
+
+step "ctest -L cuda (and the element test)"
+log=$(mktemp)
+ctest --test-dir "$dir" --output-on-failure -L 'cuda' -j 2 2>&1 | tee "$log"
+[ "${PIPESTATUS[0]}" = 0 ] || { echo "FAILED: ctest -L cuda"; fail=1; }
+# Nothing may be skipped on a GPU machine (a skip would mean the device was not seen).
+if grep -q "Skipped\|Not Run" "$log"; then echo "FAILED: a cuda test was skipped on a GPU machine"; fail=1; fi
+rm -f "$log"
+
+step "CPU suite still green in this build (short labels)"
+run ctest --test-dir "$dir" -j 4 -LE 'stress|soak|fuzz|large|netns|cuda' --output-on-failure
+
+step "compute-sanitizer"
+cs=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
+if [ -x "$cs" ]; then
+  run "$cs" --tool memcheck --error-exitcode 9 "$dir/bin/test_cuda" ptr
+  run "$cs" --tool memcheck --error-exitcode 9 "$dir/bin/test_cuda" kernel
+  run "$cs" --tool racecheck --error-exitcode 9 "$dir/bin/test_cuda" kernel
+  # A 2-rank collective on device buffers: both ranks under memcheck.
+  RR_TIMEOUT=300 run "$cs" --tool memcheck --error-exitcode 9 --target-processes all \
+    "$dir/bin/test_cuda" coll 2
+else
+  echo "FAILED: compute-sanitizer not found"; fail=1
+fi
+
+if [ $quick = 0 ]; then
+  step "reduce_kernel_perf (kernel vs cudaMemcpy D2D, same run)"
+  run "$dir/bin/reduce_kernel_perf" -b 1M -e 256M -f 4 -d float -o sum
+  run "$dir/bin/reduce_kernel_perf" -b 256M -e 256M -d all -o all
+  run "$dir/bin/reduce_kernel_perf" -b 256M -e 256M --fused
+  step "all_reduce_perf on device buffers, 2 ranks on one GPU (staged path)"
+  run "$dir/bin/rrun" --standalone --nproc-per-node 2 "$dir/bin/all_reduce_perf" \
+    -b 8 -e 256M -f 8 --mem cuda
+  run "$dir/bin/rrun" --standalone --nproc-per-node 2 "$dir/bin/all_reduce_perf" \
+    -b 8 -e 256M -f 8 --mem host
+fi
+
+echo
+[ $fail = 0 ] && echo "GPU RUN: ALL GREEN" || echo "GPU RUN: FAILURES (see above)"
+exit $fail

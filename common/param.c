@@ -81,7 +81,7 @@ static void rr__params_load(void) {
     rr__cached.slots = 4;
   }
   if (strcmp(rr__cached.algo, "auto") && strcmp(rr__cached.algo, "ring") &&
-      strcmp(rr__cached.algo, "rd")) {
+      strcmp(rr__cached.algo, "rd") && strcmp(rr__cached.algo, "star")) {
     rr__bad("RR_ALGO", rr__cached.algo);
     rr__cached.algo = "auto";
   }

@@ -24,7 +24,8 @@
   XX(debug, "RR_DEBUG", "WARN", "log level: NONE, WARN, INFO or TRACE")                     \
   XX(debug_file, "RR_DEBUG_FILE", "", "log to this file (%h: host, %p: pid) instead of stderr") \
   XX(debug_subsys, "RR_DEBUG_SUBSYS", "ALL", "log subsystems: INIT,COLL,NET,STORE; ^X excludes") \
-  XX(algo, "RR_ALGO", "auto", "all-reduce algorithm: auto, ring or rd (recursive doubling)") \
+  XX(algo, "RR_ALGO", "auto",                                                                \
+     "all-reduce algorithm: auto, ring, rd (recursive doubling) or star (via rank 0)")       \
   XX(socket_ifname, "RR_SOCKET_IFNAME", "",                                                 \
      "interfaces for data sockets: prefixes, ^ excludes, = exact (NCCL syntax)")            \
   XX(hostid, "RR_HOSTID", "", "override the host identity used to find ranks on one host")   \

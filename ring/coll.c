@@ -174,6 +174,7 @@ static int rr__choose_all_reduce(rr__coll *c) {
   size_t bytes = c->a->count * c->esize;
   if (!strcmp(p->algo, "rd")) return RR__ALGO_RD;
   if (!strcmp(p->algo, "ring")) return RR__ALGO_RING;
+  if (!strcmp(p->algo, "star")) return RR__ALGO_STAR;
   return bytes <= (size_t)p->small_bytes ? RR__ALGO_RD : RR__ALGO_RING;
 }
 
@@ -186,7 +187,9 @@ static int rr__dispatch(rr__coll *c) {
   }
   switch (a->kind) {
     case RR__K_ALL_REDUCE:
-      return c->hdr.algo == RR__ALGO_RD ? rr__all_reduce_rd(c) : rr__all_reduce_ring(c);
+      return c->hdr.algo == RR__ALGO_RD     ? rr__all_reduce_rd(c)
+             : c->hdr.algo == RR__ALGO_STAR ? rr__all_reduce_star(c)
+                                            : rr__all_reduce_ring(c);
     case RR__K_REDUCE_SCATTER: return rr__reduce_scatter_ring(c);
     case RR__K_ALL_GATHER: return rr__all_gather_ring(c);
     case RR__K_BROADCAST: return rr__broadcast_chain(c);

@@ -66,6 +66,7 @@ int rr__coll_block(rr__coll *c, int peer);
 /* The algorithms. */
 int rr__all_reduce_ring(rr__coll *c);
 int rr__all_reduce_rd(rr__coll *c);
+int rr__all_reduce_star(rr__coll *c);
 int rr__reduce_scatter_ring(rr__coll *c);
 int rr__all_gather_ring(rr__coll *c);
 int rr__broadcast_chain(rr__coll *c);

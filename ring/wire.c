@@ -40,6 +40,7 @@ static const char *rr__algo_name(int algo) {
     case RR__ALGO_RD: return "recursive doubling";
     case RR__ALGO_CHAIN: return "chain";
     case RR__ALGO_DISSEM: return "dissemination";
+    case RR__ALGO_STAR: return "star";
     default: return "-";
   }
 }

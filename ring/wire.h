@@ -30,7 +30,8 @@ enum rr__kind {
   RR__K_COUNT
 };
 
-enum rr__algo { RR__ALGO_NONE = 0, RR__ALGO_RING, RR__ALGO_RD, RR__ALGO_CHAIN, RR__ALGO_DISSEM };
+enum rr__algo { RR__ALGO_NONE = 0, RR__ALGO_RING, RR__ALGO_RD, RR__ALGO_CHAIN, RR__ALGO_DISSEM,
+                RR__ALGO_STAR };
 
 #define RR__HDR_BYTES 48
 typedef struct rr__hdr {

@@ -32,6 +32,15 @@ foreach(algo ring rd)
       ENVIRONMENT "${RR_TEST_ENV};RR_ALGO=${algo}")
   endforeach()
 endforeach()
+# The parameter-server baseline of bench/scaling, over sockets and over shared memory.
+foreach(w 2 3 5)
+  add_test(NAME coll_all_reduce_star_w${w} COMMAND test_coll all_reduce ${w})
+  set_tests_properties(coll_all_reduce_star_w${w} PROPERTIES TIMEOUT 300 LABELS "core;coll"
+    ENVIRONMENT "${RR_TEST_ENV};RR_ALGO=star;RR_TRANSPORT=tcp")
+  add_test(NAME coll_all_reduce_star_shm_w${w} COMMAND test_coll all_reduce ${w})
+  set_tests_properties(coll_all_reduce_star_shm_w${w} PROPERTIES TIMEOUT 300 LABELS "core;coll"
+    ENVIRONMENT "${RR_TEST_ENV};RR_ALGO=star")
+endforeach()
 foreach(coll all_reduce reduce_scatter all_gather broadcast reduce sendrecv)
   add_test(NAME coll_${coll}_lanes_w5 COMMAND test_coll ${coll} 5)
   set_tests_properties(coll_${coll}_lanes_w5 PROPERTIES TIMEOUT 300 LABELS "core;coll"

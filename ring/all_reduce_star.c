@@ -1,0 +1,67 @@
+/*
+ * Star (parameter-server) all-reduce, RR_ALGO=star: the pattern the ring replaces, kept as
+ * the baseline the scaling benchmark (bench/scaling) compares the ring against.
+ *
+ *   gather:    every rank sends its whole buffer to rank 0 (the root), which reduces them
+ *              in rank order: acc = x0; acc = acc (op) x1; ... acc = acc (op) x(n-1)
+ *   broadcast: the root sends the result to every other rank, one after the other.
+ *
+ * Each transfer is a pipelined step (ring/pipe.c): the root reduces segment k of rank p's
+ * buffer while the next segments are on the wire, and every message goes behind the call
+ * header, as in the ring, so mismatched calls are caught the same way.
+ *
+ * Cost for S bytes on n ranks: the root's link carries (n-1)*S in, then (n-1)*S out (the
+ * result exists only once everything arrived), so time ~ 2(n-1) * S / bandwidth and
+ * busbw = algbw * 2(n-1)/n ~ 1/n of the link: half the ring at n = 2, falling like 1/n as
+ * ranks are added, while the ring stays at the link rate. (Even a star that overlapped the
+ * two halves segment by segment would only reach 2/n.)
+ *
+ * Same bits on every rank: the result is computed once, on the root, and copied.
+ */
+#include <stdio.h>
+
+#include "ring/ring.h"
+
+int rr__all_reduce_star(rr__coll *c) {
+  const int n = c->n, r = c->r, root = 0;
+  const size_t count = c->a->count;
+  const char *src = c->a->sendbuf;
+  char *dst = c->a->recvbuf;
+
+  if (r == root) {
+    /* Reduce in rank order; out of place the first reduction reads the input, so no copy. */
+    for (int p = 1; p < n; p++) {
+      snprintf(c->where, sizeof c->where, "star: gathering from rank %d (%d/%d)",
+               c->pg->global_ranks[p], p, n - 1);
+      RR_CHECK(rr__coll_recv_hdr(c, p));
+      rr__step st = {.to = -1, .from = p, .rbuf = dst, .rcount = count, .reduce = 1,
+                     .own = p == 1 ? src : dst,
+                     /* AVG divides once, in the reduction that completes the sum. */
+                     .avg_div = (p == n - 1 && c->a->op == RR_AVG) ? n : 0,
+                     .schunk = -1, .rchunk = p};
+      RR_CHECK(rr__pipe_step(c, &st));
+    }
+    for (int p = 1; p < n; p++) {
+      snprintf(c->where, sizeof c->where, "star: sending the result to rank %d (%d/%d)",
+               c->pg->global_ranks[p], p, n - 1);
+      RR_CHECK(rr__coll_send_hdr(c, p));
+      rr__step st = {.to = p, .sbuf = dst, .scount = count, .from = -1,
+                     .schunk = 0, .rchunk = -1};
+      RR_CHECK(rr__pipe_step(c, &st));
+    }
+    return RR_OK;
+  }
+
+  snprintf(c->where, sizeof c->where, "star: sending to rank %d", c->pg->global_ranks[root]);
+  RR_CHECK(rr__coll_send_hdr(c, root));
+  rr__step up = {.to = root, .sbuf = src, .scount = count, .from = -1,
+                 .schunk = r, .rchunk = -1};
+  RR_CHECK(rr__pipe_step(c, &up));
+  /* The send is complete (handed to the transport), so in place the result may land. */
+  snprintf(c->where, sizeof c->where, "star: receiving the result from rank %d",
+           c->pg->global_ranks[root]);
+  RR_CHECK(rr__coll_recv_hdr(c, root));
+  rr__step down = {.to = -1, .from = root, .rbuf = dst, .rcount = count,
+                   .schunk = -1, .rchunk = 0};
+  return rr__pipe_step(c, &down);
+}

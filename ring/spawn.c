@@ -1,17 +1,30 @@
 /* rr_spawn: start the ranks of a job as forked processes of this one, as
- * torch.multiprocessing.spawn does, with the environment env:// expects. */
+ * torch.multiprocessing.spawn does, with the environment env:// expects.
+ *
+ * Only the workers' own pids are waited for (waitpid(pid, WNOHANG) on each), never
+ * waitpid(-1): the caller's other children are the caller's to reap. Between checks the
+ * parent sleeps in poll() on a pidfd per worker, which becomes readable when that worker
+ * exits; where pidfd_open is missing (Linux < 5.3) the same poll() is a plain 10 ms sleep. */
 #include <errno.h>
+#include <poll.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "common/log.h"
 #include "common/status.h"
 #include "common/util.h"
 #include "transport/socket.h"
+
+/* Longest sleep between checks with pidfds (a safety net: an exit wakes us at once), and
+ * the polling interval without them. */
+#define RR__SPAWN_WAKE_MS 1000
+#define RR__SPAWN_POLL_MS 10
 
 /* A free port on loopback: bind port 0 and read what the kernel picked. */
 static int rr__free_port(int *port) {
@@ -20,14 +33,23 @@ static int rr__free_port(int *port) {
   RR_CHECK(rr__addr_resolve("127.0.0.1", 0, &a));
   RR_CHECK(rr__sock_listen(&a, 1, 1, &fd, &bound));
   *port = rr__addr_port(&bound);
-  close(fd);
+  if (close(fd) != 0) return rr__set_error(RR_ESYS, "rr_spawn: close: %s", strerror(errno));
   return RR_OK;
 }
 
+/* The exit code of a worker whose fn returned rc: 1..255 as they are, anything else that is
+ * not 0 (256, -1, ...) becomes 1, so that no failure can turn into exit code 0. */
+static int rr__exit_code(int rc) {
+  return rc == 0 ? 0 : rc >= 1 && rc <= 255 ? rc : 1;
+}
+
 static void rr__child(int rank, int nprocs, int port, int (*fn)(int, void *), void *arg,
-                      pid_t parent) {
+                      pid_t parent, const struct pollfd *pfd) {
   /* Die with the parent, even if it is killed before it can stop us. */
   if (prctl(PR_SET_PDEATHSIG, SIGKILL) != 0 || getppid() != parent) _exit(125);
+  /* The pidfds of the workers started before this one are the parent's business. */
+  for (int i = 0; i < rank; i++)
+    if (pfd[i].fd >= 0 && close(pfd[i].fd) != 0) _exit(125);
   char v[32];
   snprintf(v, sizeof v, "%d", rank);
   setenv("RANK", v, 1);
@@ -41,80 +63,130 @@ static void rr__child(int rank, int nprocs, int port, int (*fn)(int, void *), vo
   fflush(NULL);
   int rc = fn(rank, arg);
   fflush(NULL);
-  _exit(rc & 0xff);
+  _exit(rr__exit_code(rc));
 }
 
 static double rr__grace_s(void) {
   const char *g = getenv("RR_GRACE_PERIOD");
   char *end;
   double v = g ? strtod(g, &end) : 30.0;
-  return g && (end == g || v < 0) ? 30.0 : v;
+  if (g && (end == g || !(v >= 0))) return 30.0;
+  return v > 1e9 ? 1e9 : v; /* keeps the deadline in range */
 }
 
-/* Reap a child, waiting at most until deadline_ms (0: just poll). */
-static pid_t rr__reap(int *wstatus, int64_t deadline_ms) {
-  for (;;) {
-    pid_t p = waitpid(-1, wstatus, WNOHANG);
-    if (p != 0 || rr__ms_left(deadline_ms) == 0) return p;
-    usleep(5000);
-  }
+/* A pidfd for pid, or -1 where the kernel has none (then the caller polls). */
+static int rr__pidfd(pid_t pid) {
+#ifdef SYS_pidfd_open
+  long fd = syscall(SYS_pidfd_open, pid, 0);
+  if (fd >= 0) return (int)fd;
+  if (errno != ENOSYS && errno != EPERM)
+    RR_WARN(RR_SUB_INIT, "rr_spawn: pidfd_open(%d): %s; polling instead", (int)pid,
+            strerror(errno));
+#else
+  (void)pid;
+#endif
+  return -1;
+}
+
+static void rr__signal(pid_t pid, int sig) {
+  /* pid is an unreaped child of ours, so kill() cannot miss it (a zombie takes signals). */
+  if (kill(pid, sig) != 0)
+    RR_WARN(RR_SUB_INIT, "rr_spawn: kill(%d, %d): %s", (int)pid, sig, strerror(errno));
 }
 
 int rr_spawn(int nprocs, int (*fn)(int rank, void *arg), void *arg, rr_spawn_status *status) {
   if (status) *status = (rr_spawn_status){-1, 0, 0};
-  if (nprocs < 1 || !fn) return rr__set_error(RR_EINVAL, "rr_spawn: need nprocs >= 1 and a function");
+  if (nprocs < 1 || !fn)
+    return rr__set_error(RR_EINVAL, "rr_spawn: need nprocs >= 1 and a function");
   int port;
   RR_CHECK(rr__free_port(&port));
-  pid_t *pids = rr__calloc((size_t)nprocs, sizeof *pids);
-  if (!pids) return RR_ENOMEM;
+  pid_t *pids = rr__calloc((size_t)nprocs, sizeof *pids); /* 0 once reaped */
+  struct pollfd *pfd = rr__calloc((size_t)nprocs, sizeof *pfd);
+  if (!pids || !pfd) {
+    free(pids);
+    free(pfd);
+    return RR_ENOMEM;
+  }
   pid_t parent = getpid();
   fflush(NULL);
-  int started = 0, st = RR_OK;
+  int started = 0, st = RR_OK, have_pidfds = 1;
   for (; started < nprocs; started++) {
     pid_t p = fork();
     if (p < 0) {
       st = rr__set_error(RR_ESYS, "rr_spawn: fork: %s", strerror(errno));
       break;
     }
-    if (p == 0) rr__child(started, nprocs, port, fn, arg, parent);
+    if (p == 0) rr__child(started, nprocs, port, fn, arg, parent, pfd);
     pids[started] = p;
+    pfd[started] = (struct pollfd){.fd = rr__pidfd(p), .events = POLLIN};
+    if (pfd[started].fd < 0) have_pidfds = 0;
   }
-  int live = started, failed = st != RR_OK;
-  if (failed) /* could not start them all: the ones started would wait for the rest */
-    for (int i = 0; i < started; i++) kill(pids[i], SIGKILL);
+  int live = started, failed = st != RR_OK, killed = 0;
+  int64_t kill_at = 0;
+  if (failed) { /* could not start them all: the ones started would wait for the rest */
+    for (int i = 0; i < started; i++) rr__signal(pids[i], SIGKILL);
+    killed = 1;
+  }
   while (live > 0) {
-    int ws;
-    pid_t p = failed ? rr__reap(&ws, rr__now_ms() + 100) : waitpid(-1, &ws, 0);
-    if (p < 0 && errno == EINTR) continue;
-    if (p < 0) break;
-    if (p == 0) continue;
-    int rank = -1;
-    for (int i = 0; i < started; i++)
-      if (pids[i] == p) rank = i, pids[i] = 0;
-    if (rank < 0) continue; /* not ours */
-    live--;
-    int bad = WIFSIGNALED(ws) || (WIFEXITED(ws) && WEXITSTATUS(ws) != 0);
-    if (bad && !failed) {
+    /* Reap every worker that has exited; only our own pids. */
+    for (int i = 0; i < started; i++) {
+      if (!pids[i]) continue;
+      int ws = 0;
+      pid_t p = waitpid(pids[i], &ws, WNOHANG);
+      if (p == 0 || (p < 0 && errno == EINTR)) continue; /* running (EINTR: next round) */
+      int lost = p < 0; /* ECHILD: reaped by someone else (SIGCHLD ignored, or a handler) */
+      if (lost)
+        RR_WARN(RR_SUB_INIT, "rr_spawn: waitpid(%d) for rank %d: %s", (int)pids[i], i,
+                strerror(errno));
+      pids[i] = 0;
+      live--;
+      if (pfd[i].fd >= 0 && close(pfd[i].fd) != 0)
+        RR_WARN(RR_SUB_INIT, "rr_spawn: close: %s", strerror(errno));
+      pfd[i].fd = -1; /* poll() skips it */
+      int bad = lost || WIFSIGNALED(ws) || (WIFEXITED(ws) && WEXITSTATUS(ws) != 0);
+      if (!bad || failed) continue;
       failed = 1;
-      int code = WIFEXITED(ws) ? WEXITSTATUS(ws) : 0, sig = WIFSIGNALED(ws) ? WTERMSIG(ws) : 0;
-      if (status) *status = (rr_spawn_status){rank, code, sig};
-      st = sig ? rr__set_error(RR_EPEER, "rr_spawn: rank %d was killed by signal %d (%s)", rank,
-                               sig, strsignal(sig))
-               : rr__set_error(RR_EPEER, "rr_spawn: rank %d exited with code %d", rank, code);
+      int code = !lost && WIFEXITED(ws) ? WEXITSTATUS(ws) : 0;
+      int sig = !lost && WIFSIGNALED(ws) ? WTERMSIG(ws) : 0;
+      if (status) *status = (rr_spawn_status){i, code, sig};
+      if (lost)
+        st = rr__set_error(RR_ESYS,
+                           "rr_spawn: rank %d: its exit status was lost (another waitpid reaped "
+                           "it; is SIGCHLD ignored?)",
+                           i);
+      else if (sig)
+        st = rr__set_error(RR_EPEER, "rr_spawn: rank %d was killed by signal %d (%s)", i, sig,
+                           strsignal(sig));
+      else
+        st = rr__set_error(RR_EPEER, "rr_spawn: rank %d exited with code %d", i, code);
       /* Stop the others: SIGTERM, a grace period, then SIGKILL. */
+      for (int j = 0; j < started; j++)
+        if (pids[j]) rr__signal(pids[j], SIGTERM);
+      kill_at = rr__now_ms() + (int64_t)(rr__grace_s() * 1000.0);
+    }
+    if (live == 0) break;
+    if (failed && !killed && rr__ms_left(kill_at) == 0) {
       for (int i = 0; i < started; i++)
-        if (pids[i]) kill(pids[i], SIGTERM);
-      int64_t kill_at = rr__now_ms() + (int64_t)(rr__grace_s() * 1000.0);
-      while (live > 0 && rr__now_ms() < kill_at) {
-        pid_t q = rr__reap(&ws, rr__now_ms() + 50);
-        if (q <= 0) continue;
-        for (int i = 0; i < started; i++)
-          if (pids[i] == q) pids[i] = 0, live--;
-      }
-      for (int i = 0; i < started; i++)
-        if (pids[i]) kill(pids[i], SIGKILL);
+        if (pids[i]) rr__signal(pids[i], SIGKILL);
+      killed = 1;
+    }
+    /* Sleep until a worker exits (its pidfd turns readable), the SIGKILL deadline, or the
+     * next check; never longer than RR__SPAWN_WAKE_MS, so this is never a busy loop and
+     * never an unbounded wait. */
+    int64_t ms = have_pidfds ? RR__SPAWN_WAKE_MS : RR__SPAWN_POLL_MS;
+    if (failed && !killed) ms = RR_MIN(ms, rr__ms_left(kill_at));
+    if (poll(have_pidfds ? pfd : NULL, have_pidfds ? (nfds_t)started : 0, (int)ms) < 0 &&
+        errno != EINTR) {
+      /* Only EINVAL (more workers than RLIMIT_NOFILE) or ENOMEM: sleep without the fds. */
+      RR_WARN(RR_SUB_INIT, "rr_spawn: poll: %s; checking every %d ms instead", strerror(errno),
+              RR__SPAWN_POLL_MS);
+      have_pidfds = 0;
     }
   }
+  for (int i = 0; i < started; i++)
+    if (pfd[i].fd >= 0 && close(pfd[i].fd) != 0)
+      RR_WARN(RR_SUB_INIT, "rr_spawn: close: %s", strerror(errno));
   free(pids);
+  free(pfd);
   return st;
 }

@@ -1,16 +1,20 @@
 # Tests of the rrun launcher (tools/rrun.c). tests/test_rrun.sh runs one case per CTest test,
 # with tests/helpers/rrun_helper.c as the worker program. Run them with `ctest -L rrun`.
 add_executable(rrun_helper ${RR_TEST_DIR}/helpers/rrun_helper.c)
+# A worker that joins the job and checks an all-reduce (the two-node case).
+add_executable(rrun_allreduce ${RR_TEST_DIR}/helpers/rrun_allreduce.c)
+target_link_libraries(rrun_allreduce PRIVATE ringreduce)
 # So that building the rrun target is enough before `ctest -L rrun`.
-add_dependencies(rrun rrun_helper)
+add_dependencies(rrun rrun_helper rrun_allreduce)
 
 set(RRUN_TEST_CASES
   env_nproc1 env_nproc4 env_multinode underscores standalone
   fail_stops_others grace_kill process_group rrun_killed signalled exec_fail signals
-  tee tee_modes leftover_writer no_zombies restart bad_flags)
+  tee tee_modes leftover_writer no_zombies restart bad_flags two_nodes_local)
 foreach(case IN LISTS RRUN_TEST_CASES)
   add_test(NAME rrun_${case}
-    COMMAND bash ${RR_TEST_DIR}/test_rrun.sh $<TARGET_FILE:rrun> $<TARGET_FILE:rrun_helper> ${case})
+    COMMAND bash ${RR_TEST_DIR}/test_rrun.sh $<TARGET_FILE:rrun> $<TARGET_FILE:rrun_helper> ${case}
+      $<TARGET_FILE:rrun_allreduce>)
   # 77: the case needs something this machine lacks (a usable 127.0.0.1).
   set_tests_properties(rrun_${case} PROPERTIES TIMEOUT 60 LABELS rrun SKIP_RETURN_CODE 77)
 endforeach()

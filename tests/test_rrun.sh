@@ -1,15 +1,18 @@
 #!/usr/bin/env bash
 # Tests of the rrun launcher (tools/rrun.c), one case per run so CTest times each one alone:
 #
-#   bash tests/test_rrun.sh RRUN HELPER CASE
+#   bash tests/test_rrun.sh RRUN HELPER CASE [ALLREDUCE]
 #
 # The workers are tests/helpers/rrun_helper.c (see its top comment for the actions it takes
-# and the env.R.A / pid.R.A / sig.R.A files it writes). Exit 0 pass, 1 fail, 77 skip.
+# and the env.R.A / pid.R.A / sig.R.A files it writes), and for two_nodes_local ALLREDUCE,
+# tests/helpers/rrun_allreduce.c, which joins the job and checks an all-reduce.
+# Exit 0 pass, 1 fail, 77 skip.
 set -u
 
-RRUN=${1:?usage: test_rrun.sh RRUN HELPER CASE}
+RRUN=${1:?usage: test_rrun.sh RRUN HELPER CASE [ALLREDUCE]}
 HELPER=${2:?}
 CASE=${3:?}
+ALLREDUCE=${4:-}
 [ -x "$RRUN" ] || { echo "rrun not built: $RRUN" >&2; exit 1; }
 [ -x "$HELPER" ] || { echo "helper not built: $HELPER (build target rrun_helper)" >&2; exit 1; }
 T=$(mktemp -d "${TMPDIR:-/tmp}/rrun-test.XXXXXX") || exit 1
@@ -92,7 +95,9 @@ wait_exit() {
 }
 
 # expect_env FILE RANK LOCAL_RANK WORLD LOCAL_WORLD GROUP_RANK GROUP_WORLD ADDR PORT RUN_ID
-#            RESTART MAX_RESTARTS OMP (OMP "-" for unset); RR_JOB_TOKEN is checked for form.
+#            RESTART MAX_RESTARTS OMP (OMP "-" for unset); RR_JOB_TOKEN is checked for form,
+#            or, with TOKEN_WANT=unset, to be unset.
+TOKEN_WANT=random
 expect_env() {
   local f=$1 omp
   [ -f "$f" ] || fail "missing $f (worker did not start?)"
@@ -117,7 +122,18 @@ $omp"
 $got
 expected:
 $want"
-  grep -qE '^RR_JOB_TOKEN=[0-9a-f]{32}$' "$f" || fail "$f: bad RR_JOB_TOKEN: $(grep TOKEN "$f")"
+  if [ "$TOKEN_WANT" = unset ]; then
+    grep -qx 'RR_JOB_TOKEN unset' "$f" || fail "$f: expected no RR_JOB_TOKEN: $(grep TOKEN "$f")"
+  else
+    grep -qE '^RR_JOB_TOKEN=[0-9a-f]{32}$' "$f" || fail "$f: bad RR_JOB_TOKEN: $(grep TOKEN "$f")"
+  fi
+}
+# The one line rrun prints for a multi-node job without an exported RR_JOB_TOKEN.
+NO_TOKEN_WARNING="rrun: warning: RR_JOB_TOKEN is not set, so this 2-node job runs unauthenticated"
+expect_no_token_warning() { # ADDR:PORT
+  [ "$(grep -c "RR_JOB_TOKEN" "$T/err")" = 1 ] || fail "expected one line about RR_JOB_TOKEN"
+  expect_err "$NO_TOKEN_WARNING (any process that reaches $1 can join it); export the same \
+RR_JOB_TOKEN on every node to enable the job token (see 'rrun --help')"
 }
 token_of() { sed -n 's/^RR_JOB_TOKEN=//p' "$1"; }
 
@@ -162,14 +178,33 @@ case_env_nproc4() {
 }
 
 case_env_multinode() {
+  # Without an exported RR_JOB_TOKEN the nodes cannot share a token rrun makes up: none is
+  # set, and rrun warns once that the job is unauthenticated.
   rr --nnodes 2 --node-rank 1 --nproc-per-node 3 --master-addr 10.1.2.3 --master-port 23456 \
     --rdzv-id job42 --max-restarts 2 "$HELPER" "$T"
   expect_rc 0
   local l
+  TOKEN_WANT=unset
   for l in 0 1 2; do
     expect_env "$T/env.$((3 + l)).0" $((3 + l)) $l 6 3 1 2 10.1.2.3 23456 job42 0 2 1
   done
   [ ! -e "$T/env.0.0" ] || fail "node rank 1 started global rank 0"
+  expect_no_token_warning 10.1.2.3:23456
+  # An exported token is passed on, without a warning.
+  RR_JOB_TOKEN=00112233445566778899aabbccddeeff rr --nnodes 2 --nproc-per-node 2 "$HELPER" "$T"
+  expect_rc 0
+  TOKEN_WANT=random
+  for l in 0 1; do
+    expect_env "$T/env.$l.0" $l $l 4 2 0 2 127.0.0.1 29500 none 0 0 1
+    [ "$(token_of "$T/env.$l.0")" = 00112233445566778899aabbccddeeff ] ||
+      fail "exported RR_JOB_TOKEN not passed on"
+  done
+  expect_no_err RR_JOB_TOKEN
+  # --nnodes 1 (given or not) still makes a token: covered by env_nproc1 and env_nproc4.
+  rr --nnodes 1 "$HELPER" "$T"
+  expect_rc 0
+  expect_env "$T/env.0.0" 0 0 1 1 0 1 127.0.0.1 29500 none 0 0 -
+  expect_no_err RR_JOB_TOKEN
 }
 
 case_underscores() {
@@ -177,8 +212,10 @@ case_underscores() {
     --max_restarts=1 --grace_period=1 --rdzv_backend=static --rdzv-endpoint=h:1 \
     --rdzv_id=abc --tee=0 --no_python -- "$HELPER" "$T"
   expect_rc 0
+  TOKEN_WANT=unset # --nnodes=2:2 is two nodes: no token of rrun's making
   expect_env "$T/env.2.0" 2 0 4 2 1 2 10.0.0.9 2345 abc 0 1 1
   expect_env "$T/env.3.0" 3 1 4 2 1 2 10.0.0.9 2345 abc 0 1 1
+  expect_no_token_warning 10.0.0.9:2345
   expect_err "warning: ignoring --rdzv_backend=static"
   expect_err "warning: ignoring --rdzv-endpoint=h:1"
   # Arguments after the program are the program's, even when they look like rrun flags.
@@ -507,6 +544,53 @@ case_bad_flags() {
   rr --version
   expect_rc 0
   grep -q '^rrun (ringreduce) [0-9]' "$T/out" || fail "--version: $(cat "$T/out")"
+}
+
+# Two nodes on this host: two rrun processes (--nnodes 2, --node-rank 0 and 1, 2 workers
+# each) meet at one master port and all-reduce. Without RR_JOB_TOKEN each rrun once made its
+# own token and the nodes never met; now both run without one and say so. Over shared memory
+# (the default for ranks on one host), over TCP, and with a token exported on both nodes.
+case_two_nodes_local() {
+  [ -n "$ALLREDUCE" ] && [ -x "$ALLREDUCE" ] ||
+    fail "rrun_allreduce not given or not built: '$ALLREDUCE' (4th argument)"
+  # A rendezvous that cannot complete fails inside the 30 s limit of each rrun.
+  export RR_TIMEOUT=15
+  local mode port n r want tok
+  local -a pid rc
+  for mode in shm tcp token; do
+    port=$("$ALLREDUCE" --free-port) || skip "no usable 127.0.0.1"
+    mkdir "$T/$mode"
+    for n in 0 1; do
+      (
+        [ "$mode" = tcp ] && export RR_TRANSPORT=tcp
+        [ "$mode" = token ] && export RR_JOB_TOKEN=fedcba98765432100123456789abcdef
+        exec timeout -s KILL 30 "$RRUN" --nnodes 2 --node-rank $n --nproc-per-node 2 \
+          --master-addr 127.0.0.1 --master-port "$port" "$ALLREDUCE" \
+          >"$T/$mode/out$n" 2>"$T/$mode/err$n"
+      ) &
+      pid[n]=$!
+    done
+    for n in 0 1; do
+      wait "${pid[n]}"
+      rc[n]=$?
+    done
+    for n in 0 1; do
+      cp "$T/$mode/out$n" "$T/out"
+      cp "$T/$mode/err$n" "$T/err"
+      RC=${rc[n]}
+      CASE="two_nodes_local $mode, node $n"
+      expect_rc 0
+      if [ "$mode" = token ]; then tok=set; else tok=unset; fi
+      want="rank $((2 * n)) of 4: all_reduce ok, RR_JOB_TOKEN $tok
+rank $((2 * n + 1)) of 4: all_reduce ok, RR_JOB_TOKEN $tok"
+      [ "$(sort "$T/out")" = "$want" ] || fail "output is '$(cat "$T/out")', expected '$want'"
+      if [ "$mode" = token ]; then
+        expect_no_err RR_JOB_TOKEN
+      else
+        expect_no_token_warning "127.0.0.1:$port"
+      fi
+    done
+  done
 }
 
 fn="case_$CASE"

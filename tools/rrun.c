@@ -238,11 +238,14 @@ static void print_help(void) {
       "Each worker gets RANK, LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE, GROUP_RANK,\n"
       "GROUP_WORLD_SIZE, ROLE_RANK, ROLE_WORLD_SIZE, MASTER_ADDR, MASTER_PORT,\n"
       "TORCHELASTIC_RUN_ID, TORCHELASTIC_RESTART_COUNT, TORCHELASTIC_MAX_RESTARTS,\n"
-      "OMP_NUM_THREADS=1 (when unset and N > 1) and RR_JOB_TOKEN.\n"
+      "OMP_NUM_THREADS=1 (when unset and N > 1) and RR_JOB_TOKEN (see below).\n"
       "\n"
-      "RR_JOB_TOKEN is the job's shared secret. Unless it is already set, rrun makes a random\n"
-      "one for the workers of this node only, so a multi-node job must export the same value\n"
-      "on every node before starting rrun, e.g.\n"
+      "RR_JOB_TOKEN is the job's shared secret: the rendezvous store and the data connections\n"
+      "refuse peers without it. Unless it is already set, a one-node job (--nnodes 1) gets a\n"
+      "random one. The rrun of each node cannot invent a common one, so with --nnodes > 1 and\n"
+      "RR_JOB_TOKEN unset the job runs without a token (unauthenticated: any process that\n"
+      "reaches the master port can join) and rrun prints a warning saying so. To authenticate\n"
+      "a multi-node job, export the same value on every node before starting rrun, e.g.\n"
       "  export RR_JOB_TOKEN=$(od -An -tx1 -N16 /dev/urandom | tr -d ' \\n')\n"
       "\n"
       "When a worker exits non-zero or is killed by a signal, rrun sends SIGTERM to the other\n"
@@ -1065,7 +1068,15 @@ static int setup_env(launcher *L) {
         "for optimal performance in your application as needed.");
     if (set_env("OMP_NUM_THREADS", "1")) return -1;
   }
-  if (!getenv("RR_JOB_TOKEN")) {
+  if (!getenv("RR_JOB_TOKEN") && o->nnodes > 1) {
+    /* Each node's rrun would make a different token and the nodes could never meet, so a
+     * multi-node job without an exported token runs without one (the library then accepts
+     * any well-formed peer). */
+    say("warning: RR_JOB_TOKEN is not set, so this %d-node job runs unauthenticated (any "
+        "process that reaches %s:%d can join it); export the same RR_JOB_TOKEN on every node "
+        "to enable the job token (see 'rrun --help')",
+        o->nnodes, o->master_addr, port);
+  } else if (!getenv("RR_JOB_TOKEN")) {
     /* One secret per launch: workers of another job cannot join this one by mistake. */
     unsigned char b[16];
     char hex[2 * sizeof b + 1];

@@ -273,9 +273,11 @@ void rr_store_free(rr_store *store);
  * rr_spawn: torch.multiprocessing.spawn in C. Forks nprocs workers on this host; each gets
  * RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR=127.0.0.1 and a free
  * MASTER_PORT in its environment (so rr_init_process_group(&pg, NULL) just works), then
- * calls fn(rank, arg) and exits with its return value. When a worker fails (non-zero exit or
- * a signal) the others get SIGTERM, then SIGKILL after $RR_GRACE_PERIOD seconds (default
- * 30). Workers die with the parent. Call it before any threads are started.
+ * calls fn(rank, arg) and exits with its return value (1..255 as they are; any other
+ * non-zero value, such as 256 or -1, as 1). When a worker fails (non-zero exit or a signal)
+ * the others get SIGTERM, then SIGKILL after $RR_GRACE_PERIOD seconds (default 30). Workers
+ * die with the parent. Only the workers' own pids are waited for: other children of the
+ * caller are left for the caller to reap. Call it before any threads are started.
  */
 typedef struct rr_spawn_status {
   int failed_rank; /* -1 when every worker returned 0 */

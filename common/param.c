@@ -72,9 +72,9 @@ static void rr__params_load(void) {
     rr__bad("RR_SEG_BYTES", getenv("RR_SEG_BYTES"));
     rr__cached.seg_bytes = 256 * 1024;
   }
-  if (rr__cached.spin_us > 1000000) {
+  if (rr__cached.spin_us < -1 || rr__cached.spin_us > 1000000) {
     rr__bad("RR_SPIN_US", getenv("RR_SPIN_US"));
-    rr__cached.spin_us = 0;
+    rr__cached.spin_us = -1;
   }
   if (rr__cached.slots < 2 || rr__cached.slots > 64) {
     rr__bad("RR_SLOTS", getenv("RR_SLOTS"));

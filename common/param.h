@@ -13,8 +13,9 @@
   XX(small_bytes, "RR_SMALL_BYTES", 64 * 1024,                                              \
      "all-reduce up to this many bytes uses recursive doubling (RR_ALGO=auto)")             \
   XX(sockbuf, "RR_SOCKBUF", 4 * 1024 * 1024, "socket buffer bytes (0: kernel autotuning)") \
-  XX(spin_us, "RR_SPIN_US", 0,                                                              \
-     "microseconds to poll before sleeping; only helps when every rank has a core to spare")  \
+  XX(spin_us, "RR_SPIN_US", -1,                                                             \
+     "microseconds a blocking call polls before sleeping (unset: 50, or 100 yielding the "  \
+     "core when this host's ranks outnumber its cores)")                                                          \
   XX(trace, "RR_TRACE", 0, "1: print one line per rank per ring step (chunks, and values when small)")
 
 #define RR_DBL_PARAMS(XX) \

@@ -13,6 +13,7 @@
 #include "ring/bootstrap.h"
 
 #include <errno.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -350,6 +351,29 @@ static int rr__read_replies(rr__mesh *m) {
   return RR_OK;
 }
 
+/* How a blocking call waits: poll its lanes for a while before it sleeps in poll(). Sleeping
+ * costs two context switches and a wake-up system call, 10-20 us per message on this kind of
+ * VM, where a peer on a core of its own answers a small message in 1-3 us. So while this
+ * host's ranks fit its cores a blocking call polls for 50 us; when they outnumber the cores
+ * it polls for 100 us but yields the core between polls (the peer it waits for may need
+ * that core). Figures: docs/performance.md. RR_SPIN_US sets the time; the yield still
+ * follows the count. Only a caller that blocks on its call spins (ring/coll.c): work run in
+ * the background never takes cores from the caller's compute. */
+static void rr__choose_spin(rr__comm *cm, const rr__peer_info *infos, int rank, int size) {
+  int local = 0;
+  for (int p = 0; p < size; p++) local += !strcmp(infos[p].hostid, infos[rank].hostid);
+  const char *lws = getenv("LOCAL_WORLD_SIZE");
+  if (lws && atoi(lws) > local) local = atoi(lws);
+  cpu_set_t set;
+  int cpus = sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set) : 1;
+  int64_t want = rr__params_get()->spin_us;
+  cm->spin_yield = local > cpus;
+  cm->spin_us = want >= 0 ? (int)want : cm->spin_yield ? 100 : 50;
+  RR_INFO(RR_SUB_INIT, "%d rank(s) on this host, %d core(s) usable: blocking calls poll %d us "
+          "before sleeping%s", local, cpus, cm->spin_us,
+          cm->spin_yield ? ", yielding the core between polls" : "");
+}
+
 int rr__bootstrap(const rr__boot *b, rr__comm **out) {
   const rr__params *prm = rr__params_get();
   rr__comm *cm = NULL;
@@ -390,9 +414,7 @@ int rr__bootstrap(const rr__boot *b, rr__comm **out) {
     m.nsock[p] = rr__nsockets(m.tp[p], &m.infos[b->rank], &m.infos[p]);
   }
 
-  /* Measured on 2 cores: no gain at np=2, a loss when ranks outnumber cores (see
-   * docs/performance.md), so spinning is opt-in. */
-  cm->spin_us = (int)prm->spin_us;
+  rr__choose_spin(cm, m.infos, b->rank, size);
 
   /* 3-4. The mesh. */
   RR_CHECK_GOTO(rr__connect_lower(&m), st, done);

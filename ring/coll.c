@@ -2,6 +2,7 @@
  * headers every algorithm sends before its data), and turn any failure into one sentence
  * that names this rank, the call, the place in the algorithm and the cause, then abort the
  * group so no peer waits for us in vain. */
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -46,14 +47,18 @@ int rr__coll_block(rr__coll *c, int peer) {
   /* Point-to-point calls have no group-wide number to compare against. */
   int p2p = c->a->kind == RR__K_SEND || c->a->kind == RR__K_RECV || c->a->kind == RR__K_SENDRECV;
   rr__sniff sn = {.seq = c->hdr.seq, .check = rr__sniff_check, .ctx = c};
-  if (c->cm->spin_us > 0) {
+  if (c->cm->spin_us > 0 && c->pg->inline_call) {
     /* A peer on its own core answers within microseconds: a short spin saves the two
-     * context switches of sleeping in poll and being woken. */
+     * context switches of sleeping in poll and being woken. Only a caller that blocks on
+     * this call spins; background work (async calls) sleeps and leaves the core to the
+     * caller's compute. */
     int64_t until = rr__now_ns() + (int64_t)c->cm->spin_us * 1000;
     do {
       size_t moved = 0;
       RR_CHECK(rr__comm_progress(c->cm, &moved));
       if (moved) return RR_OK;
+      /* Ranks outnumber cores: the peer we wait for may need this one. */
+      if (c->cm->spin_yield) sched_yield();
     } while (rr__now_ns() < until);
   }
   int st = rr__comm_wait(c->cm, c->deadline_ms, p2p ? NULL : &sn);
@@ -240,6 +245,28 @@ static void rr__make_hdr(rr__coll *c) {
   }
 }
 
+/* One line naming the call, for logs and errors: built only when needed (a few hundred
+ * nanoseconds of formatting on every small call otherwise). */
+static const char *rr__call_desc(const rr__coll *c, char *desc, size_t n) {
+  const rr__args *a = c->a;
+  const rr_pg *pg = c->pg;
+  if (a->kind == RR__K_SEND)
+    snprintf(desc, n, "send to rank %d (#%llu of this pair, %zu x %s)",
+             pg->global_ranks[a->peer], (unsigned long long)c->hdr.seq, a->count,
+             rr_dtype_name(a->dtype));
+  else if (a->kind == RR__K_RECV)
+    snprintf(desc, n, "recv from rank %d (#%llu of this pair, %zu x %s)",
+             pg->global_ranks[a->peer], (unsigned long long)c->hdr.seq, a->count,
+             rr_dtype_name(a->dtype));
+  else if (a->kind == RR__K_SENDRECV)
+    snprintf(desc, n, "sendrecv (%zu x %s to rank %d, %zu from rank %d)", a->count,
+             rr_dtype_name(a->dtype), pg->global_ranks[a->peer], a->recvcount,
+             pg->global_ranks[a->src]);
+  else
+    rr__hdr_describe(&c->hdr, desc, n);
+  return desc;
+}
+
 /* Host memory only; rr__coll_run (cuda/staging.c) stages device buffers and calls this. */
 int rr__coll_run_host(rr_pg *pg, const rr__args *a, int64_t timeout_ms) {
   rr__coll c = {0};
@@ -257,28 +284,22 @@ int rr__coll_run_host(rr_pg *pg, const rr__args *a, int64_t timeout_ms) {
   int me = pg->global_ranks[pg->rank];
   char desc[192];
 
-  /* A peer may have aborted while this rank was busy elsewhere: look before starting, so a
-   * call never completes on buffered data from a group that already failed. */
-  rr__comm_poll_ctl(pg->comm);
+  /* A peer may have aborted while this rank was busy elsewhere: look before starting, so
+   * a call does not complete on data buffered before a peer failed long ago. Every wait
+   * watches the control sockets anyway; this look costs a system call (1-2 us here), so
+   * back-to-back calls take it at most once a millisecond. */
+  int64_t now_ms = rr__now_ms();
+  if (now_ms != pg->ctl_seen_ms) {
+    pg->ctl_seen_ms = now_ms;
+    rr__comm_poll_ctl(pg->comm);
+  }
   rr__make_hdr(&c);
-  if (a->kind == RR__K_SEND)
-    snprintf(desc, sizeof desc, "send to rank %d (#%llu of this pair, %zu x %s)",
-             pg->global_ranks[a->peer], (unsigned long long)c.hdr.seq, a->count,
-             rr_dtype_name(a->dtype));
-  else if (a->kind == RR__K_RECV)
-    snprintf(desc, sizeof desc, "recv from rank %d (#%llu of this pair, %zu x %s)",
-             pg->global_ranks[a->peer], (unsigned long long)c.hdr.seq, a->count,
-             rr_dtype_name(a->dtype));
-  else if (a->kind == RR__K_SENDRECV)
-    snprintf(desc, sizeof desc, "sendrecv (%zu x %s to rank %d, %zu from rank %d)", a->count,
-             rr_dtype_name(a->dtype), pg->global_ranks[a->peer], a->recvcount,
-             pg->global_ranks[a->src]);
-  else
-    rr__hdr_describe(&c.hdr, desc, sizeof desc);
-  RR_TRACE(RR_SUB_COLL, "start %s", desc);
+  if (rr__log_enabled(RR_LOG_TRACE, RR_SUB_COLL))
+    RR_TRACE(RR_SUB_COLL, "start %s", rr__call_desc(&c, desc, sizeof desc));
   if (atomic_load(&pg->comm->aborted)) {
     /* The first call to meet the abort reports its cause; later ones say the group is gone. */
     int st = rr__comm_check(pg->comm);
+    rr__call_desc(&c, desc, sizeof desc);
     if (pg->comm->reported)
       return rr__prefix_error(RR_EABORTED, "rank %d: %s: the group is unusable after an earlier failure", me, desc);
     pg->comm->reported = 1;
@@ -294,13 +315,14 @@ int rr__coll_run_host(rr_pg *pg, const rr__args *a, int64_t timeout_ms) {
 
   if (st != RR_OK) {
     if (c.where[0]) rr__prefix_error(st, "%s", c.where);
-    rr__prefix_error(st, "rank %d: %s", me, desc);
+    rr__prefix_error(st, "rank %d: %s", me, rr__call_desc(&c, desc, sizeof desc));
     /* The group's state is unknown now: stop it here and tell every peer why. */
     rr__comm_abort(pg->comm, st, rr__error(), 1);
     pg->comm->reported = 1;
     return st;
   }
-  RR_TRACE(RR_SUB_COLL, "done %s", desc);
+  if (rr__log_enabled(RR_LOG_TRACE, RR_SUB_COLL))
+    RR_TRACE(RR_SUB_COLL, "done %s", rr__call_desc(&c, desc, sizeof desc));
   return RR_OK;
 }
 

@@ -3,8 +3,9 @@
  * Every pair of ranks in a group has one control socket (TCP) and one or more data lanes
  * from the transport chosen for the pair. The collectives post requests on lanes and call
  * rr__comm_progress / rr__comm_wait; the wait sleeps in poll() on the busy lanes, every
- * peer's control socket and an eventfd, so it never spins, a dead peer is noticed at once
- * (its control socket closes), and an abort from any thread or any rank wakes it. */
+ * peer's control socket and an eventfd, so a dead peer is noticed at once (its control
+ * socket closes), and an abort from any thread or any rank wakes it. (A blocking call may
+ * first poll its lanes for a bounded time, spin_us: see rr__coll_block.) */
 #ifndef RR_RING_COMM_H_
 #define RR_RING_COMM_H_
 
@@ -53,7 +54,8 @@ typedef struct rr__comm {
   atomic_int halt;
   int reported; /* a call on this rank has already failed with the abort's cause */
   int no_bye;   /* set when the group never formed: close without goodbyes */
-  int spin_us;  /* poll lanes this long before sleeping (0: sleep at once) */
+  int spin_us;    /* a blocking call polls its lanes this long before sleeping (0: never) */
+  int spin_yield; /* ... giving the core away between polls (ranks outnumber cores) */
   int abort_status;
   char abort_reason[RR__ERRMSG_MAX];
   pthread_mutex_t abort_mu;

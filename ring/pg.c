@@ -143,7 +143,9 @@ static int rr__submit(rr_pg *pg, const rr__args *a, rr_work **work) {
     pg->busy = 1;
     pthread_mutex_unlock(&pg->mu);
     rr__clear_error();
+    pg->inline_call = 1;
     int st = rr__coll_run(pg, a, rr__call_timeout(pg));
+    pg->inline_call = 0;
     char saved[RR__ERRMSG_MAX];
     if (st < 0) snprintf(saved, sizeof saved, "%s", rr__error());
     pthread_mutex_lock(&pg->mu);

@@ -71,6 +71,8 @@ struct rr_pg {
 
   /* State of the running call: only the thread holding `busy` touches these. */
   uint64_t seq;       /* collectives run so far */
+  int inline_call;    /* the running call's caller blocks on it (may spin, ring/coll.c) */
+  int64_t ctl_seen_ms; /* when the control sockets were last looked at before a call */
   uint64_t *p2p_sent; /* [size] sends to each peer so far */
   uint64_t *p2p_recvd;
   char *staging; /* slots * seg_bytes: receive slots for reductions */

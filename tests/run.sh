@@ -26,7 +26,7 @@ case "${1:-}" in
     exclude="large|netns|$exclude"
     # The threaded paths: async works and the worker, aborts and waits from other threads,
     # concurrent subgroups, the store's server thread, DDP's launches, and collectives.
-    select=(-R '^(async_|pg_concurrent|pg_subgroups_w5|fault_(abort|wait_timeout|kill9|mismatch)|rel_(stress_sample|cause)|store\.|ddp_(grads_w4|order|nosync_w2)|coll_(all_reduce|broadcast|reduce_scatter)_w[34]$|coll_all_reduce_rd_w5|wire|shm_(unit|coll_all_reduce_w4|coll_broadcast_w3|kill))')
+    select=(-R '^(async_|pg_concurrent|pg_subgroups_w5|fault_(abort|wait_timeout|kill9|mismatch)|rel_(stress_sample|cause)|store\.|ddp\.(grads_w4|order|nosync_w2)|coll_(all_reduce|broadcast|reduce_scatter)_w[34]$|coll_all_reduce_rd_w5|wire|shm_(unit|coll_all_reduce_w4|coll_broadcast_w3|kill))')
     export TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1
     ;;
   "") ;;

@@ -25,7 +25,8 @@ rr_pg_test(pg_errors_w5 60 test_pg errors 5)
 rr_pg_test(pg_timeout_w4 60 test_pg timeout 4)
 rr_pg_env(pg_timeout_w4 20)
 rr_pg_test(pg_many_small_w4 120 test_pg many_small 4)
-# Fails today (library bug, see the report): a non-member leaving right after new_group.
+# A non-member leaving right after new_group (failed until c7b2d46 made new_group a barrier
+# over the parent group).
 rr_pg_test(pg_early_exit_w3 60 test_pg early_exit 3)
 
 # Async work: issue/completion order, background progress, cross-thread order, handles.

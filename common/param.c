@@ -66,7 +66,7 @@ static void rr__params_load(void) {
   /* Ranges: refuse values that would break the wire protocol or the pipeline. */
   if (rr__cached.nsocks < 1 || rr__cached.nsocks > 16) {
     rr__bad("RR_NSOCKS", getenv("RR_NSOCKS"));
-    rr__cached.nsocks = 1;
+    rr__cached.nsocks = 2;
   }
   if (rr__cached.seg_bytes < 4096 || rr__cached.seg_bytes > (64 << 20)) {
     rr__bad("RR_SEG_BYTES", getenv("RR_SEG_BYTES"));

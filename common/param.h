@@ -7,7 +7,7 @@
 #include <stdint.h>
 
 #define RR_INT_PARAMS(XX)                                                                    \
-  XX(nsocks, "RR_NSOCKS", 1, "TCP data sockets per peer (1..16)")                           \
+  XX(nsocks, "RR_NSOCKS", 2, "TCP data sockets per peer (1..16)")                           \
   XX(seg_bytes, "RR_SEG_BYTES", 256 * 1024, "pipeline segment size in bytes")               \
   XX(slots, "RR_SLOTS", 4, "receive segments in flight per step (2..64)")                   \
   XX(small_bytes, "RR_SMALL_BYTES", 64 * 1024,                                              \

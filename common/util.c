@@ -12,6 +12,12 @@ int64_t rr__now_ns(void) {
   return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
 }
 
+int64_t rr__now_ms_coarse(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
+  return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
 int64_t rr__deadline(int64_t timeout_ms) {
   int64_t now = rr__now_ms();
   return timeout_ms > INT64_MAX / 2 - now ? INT64_MAX / 2 : now + timeout_ms;

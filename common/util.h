@@ -12,6 +12,10 @@
 /* Monotonic clock in nanoseconds / milliseconds. */
 int64_t rr__now_ns(void);
 static inline int64_t rr__now_ms(void) { return rr__now_ns() / 1000000; }
+/* The same clock at the kernel's tick (a few ms), without reading the clocksource: cheap
+ * enough for every message (a precise read costs about as much as a small message on a VM).
+ * For "last byte N s ago" and rate limits, never for deadlines. */
+int64_t rr__now_ms_coarse(void);
 /* Milliseconds left until deadline_ms (a rr__now_ms() value), clamped at 0. */
 static inline int64_t rr__ms_left(int64_t deadline_ms) {
   int64_t left = deadline_ms - rr__now_ms();

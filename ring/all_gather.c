@@ -23,7 +23,7 @@ int rr__all_gather_ring(rr__coll *c) {
   RR_CHECK(rr__coll_recv_hdr(c, left));
   for (int s = 0; s < n - 1; s++) {
     const int send = rr__mod(r - s, n), recv = rr__mod(r - s - 1, n);
-    snprintf(c->where, sizeof c->where, "all-gather step %d/%d", s + 1, n - 1);
+    RR__WHERE(c, "all-gather step %d/%d", s + 1, n - 1);
     rr__step st = {.to = right, .sbuf = dst + (size_t)send * blk, .scount = count,
                    .from = left, .rbuf = dst + (size_t)recv * blk, .rcount = count,
                    .schunk = send, .rchunk = recv};

@@ -51,7 +51,7 @@ int rr__all_reduce_ring(rr__coll *c) {
 
   for (int s = 0; s < n - 1; s++) {
     const int send = rr__mod(r - s, n), recv = rr__mod(r - s - 1, n);
-    snprintf(c->where, sizeof c->where, "reduce-scatter step %d/%d", s + 1, n - 1);
+    RR__WHERE(c, "reduce-scatter step %d/%d", s + 1, n - 1);
     rr__step st = {
         .to = right, .sbuf = (s == 0 ? src : dst) + OFF(send), .scount = LEN(send),
         .from = left, .rbuf = dst + OFF(recv), .rcount = LEN(recv),
@@ -63,7 +63,7 @@ int rr__all_reduce_ring(rr__coll *c) {
   }
   for (int s = 0; s < n - 1; s++) {
     const int send = rr__mod(r + 1 - s, n), recv = rr__mod(r - s, n);
-    snprintf(c->where, sizeof c->where, "all-gather step %d/%d", s + 1, n - 1);
+    RR__WHERE(c, "all-gather step %d/%d", s + 1, n - 1);
     rr__step st = {.to = right, .sbuf = dst + OFF(send), .scount = LEN(send),
                    .from = left, .rbuf = dst + OFF(recv), .rcount = LEN(recv),
                    .schunk = send, .rchunk = recv};

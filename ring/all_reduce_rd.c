@@ -56,7 +56,7 @@ static void rr__rd_combine(rr__coll *c, char *buf, const char *theirs, int mine_
   char line[512];
   int o = 0, show = rr__params_get()->trace && a->count <= 8;
   if (show) {
-    o = snprintf(line, sizeof line, "%s: ", c->where);
+    o = snprintf(line, sizeof line, "%s: ", rr__coll_where(c));
     o += rr__trace_values(line + o, sizeof line - (size_t)o, mine_is_lower ? buf : theirs, a->count, a->dtype);
     o += snprintf(line + o, sizeof line - (size_t)o, " %s ", rr_op_name(a->op));
     o += rr__trace_values(line + o, sizeof line - (size_t)o, mine_is_lower ? theirs : buf, a->count, a->dtype);
@@ -86,7 +86,7 @@ int rr__all_reduce_rd(rr__coll *c) {
 
   /* Fold the extra ranks in: even ranks below 2*rem give their data to the odd one above. */
   int newrank;
-  snprintf(c->where, sizeof c->where, "recursive doubling: pairing up (n=%d)", n);
+  RR__WHERE(c, "recursive doubling: pairing up (n=%d)", n);
   if (r < 2 * rem) {
     if (r % 2 == 0) {
       RR_CHECK(rr__rd_swap(c, r + 1, buf, -1, NULL, bytes));
@@ -105,7 +105,7 @@ int rr__all_reduce_rd(rr__coll *c) {
     for (int mask = 1; mask < p; mask <<= 1, round++) {
       const int pn = newrank ^ mask;
       const int partner = pn < rem ? pn * 2 + 1 : pn + rem;
-      snprintf(c->where, sizeof c->where, "recursive doubling round %d with rank %d",
+      RR__WHERE(c, "recursive doubling round %d with rank %d",
                round + 1, c->pg->global_ranks[partner]);
       RR_CHECK(rr__rd_swap(c, partner, buf, partner, tmp, bytes));
       rr__rd_combine(c, buf, tmp, newrank < pn);
@@ -114,7 +114,7 @@ int rr__all_reduce_rd(rr__coll *c) {
   }
 
   /* Hand the result back to the ranks that sat out. */
-  snprintf(c->where, sizeof c->where, "recursive doubling: returning results");
+  RR__WHERE(c, "recursive doubling: returning results");
   if (r < 2 * rem) {
     if (r % 2 == 1)
       RR_CHECK(rr__rd_swap(c, r - 1, buf, -1, NULL, bytes));

@@ -31,7 +31,7 @@ int rr__all_reduce_star(rr__coll *c) {
   if (r == root) {
     /* Reduce in rank order; out of place the first reduction reads the input, so no copy. */
     for (int p = 1; p < n; p++) {
-      snprintf(c->where, sizeof c->where, "star: gathering from rank %d (%d/%d)",
+      RR__WHERE(c, "star: gathering from rank %d (%d/%d)",
                c->pg->global_ranks[p], p, n - 1);
       RR_CHECK(rr__coll_recv_hdr(c, p));
       rr__step st = {.to = -1, .from = p, .rbuf = dst, .rcount = count, .reduce = 1,
@@ -42,7 +42,7 @@ int rr__all_reduce_star(rr__coll *c) {
       RR_CHECK(rr__pipe_step(c, &st));
     }
     for (int p = 1; p < n; p++) {
-      snprintf(c->where, sizeof c->where, "star: sending the result to rank %d (%d/%d)",
+      RR__WHERE(c, "star: sending the result to rank %d (%d/%d)",
                c->pg->global_ranks[p], p, n - 1);
       RR_CHECK(rr__coll_send_hdr(c, p));
       rr__step st = {.to = p, .sbuf = dst, .scount = count, .from = -1,
@@ -52,13 +52,13 @@ int rr__all_reduce_star(rr__coll *c) {
     return RR_OK;
   }
 
-  snprintf(c->where, sizeof c->where, "star: sending to rank %d", c->pg->global_ranks[root]);
+  RR__WHERE(c, "star: sending to rank %d", c->pg->global_ranks[root]);
   RR_CHECK(rr__coll_send_hdr(c, root));
   rr__step up = {.to = root, .sbuf = src, .scount = count, .from = -1,
                  .schunk = r, .rchunk = -1};
   RR_CHECK(rr__pipe_step(c, &up));
   /* The send is complete (handed to the transport), so in place the result may land. */
-  snprintf(c->where, sizeof c->where, "star: receiving the result from rank %d",
+  RR__WHERE(c, "star: receiving the result from rank %d",
            c->pg->global_ranks[root]);
   RR_CHECK(rr__coll_recv_hdr(c, root));
   rr__step down = {.to = -1, .from = root, .rbuf = dst, .rcount = count,

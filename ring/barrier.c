@@ -15,7 +15,7 @@ int rr__barrier_dissem(rr__coll *c) {
   const int n = c->n, r = c->r;
   int round = 0;
   for (int d = 1; d < n; d <<= 1, round++) {
-    snprintf(c->where, sizeof c->where, "barrier round %d", round + 1);
+    RR__WHERE(c, "barrier round %d", round + 1);
     c->hdr.aux = (uint32_t)round;
     RR_CHECK(rr__coll_send_hdr(c, rr__mod(r + d, n)));
     RR_CHECK(rr__coll_recv_hdr(c, rr__mod(r - d, n)));

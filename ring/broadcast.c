@@ -24,7 +24,7 @@ int rr__broadcast_chain(rr__coll *c) {
   const size_t count = c->a->count;
   char *dst = c->a->recvbuf;
 
-  snprintf(c->where, sizeof c->where, "broadcast chain from rank %d, position %d/%d",
+  RR__WHERE(c, "broadcast chain from rank %d, position %d/%d",
            c->pg->global_ranks[root], pos, n - 1);
   if (pos == 0) {
     if (count && c->a->sendbuf != dst) memcpy(dst, c->a->sendbuf, count * c->esize);
@@ -42,7 +42,7 @@ int rr__broadcast_chain(rr__coll *c) {
     RR_CHECK(rr__pipe_step(c, &st));
   }
 
-  snprintf(c->where, sizeof c->where, "broadcast: completion notice from rank %d",
+  RR__WHERE(c, "broadcast: completion notice from rank %d",
            c->pg->global_ranks[tail]);
   if (r == tail) {
     for (int q = 0; q < n; q++)

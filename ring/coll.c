@@ -51,15 +51,17 @@ int rr__coll_block(rr__coll *c, int peer) {
     /* A peer on its own core answers within microseconds: a short spin saves the two
      * context switches of sleeping in poll and being woken. Only a caller that blocks on
      * this call spins; background work (async calls) sleeps and leaves the core to the
-     * caller's compute. */
+     * caller's compute. The clock is read every 16 polls: on a VM a read costs about as
+     * much as a poll of a shared-memory lane. */
     int64_t until = rr__now_ns() + (int64_t)c->cm->spin_us * 1000;
-    do {
+    for (unsigned i = 1;; i++) {
       size_t moved = 0;
       RR_CHECK(rr__comm_progress(c->cm, &moved));
       if (moved) return RR_OK;
       /* Ranks outnumber cores: the peer we wait for may need this one. */
       if (c->cm->spin_yield) sched_yield();
-    } while (rr__now_ns() < until);
+      if (i % 16 == 0 && rr__now_ns() >= until) break;
+    }
   }
   int st = rr__comm_wait(c->cm, c->deadline_ms, p2p ? NULL : &sn);
   /* An abort may carry RR_ETIMEDOUT too (rr_work_wait gave up); keep its own words. */
@@ -145,8 +147,8 @@ int rr__coll_post_hdr(rr__coll *c, int from, rr__req *r, uint8_t *wire) {
   memset(r, 0, sizeof *r);
   r->buf = (char *)wire;
   r->len = RR__HDR_BYTES;
-  if (!c->where[0])
-    snprintf(c->where, sizeof c->where, "checking the call against rank %d",
+  if (!c->where_fmt && !c->where[0])
+    RR__WHERE(c, "checking the call against rank %d",
              c->pg->global_ranks[from]);
   return rr__comm_irecv(c->cm, from, 0, r);
 }
@@ -245,6 +247,15 @@ static void rr__make_hdr(rr__coll *c) {
   }
 }
 
+const char *rr__coll_where(rr__coll *c) {
+  if (c->where_fmt) {
+    snprintf(c->where, sizeof c->where, c->where_fmt, c->where_arg[0], c->where_arg[1],
+             c->where_arg[2]);
+    c->where_fmt = NULL;
+  }
+  return c->where;
+}
+
 /* One line naming the call, for logs and errors: built only when needed (a few hundred
  * nanoseconds of formatting on every small call otherwise). */
 static const char *rr__call_desc(const rr__coll *c, char *desc, size_t n) {
@@ -287,8 +298,8 @@ int rr__coll_run_host(rr_pg *pg, const rr__args *a, int64_t timeout_ms) {
   /* A peer may have aborted while this rank was busy elsewhere: look before starting, so
    * a call does not complete on data buffered before a peer failed long ago. Every wait
    * watches the control sockets anyway; this look costs a system call (1-2 us here), so
-   * back-to-back calls take it at most once a millisecond. */
-  int64_t now_ms = rr__now_ms();
+   * back-to-back calls take it at most once per clock tick (a few ms). */
+  int64_t now_ms = rr__now_ms_coarse();
   if (now_ms != pg->ctl_seen_ms) {
     pg->ctl_seen_ms = now_ms;
     rr__comm_poll_ctl(pg->comm);
@@ -314,7 +325,7 @@ int rr__coll_run_host(rr_pg *pg, const rr__args *a, int64_t timeout_ms) {
     st = rr__coll_wait(&c, &sends.req[i], sends.peer[i]);
 
   if (st != RR_OK) {
-    if (c.where[0]) rr__prefix_error(st, "%s", c.where);
+    if (rr__coll_where(&c)[0]) rr__prefix_error(st, "%s", c.where);
     rr__prefix_error(st, "rank %d: %s", me, rr__call_desc(&c, desc, sizeof desc));
     /* The group's state is unknown now: stop it here and tell every peer why. */
     rr__comm_abort(pg->comm, st, rr__error(), 1);

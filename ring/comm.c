@@ -354,5 +354,5 @@ int64_t rr__comm_idle_ms(const rr__comm *cm, int peer) {
   const rr__peer *p = &cm->peers[peer];
   int64_t last = 0;
   for (int l = 0; l < p->nlanes; l++) last = RR_MAX(last, p->lane[l]->last_rx_ms);
-  return last ? rr__now_ms() - last : 0;
+  return last ? rr__now_ms_coarse() - last : 0;
 }

@@ -99,7 +99,12 @@ typedef struct rr__coll {
   rr__hdr hdr;  /* this rank's call as it goes on the wire */
   int64_t deadline_ms;
   int64_t timeout_ms;
-  char where[96]; /* "reduce-scatter step 2/3", for error messages */
+  /* Where the call is ("reduce-scatter step 2/3"), for error messages and traces. Set with
+   * RR__WHERE (ring/ring.h), which keeps the format and its numbers; rr__coll_where formats
+   * them only when a message needs the text. */
+  char where[96];
+  const char *where_fmt;
+  int where_arg[3];
   size_t seg_at, seg_total; /* the segment a pipelined step waits for (0 total: none) */
   struct rr__hdr_sends *sends; /* header messages of this call still to be flushed */
 } rr__coll;

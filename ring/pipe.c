@@ -78,10 +78,10 @@ typedef struct rr__trace {
   unsigned char own[RR__TRACE_VALUES * 8], got[RR__TRACE_VALUES * 8];
 } rr__trace;
 
-static void rr__trace_line(const rr__coll *c, const rr__step *st, const rr__trace *t) {
+static void rr__trace_line(rr__coll *c, const rr__step *st, const rr__trace *t) {
   char line[640];
   int o = snprintf(line, sizeof line, "[rank %d] %s #%llu %s:", c->pg->global_ranks[c->r],
-                   rr__kind_name(c->hdr.kind), (unsigned long long)c->hdr.seq, c->where);
+                   rr__kind_name(c->hdr.kind), (unsigned long long)c->hdr.seq, rr__coll_where(c));
   rr_dtype d = c->a->dtype;
   int small = st->rcount <= RR__TRACE_VALUES;
   if (st->to >= 0)
@@ -191,7 +191,7 @@ int rr__pipe_step(rr__coll *c, const rr__step *st) {
   c->seg_total = 0;
   if (tr.on) rr__trace_line(c, st, &tr);
   RR_TRACE(RR_SUB_COLL, "%s: sent chunk %d (%zu elems) to rank %d, got chunk %d (%zu elems) from rank %d%s",
-           c->where, st->schunk, st->to >= 0 ? st->scount : 0,
+           rr__coll_where(c), st->schunk, st->to >= 0 ? st->scount : 0,
            st->to >= 0 ? c->pg->global_ranks[st->to] : -1, st->rchunk,
            st->from >= 0 ? st->rcount : 0, st->from >= 0 ? c->pg->global_ranks[st->from] : -1,
            st->reduce ? " and reduced it" : "");

@@ -21,7 +21,7 @@ int rr__reduce_chain(rr__coll *c) {
   const size_t count = c->a->count;
   const char *src = c->a->sendbuf;
 
-  snprintf(c->where, sizeof c->where, "reduce chain to rank %d, position %d/%d",
+  RR__WHERE(c, "reduce chain to rank %d, position %d/%d",
            c->pg->global_ranks[root], pos, n - 1);
   if (pos == 0) {
     RR_CHECK(rr__coll_send_hdr(c, right));
@@ -42,7 +42,7 @@ int rr__reduce_chain(rr__coll *c) {
     RR_CHECK(rr__pipe_step(c, &st));
   }
 
-  snprintf(c->where, sizeof c->where, "reduce: completion notice from rank %d",
+  RR__WHERE(c, "reduce: completion notice from rank %d",
            c->pg->global_ranks[root]);
   if (r == root) {
     for (int q = 0; q < n; q++)

@@ -39,7 +39,7 @@ int rr__reduce_scatter_ring(rr__coll *c) {
   for (int s = 0; s < n - 1; s++) {
     const int send = rr__mod(r - s - 1, n), recv = rr__mod(r - s - 2, n);
     const int last = s == n - 2;
-    snprintf(c->where, sizeof c->where, "reduce-scatter step %d/%d", s + 1, n - 1);
+    RR__WHERE(c, "reduce-scatter step %d/%d", s + 1, n - 1);
     rr__step st = {.to = right, .sbuf = s == 0 ? src + (size_t)send * blk : part[(s - 1) % 2],
                    .scount = count, .from = left, .rbuf = last ? dst : part[s % 2],
                    .rcount = count, .reduce = 1, .own = src + (size_t)recv * blk,

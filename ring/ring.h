@@ -40,6 +40,24 @@ typedef struct rr__step {
 
 /* RR_TRACE: format up to n values ("{1 2 3}"), and write one trace line for this call. */
 int rr__trace_values(char *out, size_t cap, const void *buf, size_t n, rr_dtype d);
+/* Record where the call is: a format with up to three int arguments. Formatting it on every
+ * step would cost more than a small call's whole bookkeeping, so only the format and the
+ * numbers are kept; rr__coll_where turns them into text for an error or a trace. The
+ * dead snprintf lets the compiler check the format against its arguments. */
+#define RR__WHERE(c, ...)                                      \
+  do {                                                         \
+    if (0) snprintf(NULL, 0, __VA_ARGS__);                     \
+    rr__where_set((c), RR__WHERE_ARGS(__VA_ARGS__, 0, 0, 0)); \
+  } while (0)
+#define RR__WHERE_ARGS(fmt, a, b, d, ...) (fmt), (a), (b), (d)
+static inline void rr__where_set(rr__coll *c, const char *fmt, int a, int b, int d) {
+  c->where_fmt = fmt;
+  c->where_arg[0] = a;
+  c->where_arg[1] = b;
+  c->where_arg[2] = d;
+}
+/* The text of the latest RR__WHERE ("" if none). */
+const char *rr__coll_where(rr__coll *c);
 void rr__trace_emit(const rr__coll *c, const char *what);
 
 /* Execute a step; returns when all its sends and receives completed. */

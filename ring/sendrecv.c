@@ -12,7 +12,7 @@
 
 int rr__send_p2p(rr__coll *c) {
   const int peer = c->a->peer;
-  snprintf(c->where, sizeof c->where, "sending");
+  RR__WHERE(c, "sending");
   RR_CHECK(rr__coll_send_hdr(c, peer));
   rr__step st = {.to = peer, .sbuf = c->a->sendbuf, .scount = c->a->count, .from = -1,
                  .schunk = -1, .rchunk = -1};
@@ -21,7 +21,7 @@ int rr__send_p2p(rr__coll *c) {
 
 int rr__recv_p2p(rr__coll *c) {
   const int peer = c->a->peer;
-  snprintf(c->where, sizeof c->where, "receiving");
+  RR__WHERE(c, "receiving");
   RR_CHECK(rr__coll_recv_hdr(c, peer));
   rr__step st = {.to = -1, .from = peer, .rbuf = c->a->recvbuf, .rcount = c->a->count,
                  .schunk = -1, .rchunk = -1};
@@ -32,7 +32,7 @@ int rr__recv_p2p(rr__coll *c) {
  * half checks the source's, so each half matches a plain send or recv on the peer. */
 int rr__sendrecv_p2p(rr__coll *c) {
   const rr__args *a = c->a;
-  snprintf(c->where, sizeof c->where, "exchanging");
+  RR__WHERE(c, "exchanging");
   rr__hdr both = c->hdr;
   c->hdr.seq = c->pg->p2p_sent[a->peer]++;
   c->hdr.count = a->count;

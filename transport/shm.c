@@ -344,7 +344,7 @@ static int rr__shm_recv_some(rr__shm_conn *c, size_t *moved) {
     if (r->done == r->len) rr__shm_pop(c, &c->rq);
   }
   if (late) rr__shm_wake_if(c, &c->rx->tx_wait);
-  if (got) c->base.last_rx_ms = rr__now_ms();
+  if (got) c->base.last_rx_ms = rr__now_ms_coarse();
   return RR_OK;
 }
 
@@ -736,7 +736,7 @@ static int rr__shm_connect(const rr__peer_info *self, const rr__peer_info *peer,
   c->base.peer = peer_rank;
   c->base.peer_global = peer->global_rank;
   c->base.lane = 0;
-  c->base.last_rx_ms = rr__now_ms();
+  c->base.last_rx_ms = rr__now_ms_coarse();
   conns[0] = &c->base;
   *nlanes = 1;
   RR_INFO(RR_SUB_INIT, "shm: rank %d <-> rank %d: %u slots of %zu KiB each way (%zu KiB mapped)",

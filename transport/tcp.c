@@ -118,7 +118,7 @@ static int rr__tcp_progress(rr__conn *base, size_t *moved) {
     if (r > 0) {
       rr__tcp_advance(c, &c->rq, (size_t)r);
       *moved += (size_t)r;
-      c->base.last_rx_ms = rr__now_ms();
+      c->base.last_rx_ms = rr__now_ms_coarse();
       continue;
     }
     if (r == 0)
@@ -211,7 +211,7 @@ static int rr__tcp_connect(const rr__peer_info *self, const rr__peer_info *peer,
     c->base.peer = peer_rank;
     c->base.peer_global = peer->global_rank;
     c->base.lane = made;
-    c->base.last_rx_ms = rr__now_ms();
+    c->base.last_rx_ms = rr__now_ms_coarse();
     c->fd = fds[made];
     conns[made] = &c->base;
     RR_CHECK_GOTO(rr__sock_nonblock(c->fd, 1), st, fail_made);

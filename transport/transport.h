@@ -57,7 +57,7 @@ typedef struct rr__conn {
   int lane;        /* index among this peer's lanes */
   int pending;     /* requests queued here (maintained by the transport) */
   int rx_pending;  /* of which receives */
-  int64_t last_rx_ms; /* when bytes last arrived (for timeout messages) */
+  int64_t last_rx_ms; /* when bytes last arrived, rr__now_ms_coarse (for timeout messages) */
   int in_active;      /* owned by ring/comm.c: listed among lanes with work */
 } rr__conn;
 

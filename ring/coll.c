@@ -43,29 +43,72 @@ static int rr__sniff_check(void *ctx, int peer, const uint8_t wire[RR__HDR_BYTES
                        c->pg->global_ranks[c->r], a, g, b);
 }
 
+/* Adaptive spinning. A spin pays when the data comes within a few microseconds: sleeping
+ * and being woken costs 10-20 us. A spin that finds nothing, or finds data only after
+ * RR__SPIN_FAST_US (a slow link trickling packets in, a peer busy elsewhere, more ranks than
+ * the cores we were told about), is a miss unless we yield the core meanwhile; after
+ * RR__SPIN_MISSES misses in a row the next `backoff` waits sleep at once, and the backoff
+ * doubles (up to RR__SPIN_SKIP_MAX) until a spin is a fast hit again. */
+#define RR__SPIN_FAST_US 20
+#define RR__SPIN_MISSES 4
+#define RR__SPIN_SKIP_MIN 64
+#define RR__SPIN_SKIP_MAX 4096
+
+/* Poll the lanes for up to spin_us; RR_OK with *hit set if bytes moved. */
+static int rr__spin(rr__comm *cm, int *hit) {
+  int64_t start = rr__now_ns(), until = start + (int64_t)cm->spin_us * 1000;
+  int slow = 0;
+  for (unsigned i = 1;; i++) {
+    size_t moved = 0;
+    RR_CHECK(rr__comm_progress(cm, &moved));
+    if (moved) break;
+    /* Ranks outnumber cores: the peer we wait for may need this one. */
+    if (cm->spin_yield) sched_yield();
+    /* The clock is read every 16 polls: on a VM a read costs about as much as a poll of a
+     * shared-memory lane. */
+    if (i % 16 == 0) {
+      int64_t now = rr__now_ns();
+      slow = !cm->spin_yield && now - start > RR__SPIN_FAST_US * 1000;
+      if (now >= until) {
+        *hit = 0;
+        goto miss;
+      }
+    }
+  }
+  *hit = 1;
+  if (!slow) {
+    cm->spin_miss = 0;
+    cm->spin_backoff = 0;
+    return RR_OK;
+  }
+miss:
+  if (++cm->spin_miss >= RR__SPIN_MISSES) {
+    cm->spin_miss = 0;
+    cm->spin_backoff = RR_MIN(RR_MAX(cm->spin_backoff * 2, RR__SPIN_SKIP_MIN), RR__SPIN_SKIP_MAX);
+    cm->spin_skip = cm->spin_backoff;
+  }
+  return RR_OK;
+}
+
 int rr__coll_block(rr__coll *c, int peer) {
   /* Point-to-point calls have no group-wide number to compare against. */
   int p2p = c->a->kind == RR__K_SEND || c->a->kind == RR__K_RECV || c->a->kind == RR__K_SENDRECV;
   rr__sniff sn = {.seq = c->hdr.seq, .check = rr__sniff_check, .ctx = c};
-  if (c->cm->spin_us > 0 && c->pg->inline_call) {
-    /* A peer on its own core answers within microseconds: a short spin saves the two
-     * context switches of sleeping in poll and being woken. Only a caller that blocks on
-     * this call spins; background work (async calls) sleeps and leaves the core to the
-     * caller's compute. The clock is read every 16 polls: on a VM a read costs about as
-     * much as a poll of a shared-memory lane. */
-    int64_t until = rr__now_ns() + (int64_t)c->cm->spin_us * 1000;
-    for (unsigned i = 1;; i++) {
-      size_t moved = 0;
-      RR_CHECK(rr__comm_progress(c->cm, &moved));
-      if (moved) return RR_OK;
-      /* Ranks outnumber cores: the peer we wait for may need this one. */
-      if (c->cm->spin_yield) sched_yield();
-      if (i % 16 == 0 && rr__now_ns() >= until) break;
+  rr__comm *cm = c->cm;
+  /* Only a caller that blocks on this call spins; background work (async calls) sleeps
+   * and leaves the core to the caller's compute. */
+  if (cm->spin_us > 0 && c->pg->inline_call) {
+    if (cm->spin_skip > 0) {
+      cm->spin_skip--;
+    } else {
+      int hit;
+      RR_CHECK(rr__spin(cm, &hit));
+      if (hit) return RR_OK;
     }
   }
   int st = rr__comm_wait(c->cm, c->deadline_ms, p2p ? NULL : &sn);
   /* An abort may carry RR_ETIMEDOUT too (rr_work_wait gave up); keep its own words. */
-  if (st != RR_ETIMEDOUT || atomic_load(&c->cm->aborted)) return st;
+  if (st != RR_ETIMEDOUT || atomic_load(&cm->aborted)) return st;
   int g = peer >= 0 ? c->pg->global_ranks[peer] : -1;
   char seg[48] = "";
   if (c->seg_total)

@@ -56,6 +56,9 @@ typedef struct rr__comm {
   int no_bye;   /* set when the group never formed: close without goodbyes */
   int spin_us;    /* a blocking call polls its lanes this long before sleeping (0: never) */
   int spin_yield; /* ... giving the core away between polls (ranks outnumber cores) */
+  int spin_miss;    /* spins in a row that found nothing, or found it late */
+  int spin_skip;    /* waits left that sleep at once (spinning kept failing) */
+  int spin_backoff; /* the last such pause, doubled while spinning keeps failing */
   int abort_status;
   char abort_reason[RR__ERRMSG_MAX];
   pthread_mutex_t abort_mu;

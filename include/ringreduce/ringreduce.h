@@ -234,8 +234,10 @@ int rr_sendrecv_async(rr_pg *pg, const void *sendbuf, size_t sendcount, int dst,
 
 /* Wait for a work to finish. timeout_ms > 0 bounds this wait: when it passes first, the
  * group is aborted (the collective cannot be resumed half-way) and RR_ETIMEDOUT is returned.
- * timeout_ms == 0 waits as long as the group's own deadline allows. Returns the call's
- * status; on error rr_last_error() (and rr_work_error()) hold its detail. */
+ * timeout_ms == 0 waits as long as the group's own deadline allows; if the group's
+ * background thread has not started the work yet (and it is next in line), the waiting
+ * thread runs it itself, which saves two thread wake-ups. Returns the call's status; on
+ * error rr_last_error() (and rr_work_error()) hold its detail. */
 int rr_work_wait(rr_work *work, int64_t timeout_ms);
 /* RR_OK when finished successfully, RR_INPROGRESS while running, the error otherwise. */
 int rr_work_test(rr_work *work);

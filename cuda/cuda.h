@@ -56,6 +56,24 @@ int rr__cuda_memcpy_sync(void *dst, const void *src, size_t bytes, void *stream)
 /* Wait for everything queued on `stream` so far. */
 int rr__cuda_stream_sync(void *stream);
 
+/* Device memory on the current device (cudaMalloc; 0 bytes allocate 1) and its release. */
+int rr__cuda_malloc(void **p, size_t bytes);
+void rr__cuda_free(void *p);
+
+/* Queue a copy of bytes (any direction) on `stream`; not waited for. */
+int rr__cuda_memcpy_async(void *dst, const void *src, size_t bytes, void *stream);
+
+/* The DDP wrapper's element work on device memory (cuda/ddp.cu), queued on `stream` (not
+ * waited for); bit-identical to ddp/ddp.c's host loops (cuda/ddp_elem.cuh). dtype is the
+ * gradient's (float16, bfloat16, float32, float64); wire the hook's 16-bit type.
+ *   SCALE       dst[i] = src[i] * (1/world)             (dst, src: dtype)
+ *   DIVIDE      dst[i] = dst[i] / world                 (src unused)
+ *   COMPRESS    dst[i] = wire(src[i]) / world, in wire  (dst: wire, src: dtype)
+ *   DECOMPRESS  dst[i] = src[i] in dtype                (dst: dtype, src: wire) */
+enum { RR__CUDA_DDP_SCALE, RR__CUDA_DDP_DIVIDE, RR__CUDA_DDP_COMPRESS, RR__CUDA_DDP_DECOMPRESS };
+int rr__cuda_ddp(int kind, void *dst, const void *src, size_t n, rr_dtype dtype, rr_dtype wire,
+                 int world, void *stream);
+
 /* dst[i] = a[i] op b[i] on the device, i < n, queued on `stream` (not waited for). When
  * dst2 != NULL the result is also written there (the ring's receive-reduce-copy: the chunk
  * is read once and written to both the local buffer and the next send buffer). avg_div as
@@ -70,6 +88,9 @@ int rr__cuda_reduce_launch(void *dst, void *dst2, const void *a, const void *b, 
                            int dtype, int op, int avg_div, void *stream, const char **what);
 /* 1 when reduce.cu has a kernel for (dtype, op) (the same pairs as rr__op_check). */
 int rr__cuda_reduce_supported(int dtype, int op);
+/* ---- implemented in cuda/ddp.cu (nvcc); called by cuda/runtime.c only ---- */
+int rr__cuda_ddp_launch(int kind, void *dst, const void *src, size_t n, int dtype, int wire,
+                        int world, void *stream, const char **what);
 
 #ifdef __cplusplus
 }

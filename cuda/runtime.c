@@ -79,6 +79,21 @@ int rr__cuda_reduce(void *dst, void *dst2, const void *a, const void *b, size_t 
       (void)stream;
   return rr__no_cuda("the CUDA reduction kernel");
 }
+int rr__cuda_malloc(void **p, size_t bytes) {
+  (void)bytes;
+  *p = NULL;
+  return rr__no_cuda("cudaMalloc");
+}
+void rr__cuda_free(void *p) { (void)p; }
+int rr__cuda_memcpy_async(void *dst, const void *src, size_t bytes, void *stream) {
+  (void)dst, (void)src, (void)bytes, (void)stream;
+  return rr__no_cuda("cudaMemcpyAsync");
+}
+int rr__cuda_ddp(int kind, void *dst, const void *src, size_t n, rr_dtype dtype, rr_dtype wire,
+                 int world, void *stream) {
+  (void)kind, (void)dst, (void)src, (void)n, (void)dtype, (void)wire, (void)world, (void)stream;
+  return rr__no_cuda("the CUDA DDP kernels");
+}
 
 #else /* RR_HAVE_CUDA */
 /* ---- CUDA ----------------------------------------------------------------------------- */
@@ -239,6 +254,36 @@ int rr__cuda_memcpy_sync(void *dst, const void *src, size_t bytes, void *stream)
 
 int rr__cuda_stream_sync(void *stream) {
   RR__CU(cudaStreamSynchronize((cudaStream_t)stream));
+  return RR_OK;
+}
+
+int rr__cuda_malloc(void **p, size_t bytes) {
+  *p = NULL;
+  cudaError_t e = cudaMalloc(p, bytes ? bytes : 1);
+  if (e != cudaSuccess) {
+    *p = NULL;
+    rr__cuda_fail(e, "cudaMalloc");
+    return rr__prefix_error(RR_ECUDA, "allocating %zu bytes of device memory", bytes);
+  }
+  return RR_OK;
+}
+
+void rr__cuda_free(void *p) {
+  if (p && cudaFree(p) != cudaSuccess) (void)cudaGetLastError();
+}
+
+int rr__cuda_memcpy_async(void *dst, const void *src, size_t bytes, void *stream) {
+  if (bytes == 0) return RR_OK;
+  RR__CU(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, (cudaStream_t)stream));
+  return RR_OK;
+}
+
+int rr__cuda_ddp(int kind, void *dst, const void *src, size_t n, rr_dtype dtype, rr_dtype wire,
+                 int world, void *stream) {
+  if (n == 0) return RR_OK;
+  const char *what = "";
+  int e = rr__cuda_ddp_launch(kind, dst, src, n, (int)dtype, (int)wire, world, stream, &what);
+  if (e != (int)cudaSuccess) return rr__cuda_fail((cudaError_t)e, what);
   return RR_OK;
 }
 

@@ -13,10 +13,21 @@
  * Only the public collectives are used (rr_all_reduce_async, rr_broadcast, rr_all_gather),
  * with roots given as global ranks, so the wrapper works on any group, subgroups included.
  *
- * Device memory: every tensor and bucket carries a device; the element loops below are the
- * host implementation. The CUDA path will allocate buckets on the device and replace the
- * four copy/scale/compress/decompress helpers with kernels; until then rr_ddp_init refuses
- * device >= 0 with RR_ENOTSUP.
+ * CUDA gradients (device >= 0, in a build with CUDA and a device present; docs/ddp.md).
+ * Buckets of device tensors live in device memory on that device, and the four element
+ * helpers (scale into the bucket, divide, compress, decompress) become kernels
+ * (cuda/ddp.cu, bit-identical to the host loops below) queued on the group's CUDA stream
+ * (rr_pg_set_cuda_stream; NULL: the legacy default stream). The all-reduce of a device
+ * bucket is the library's own: cuda/staging.c copies it through pinned host memory on the
+ * same stream, so it is ordered after the kernels that filled the bucket, and reduces on
+ * the host with the same code as host buckets. Hence the device path gives the host path's
+ * bits exactly (by design; tests/test_ddp_elem.c checks the kernels' element functions here,
+ * tests/test_ddp.c "gpu" the whole path on a GPU). Chosen over host buckets fed by
+ * device-to-host copies because the bucket, the scaling and the hooks then stay where torch
+ * keeps them, and a device-side ring (CUDA IPC, docs/cuda.md) will speed it up without
+ * touching this file. Broadcasts and checkpoints copy device tensors through host memory.
+ * Without CUDA in the build, or with no device at run time, a device tensor is refused at
+ * rr_ddp_init saying which.
  */
 #include "ringreduce/ddp.h"
 
@@ -30,7 +41,10 @@
 
 #include "common/status.h"
 #include "common/util.h"
+#include "cuda/cuda.h"
 #include "ring/op.h"
+#include "ring/pg.h" /* rr__cuda_pg_stream: the stream the group's calls are ordered on */
+#include "ddp/ddp_host.h"
 
 #define RR__MIB (1024.0 * 1024.0)
 /* torch: dist._DEFAULT_FIRST_BUCKET_BYTES, the default bucket_cap_mb, and the broadcast
@@ -48,6 +62,7 @@ typedef struct rr__ddp_bucket {
   size_t limit_bytes;
   void *buf;   /* count elements of dtype: the gradients, then their average */
   void *comp;  /* FP16 / BF16 hooks: count 16-bit words, what goes on the wire */
+               /* (both in device memory on `device` when device >= 0) */
   int pending; /* gradients still to arrive in this backward */
   int launched;
   rr_work *work;
@@ -56,6 +71,7 @@ typedef struct rr__ddp_bucket {
 struct rr_ddp {
   rr_pg *pg;
   int rank, world, root; /* root: the global rank of group rank 0 (collectives want globals) */
+  int device;            /* the CUDA device of this rank's device tensors, -1: none */
   rr_ddp_options opt;
   int nparams, nbuffers, ntrainable;
   rr_ddp_tensor *params, *buffers; /* copies of the descriptions, shapes normalised */
@@ -111,6 +127,50 @@ static int rr__ddp_check(const rr_ddp *d, const char *fn) {
   return RR_OK;
 }
 
+/* CUDA: the wrapper's device work runs with its device current (the caller's is restored
+ * afterwards) and is queued on the group's stream, the one the all-reduces of device buckets
+ * are ordered on, so a bucket's kernels always finish before its all-reduce reads it. */
+static int rr__ddp_enter(const rr_ddp *d, int *prev) {
+  *prev = -1;
+  return d->device >= 0 ? rr__cuda_set_device(d->device, prev) : RR_OK;
+}
+
+static void rr__ddp_leave(const rr_ddp *d, int prev) {
+  int ignored = -1;
+  if (d->device >= 0 && prev >= 0 && prev != d->device) (void)rr__cuda_set_device(prev, &ignored);
+}
+
+static void *rr__ddp_stream(const rr_ddp *d) {
+  return rr__cuda_pg_stream(d->pg);
+}
+
+/* A CUDA failure in the middle of a step or a broadcast: this rank can no longer take part
+ * in the collectives the other ranks are in or about to start, so the group is aborted (they
+ * fail at once, naming this rank, instead of at the timeout) and the wrapper is broken. */
+static int rr__ddp_cuda_fail(rr_ddp *d, int st) {
+  char saved[RR__ERRMSG_MAX];
+  snprintf(saved, sizeof saved, "%s", rr__error());
+  (void)rr_abort(d->pg);
+  rr__copy_error(saved);
+  return rr__ddp_break(d, st);
+}
+
+/* Copy n bytes between a tensor's memory and host memory (either direction): memcpy for a
+ * host tensor, a copy on the group's stream, waited for, for a device tensor. */
+static int rr__ddp_copy(const rr_ddp *d, const rr_ddp_tensor *t, void *dst, const void *src,
+                        size_t n) {
+  if (n == 0) return RR_OK;
+  if (t->device < 0) {
+    memcpy(dst, src, n);
+    return RR_OK;
+  }
+  int prev;
+  RR_CHECK(rr__ddp_enter(d, &prev));
+  int st = rr__cuda_memcpy_sync(dst, src, n, rr__ddp_stream(d));
+  rr__ddp_leave(d, prev);
+  return st;
+}
+
 /* "[64, 10]" */
 static void rr__shape_str(const rr_ddp_tensor *t, char *buf, size_t n) {
   size_t o = (size_t)snprintf(buf, n, "[");
@@ -159,7 +219,7 @@ static float rr__from16(uint16_t h, rr_dtype wire) {
 /* Gradient -> bucket. mul: torch's `at::mul_out(bucket_view, grad, 1/W)`, computed in the
  * type's op-math (float for half/bfloat16/float, double for double) with the scalar cast to
  * it; mul == 0: a plain copy (hooks do their own scaling). */
-static void rr__copy_in(void *dst, const void *src, size_t n, rr_dtype d, int mul, int world) {
+void rr__ddp_copy_in(void *dst, const void *src, size_t n, rr_dtype d, int mul, int world) {
   if (!mul) {
     memcpy(dst, src, n * rr_dtype_size(d));
     return;
@@ -185,7 +245,7 @@ static void rr__copy_in(void *dst, const void *src, size_t n, rr_dtype d, int mu
 }
 
 /* torch's allreduce_hook: `tensor.div_(world_size)`, a true division in op-math. */
-static void rr__divide(void *buf, size_t n, rr_dtype d, int world) {
+void rr__ddp_divide(void *buf, size_t n, rr_dtype d, int world) {
   float w = (float)world;
   switch (d) {
     case RR_FLOAT32:
@@ -207,8 +267,8 @@ static void rr__divide(void *buf, size_t n, rr_dtype d, int world) {
 
 /* fp16_compress_hook / bf16_compress_hook, first half: `buffer.to(wire).div_(world_size)`:
  * round to the wire type, then divide in float and round again. */
-static void rr__compress(uint16_t *dst, const void *src, size_t n, rr_dtype d, rr_dtype wire,
-                         int world) {
+void rr__ddp_compress(uint16_t *dst, const void *src, size_t n, rr_dtype d, rr_dtype wire,
+                      int world) {
   float w = (float)world;
   for (size_t i = 0; i < n; i++) {
     uint16_t h = rr__to16(rr__load(src, i, d), d, wire);
@@ -217,7 +277,7 @@ static void rr__compress(uint16_t *dst, const void *src, size_t n, rr_dtype d, r
 }
 
 /* Second half: `decompressed.copy_(result)`, the wire value cast to the gradient's type. */
-static void rr__decompress(void *dst, const uint16_t *src, size_t n, rr_dtype d, rr_dtype wire) {
+void rr__ddp_decompress(void *dst, const uint16_t *src, size_t n, rr_dtype d, rr_dtype wire) {
   for (size_t i = 0; i < n; i++) {
     float f = rr__from16(src[i], wire);
     switch (d) {
@@ -378,7 +438,16 @@ static void rr__ddp_free_buckets(rr_ddp *d) {
       (void)rr_work_wait(k->work, 0);
       rr_work_free(k->work);
     }
-    free(k->params), free(k->buf), free(k->comp);
+    if (k->device >= 0) {
+      int prev;
+      (void)rr__ddp_enter(d, &prev);
+      rr__cuda_free(k->buf); /* cudaFree waits for the device: no kernel still uses it */
+      rr__cuda_free(k->comp);
+      rr__ddp_leave(d, prev);
+    } else {
+      free(k->buf), free(k->comp);
+    }
+    free(k->params);
   }
   free(d->buckets);
   d->buckets = NULL;
@@ -424,13 +493,24 @@ static int rr__ddp_make_buckets(rr_ddp *d, const int *ready) {
       k->count += d->params[i].count;
     }
     k->pending = k->nparams;
-    /* Host memory; the CUDA path allocates on k->device here. */
-    size_t es = rr_dtype_size(k->dtype);
-    k->buf = calloc(k->count ? k->count : 1, es);
-    if (d->opt.hook == RR_DDP_HOOK_FP16 || d->opt.hook == RR_DDP_HOOK_BF16)
-      k->comp = calloc(k->count ? k->count : 1, sizeof(uint16_t));
-    if (!k->buf ||
-        ((d->opt.hook == RR_DDP_HOOK_FP16 || d->opt.hook == RR_DDP_HOOK_BF16) && !k->comp)) {
+    size_t es = rr_dtype_size(k->dtype), elems = k->count ? k->count : 1;
+    int hooked = d->opt.hook == RR_DDP_HOOK_FP16 || d->opt.hook == RR_DDP_HOOK_BF16;
+    if (k->device >= 0) { /* on the tensors' device: filled and emptied by kernels */
+      int prev;
+      st = rr__ddp_enter(d, &prev);
+      if (st == RR_OK) st = rr__cuda_malloc(&k->buf, elems * es);
+      if (st == RR_OK && hooked) st = rr__cuda_malloc(&k->comp, elems * sizeof(uint16_t));
+      rr__ddp_leave(d, prev);
+      if (st != RR_OK) {
+        rr__prefix_error(st, "bucket %d (%zu x %s) on CUDA device %d", b, k->count,
+                         rr_dtype_name(k->dtype), k->device);
+        goto out;
+      }
+      continue;
+    }
+    k->buf = calloc(elems, es);
+    if (hooked) k->comp = calloc(elems, sizeof(uint16_t));
+    if (!k->buf || (hooked && !k->comp)) {
       st = rr__set_error(RR_ENOMEM, "out of memory for bucket %d (%zu x %s)", b, k->count,
                          rr_dtype_name(k->dtype));
       goto out;
@@ -448,23 +528,26 @@ out:
  * dtype, so one call carries tensors of every dtype.
  */
 
-/* Copy bytes [start, start + len) of the stream between the tensors and buf. */
-static void rr__stream_copy(const rr_ddp_tensor *t, int n, size_t start, size_t len, char *buf,
-                            int pack) {
+/* Copy bytes [start, start + len) of the stream between the tensors and buf (host memory;
+ * device tensors are copied to or from it on the group's stream). */
+static int rr__stream_copy(const rr_ddp *d, const rr_ddp_tensor *t, int n, size_t start,
+                           size_t len, char *buf, int pack) {
   size_t pos = 0;
   for (int i = 0; i < n && len > 0; i++) {
     size_t bytes = t[i].count * rr_dtype_size(t[i].dtype);
     if (start < pos + bytes && bytes > 0) {
       size_t off = start - pos, take = RR_MIN(bytes - off, len);
       char *mem = (char *)t[i].data + off;
-      if (pack)
-        memcpy(buf, mem, take);
-      else
-        memcpy(mem, buf, take);
+      int st = pack ? rr__ddp_copy(d, &t[i], buf, mem, take)
+                    : rr__ddp_copy(d, &t[i], mem, buf, take);
+      if (st != RR_OK)
+        return rr__prefix_error(st, "copying '%s' %s CUDA device %d", t[i].name,
+                                pack ? "from" : "to", t[i].device);
       buf += take, start += take, len -= take;
     }
     pos += bytes;
   }
+  return RR_OK;
 }
 
 static int rr__ddp_bcast(rr_ddp *d, const rr_ddp_tensor *t, int n, const char *what) {
@@ -483,7 +566,11 @@ static int rr__ddp_bcast(rr_ddp *d, const rr_ddp_tensor *t, int n, const char *w
   int st = RR_OK;
   for (size_t start = 0; start < total; start += chunk) {
     size_t len = RR_MIN(chunk, total - start);
-    if (d->rank == 0) rr__stream_copy(t, n, start, len, stage, 1);
+    if (d->rank == 0 && (st = rr__stream_copy(d, t, n, start, len, stage, 1)) != RR_OK) {
+      rr__prefix_error(st, "rank %d: %s", d->rank, what);
+      st = rr__ddp_cuda_fail(d, st);
+      break;
+    }
     st = rr_broadcast(d->pg, stage, stage, len, RR_UINT8, d->root);
     if (st != RR_OK) {
       rr__prefix_error(st, "rank %d: %s: broadcast of bytes %zu..%zu of %zu from rank 0", d->rank,
@@ -491,7 +578,11 @@ static int rr__ddp_bcast(rr_ddp *d, const rr_ddp_tensor *t, int n, const char *w
       st = rr__ddp_break(d, st);
       break;
     }
-    if (d->rank != 0) rr__stream_copy(t, n, start, len, stage, 0);
+    if (d->rank != 0 && (st = rr__stream_copy(d, t, n, start, len, stage, 0)) != RR_OK) {
+      rr__prefix_error(st, "rank %d: %s", d->rank, what);
+      st = rr__ddp_cuda_fail(d, st);
+      break;
+    }
   }
   free(stage);
   return st;
@@ -500,6 +591,60 @@ static int rr__ddp_bcast(rr_ddp *d, const rr_ddp_tensor *t, int n, const char *w
 /* ---------------------------------------------------------------------------------------------
  * Construction.
  */
+
+/* Where a tensor's memory is, against its `device`. A device tensor needs a build with CUDA,
+ * a visible device with that number, and data / grad in cudaMalloc memory on it; a host
+ * tensor (-1) must not be device memory, which the host loops would fault on. (Only a
+ * build with CUDA on a machine with a device can see device memory; elsewhere none exists.)
+ * Managed and pinned memory are host memory here, as for the collectives. */
+static int rr__check_placement(const rr_ddp_tensor *t, const char *kind, int i, const char *nm) {
+  const void *mem[2] = {t->data, t->grad};
+  const char *memname[2] = {"data", "grad"};
+  if (t->device < 0) {
+    for (int k = 0; k < 2; k++) {
+      int dev = -1;
+      if (t->count > 0 && mem[k] && rr__cuda_ptr_device(mem[k], &dev))
+        return rr__set_error(RR_EINVAL,
+                             "%s[%d] '%s': device is -1 (host memory) but its %s is CUDA device "
+                             "memory on device %d (set device = %d)",
+                             kind, i, nm, memname[k], dev, dev);
+    }
+    return RR_OK;
+  }
+  if (!rr__cuda_built())
+    return rr__set_error(RR_ENOTSUP,
+                         "%s[%d] '%s' is on CUDA device %d but this library was built without "
+                         "CUDA (configure with -DRR_CUDA=ON and a CUDA toolkit, see docs/cuda.md; "
+                         "or keep the tensor in host memory with device = -1)",
+                         kind, i, nm, t->device);
+  int ndev = rr__cuda_device_count();
+  if (ndev == 0)
+    return rr__set_error(RR_ENOTSUP,
+                         "%s[%d] '%s' is on CUDA device %d but no CUDA device is visible (the "
+                         "CUDA runtime found no usable driver or GPU: check the driver and "
+                         "CUDA_VISIBLE_DEVICES)",
+                         kind, i, nm, t->device);
+  if (t->device >= ndev)
+    return rr__set_error(RR_EINVAL,
+                         "%s[%d] '%s' is on CUDA device %d but only %d CUDA device%s visible",
+                         kind, i, nm, t->device, ndev, ndev == 1 ? " is" : "s are");
+  for (int k = 0; k < 2; k++) {
+    int dev = -1;
+    if (t->count == 0 || !mem[k] || (rr__cuda_ptr_device(mem[k], &dev) && dev == t->device))
+      continue;
+    char where[64];
+    if (dev >= 0)
+      snprintf(where, sizeof where, "on CUDA device %d", dev);
+    else
+      snprintf(where, sizeof where, "host memory (malloc, pinned or managed)");
+    return rr__set_error(RR_EINVAL,
+                         "%s[%d] '%s': device is %d but its %s is %s; a device tensor's data and "
+                         "grad must be cudaMalloc memory on that device (host memory of any kind "
+                         "is described with device = -1)",
+                         kind, i, nm, t->device, memname[k], where);
+  }
+  return RR_OK;
+}
 
 /* Check one description alone; normalises the shape ([count] when ndim == 0). */
 static int rr__check_tensor(rr_ddp_tensor *t, const char *kind, int i) {
@@ -511,14 +656,10 @@ static int rr__check_tensor(rr_ddp_tensor *t, const char *kind, int i) {
                          "%s[%d] '%s': device %d (want -1 for host memory or a CUDA "
                          "device >= 0)",
                          kind, i, nm, t->device);
-  if (t->device >= 0)
-    return rr__set_error(RR_ENOTSUP,
-                         "%s[%d] '%s' is on CUDA device %d: CUDA support not built (this build "
-                         "of ringreduce reduces host memory only; use device = -1)",
-                         kind, i, nm, t->device);
   if (t->count > 0 && !t->data)
     return rr__set_error(RR_EINVAL, "%s[%d] '%s': data is NULL for %zu elements", kind, i, nm,
                          t->count);
+  RR_CHECK(rr__check_placement(t, kind, i, nm));
   if (t->grad && !rr__is_float(t->dtype))
     return rr__set_error(RR_EINVAL,
                          "%s[%d] '%s': only floating point parameters can have gradients (dtype "
@@ -557,7 +698,7 @@ typedef struct rr__ddp_hello {
   char msg[224];
 } rr__ddp_hello;
 
-#define RR__META 13 /* per tensor: kind, dtype, trainable, count, ndim, shape[8] */
+#define RR__META 14 /* per tensor: kind, dtype, trainable, count, ndim, shape[8], on CUDA */
 
 static void rr__meta(const rr_ddp_tensor *t, int kind, int64_t *m) {
   m[0] = kind;
@@ -566,6 +707,9 @@ static void rr__meta(const rr_ddp_tensor *t, int kind, int64_t *m) {
   m[3] = (int64_t)t->count;
   m[4] = t->ndim;
   for (int k = 0; k < RR_DDP_MAX_DIMS; k++) m[5 + k] = t->shape[k];
+  /* Host or CUDA must agree: buckets are per (dtype, device kind), and every rank must build
+   * the same ones. The device number may differ (one GPU per rank). */
+  m[13] = t->device >= 0;
 }
 
 static void rr__meta_str(const int64_t *m, char *buf, size_t n) {
@@ -573,8 +717,9 @@ static void rr__meta_str(const int64_t *m, char *buf, size_t n) {
   for (int k = 0; k < m[4] && k < RR_DDP_MAX_DIMS && o < n; k++)
     o += (size_t)snprintf(buf + o, n - o, "%s%" PRId64, k ? ", " : "", m[5 + k]);
   if (o < n)
-    snprintf(buf + o, n - o, "], dtype %s%s", rr_dtype_name((rr_dtype)m[1]),
-             m[0] == 0 ? (m[2] ? ", trainable" : ", frozen") : "");
+    snprintf(buf + o, n - o, "], dtype %s%s%s", rr_dtype_name((rr_dtype)m[1]),
+             m[0] == 0 ? (m[2] ? ", trainable" : ", frozen") : "",
+             m[13] ? ", on a CUDA device" : "");
 }
 
 /* Every rank gathers every rank's description and compares, so all of them fail together
@@ -681,6 +826,34 @@ static int rr__ddp_copy_descs(rr_ddp *d, const rr_ddp_tensor *src, int n, rr_ddp
   return RR_OK;
 }
 
+/* The one CUDA device this rank's device tensors are on: one device per process, as torch's
+ * DDP with device_ids=[d] (the group's stream, on which all device work is queued, belongs
+ * to one device). */
+static int rr__ddp_pick_device(rr_ddp *d) {
+  const rr_ddp_tensor *first = NULL;
+  const char *fkind = "";
+  int fi = -1;
+  for (int pass = 0; pass < 2; pass++) {
+    const rr_ddp_tensor *t = pass ? d->buffers : d->params;
+    const char *kind = pass ? "buffers" : "params";
+    for (int i = 0; i < (pass ? d->nbuffers : d->nparams); i++) {
+      if (t[i].device < 0) continue;
+      if (!first) {
+        first = &t[i], fkind = kind, fi = i;
+      } else if (t[i].device != first->device) {
+        return rr__set_error(RR_ENOTSUP,
+                             "%s[%d] '%s' is on CUDA device %d but %s[%d] '%s' on CUDA device "
+                             "%d: a rank's tensors must be on one CUDA device (one process per "
+                             "GPU, as torch's DDP with device_ids=[device])",
+                             fkind, fi, first->name, first->device, kind, i, t[i].name,
+                             t[i].device);
+      }
+    }
+  }
+  d->device = first ? first->device : -1;
+  return RR_OK;
+}
+
 static void rr__ddp_free(rr_ddp *d) {
   if (!d) return;
   rr__ddp_free_buckets(d);
@@ -699,6 +872,7 @@ int rr_ddp_init(rr_ddp **out, rr_pg *pg, const rr_ddp_tensor *params, int nparam
   rr_ddp *d = rr__calloc(1, sizeof *d);
   if (!d) return RR_ENOMEM;
   d->pg = pg;
+  d->device = -1;
   d->rank = rr_get_rank(pg);
   d->world = rr_get_world_size(pg);
   d->root = rr_get_global_rank(pg, 0);
@@ -734,6 +908,7 @@ int rr_ddp_init(rr_ddp **out, rr_pg *pg, const rr_ddp_tensor *params, int nparam
   if (local == RR_OK) local = rr__ddp_copy_descs(d, params, nparams, &d->params, 0, "params");
   if (local == RR_OK)
     local = rr__ddp_copy_descs(d, buffers, nbuffers, &d->buffers, nparams, "buffers");
+  if (local == RR_OK) local = rr__ddp_pick_device(d);
   /* Descriptions that failed part-way still need arrays for the exchange's bookkeeping. */
   if (!d->params) d->params = calloc(1, sizeof *d->params);
   if (!d->buffers) d->buffers = calloc(1, sizeof *d->buffers);
@@ -788,19 +963,32 @@ static int rr__ddp_launch(rr_ddp *d, int b) {
   void *wire = k->buf;
   rr_dtype wdt = k->dtype;
   int64_t t0 = rr__now_ns();
-  switch (d->opt.hook) {
-    case RR_DDP_HOOK_ALLREDUCE:
-      rr__divide(k->buf, k->count, k->dtype, d->world);
-      break;
-    case RR_DDP_HOOK_FP16:
-    case RR_DDP_HOOK_BF16:
-      wdt = d->opt.hook == RR_DDP_HOOK_FP16 ? RR_FLOAT16 : RR_BFLOAT16;
-      rr__compress(k->comp, k->buf, k->count, k->dtype, wdt, d->world);
-      wire = k->comp;
-      break;
-    default:
-      break; /* scaled while copied in */
+  int compressed = d->opt.hook == RR_DDP_HOOK_FP16 || d->opt.hook == RR_DDP_HOOK_BF16;
+  if (compressed) {
+    wdt = d->opt.hook == RR_DDP_HOOK_FP16 ? RR_FLOAT16 : RR_BFLOAT16;
+    wire = k->comp;
   }
+  if (k->device >= 0 && d->opt.hook != RR_DDP_HOOK_NONE) {
+    /* The same work as below as a kernel on the group's stream, which the all-reduce's copy
+     * of the bucket to the host waits for. */
+    int prev, st = rr__ddp_enter(d, &prev);
+    if (st == RR_OK)
+      st = d->opt.hook == RR_DDP_HOOK_ALLREDUCE
+               ? rr__cuda_ddp(RR__CUDA_DDP_DIVIDE, k->buf, NULL, k->count, k->dtype, k->dtype,
+                              d->world, rr__ddp_stream(d))
+               : rr__cuda_ddp(RR__CUDA_DDP_COMPRESS, k->comp, k->buf, k->count, k->dtype, wdt,
+                              d->world, rr__ddp_stream(d));
+    rr__ddp_leave(d, prev);
+    if (st != RR_OK) {
+      rr__prefix_error(st, "rank %d: rr_ddp_grad_ready: comm hook on bucket %d (CUDA device %d)",
+                       d->rank, b, k->device);
+      return rr__ddp_cuda_fail(d, st);
+    }
+  } else if (d->opt.hook == RR_DDP_HOOK_ALLREDUCE) {
+    rr__ddp_divide(k->buf, k->count, k->dtype, d->world);
+  } else if (compressed) {
+    rr__ddp_compress(k->comp, k->buf, k->count, k->dtype, wdt, d->world);
+  } /* no hook: scaled while copied in */
   d->stats.copy_s += rr__elapsed(t0);
   int st = rr_all_reduce_async(d->pg, wire, wire, k->count, wdt, RR_SUM, &k->work);
   if (st != RR_OK) {
@@ -836,8 +1024,27 @@ int rr_ddp_grad_ready(rr_ddp *d, int i) {
   rr__ddp_bucket *k = &d->buckets[b];
   int64_t t0 = rr__now_ns();
   size_t es = rr_dtype_size(k->dtype);
-  rr__copy_in((char *)k->buf + d->poffset[i] * es, d->params[i].grad, d->params[i].count, k->dtype,
-              d->opt.hook == RR_DDP_HOOK_NONE, d->world);
+  char *slot = (char *)k->buf + d->poffset[i] * es;
+  if (k->device >= 0) {
+    /* Queued on the group's stream behind the caller's work that computed the gradient
+     * (when the caller uses that stream; else it must have synchronised). */
+    int prev, st = rr__ddp_enter(d, &prev);
+    if (st == RR_OK)
+      st = d->opt.hook == RR_DDP_HOOK_NONE
+               ? rr__cuda_ddp(RR__CUDA_DDP_SCALE, slot, d->params[i].grad, d->params[i].count,
+                              k->dtype, k->dtype, d->world, rr__ddp_stream(d))
+               : rr__cuda_memcpy_async(slot, d->params[i].grad, d->params[i].count * es,
+                                       rr__ddp_stream(d));
+    rr__ddp_leave(d, prev);
+    if (st != RR_OK) {
+      rr__prefix_error(st, "rank %d: rr_ddp_grad_ready: copying params[%d] '%s' into bucket %d "
+                       "(CUDA device %d)", d->rank, i, d->params[i].name, b, k->device);
+      return rr__ddp_cuda_fail(d, st);
+    }
+  } else {
+    rr__ddp_copy_in(slot, d->params[i].grad, d->params[i].count, k->dtype,
+                d->opt.hook == RR_DDP_HOOK_NONE, d->world);
+  }
   d->stats.copy_s += rr__elapsed(t0);
   d->pready[i] = 1;
   d->nmarked++;
@@ -922,6 +1129,7 @@ int rr_ddp_sync(rr_ddp *d) {
   RR_CHECK(rr__ddp_wait_launched(d));
   if (d->nmarked < d->ntrainable) return rr__ddp_unfinished(d, "rr_ddp_sync");
   int64_t t0 = rr__now_ns();
+  int prev = -1, st = rr__ddp_enter(d, &prev), on_device = 0;
   for (int b = 0; b < d->nbuckets; b++) {
     rr__ddp_bucket *k = &d->buckets[b];
     size_t es = rr_dtype_size(k->dtype);
@@ -930,13 +1138,31 @@ int rr_ddp_sync(rr_ddp *d) {
     for (int j = 0; j < k->nparams; j++) {
       const rr_ddp_tensor *p = &d->params[k->params[j]];
       size_t off = d->poffset[k->params[j]];
-      if (compressed)
-        rr__decompress(p->grad, (const uint16_t *)k->comp + off, p->count, k->dtype, wdt);
-      else
+      if (k->device >= 0) {
+        on_device = 1;
+        if (st != RR_OK) break;
+        st = compressed ? rr__cuda_ddp(RR__CUDA_DDP_DECOMPRESS, p->grad,
+                                       (const uint16_t *)k->comp + off, p->count, k->dtype, wdt,
+                                       d->world, rr__ddp_stream(d))
+                        : rr__cuda_memcpy_async(p->grad, (const char *)k->buf + off * es,
+                                                p->count * es, rr__ddp_stream(d));
+      } else if (compressed) {
+        rr__ddp_decompress(p->grad, (const uint16_t *)k->comp + off, p->count, k->dtype, wdt);
+      } else {
         memcpy(p->grad, (const char *)k->buf + off * es, p->count * es);
+      }
     }
     k->launched = 0;
     k->pending = k->nparams;
+  }
+  /* Device gradients: written when this returns, as host ones are, whatever stream the
+   * caller reads them on next. */
+  if (on_device && st == RR_OK) st = rr__cuda_stream_sync(rr__ddp_stream(d));
+  rr__ddp_leave(d, prev);
+  if (st != RR_OK) {
+    rr__prefix_error(st, "rank %d: rr_ddp_sync: copying averaged gradients out of the buckets "
+                     "(CUDA device %d)", d->rank, d->device);
+    return rr__ddp_cuda_fail(d, st);
   }
   d->stats.copy_s += rr__elapsed(t0);
   memset(d->pready, 0, (size_t)d->nparams);
@@ -1029,7 +1255,8 @@ static uint64_t rr__fnv(uint64_t h, const void *p, size_t n) {
 typedef struct rr__wfile {
   FILE *fp;
   uint64_t h;
-  int err;
+  int err; /* errno of a failed write */
+  int st;  /* a failure to read a device tensor (its text in the last error) */
 } rr__wfile;
 
 static void rr__w(rr__wfile *w, const void *p, size_t n) {
@@ -1046,6 +1273,27 @@ static void rr__w_tensor_hdr(rr__wfile *w, const rr_ddp_tensor *t) {
   rr__w(w, &nl, 4), rr__w(w, t->name, nl);
 }
 
+/* A tensor's data; a device tensor's through a host copy. */
+static void rr__w_data(const rr_ddp *d, rr__wfile *w, const rr_ddp_tensor *t) {
+  size_t n = t->count * rr_dtype_size(t->dtype);
+  if (t->device < 0 || n == 0) {
+    rr__w(w, t->data, n);
+    return;
+  }
+  if (w->err || w->st) return;
+  void *h = malloc(n);
+  if (!h) {
+    w->st = rr__set_error(RR_ENOMEM, "out of memory for a %zu-byte host copy of '%s'", n, t->name);
+    return;
+  }
+  int st = rr__ddp_copy(d, t, h, t->data, n);
+  if (st == RR_OK)
+    rr__w(w, h, n);
+  else
+    w->st = rr__prefix_error(st, "copying '%s' from CUDA device %d", t->name, t->device);
+  free(h);
+}
+
 /* Rank 0's half of a save: a temporary file, flushed to disk, renamed over path. */
 static int rr__ddp_write(rr_ddp *d, const char *path) {
   char tmp[4096];
@@ -1058,15 +1306,17 @@ static int rr__ddp_write(rr_ddp *d, const char *path) {
   rr__w(&w, head, sizeof head);
   for (int i = 0; i < d->nparams; i++) rr__w_tensor_hdr(&w, &d->params[i]);
   for (int i = 0; i < d->nbuffers; i++) rr__w_tensor_hdr(&w, &d->buffers[i]);
-  for (int i = 0; i < d->nparams; i++)
-    rr__w(&w, d->params[i].data, d->params[i].count * rr_dtype_size(d->params[i].dtype));
-  for (int i = 0; i < d->nbuffers; i++)
-    rr__w(&w, d->buffers[i].data, d->buffers[i].count * rr_dtype_size(d->buffers[i].dtype));
+  for (int i = 0; i < d->nparams; i++) rr__w_data(d, &w, &d->params[i]);
+  for (int i = 0; i < d->nbuffers; i++) rr__w_data(d, &w, &d->buffers[i]);
   uint64_t h = w.h;
   rr__w(&w, &h, 8);
   if (!w.err && fflush(w.fp) != 0) w.err = errno;
   if (!w.err && fsync(fileno(w.fp)) != 0) w.err = errno;
   if (fclose(w.fp) != 0 && !w.err) w.err = errno;
+  if (w.st) {
+    unlink(tmp);
+    return rr__prefix_error(w.st, "writing %s", path);
+  }
   if (!w.err && rename(tmp, path) != 0) w.err = errno;
   if (w.err) {
     unlink(tmp);
@@ -1085,6 +1335,16 @@ static int rr__r(rr__rfile *r, void *dst, size_t n) {
   memcpy(dst, r->p + r->off, n);
   r->off += n;
   return 0;
+}
+
+/* A tensor's data, the length already checked; to a device tensor by a copy. */
+static int rr__r_data(const rr_ddp *d, rr__rfile *r, const rr_ddp_tensor *t) {
+  size_t n = t->count * rr_dtype_size(t->dtype);
+  int st = rr__ddp_copy(d, t, t->data, r->p + r->off, n);
+  r->off += n;
+  if (st != RR_OK)
+    return rr__prefix_error(st, "copying '%s' to CUDA device %d", t->name, t->device);
+  return RR_OK;
 }
 
 /* Check one stored tensor header against the model's tensor. */
@@ -1190,12 +1450,8 @@ static int rr__ddp_read(rr_ddp *d, const char *path) {
   if (st == RR_OK && r.n - r.off != data)
     st = rr__set_error(RR_EPROTO, "%s: %zu bytes of data where the model needs %zu", path,
                        r.n - r.off, data);
-  if (st == RR_OK) {
-    for (int i = 0; i < d->nparams; i++)
-      (void)rr__r(&r, d->params[i].data, d->params[i].count * rr_dtype_size(d->params[i].dtype));
-    for (int i = 0; i < d->nbuffers; i++)
-      (void)rr__r(&r, d->buffers[i].data, d->buffers[i].count * rr_dtype_size(d->buffers[i].dtype));
-  }
+  for (int i = 0; st == RR_OK && i < d->nparams; i++) st = rr__r_data(d, &r, &d->params[i]);
+  for (int i = 0; st == RR_OK && i < d->nbuffers; i++) st = rr__r_data(d, &r, &d->buffers[i]);
   free(buf);
   return st;
 }

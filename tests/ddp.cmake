@@ -17,6 +17,15 @@ set_tests_properties(ddp.sampler_golden ddp.sampler_unit PROPERTIES
 set_tests_properties(ddp.sampler_live PROPERTIES LABELS "ddp;sampler" TIMEOUT 150
   SKIP_RETURN_CODE 77)
 
+# The DDP wrapper's device element functions (cuda/ddp_elem.cuh, run by cuda/ddp.cu on CUDA
+# gradients) against its host loops (ddp/ddp.c), bit for bit, compiled as host C: runs on
+# every machine, GPU or not, in builds with and without CUDA.
+add_executable(test_ddp_elem ${RR_TEST_DIR}/test_ddp_elem.c)
+target_link_libraries(test_ddp_elem PRIVATE ringreduce_internal)
+target_include_directories(test_ddp_elem PRIVATE ${CMAKE_SOURCE_DIR})
+add_test(NAME ddp.elem_vs_host COMMAND test_ddp_elem)
+set_tests_properties(ddp.elem_vs_host PROPERTIES LABELS "ddp;cuda_elem" TIMEOUT 120)
+
 # DDP: white-box where it must be (rrtest's t_run and data helpers), the MLP from examples/.
 if(TARGET rr_mlp)
   add_executable(test_ddp ${RR_TEST_DIR}/test_ddp.c)
@@ -31,6 +40,20 @@ if(TARGET rr_mlp)
     set_tests_properties(ddp.${tname} PROPERTIES LABELS ddp TIMEOUT 120 SKIP_RETURN_CODE 77
       ENVIRONMENT "RR_TIMEOUT=60;RR_GRACE_PERIOD=2")
   endforeach()
+  # DDP on CUDA gradients against the host path (test_ddp.c, "gpu"): needs a GPU, ranks share
+  # it; "skipped: no CUDA device" (77) without one. Also under the label "cuda", which
+  # tests/gpu/run.sh runs.
+  if(RR_HAVE_CUDA)
+    target_include_directories(test_ddp SYSTEM PRIVATE ${CUDAToolkit_INCLUDE_DIRS})
+  endif()
+  foreach(w 1 2 3)
+    add_test(NAME ddp.gpu_w${w} COMMAND test_ddp gpu ${w})
+    set_tests_properties(ddp.gpu_w${w} PROPERTIES LABELS "ddp;cuda" TIMEOUT 300
+      SKIP_RETURN_CODE 77 ENVIRONMENT "RR_TIMEOUT=120;RR_GRACE_PERIOD=2")
+  endforeach()
+  add_test(NAME ddp.gpu_tcp_w2 COMMAND test_ddp gpu 2)
+  set_tests_properties(ddp.gpu_tcp_w2 PROPERTIES LABELS "ddp;cuda" TIMEOUT 300
+    SKIP_RETURN_CODE 77 ENVIRONMENT "RR_TIMEOUT=120;RR_GRACE_PERIOD=2;RR_TRANSPORT=tcp")
 endif()
 
 # The training example end to end (tests/test_train.sh), under rrun and with --spawn.

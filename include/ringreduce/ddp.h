@@ -43,9 +43,17 @@
  *    call) fails with RR_ESTATE and torch's "Expected to have finished reduction in the prior
  *    iteration before starting a new one" listing the parameter indices.
  *
- * Gradients are host memory today. Every tensor carries a `device` (-1: host); a tensor on a
- * CUDA device (device >= 0) is refused with RR_ENOTSUP ("CUDA support not built") until the
- * library's CUDA path exists; the API will not change when it does.
+ * Host or CUDA: every tensor carries a `device`, -1 for host memory (malloc, pinned or
+ * managed) or the CUDA device its data and grad were cudaMalloc'd on. Device tensors need a
+ * library built with CUDA (-DRR_CUDA=AUTO|ON) and that device visible at run time; otherwise
+ * rr_ddp_init fails on every rank saying which (RR_ENOTSUP: "... is on CUDA device 0 but this
+ * library was built without CUDA" / "... but no CUDA device is visible"). A rank's device
+ * tensors must all be on one device. Their buckets are device memory; scaling, hooks and the
+ * copies in and out run on the GPU, queued on the group's stream (rr_pg_set_cuda_stream;
+ * NULL: the legacy default stream): a gradient must be final on that stream when it is
+ * marked ready (compute it there, or synchronise first), and rr_ddp_sync returns with the
+ * averages written. Results are designed to be bit-identical to the same model in host
+ * memory (tests/test_ddp.c "gpu" checks it; docs/ddp.md says what has run on a GPU).
  *
  * One thread drives an rr_ddp (the training loop's); different rr_ddp objects may share a
  * group, but their collectives then interleave in call order on every rank.
@@ -80,7 +88,7 @@ typedef struct rr_ddp_tensor {
   void *grad;
   size_t count;
   rr_dtype dtype;
-  int device; /* -1: host memory; >= 0: a CUDA device (RR_ENOTSUP: CUDA support not built) */
+  int device; /* -1: host memory; >= 0: the CUDA device data and grad are on (see above) */
   int ndim;   /* 0: the shape is [count]; else the product of shape[0..ndim) must be count */
   int64_t shape[RR_DDP_MAX_DIMS];
 } rr_ddp_tensor;
@@ -119,7 +127,8 @@ typedef struct rr_ddp rr_ddp;
  * opt == NULL means RR_DDP_OPTIONS_INIT. On success rank 0's parameters and buffers have been
  * copied to every rank. Errors: RR_EINVAL (bad description, this rank; the others fail too,
  * naming it), RR_EMISMATCH (models differ across ranks, on every rank), RR_ENOTSUP (a CUDA
- * tensor), or the group's error. */
+ * tensor where this build or machine has no CUDA, or tensors on two devices), or the group's
+ * error. */
 int rr_ddp_init(rr_ddp **ddp, rr_pg *pg, const rr_ddp_tensor *params, int nparams,
                 const rr_ddp_tensor *buffers, int nbuffers, const rr_ddp_options *opt);
 /* Wait for communication still in flight and free the wrapper (not the model's memory).

@@ -144,10 +144,11 @@ static void *rr__ddp_stream(const rr_ddp *d) {
   return rr__cuda_pg_stream(d->pg);
 }
 
-/* A CUDA failure in the middle of a step or a broadcast: this rank can no longer take part
- * in the collectives the other ranks are in or about to start, so the group is aborted (they
- * fail at once, naming this rank, instead of at the timeout) and the wrapper is broken. */
-static int rr__ddp_cuda_fail(rr_ddp *d, int st) {
+/* A local failure (a CUDA error, no memory for buckets) in the middle of a step, a broadcast
+ * or construction: this rank can no longer take part in the collectives the other ranks are
+ * in or about to start, so the group is aborted (they fail at once, naming this rank,
+ * instead of at the timeout) and the wrapper is broken. */
+static int rr__ddp_abort(rr_ddp *d, int st) {
   char saved[RR__ERRMSG_MAX];
   snprintf(saved, sizeof saved, "%s", rr__error());
   (void)rr_abort(d->pg);
@@ -568,7 +569,7 @@ static int rr__ddp_bcast(rr_ddp *d, const rr_ddp_tensor *t, int n, const char *w
     size_t len = RR_MIN(chunk, total - start);
     if (d->rank == 0 && (st = rr__stream_copy(d, t, n, start, len, stage, 1)) != RR_OK) {
       rr__prefix_error(st, "rank %d: %s", d->rank, what);
-      st = rr__ddp_cuda_fail(d, st);
+      st = rr__ddp_abort(d, st);
       break;
     }
     st = rr_broadcast(d->pg, stage, stage, len, RR_UINT8, d->root);
@@ -580,7 +581,7 @@ static int rr__ddp_bcast(rr_ddp *d, const rr_ddp_tensor *t, int n, const char *w
     }
     if (d->rank != 0 && (st = rr__stream_copy(d, t, n, start, len, stage, 0)) != RR_OK) {
       rr__prefix_error(st, "rank %d: %s", d->rank, what);
-      st = rr__ddp_cuda_fail(d, st);
+      st = rr__ddp_abort(d, st);
       break;
     }
   }
@@ -916,6 +917,10 @@ int rr_ddp_init(rr_ddp **out, rr_pg *pg, const rr_ddp_tensor *params, int nparam
   if (st == RR_OK) {
     for (int i = 0; i < d->nparams; i++) d->ntrainable += d->params[i].grad != NULL;
     st = rr__ddp_make_buckets(d, NULL);
+    if (st != RR_OK) {
+      rr__prefix_error(st, "rank %d: rr_ddp_init: allocating buckets", d->rank);
+      st = rr__ddp_abort(d, st); /* the others are about to wait in the broadcast */
+    }
   }
   /* torch's _sync_module_states: parameters, then buffers, from rank 0. */
   if (st == RR_OK) {
@@ -982,7 +987,7 @@ static int rr__ddp_launch(rr_ddp *d, int b) {
     if (st != RR_OK) {
       rr__prefix_error(st, "rank %d: rr_ddp_grad_ready: comm hook on bucket %d (CUDA device %d)",
                        d->rank, b, k->device);
-      return rr__ddp_cuda_fail(d, st);
+      return rr__ddp_abort(d, st);
     }
   } else if (d->opt.hook == RR_DDP_HOOK_ALLREDUCE) {
     rr__ddp_divide(k->buf, k->count, k->dtype, d->world);
@@ -1039,7 +1044,7 @@ int rr_ddp_grad_ready(rr_ddp *d, int i) {
     if (st != RR_OK) {
       rr__prefix_error(st, "rank %d: rr_ddp_grad_ready: copying params[%d] '%s' into bucket %d "
                        "(CUDA device %d)", d->rank, i, d->params[i].name, b, k->device);
-      return rr__ddp_cuda_fail(d, st);
+      return rr__ddp_abort(d, st);
     }
   } else {
     rr__ddp_copy_in(slot, d->params[i].grad, d->params[i].count, k->dtype,
@@ -1162,7 +1167,7 @@ int rr_ddp_sync(rr_ddp *d) {
   if (st != RR_OK) {
     rr__prefix_error(st, "rank %d: rr_ddp_sync: copying averaged gradients out of the buckets "
                      "(CUDA device %d)", d->rank, d->device);
-    return rr__ddp_cuda_fail(d, st);
+    return rr__ddp_abort(d, st);
   }
   d->stats.copy_s += rr__elapsed(t0);
   memset(d->pready, 0, (size_t)d->nparams);
@@ -1209,7 +1214,7 @@ static int rr__ddp_rebuild(rr_ddp *d) {
   if (st != RR_OK) {
     rr__prefix_error(st, "rank %d: rr_ddp_forward: rebuilding buckets from rank 0's order",
                      d->rank);
-    return rr__ddp_break(d, st);
+    return rr__ddp_abort(d, st);
   }
   d->rebuild_pending = 0;
   d->rebuilt = 1;

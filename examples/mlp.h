@@ -63,4 +63,52 @@ const char *digits_default_path(void);
 /* 1 when cblas_sgemm (OpenBLAS) is used, 0 for the portable loops. */
 int mlp_have_blas(void);
 
+/* ---- The same MLP on a CUDA device (examples/mlp_cuda.cu: cuBLAS sgemm and small kernels;
+ * in a build without CUDA or cuBLAS, examples/mlp_cuda_stub.c, where every call fails).
+ * Parameters, gradients and activations live on the device; the computation is the CPU
+ * code's, layer for layer (same layouts, same callback order), in float32 without TF32, so
+ * results agree with the CPU run up to float rounding (not bit for bit: cuBLAS sums in
+ * another order). All work is queued on the model's own stream, which the training loop
+ * gives the process group (rr_pg_set_cuda_stream) so that DDP's copies and kernels are
+ * ordered with it. Calls return 0, or -1 with the reason in mlp_cuda_error(). */
+typedef struct mlp_cuda {
+  const mlp *m; /* shapes and offsets (its host arrays are not used) */
+  int device;
+  void *stream; /* cudaStream_t */
+  void *blas;   /* cublasHandle_t */
+  float *params, *grads;
+  float *act[MLP_MAX_LAYERS + 1], *dact, *dprev;
+  int *labels;
+  double *loss;       /* per-sample loss of the last mlp_cuda_loss */
+  double *loss_host;  /* max_batch */
+  float *logits_host; /* max_batch * classes, for mlp_cuda_correct */
+  char name[128];     /* the device's name */
+  char err[512];
+} mlp_cuda;
+
+/* 1 when this example was built with CUDA and cuBLAS. */
+int mlp_cuda_built(void);
+/* CUDA devices visible (0 without a build with CUDA, a driver or a GPU). Initialises CUDA
+ * in this process: a program that forks ranks asks in a child first. */
+int mlp_cuda_device_count(void);
+/* Allocate the model on `device` and copy m's parameters there (zero gradients). */
+int mlp_cuda_init(mlp_cuda *g, const mlp *m, int device);
+void mlp_cuda_free(mlp_cuda *g);
+const char *mlp_cuda_error(const mlp_cuda *g);
+/* As mlp_ddp_params, with the device's memory and device number. */
+void mlp_cuda_ddp_params(const mlp_cuda *g, rr_ddp_tensor *t);
+/* As mlp_forward, mlp_loss (*loss: the summed loss), mlp_backward, mlp_sgd. x and labels are
+ * host arrays. mlp_cuda_backward returns -1 on a CUDA error, else as mlp_backward. */
+int mlp_cuda_forward(mlp_cuda *g, const float *x, int batch);
+int mlp_cuda_loss(mlp_cuda *g, const int *labels, int batch, float scale, double *loss);
+int mlp_cuda_backward(mlp_cuda *g, int batch, int accumulate, int (*ready)(int layer, void *ctx),
+                      void *ctx);
+int mlp_cuda_sgd(mlp_cuda *g, float lr);
+/* As mlp_correct. */
+int mlp_cuda_correct(mlp_cuda *g, const float *x, const int *labels, int n, int *correct);
+/* Copy the device parameters into m->params (for hashing and printing). */
+int mlp_cuda_download(mlp_cuda *g, mlp *m);
+/* Wait for the model's stream. */
+int mlp_cuda_sync(mlp_cuda *g);
+
 #endif /* RR_EXAMPLES_MLP_H_ */

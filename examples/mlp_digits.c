@@ -6,6 +6,7 @@
  *   build/bin/rrun --nproc-per-node 4 build/bin/mlp_digits        # under the launcher
  *   build/bin/mlp_digits --spawn 4                               # one program, 4 ranks
  *   build/bin/mlp_digits --spawn 4 --no-comm                     # no all-reduce (timing base)
+ *   build/bin/mlp_digits --spawn 2 --device cuda                 # on a GPU (cuBLAS), 2 ranks
  *
  * The split is fixed: the first 1,437 images of randperm(1797, seed 0) train, the other 360
  * are held out. --batch is the global batch; each rank takes batch / world of it, so results
@@ -15,6 +16,13 @@
  * needs when nothing overlaps it (measured separately after training: every bucket reduced
  * back to back), the part of it a step still waits for in rr_ddp_sync (exposed), and so the
  * share that overlap hid.
+ *
+ * --device cuda (the default when this example was built with CUDA and cuBLAS and a GPU is
+ * visible; else cpu) runs forward and backward with cuBLAS on the device LOCAL_RANK modulo
+ * the number of GPUs (several ranks share one GPU when there are more ranks than GPUs), keeps
+ * parameters and gradients in device memory, and hands DDP the device tensors: buckets,
+ * scaling and hooks run on the GPU, ordered on the model's stream (rr_pg_set_cuda_stream).
+ * The CPU path (--device cpu) is the code it always was.
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -22,7 +30,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <time.h>
+#include <unistd.h>
 
 #ifdef MLP_HAVE_CBLAS
 #include <cblas.h>
@@ -35,8 +45,13 @@
 
 #define NTRAIN 1437
 
+enum { DEV_AUTO, DEV_CPU, DEV_CUDA };
+
 typedef struct args {
   int spawn, epochs, batch, nhidden, no_comm, check_identical, comm_iters;
+  int device;   /* DEV_* as asked */
+  int ncuda;    /* CUDA devices visible (asked in a child: CUDA must not start before fork) */
+  int use_cuda; /* the choice: 1 runs on the GPU */
   int hidden[MLP_MAX_LAYERS - 1];
   float lr;
   uint64_t seed;
@@ -64,7 +79,9 @@ static void usage(FILE *f) {
           "  --no-comm            skip DDP's all-reduce (to measure its overhead)\n"
           "  --check-identical    after every step, check all ranks hold the same parameters\n"
           "  --comm-iters N       repetitions of the standalone communication timing (20)\n"
-          "  --min-accuracy PCT   exit 3 when the final held-out accuracy is lower\n");
+          "  --min-accuracy PCT   exit 3 when the final held-out accuracy is lower\n"
+          "  --device D           cpu | cuda | auto (auto: cuda when a GPU is visible and this\n"
+          "                       example was built with CUDA and cuBLAS, else cpu)\n");
 }
 
 static double now_s(void) {
@@ -93,6 +110,15 @@ static int cmp_double(const void *a, const void *b) {
               rr_last_error());                                                                    \
       goto out;                                                                                    \
     }                                                                                              \
+  } while (0)
+
+/* A GPU model's call failed: say which and why, then leave through `out`. */
+#define CHECK_CUDA(call)                                                                  \
+  do {                                                                                    \
+    if ((call) != 0) {                                                                    \
+      fprintf(stderr, "mlp_digits rank %d: %s failed: %s\n", rank, #call, mlp_cuda_error(&g)); \
+      goto out;                                                                           \
+    }                                                                                     \
   } while (0)
 
 typedef struct ready_ctx {
@@ -133,6 +159,8 @@ static int worker(int rank, void *p) {
   int *yb = NULL, *test_y = NULL, *train = NULL;
   float *test_x = NULL;
   double *step_times = NULL;
+  mlp_cuda g = {.device = -1};
+  int gpu = a->use_cuda;
 #if defined(MLP_HAVE_CBLAS) && defined(OPENBLAS_VERSION)
   openblas_set_num_threads(1); /* one core per rank: ranks are the parallelism */
 #endif
@@ -170,7 +198,17 @@ static int worker(int rank, void *p) {
     goto out;
   }
   rr_ddp_tensor params[2 * MLP_MAX_LAYERS];
-  mlp_ddp_params(&m, params);
+  if (gpu) {
+    /* The rank's GPU; the initial weights drawn above go there. */
+    const char *lr = getenv("LOCAL_RANK");
+    int dev = (lr ? atoi(lr) : rank) % a->ncuda;
+    CHECK_CUDA(mlp_cuda_init(&g, &m, dev));
+    /* DDP's copies and kernels, and the all-reduces' staging, on the model's stream. */
+    CHECK_RR(rr_pg_set_cuda_stream(pg, g.stream));
+    mlp_cuda_ddp_params(&g, params);
+  } else {
+    mlp_ddp_params(&m, params);
+  }
   rr_ddp_options opt = RR_DDP_OPTIONS_INIT;
   opt.bucket_cap_mb = a->bucket_cap_mb;
   opt.hook = a->hook;
@@ -189,14 +227,18 @@ static int worker(int rank, void *p) {
     goto out;
   }
   if (rank == 0) {
+    char engine[200];
+    if (gpu)
+      snprintf(engine, sizeof engine, "cuBLAS on CUDA device %d (%s)", g.device, g.name);
+    else
+      snprintf(engine, sizeof engine, "%s", mlp_have_blas() ? "OpenBLAS" : "plain C gemm");
     printf("mlp_digits: %d ranks, MLP", world);
     for (int l = 0; l <= nl; l++) printf("%s%d", l ? "-" : " ", dims[l]);
     printf(
         " (%zu parameters, %d DDP buckets), %s, global batch %d (%d per rank), lr %g, %d "
         "train / %d held out, %s\n",
-        m.nweights, rr_ddp_num_buckets(ddp), mlp_have_blas() ? "OpenBLAS" : "plain C gemm",
-        local * world, local, (double)a->lr, NTRAIN, ntest,
-        a->no_comm ? "NO COMMUNICATION (--no-comm)" : "DDP all-reduce");
+        m.nweights, rr_ddp_num_buckets(ddp), engine, local * world, local, (double)a->lr, NTRAIN,
+        ntest, a->no_comm ? "NO COMMUNICATION (--no-comm)" : "DDP all-reduce");
     fflush(stdout);
   }
 
@@ -216,15 +258,30 @@ static int worker(int rank, void *p) {
       }
       double t0 = now_s();
       if (!a->no_comm) CHECK_RR(rr_ddp_forward(ddp));
-      mlp_forward(&m, xb, b);
-      loss_sum[0] += mlp_loss(&m, yb, b, 1.0f / (float)b);
-      loss_sum[1] += b;
-      if (mlp_backward(&m, b, 0, on_ready, &rctx) != 0) CHECK_RR(rctx.status);
-      if (!a->no_comm) CHECK_RR(rr_ddp_sync(ddp));
-      mlp_sgd(&m, a->lr);
+      if (gpu) {
+        double l;
+        CHECK_CUDA(mlp_cuda_forward(&g, xb, b));
+        CHECK_CUDA(mlp_cuda_loss(&g, yb, b, 1.0f / (float)b, &l));
+        loss_sum[0] += l;
+        loss_sum[1] += b;
+        int brc = mlp_cuda_backward(&g, b, 0, on_ready, &rctx);
+        CHECK_CUDA(brc < 0);
+        if (brc != 0) CHECK_RR(rctx.status);
+        if (!a->no_comm) CHECK_RR(rr_ddp_sync(ddp));
+        CHECK_CUDA(mlp_cuda_sgd(&g, a->lr));
+        CHECK_CUDA(mlp_cuda_sync(&g)); /* the step is over when its kernels are */
+      } else {
+        mlp_forward(&m, xb, b);
+        loss_sum[0] += mlp_loss(&m, yb, b, 1.0f / (float)b);
+        loss_sum[1] += b;
+        if (mlp_backward(&m, b, 0, on_ready, &rctx) != 0) CHECK_RR(rctx.status);
+        if (!a->no_comm) CHECK_RR(rr_ddp_sync(ddp));
+        mlp_sgd(&m, a->lr);
+      }
       step_times[nsteps++] = now_s() - t0;
       if (a->check_identical && !a->no_comm) {
         int same;
+        if (gpu) CHECK_CUDA(mlp_cuda_download(&g, &m));
         CHECK_RR(params_identical(pg, &m, &same));
         if (!same) {
           fprintf(stderr, "rank %d: parameters differ across ranks after epoch %d step %d\n", rank,
@@ -235,7 +292,11 @@ static int worker(int rank, void *p) {
     }
     if (!a->no_comm) CHECK_RR(rr_all_reduce(pg, loss_sum, loss_sum, 2, RR_FLOAT64, RR_SUM));
     if (rank == 0) {
-      int correct = mlp_correct(&m, test_x, test_y, ntest);
+      int correct;
+      if (gpu)
+        CHECK_CUDA(mlp_cuda_correct(&g, test_x, test_y, ntest, &correct));
+      else
+        correct = mlp_correct(&m, test_x, test_y, ntest);
       acc = 100.0 * correct / ntest;
       printf("epoch %2d  loss %.4f  held-out accuracy %.2f%% (%d/%d)\n", e,
              loss_sum[0] / loss_sum[1], acc, correct, ntest);
@@ -249,6 +310,7 @@ static int worker(int rank, void *p) {
   }
   if (!a->no_comm) {
     int same;
+    if (gpu) CHECK_CUDA(mlp_cuda_download(&g, &m));
     CHECK_RR(params_identical(pg, &m, &same));
     if (rank == 0)
       printf("parameters bit-identical on all %d ranks: %s\n", world, same ? "yes" : "NO");
@@ -310,9 +372,27 @@ out:
     fprintf(stderr, "rank %d: rr_destroy_process_group: %s\n", rank, rr_last_error());
     rc = rc ? rc : 1;
   }
+  if (gpu) mlp_cuda_free(&g);
   mlp_free(&m);
   free(idx), free(xb), free(yb), free(step_times), free(train), free(test_x), free(test_y);
   return rc;
+}
+
+/* CUDA devices visible, asked in a child process: the ranks fork (rr_spawn) after this, and a
+ * process that has started CUDA cannot use it in its forked children. */
+static int cuda_devices_forked(void) {
+  if (!mlp_cuda_built()) return 0;
+  fflush(NULL);
+  pid_t p = fork();
+  if (p < 0) return 0;
+  if (p == 0) {
+    int n = mlp_cuda_device_count();
+    _exit(n > 100 ? 100 : n);
+  }
+  int ws = 0;
+  while (waitpid(p, &ws, 0) < 0 && errno == EINTR) {
+  }
+  return WIFEXITED(ws) ? WEXITSTATUS(ws) : 0;
 }
 
 static int parse_int(const char *s, int lo, int hi, int *out) {
@@ -374,6 +454,15 @@ int main(int argc, char **argv) {
       bad = parse_double(v, 0, &a.bucket_cap_mb);
     } else if (!strcmp(o, "--min-accuracy")) {
       bad = parse_double(v, 0, &a.min_accuracy);
+    } else if (!strcmp(o, "--device")) {
+      if (!strcmp(v, "cpu"))
+        a.device = DEV_CPU;
+      else if (!strcmp(v, "cuda"))
+        a.device = DEV_CUDA;
+      else if (!strcmp(v, "auto"))
+        a.device = DEV_AUTO;
+      else
+        bad = 1;
     } else if (!strcmp(o, "--data")) {
       a.data = v;
     } else if (!strcmp(o, "--checkpoint")) {
@@ -419,6 +508,20 @@ int main(int argc, char **argv) {
   if (a.n <= NTRAIN) {
     fprintf(stderr, "mlp_digits: %s holds %d images, need more than %d\n", path, a.n, NTRAIN);
     return 1;
+  }
+  /* The device, decided once for all ranks. */
+  if (a.device != DEV_CPU) {
+    a.ncuda = cuda_devices_forked();
+    if (a.device == DEV_CUDA && a.ncuda == 0) {
+      fprintf(stderr, "mlp_digits: --device cuda: %s\n",
+              mlp_cuda_built() ? "no CUDA device is visible (the CUDA runtime found no usable "
+                                 "driver or GPU)"
+                               : "this example was built without CUDA and cuBLAS (configure "
+                                 "with a CUDA toolkit that has cuBLAS; see docs/cuda.md)");
+      free(a.x), free(a.y);
+      return 2;
+    }
+    a.use_cuda = a.ncuda > 0;
   }
   int rc;
   /* Under rrun (RANK set) this process is one rank; otherwise start the ranks here. */

@@ -64,4 +64,12 @@ if(TARGET mlp_digits)
     set_tests_properties(ddp.train_${case} PROPERTIES LABELS "ddp;train" TIMEOUT 120
       SKIP_RETURN_CODE 77)
   endforeach()
+  # The example on a GPU (--device cuda): skipped (77) where there is none, after checking
+  # that the example says so; also under the label "cuda" for tests/gpu/run.sh.
+  foreach(case gpu_w2 gpu_rrun_w4)
+    add_test(NAME ddp.train_${case}
+      COMMAND bash ${RR_TEST_DIR}/test_train.sh $<TARGET_FILE:rrun> $<TARGET_FILE:mlp_digits> ${case})
+    set_tests_properties(ddp.train_${case} PROPERTIES LABELS "ddp;train;cuda" TIMEOUT 300
+      SKIP_RETURN_CODE 77)
+  endforeach()
 endif()

@@ -7,10 +7,16 @@
 #      forced TCP (RR_TRANSPORT=tcp), every dtype x op for all_reduce, in and out of place,
 #      counts 0/1/7/1000003, checked against the harness's float64 / exact reference
 #      (tolerance: tests/harness.h); 64 MiB; async on a user stream (ordering);
-#   2. the host test of the kernels' element functions (cuda_elem_vs_op);
+#      DDP on device gradients (ddp.gpu_w1..3, ddp.gpu_tcp_w2: bit-identical to the host
+#      path for every hook, legacy and user stream, broadcasts, no_sync, checkpoints) and
+#      the training example with --device cuda (ddp.train_gpu_w2, ddp.train_gpu_rrun_w4:
+#      held-out accuracy >= 90% after 5 epochs, ranks bit-identical after every step);
+#   2. the host tests of the kernels' element functions (cuda_elem_vs_op, ddp.elem_vs_host);
 #   3. compute-sanitizer memcheck (and racecheck on the kernel test) on small runs;
 #   4. reduce_kernel_perf (kernel GB/s beside cudaMemcpy D2D, same run) and all_reduce_perf
-#      on device buffers (--mem cuda) with 2 ranks on the one GPU.
+#      on device buffers (--mem cuda) with 2 ranks on the one GPU; the DDP example's step
+#      time on the GPU and on the CPU (examples/bench_ddp.sh, world 1/2/4, with and without
+#      communication) for docs/performance.md.
 # Output: everything on stdout; exit status non-zero when any step failed.
 #   tests/gpu/run.sh [--quick]   (--quick: skip the perf runs)
 set -uo pipefail
@@ -56,6 +62,12 @@ if [ -x "$cs" ]; then
   # A 2-rank collective on device buffers: both ranks under memcheck.
   RR_TIMEOUT=300 run "$cs" --tool memcheck --error-exitcode 9 --target-processes all \
     "$dir/bin/test_cuda" coll 2
+  # DDP on device gradients (its kernels, device buckets, staged all-reduce), 2 ranks.
+  RR_TIMEOUT=300 run "$cs" --tool memcheck --error-exitcode 9 --target-processes all \
+    "$dir/bin/test_ddp" gpu 2
+  # The example's kernels and cuBLAS calls, one rank, one epoch.
+  run "$cs" --tool memcheck --error-exitcode 9 --target-processes all \
+    "$dir/bin/mlp_digits" --spawn 1 --device cuda --epochs 1 --checkpoint "" --comm-iters 1
 else
   echo "FAILED: compute-sanitizer not found"; fail=1
 fi
@@ -70,6 +82,10 @@ if [ $quick = 0 ]; then
     -b 8 -e 256M -f 8 --mem cuda
   run "$dir/bin/rrun" --standalone --nproc-per-node 2 "$dir/bin/all_reduce_perf" \
     -b 8 -e 256M -f 8 --mem host
+  step "DDP example: step time on the GPU and on the CPU (examples/bench_ddp.sh)"
+  REPS=1 run bash examples/bench_ddp.sh "$dir" --device cuda
+  REPS=1 run bash examples/bench_ddp.sh "$dir" --device cuda --hidden 1024,1024 --batch 256
+  REPS=1 run bash examples/bench_ddp.sh "$dir" --device cpu --hidden 1024,1024 --batch 256
 fi
 
 echo

@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include "common/status.h"
 
@@ -84,6 +85,16 @@ static void rr__params_load(void) {
       strcmp(rr__cached.algo, "rd") && strcmp(rr__cached.algo, "star")) {
     rr__bad("RR_ALGO", rr__cached.algo);
     rr__cached.algo = "auto";
+  }
+  if (strcmp(rr__cached.transport, "auto") && strcmp(rr__cached.transport, "tcp")) {
+    rr__bad("RR_TRANSPORT", rr__cached.transport);
+    rr__cached.transport = "auto";
+  }
+  /* A misspelt level would otherwise silence the log (the one place a user looks). */
+  if (strcasecmp(rr__cached.debug, "NONE") && strcasecmp(rr__cached.debug, "WARN") &&
+      strcasecmp(rr__cached.debug, "INFO") && strcasecmp(rr__cached.debug, "TRACE")) {
+    rr__bad("RR_DEBUG", rr__cached.debug);
+    rr__cached.debug = "WARN";
   }
 }
 

@@ -4,7 +4,8 @@
  *   test_fault <scenario>
  *
  * invalid_args, mismatch, late_rank, kill9, timeout, wait_timeout, destroy_early,
- * port_in_use, unreachable, env_errors, duplicate_rank, world_mismatch */
+ * port_in_use, unreachable, env_errors, env_params, env_transport, env_debug, duplicate_rank,
+ * world_mismatch */
 #include <errno.h>
 #include <signal.h>
 #include <stdlib.h>
@@ -440,6 +441,17 @@ static int env_params(void) {
   return expect_env_error("RR_NSOCKS='banana'", RR_EENV);
 }
 
+/* Tunables are read once per process, so each bad value gets its own process. */
+static int env_transport(void) {
+  setenv("RR_TRANSPORT", "shared-memory", 1);
+  return expect_env_error("RR_TRANSPORT='shared-memory'", RR_EENV);
+}
+
+static int env_debug(void) {
+  setenv("RR_DEBUG", "VERBOSE", 1);
+  return expect_env_error("RR_DEBUG='VERBOSE'", RR_EENV);
+}
+
 int main(int argc, char **argv) {
   if (argc < 2) {
     fprintf(stderr, "usage: %s <scenario>\n", argv[0]);
@@ -537,6 +549,8 @@ int main(int argc, char **argv) {
   }
   if (!strcmp(s, "env_errors")) return env_errors();
   if (!strcmp(s, "env_params")) return env_params();
+  if (!strcmp(s, "env_transport")) return env_transport();
+  if (!strcmp(s, "env_debug")) return env_debug();
   fprintf(stderr, "unknown scenario %s\n", s);
   return 2;
 }

@@ -40,22 +40,7 @@ int main(int argc, char **argv) {
   return skip("this build has no CUDA: configure with -DRR_CUDA=ON");
 }
 #else
-#include <cuda_runtime_api.h>
-
-#define C_OK(call)                                                                       \
-  do {                                                                                   \
-    cudaError_t e_ = (call);                                                             \
-    if (e_ != cudaSuccess) T_FAIL("%s: %s", #call, cudaGetErrorString(e_));              \
-  } while (0)
-
-static int have_device_forked(void) {
-  pid_t p = fork();
-  if (p < 0) return 0;
-  if (p == 0) _exit(rr__cuda_available() ? 0 : 1);
-  int status = 0;
-  if (waitpid(p, &status, 0) != p) return 0;
-  return WIFEXITED(status) && WEXITSTATUS(status) == 0;
-}
+#include "tests/cuda_harness.h"
 
 static int is_float(rr_dtype d) { return d >= RR_FLOAT16; }
 

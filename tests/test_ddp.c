@@ -1161,24 +1161,7 @@ static int args_rank(int rank, void *arg) {
  */
 
 #ifdef RR_HAVE_CUDA
-#include <cuda_runtime_api.h>
-
-#define C_OK(call)                                                                             \
-  do {                                                                                         \
-    cudaError_t e_ = (call);                                                                   \
-    if (e_ != cudaSuccess) T_FAIL("%s: %s", #call, cudaGetErrorString(e_));                   \
-  } while (0)
-
-/* CUDA must not be initialised before the ranks are forked: a child asks. */
-static int have_device_forked(void) {
-  fflush(NULL);
-  pid_t p = fork();
-  if (p < 0) return 0;
-  if (p == 0) _exit(rr__cuda_available() ? 0 : 1);
-  int status = 0;
-  if (waitpid(p, &status, 0) != p) return 0;
-  return WIFEXITED(status) && WEXITSTATUS(status) == 0;
-}
+#include "tests/cuda_harness.h"
 
 /* 1 when count elements of device memory equal the host ones bit for bit; else prints the
  * first difference (or the CUDA error) and returns 0. */

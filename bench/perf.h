@@ -10,8 +10,8 @@
  * lines), the mean time per call aggregated over ranks by -a; then, with -c, the buffers are
  * re-initialised, the call runs once more and every rank counts its wrong elements.
  */
-#ifndef RR_BENCH_PERF_H_
-#define RR_BENCH_PERF_H_
+#ifndef RR__BENCH_PERF_H_
+#define RR__BENCH_PERF_H_
 
 #include <stddef.h>
 #include <stdint.h>
@@ -84,4 +84,4 @@ int perf_mem_copy(int cuda, void *dst, const void *src, size_t bytes); /* -1 on 
 double perf_factor_one(int nranks);
 double perf_factor_ring(int nranks); /* (n - 1) / n */
 
-#endif /* RR_BENCH_PERF_H_ */
+#endif /* RR__BENCH_PERF_H_ */

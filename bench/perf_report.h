@@ -3,8 +3,8 @@
  * (byte for byte in shape), the extra columns when asked, the trailing section and JSON.
  * Internal to bench/.
  */
-#ifndef RR_BENCH_PERF_REPORT_H_
-#define RR_BENCH_PERF_REPORT_H_
+#ifndef RR__BENCH_PERF_REPORT_H_
+#define RR__BENCH_PERF_REPORT_H_
 
 #include <stdint.h>
 #include <stdio.h>
@@ -81,4 +81,4 @@ void perf_report_row(perf_report *r, const perf_row *row);
 /* Prints the footer and closes the JSON; returns non-zero when the run failed. */
 int perf_report_footer(perf_report *r);
 
-#endif /* RR_BENCH_PERF_REPORT_H_ */
+#endif /* RR__BENCH_PERF_REPORT_H_ */

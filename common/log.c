@@ -27,8 +27,8 @@ static atomic_int rr__log_rank = -1;
 
 static int rr__subsys_bit(const char *name, size_t n) {
   static const struct { const char *name; int bit; } tab[] = {
-      {"INIT", RR_SUB_INIT}, {"COLL", RR_SUB_COLL}, {"NET", RR_SUB_NET},
-      {"STORE", RR_SUB_STORE}, {"ALL", RR_SUB_ALL}};
+      {"INIT", RR__SUB_INIT}, {"COLL", RR__SUB_COLL}, {"NET", RR__SUB_NET},
+      {"STORE", RR__SUB_STORE}, {"ALL", RR__SUB_ALL}};
   for (size_t i = 0; i < sizeof tab / sizeof tab[0]; i++)
     if (strlen(tab[i].name) == n && strncasecmp(tab[i].name, name, n) == 0) return tab[i].bit;
   return 0;
@@ -45,7 +45,7 @@ static void rr__open_file(const char *pattern) {
       w = snprintf(path + o, sizeof path - o, "%d", (int)getpid());
     if (w >= 0) {
       /* snprintf returns what it wanted to write: never step past the buffer. */
-      o = RR_MIN(o + (size_t)w, sizeof path - 1);
+      o = RR__MIN(o + (size_t)w, sizeof path - 1);
       p++;
     } else {
       path[o++] = *p;
@@ -64,10 +64,10 @@ static void rr__open_file(const char *pattern) {
 static void rr__log_init(void) {
   const rr__params *p = rr__params_get();
   const char *lv = p->debug;
-  rr__logger.level = !strcasecmp(lv, "TRACE")  ? RR_LOG_TRACE
-                     : !strcasecmp(lv, "INFO") ? RR_LOG_INFO
-                     : !strcasecmp(lv, "WARN") ? RR_LOG_WARN
-                                               : RR_LOG_NONE;
+  rr__logger.level = !strcasecmp(lv, "TRACE")  ? RR__LEVEL_TRACE
+                     : !strcasecmp(lv, "INFO") ? RR__LEVEL_INFO
+                     : !strcasecmp(lv, "WARN") ? RR__LEVEL_WARN
+                                               : RR__LEVEL_NONE;
   const char *s = p->debug_subsys;
   int invert = (*s == '^');
   if (invert) s++;
@@ -78,7 +78,7 @@ static void rr__log_init(void) {
     s += n;
     if (*s == ',') s++;
   }
-  rr__logger.subsys = invert ? (RR_SUB_ALL & ~mask) : (mask ? mask : RR_SUB_ALL);
+  rr__logger.subsys = invert ? (RR__SUB_ALL & ~mask) : (mask ? mask : RR__SUB_ALL);
   if (gethostname(rr__logger.host, sizeof rr__logger.host) != 0)
     snprintf(rr__logger.host, sizeof rr__logger.host, "unknown");
   rr__logger.host[sizeof rr__logger.host - 1] = '\0';
@@ -105,7 +105,7 @@ void rr__log(int level, int subsys, const char *file, int line, const char *fmt,
   static const char *names[] = {"NONE", "WARN", "INFO", "TRACE"};
   char msg[2048];
   int n = 0;
-  if (level >= RR_LOG_TRACE) {
+  if (level >= RR__LEVEL_TRACE) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     const char *base = strrchr(file, '/');

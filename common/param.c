@@ -58,9 +58,9 @@ static void rr__params_load(void) {
   }
 #define RR__L_STR(f, env, def, doc) \
   rr__cached.f = ((v = getenv(env)) != NULL && *v) ? v : (def);
-  RR_INT_PARAMS(RR__L_INT)
-  RR_DBL_PARAMS(RR__L_DBL)
-  RR_STR_PARAMS(RR__L_STR)
+  RR__INT_PARAMS(RR__L_INT)
+  RR__DBL_PARAMS(RR__L_DBL)
+  RR__STR_PARAMS(RR__L_STR)
 #undef RR__L_INT
 #undef RR__L_DBL
 #undef RR__L_STR

@@ -1,12 +1,12 @@
 /* Tunables, declared once (as NCCL_PARAM): field, environment variable, default, meaning.
  * Read from the environment once per process and cached; docs/env.md lists the same table.
  * Size values accept K, M and G suffixes (powers of 1024). */
-#ifndef RR_COMMON_PARAM_H_
-#define RR_COMMON_PARAM_H_
+#ifndef RR__COMMON_PARAM_H_
+#define RR__COMMON_PARAM_H_
 
 #include <stdint.h>
 
-#define RR_INT_PARAMS(XX)                                                                    \
+#define RR__INT_PARAMS(XX)                                                                    \
   XX(nsocks, "RR_NSOCKS", 2, "TCP data sockets per peer (1..16)")                           \
   XX(seg_bytes, "RR_SEG_BYTES", 256 * 1024, "pipeline segment size in bytes")               \
   XX(slots, "RR_SLOTS", 4, "receive segments in flight per step (2..64)")                   \
@@ -18,10 +18,10 @@
      "core when this host's ranks outnumber its cores)")                                                          \
   XX(trace, "RR_TRACE", 0, "1: print one line per rank per ring step (chunks, and values when small)")
 
-#define RR_DBL_PARAMS(XX) \
+#define RR__DBL_PARAMS(XX) \
   XX(timeout_s, "RR_TIMEOUT", 1800.0, "seconds a call may take before it fails (default 30 min)")
 
-#define RR_STR_PARAMS(XX)                                                                   \
+#define RR__STR_PARAMS(XX)                                                                   \
   XX(debug, "RR_DEBUG", "WARN", "log level: NONE, WARN, INFO or TRACE")                     \
   XX(debug_file, "RR_DEBUG_FILE", "", "log to this file (%h: host, %p: pid) instead of stderr") \
   XX(debug_subsys, "RR_DEBUG_SUBSYS", "ALL", "log subsystems: INIT,COLL,NET,STORE; ^X excludes") \
@@ -39,9 +39,9 @@ typedef struct rr__params {
 #define RR__P_INT(f, env, def, doc) int64_t f;
 #define RR__P_DBL(f, env, def, doc) double f;
 #define RR__P_STR(f, env, def, doc) const char *f;
-  RR_INT_PARAMS(RR__P_INT)
-  RR_DBL_PARAMS(RR__P_DBL)
-  RR_STR_PARAMS(RR__P_STR)
+  RR__INT_PARAMS(RR__P_INT)
+  RR__DBL_PARAMS(RR__P_DBL)
+  RR__STR_PARAMS(RR__P_STR)
 #undef RR__P_INT
 #undef RR__P_DBL
 #undef RR__P_STR
@@ -54,4 +54,4 @@ int rr__params_check(void);
 /* Parse "4M", "256K", "12" into bytes. Returns 0 on success, -1 if malformed. */
 int rr__parse_size(const char *s, int64_t *out);
 
-#endif /* RR_COMMON_PARAM_H_ */
+#endif /* RR__COMMON_PARAM_H_ */

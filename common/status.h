@@ -1,7 +1,7 @@
 /* Internal error reporting: set the thread's last-error text and return the status in one
  * expression, so every failure carries its cause upward. */
-#ifndef RR_COMMON_STATUS_H_
-#define RR_COMMON_STATUS_H_
+#ifndef RR__COMMON_STATUS_H_
+#define RR__COMMON_STATUS_H_
 
 #include <stddef.h>
 
@@ -28,14 +28,14 @@ const char *rr__error(void);
 void rr__clear_error(void);
 
 /* Propagate a negative status. */
-#define RR_CHECK(call)               \
+#define RR__CHECK(call)               \
   do {                               \
     int rr__s_ = (call);             \
     if (rr__s_ < 0) return rr__s_;   \
   } while (0)
 
 /* Store a negative status in `st` and jump to `label`. */
-#define RR_CHECK_GOTO(call, st, label) \
+#define RR__CHECK_GOTO(call, st, label) \
   do {                                 \
     (st) = (call);                     \
     if ((st) < 0) goto label;          \
@@ -43,8 +43,8 @@ void rr__clear_error(void);
 
 /* A system call that returns -1 with errno: retried on EINTR; on failure sets the last
  * error to "<what>: <strerror>" and yields RR_ESYS. Evaluates to the call's result or
- * RR_ESYS (negative), so: `int fd = RR_SYS(socket(...), "socket"); if (fd < 0) return fd;` */
-#define RR_SYS(call, what)                                                       \
+ * RR_ESYS (negative), so: `int fd = RR__SYS(socket(...), "socket"); if (fd < 0) return fd;` */
+#define RR__SYS(call, what)                                                       \
   ({                                                                             \
     long rr__r_;                                                                 \
     do rr__r_ = (long)(call);                                                    \
@@ -53,4 +53,4 @@ void rr__clear_error(void);
                  : rr__r_;                                                       \
   })
 
-#endif /* RR_COMMON_STATUS_H_ */
+#endif /* RR__COMMON_STATUS_H_ */

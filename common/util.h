@@ -1,13 +1,13 @@
 /* Small helpers used across the library: clocks, deadlines, allocation with an error. */
-#ifndef RR_COMMON_UTIL_H_
-#define RR_COMMON_UTIL_H_
+#ifndef RR__COMMON_UTIL_H_
+#define RR__COMMON_UTIL_H_
 
 #include <stddef.h>
 #include <stdint.h>
 
-#define RR_MIN(a, b) ((a) < (b) ? (a) : (b))
-#define RR_MAX(a, b) ((a) > (b) ? (a) : (b))
-#define RR_ARRAY_SIZE(a) (sizeof(a) / sizeof((a)[0]))
+#define RR__MIN(a, b) ((a) < (b) ? (a) : (b))
+#define RR__MAX(a, b) ((a) > (b) ? (a) : (b))
+#define RR__ARRAY_SIZE(a) (sizeof(a) / sizeof((a)[0]))
 
 /* Monotonic clock in nanoseconds / milliseconds. */
 int64_t rr__now_ns(void);
@@ -32,4 +32,4 @@ char *rr__strdup(const char *s);
 /* a mod n for possibly negative a. */
 static inline int rr__mod(int a, int n) { return ((a % n) + n) % n; }
 
-#endif /* RR_COMMON_UTIL_H_ */
+#endif /* RR__COMMON_UTIL_H_ */

@@ -9,8 +9,8 @@
  *
  * Every function that fails sets the last error (rr_last_error) naming the CUDA call and
  * cudaGetErrorString's text, and returns RR_ECUDA (or RR_ENOTSUP / RR_EINVAL). */
-#ifndef RR_CUDA_CUDA_H_
-#define RR_CUDA_CUDA_H_
+#ifndef RR__CUDA_CUDA_H_
+#define RR__CUDA_CUDA_H_
 
 #include <stddef.h>
 
@@ -96,4 +96,4 @@ int rr__cuda_ddp_launch(int kind, void *dst, const void *src, size_t n, int dtyp
 }
 #endif
 
-#endif /* RR_CUDA_CUDA_H_ */
+#endif /* RR__CUDA_CUDA_H_ */

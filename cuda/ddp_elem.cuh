@@ -21,8 +21,8 @@
  * branch runs too, in place of the hardware operation, so the host test
  * (tests/test_ddp_elem.c) proves the built bits are the hardware's.
  */
-#ifndef RR_CUDA_DDP_ELEM_CUH_
-#define RR_CUDA_DDP_ELEM_CUH_
+#ifndef RR__CUDA_DDP_ELEM_CUH_
+#define RR__CUDA_DDP_ELEM_CUH_
 
 #include <math.h>
 #include <stdint.h>
@@ -32,7 +32,7 @@
 /* ---- NaN-propagating arithmetic and conversions, as x86 does them ---- */
 
 RR__HD float rrd_f32_quiet(float x) {
-  return rre_f32_from_bits(rre_f32_bits(x) | 0x00400000u);
+  return rr__f32_from_bits(rr__f32_bits(x) | 0x00400000u);
 }
 RR__HD double rrd_f64_quiet(double x) {
   return rre_f64_from_bits(rre_f64_bits(x) | 0x0008000000000000ull);
@@ -56,7 +56,7 @@ RR__HD double rrd_f64_div(double x, double s) {
 RR__HD float rrd_f64_to_f32(double x) {
   if (x != x) {
     uint64_t u = rre_f64_bits(x);
-    return rre_f32_from_bits(((uint32_t)(u >> 32) & 0x80000000u) | 0x7fc00000u |
+    return rr__f32_from_bits(((uint32_t)(u >> 32) & 0x80000000u) | 0x7fc00000u |
                              ((uint32_t)(u >> 29) & 0x003fffffu));
   }
   return (float)x;
@@ -64,7 +64,7 @@ RR__HD float rrd_f64_to_f32(double x) {
 /* float -> double (cvtss2sd): exact; a NaN keeps its sign and payload, quieted. */
 RR__HD double rrd_f32_to_f64(float f) {
   if (f != f) {
-    uint32_t u = rre_f32_bits(f);
+    uint32_t u = rr__f32_bits(f);
     return rre_f64_from_bits(((uint64_t)(u & 0x80000000u) << 32) | 0x7ff8000000000000ull |
                              ((uint64_t)(u & 0x003fffffu) << 29));
   }
@@ -76,19 +76,19 @@ RR__HD double rrd_f32_to_f64(float f) {
 RR__HD float rrd_f64_to_f32_odd(double x) {
   float f = rrd_f64_to_f32(x);
   if (x != x || (double)f == x) return f;
-  uint32_t u = rre_f32_bits(f);
+  uint32_t u = rr__f32_bits(f);
   if (fabs((double)f) > fabs(x)) u--; /* rounded away from zero: step back toward it */
   u |= 1u;
-  return rre_f32_from_bits(u);
+  return rr__f32_from_bits(u);
 }
 
 /* ---- the four operations; wire16: 1 for float16, 0 for bfloat16 ---- */
 
 RR__HD uint16_t rrd_to16(float f, int wire16) {
-  return wire16 ? rre_f2h(f) : rre_f2bf(f);
+  return wire16 ? rr__float_to_half(f) : rr__float_to_bf16(f);
 }
 RR__HD float rrd_from16(uint16_t h, int wire16) {
-  return wire16 ? rre_h2f(h) : rre_bf2f(h);
+  return wire16 ? rr__half_to_float(h) : rr__bf16_to_float(h);
 }
 
 /* scale: x * (1/world) in op-math; s = (float)(1.0 / world), s64 = 1.0 / world. */
@@ -99,10 +99,10 @@ RR__HD double rrd_scale_f64(double x, double s64) {
   return rrd_f64_mul(x, s64);
 }
 RR__HD uint16_t rrd_scale_f16(uint16_t x, float s) {
-  return rre_f2h(rrd_f32_mul(rre_h2f(x), s));
+  return rr__float_to_half(rrd_f32_mul(rr__half_to_float(x), s));
 }
 RR__HD uint16_t rrd_scale_bf16(uint16_t x, float s) {
-  return rre_f2bf(rrd_f32_mul(rre_bf2f(x), s));
+  return rr__float_to_bf16(rrd_f32_mul(rr__bf16_to_float(x), s));
 }
 
 /* divide: x / world; w = (float)world (half, bfloat16, float) or (double)world. */
@@ -113,10 +113,10 @@ RR__HD double rrd_divide_f64(double x, double w) {
   return rrd_f64_div(x, w);
 }
 RR__HD uint16_t rrd_divide_f16(uint16_t x, float w) {
-  return rre_f2h(rrd_f32_div(rre_h2f(x), w));
+  return rr__float_to_half(rrd_f32_div(rr__half_to_float(x), w));
 }
 RR__HD uint16_t rrd_divide_bf16(uint16_t x, float w) {
-  return rre_f2bf(rrd_f32_div(rre_bf2f(x), w));
+  return rr__float_to_bf16(rrd_f32_div(rr__bf16_to_float(x), w));
 }
 
 /* compress, second half (shared by every source type): the wire value h divided by world in
@@ -134,10 +134,10 @@ RR__HD uint16_t rrd_compress_f64(double x, float w, int wire16) {
   return rrd_compress_div(rrd_to16(rrd_f64_to_f32_odd(x), wire16), w, wire16);
 }
 RR__HD uint16_t rrd_compress_f16(uint16_t x, float w, int wire16) {
-  return rrd_compress_f32(rre_h2f(x), w, wire16);
+  return rrd_compress_f32(rr__half_to_float(x), w, wire16);
 }
 RR__HD uint16_t rrd_compress_bf16(uint16_t x, float w, int wire16) {
-  return rrd_compress_f32(rre_bf2f(x), w, wire16);
+  return rrd_compress_f32(rr__bf16_to_float(x), w, wire16);
 }
 
 /* decompress: the wire value as float, then stored in the gradient's type. */
@@ -148,10 +148,10 @@ RR__HD double rrd_decompress_f64(uint16_t h, int wire16) {
   return rrd_f32_to_f64(rrd_from16(h, wire16));
 }
 RR__HD uint16_t rrd_decompress_f16(uint16_t h, int wire16) {
-  return rre_f2h(rrd_from16(h, wire16));
+  return rr__float_to_half(rrd_from16(h, wire16));
 }
 RR__HD uint16_t rrd_decompress_bf16(uint16_t h, int wire16) {
-  return rre_f2bf(rrd_from16(h, wire16));
+  return rr__float_to_bf16(rrd_from16(h, wire16));
 }
 
-#endif /* RR_CUDA_DDP_ELEM_CUH_ */
+#endif /* RR__CUDA_DDP_ELEM_CUH_ */

@@ -17,37 +17,14 @@
  * Device code must be compiled without --use_fast_math (no FTZ, IEEE division): the
  * subnormal paths of the conversions depend on it.
  */
-#ifndef RR_CUDA_REDUCE_ELEM_CUH_
-#define RR_CUDA_REDUCE_ELEM_CUH_
+#ifndef RR__CUDA_REDUCE_ELEM_CUH_
+#define RR__CUDA_REDUCE_ELEM_CUH_
 
 #include <stdint.h>
 #include <string.h>
 
-#if defined(__CUDACC__)
-#define RR__HD static __host__ __device__ __forceinline__
-#else
-#define RR__HD static inline
-#endif
+#include "common/half.h" /* RR__HD, the bit casts and the float16 / bfloat16 conversions */
 
-/* ---- bit casts ---- */
-RR__HD uint32_t rre_f32_bits(float f) {
-#if defined(__CUDA_ARCH__)
-  return __float_as_uint(f);
-#else
-  uint32_t u;
-  memcpy(&u, &f, sizeof u);
-  return u;
-#endif
-}
-RR__HD float rre_f32_from_bits(uint32_t u) {
-#if defined(__CUDA_ARCH__)
-  return __uint_as_float(u);
-#else
-  float f;
-  memcpy(&f, &u, sizeof f);
-  return f;
-#endif
-}
 RR__HD uint64_t rre_f64_bits(double d) {
 #if defined(__CUDA_ARCH__)
   return (uint64_t)__double_as_longlong(d);
@@ -67,50 +44,9 @@ RR__HD double rre_f64_from_bits(uint64_t u) {
 #endif
 }
 
-RR__HD uint32_t rre_sel(uint32_t c, uint32_t a, uint32_t b) {
-  uint32_t m = 0u - c;
-  return (a & m) | (b & ~m);
-}
-
-/* ---- float16 / bfloat16 <-> float32: the same bit recipes as ring/op.c ---- */
-RR__HD float rre_h2f(uint16_t h) {
-  uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
-  uint32_t em = h & 0x7fffu;
-  uint32_t normal = (em << 13) + ((127u - 15u) << 23);
-  uint32_t special = (em << 13) | 0x7f800000u | ((uint32_t)(em > 0x7c00u) << 22);
-  uint32_t sub = rre_f32_bits((float)(int32_t)em * 0x1p-24f);
-  uint32_t mag = rre_sel(em >= 0x7c00u, special, rre_sel(em >= 0x0400u, normal, sub));
-  return rre_f32_from_bits(mag | sign);
-}
-
-RR__HD uint16_t rre_f2h(float f) {
-  uint32_t x = rre_f32_bits(f);
-  uint32_t sign = (x >> 16) & 0x8000u;
-  uint32_t ax = x & 0x7fffffffu;
-  uint32_t normal = (ax - ((127u - 15u) << 23) + 0xfffu + ((ax >> 13) & 1u)) >> 13;
-  uint32_t sub = rre_f32_bits(rre_f32_from_bits(ax) + 0.5f) - 0x3f000000u;
-  uint32_t nan = 0x7e00u | ((ax >> 13) & 0x3ffu);
-  uint32_t mag =
-      rre_sel(ax > 0x7f800000u, nan,
-              rre_sel(ax >= 0x47800000u, 0x7c00u, rre_sel(ax >= 0x38800000u, normal, sub)));
-  return (uint16_t)(mag | sign);
-}
-
-RR__HD float rre_bf2f(uint16_t b) {
-  uint32_t quiet = (uint32_t)((b & 0x7fffu) > 0x7f80u) << 22;
-  return rre_f32_from_bits(((uint32_t)b << 16) | quiet);
-}
-
-RR__HD uint16_t rre_f2bf(float f) {
-  uint32_t x = rre_f32_bits(f);
-  uint32_t rounded = (x + 0x7fffu + ((x >> 16) & 1u)) >> 16;
-  uint32_t nan = (x >> 16) | 0x0040u;
-  return (uint16_t)rre_sel((x & 0x7fffffffu) > 0x7f800000u, nan, rounded);
-}
-
 /* ---- float32 / float64 element operations ---- */
 RR__HD float rre_f32_canon(float r) {
-  return r != r ? rre_f32_from_bits(0x7fc00000u) : r;
+  return r != r ? rr__f32_from_bits(0x7fc00000u) : r;
 }
 RR__HD double rre_f64_canon(double r) {
   return r != r ? rre_f64_from_bits(0x7ff8000000000000ull) : r;
@@ -158,8 +94,8 @@ RR__HD double rre_f64_avg(double x, double y, double d) {
   RR__HD uint16_t rre_##tag##_avg(uint16_t x, uint16_t y, float d) {                          \
     return FROMF(rre_f32_avg(TOF(x), TOF(y), d));                                             \
   }
-RRE_HALF_OPS(f16, rre_h2f, rre_f2h)
-RRE_HALF_OPS(bf16, rre_bf2f, rre_f2bf)
+RRE_HALF_OPS(f16, rr__half_to_float, rr__float_to_half)
+RRE_HALF_OPS(bf16, rr__bf16_to_float, rr__float_to_bf16)
 
 /* ---- integers ---- */
 #define RRE_INT_OPS(tag, T, U)                                                       \
@@ -189,4 +125,4 @@ RR__HD int32_t rre_i32_avg(int32_t x, int32_t y, double d) {
 }
 RR__HD int64_t rre_i64_avg(int64_t x, int64_t y, int64_t d) { return rre_i64_sum(x, y) / d; }
 
-#endif /* RR_CUDA_REDUCE_ELEM_CUH_ */
+#endif /* RR__CUDA_REDUCE_ELEM_CUH_ */

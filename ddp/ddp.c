@@ -42,8 +42,8 @@
 #include "common/status.h"
 #include "common/util.h"
 #include "cuda/cuda.h"
-#include "ring/op.h"
-#include "ring/pg.h" /* rr__cuda_pg_stream: the stream the group's calls are ordered on */
+#include "common/half.h"
+#include "group/pg.h" /* rr__cuda_pg_stream: the stream the group's calls are ordered on */
 #include "ddp/ddp_host.h"
 
 #define RR__MIB (1024.0 * 1024.0)
@@ -166,7 +166,7 @@ static int rr__ddp_copy(const rr_ddp *d, const rr_ddp_tensor *t, void *dst, cons
     return RR_OK;
   }
   int prev;
-  RR_CHECK(rr__ddp_enter(d, &prev));
+  RR__CHECK(rr__ddp_enter(d, &prev));
   int st = rr__cuda_memcpy_sync(dst, src, n, rr__ddp_stream(d));
   rr__ddp_leave(d, prev);
   return st;
@@ -537,7 +537,7 @@ static int rr__stream_copy(const rr_ddp *d, const rr_ddp_tensor *t, int n, size_
   for (int i = 0; i < n && len > 0; i++) {
     size_t bytes = t[i].count * rr_dtype_size(t[i].dtype);
     if (start < pos + bytes && bytes > 0) {
-      size_t off = start - pos, take = RR_MIN(bytes - off, len);
+      size_t off = start - pos, take = RR__MIN(bytes - off, len);
       char *mem = (char *)t[i].data + off;
       int st = pack ? rr__ddp_copy(d, &t[i], buf, mem, take)
                     : rr__ddp_copy(d, &t[i], mem, buf, take);
@@ -559,14 +559,14 @@ static int rr__ddp_bcast(rr_ddp *d, const rr_ddp_tensor *t, int n, const char *w
       d->opt.broadcast_bucket_mb > 0 ? d->opt.broadcast_bucket_mb : RR__DDP_DEFAULT_BCAST_MB;
   size_t cap = (size_t)(mb * RR__MIB);
   if (cap == 0) cap = 1;
-  size_t chunk = RR_MIN(cap, total);
+  size_t chunk = RR__MIN(cap, total);
   char *stage = malloc(chunk);
   if (!stage)
     return rr__set_error(RR_ENOMEM, "rank %d: %s: out of memory for a %zu-byte broadcast buffer",
                          d->rank, what, chunk);
   int st = RR_OK;
   for (size_t start = 0; start < total; start += chunk) {
-    size_t len = RR_MIN(chunk, total - start);
+    size_t len = RR__MIN(chunk, total - start);
     if (d->rank == 0 && (st = rr__stream_copy(d, t, n, start, len, stage, 1)) != RR_OK) {
       rr__prefix_error(st, "rank %d: %s", d->rank, what);
       st = rr__ddp_abort(d, st);
@@ -660,7 +660,7 @@ static int rr__check_tensor(rr_ddp_tensor *t, const char *kind, int i) {
   if (t->count > 0 && !t->data)
     return rr__set_error(RR_EINVAL, "%s[%d] '%s': data is NULL for %zu elements", kind, i, nm,
                          t->count);
-  RR_CHECK(rr__check_placement(t, kind, i, nm));
+  RR__CHECK(rr__check_placement(t, kind, i, nm));
   if (t->grad && !rr__is_float(t->dtype))
     return rr__set_error(RR_EINVAL,
                          "%s[%d] '%s': only floating point parameters can have gradients (dtype "
@@ -822,7 +822,7 @@ static int rr__ddp_copy_descs(rr_ddp *d, const rr_ddp_tensor *src, int n, rr_ddp
                            "buffers[%d] '%s': a buffer has no gradient (grad must be "
                            "NULL)",
                            i, (*dst)[i].name);
-    RR_CHECK(rr__check_tensor(&(*dst)[i], kind, i));
+    RR__CHECK(rr__check_tensor(&(*dst)[i], kind, i));
   }
   return RR_OK;
 }
@@ -1008,7 +1008,7 @@ static int rr__ddp_launch(rr_ddp *d, int b) {
 }
 
 int rr_ddp_grad_ready(rr_ddp *d, int i) {
-  RR_CHECK(rr__ddp_check(d, "rr_ddp_grad_ready"));
+  RR__CHECK(rr__ddp_check(d, "rr_ddp_grad_ready"));
   if (i < 0 || i >= d->nparams)
     return rr__set_error(RR_EINVAL, "rank %d: rr_ddp_grad_ready: parameter index %d out of 0..%d",
                          d->rank, i, d->nparams - 1);
@@ -1058,7 +1058,7 @@ int rr_ddp_grad_ready(rr_ddp *d, int i) {
   /* Launch in index order only: every rank issues the same all-reduces in the same order,
    * whatever order its gradients arrived in, so the collectives always match. */
   while (d->next_launch < d->nbuckets && d->buckets[d->next_launch].pending == 0) {
-    RR_CHECK(rr__ddp_launch(d, d->next_launch));
+    RR__CHECK(rr__ddp_launch(d, d->next_launch));
     d->next_launch++;
   }
   return RR_OK;
@@ -1124,14 +1124,14 @@ static int rr__ddp_unfinished(rr_ddp *d, const char *where) {
 }
 
 int rr_ddp_sync(rr_ddp *d) {
-  RR_CHECK(rr__ddp_check(d, "rr_ddp_sync"));
+  RR__CHECK(rr__ddp_check(d, "rr_ddp_sync"));
   if (d->no_sync || d->ntrainable == 0) return RR_OK;
   if (d->nmarked == 0)
     return rr__set_error(RR_ESTATE,
                          "rank %d: rr_ddp_sync: no gradient was marked ready since the last "
                          "rr_ddp_sync (call rr_ddp_grad_ready for each parameter during backward)",
                          d->rank);
-  RR_CHECK(rr__ddp_wait_launched(d));
+  RR__CHECK(rr__ddp_wait_launched(d));
   if (d->nmarked < d->ntrainable) return rr__ddp_unfinished(d, "rr_ddp_sync");
   int64_t t0 = rr__now_ns();
   int prev = -1, st = rr__ddp_enter(d, &prev), on_device = 0;
@@ -1182,7 +1182,7 @@ int rr_ddp_sync(rr_ddp *d) {
 }
 
 int rr_ddp_no_sync(rr_ddp *d, int enable) {
-  RR_CHECK(rr__ddp_check(d, "rr_ddp_no_sync"));
+  RR__CHECK(rr__ddp_check(d, "rr_ddp_no_sync"));
   if (d->nmarked > 0)
     return rr__set_error(RR_ESTATE,
                          "rank %d: rr_ddp_no_sync: a backward pass is in progress (%d gradients "
@@ -1223,19 +1223,19 @@ static int rr__ddp_rebuild(rr_ddp *d) {
 }
 
 int rr_ddp_broadcast_buffers(rr_ddp *d) {
-  RR_CHECK(rr__ddp_check(d, "rr_ddp_broadcast_buffers"));
+  RR__CHECK(rr__ddp_check(d, "rr_ddp_broadcast_buffers"));
   return rr__ddp_bcast(d, d->buffers, d->nbuffers, "rr_ddp_broadcast_buffers");
 }
 
 int rr_ddp_forward(rr_ddp *d) {
-  RR_CHECK(rr__ddp_check(d, "rr_ddp_forward"));
+  RR__CHECK(rr__ddp_check(d, "rr_ddp_forward"));
   if (d->nmarked > 0) { /* a backward began and was never finished by rr_ddp_sync */
-    RR_CHECK(rr__ddp_wait_launched(d));
+    RR__CHECK(rr__ddp_wait_launched(d));
     return rr__ddp_unfinished(d, "rr_ddp_forward");
   }
-  if (d->rebuild_pending) RR_CHECK(rr__ddp_rebuild(d));
+  if (d->rebuild_pending) RR__CHECK(rr__ddp_rebuild(d));
   if (d->opt.broadcast_buffers && d->nbuffers > 0 && d->forward_param_sync)
-    RR_CHECK(rr__ddp_bcast(d, d->buffers, d->nbuffers, "rr_ddp_forward: buffers"));
+    RR__CHECK(rr__ddp_bcast(d, d->buffers, d->nbuffers, "rr_ddp_forward: buffers"));
   d->forward_param_sync = !d->no_sync;
   return RR_OK;
 }
@@ -1363,7 +1363,7 @@ static int rr__ddp_read_hdr(rr__rfile *r, const rr_ddp_tensor *t, const char *ki
       rr__r(r, shape, (size_t)nd * 8) || rr__r(r, &nl, 4))
     return rr__set_error(RR_EPROTO, "%s is truncated or corrupt (in the header of %s[%d])", path,
                          kind, i);
-  size_t keep = RR_MIN((size_t)nl, sizeof name - 1);
+  size_t keep = RR__MIN((size_t)nl, sizeof name - 1);
   if (r->n - r->off < nl)
     return rr__set_error(RR_EPROTO, "%s is truncated (name of %s[%d])", path, kind, i);
   /* Names are compared in full; the copy is only for the message. */
@@ -1481,7 +1481,7 @@ static int rr__ddp_share_verdict(rr_ddp *d, int st, const char *what) {
 }
 
 static int rr__ddp_idle(rr_ddp *d, const char *fn) {
-  RR_CHECK(rr__ddp_check(d, fn));
+  RR__CHECK(rr__ddp_check(d, fn));
   if (d->nmarked > 0)
     return rr__set_error(RR_ESTATE,
                          "rank %d: %s: a backward pass is in progress (call "
@@ -1491,18 +1491,18 @@ static int rr__ddp_idle(rr_ddp *d, const char *fn) {
 }
 
 int rr_ddp_save(rr_ddp *d, const char *path) {
-  RR_CHECK(rr__ddp_idle(d, "rr_ddp_save"));
+  RR__CHECK(rr__ddp_idle(d, "rr_ddp_save"));
   int st = RR_OK;
   if (d->rank == 0) st = path ? rr__ddp_write(d, path) : rr__set_error(RR_EINVAL, "path is NULL");
   return rr__ddp_share_verdict(d, st, "rr_ddp_save");
 }
 
 int rr_ddp_load(rr_ddp *d, const char *path) {
-  RR_CHECK(rr__ddp_idle(d, "rr_ddp_load"));
+  RR__CHECK(rr__ddp_idle(d, "rr_ddp_load"));
   int st = RR_OK;
   if (d->rank == 0) st = path ? rr__ddp_read(d, path) : rr__set_error(RR_EINVAL, "path is NULL");
-  RR_CHECK(rr__ddp_share_verdict(d, st, "rr_ddp_load"));
-  RR_CHECK(rr__ddp_bcast(d, d->params, d->nparams, "rr_ddp_load: parameters"));
+  RR__CHECK(rr__ddp_share_verdict(d, st, "rr_ddp_load"));
+  RR__CHECK(rr__ddp_bcast(d, d->params, d->nparams, "rr_ddp_load: parameters"));
   return rr__ddp_bcast(d, d->buffers, d->nbuffers, "rr_ddp_load: buffers");
 }
 

@@ -3,8 +3,8 @@
  * with the device versions (cuda/ddp_elem.cuh, run by cuda/ddp.cu); the wrapper itself is
  * their only other caller. Buckets hold gradients of dtype d (float16, bfloat16, float32,
  * float64); the fp16 / bf16 hooks put `wire` (RR_FLOAT16 or RR_BFLOAT16) on the wire. */
-#ifndef RR_DDP_DDP_HOST_H_
-#define RR_DDP_DDP_HOST_H_
+#ifndef RR__DDP_DDP_HOST_H_
+#define RR__DDP_DDP_HOST_H_
 
 #include <stddef.h>
 #include <stdint.h>
@@ -21,4 +21,4 @@ void rr__ddp_compress(uint16_t *dst, const void *src, size_t n, rr_dtype d, rr_d
 /* The reduced wire values back in the gradient's type. */
 void rr__ddp_decompress(void *dst, const uint16_t *src, size_t n, rr_dtype d, rr_dtype wire);
 
-#endif /* RR_DDP_DDP_HOST_H_ */
+#endif /* RR__DDP_DDP_HOST_H_ */

@@ -5,8 +5,8 @@
  *
  * The parameters live in one float array, layer by layer (W0, b0, W1, b1, ...), the order
  * torch's named_parameters() gives, so DDP sees them as params 0..2L-1. */
-#ifndef RR_EXAMPLES_MLP_H_
-#define RR_EXAMPLES_MLP_H_
+#ifndef RR__EXAMPLES_MLP_H_
+#define RR__EXAMPLES_MLP_H_
 
 #include <stddef.h>
 #include <stdint.h>
@@ -111,4 +111,4 @@ int mlp_cuda_download(mlp_cuda *g, mlp *m);
 /* Wait for the model's stream. */
 int mlp_cuda_sync(mlp_cuda *g);
 
-#endif /* RR_EXAMPLES_MLP_H_ */
+#endif /* RR__EXAMPLES_MLP_H_ */

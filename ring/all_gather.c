@@ -19,15 +19,15 @@ int rr__all_gather_ring(rr__coll *c) {
   if (blk && c->a->sendbuf != dst + (size_t)r * blk)
     memcpy(dst + (size_t)r * blk, c->a->sendbuf, blk);
 
-  RR_CHECK(rr__coll_send_hdr(c, right));
-  RR_CHECK(rr__coll_recv_hdr(c, left));
+  RR__CHECK(rr__coll_send_hdr(c, right));
+  RR__CHECK(rr__coll_recv_hdr(c, left));
   for (int s = 0; s < n - 1; s++) {
     const int send = rr__mod(r - s, n), recv = rr__mod(r - s - 1, n);
     RR__WHERE(c, "all-gather step %d/%d", s + 1, n - 1);
     rr__step st = {.to = right, .sbuf = dst + (size_t)send * blk, .scount = count,
                    .from = left, .rbuf = dst + (size_t)recv * blk, .rcount = count,
                    .schunk = send, .rchunk = recv};
-    RR_CHECK(rr__pipe_step(c, &st));
+    RR__CHECK(rr__pipe_step(c, &st));
   }
   return RR_OK;
 }

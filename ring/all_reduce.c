@@ -46,8 +46,8 @@ int rr__all_reduce_ring(rr__coll *c) {
 #define LEN(chunk) rr__chunk_len(count, n, (chunk))
 
   /* Our call's fingerprint goes ahead of the data; the left neighbour's must equal ours. */
-  RR_CHECK(rr__coll_send_hdr(c, right));
-  RR_CHECK(rr__coll_recv_hdr(c, left));
+  RR__CHECK(rr__coll_send_hdr(c, right));
+  RR__CHECK(rr__coll_recv_hdr(c, left));
 
   for (int s = 0; s < n - 1; s++) {
     const int send = rr__mod(r - s, n), recv = rr__mod(r - s - 1, n);
@@ -59,7 +59,7 @@ int rr__all_reduce_ring(rr__coll *c) {
         /* AVG divides once, in the reduction that completes the chunk. */
         .avg_div = (s == n - 2 && c->a->op == RR_AVG) ? n : 0,
         .schunk = send, .rchunk = recv};
-    RR_CHECK(rr__pipe_step(c, &st));
+    RR__CHECK(rr__pipe_step(c, &st));
   }
   for (int s = 0; s < n - 1; s++) {
     const int send = rr__mod(r + 1 - s, n), recv = rr__mod(r - s, n);
@@ -67,7 +67,7 @@ int rr__all_reduce_ring(rr__coll *c) {
     rr__step st = {.to = right, .sbuf = dst + OFF(send), .scount = LEN(send),
                    .from = left, .rbuf = dst + OFF(recv), .rcount = LEN(recv),
                    .schunk = send, .rchunk = recv};
-    RR_CHECK(rr__pipe_step(c, &st));
+    RR__CHECK(rr__pipe_step(c, &st));
   }
 #undef OFF
 #undef LEN

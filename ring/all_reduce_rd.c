@@ -32,21 +32,21 @@ static int rr__rd_swap(rr__coll *c, int to, const void *out, int from, void *in,
   rr__req sr = {.buf = (char *)out, .len = bytes}, hr, rq = {.buf = in, .len = bytes};
   uint8_t wire[RR__HDR_BYTES];
   if (from >= 0) {
-    RR_CHECK(rr__coll_post_hdr(c, from, &hr, wire));
-    RR_CHECK(rr__comm_irecv(c->cm, from, 0, &rq));
+    RR__CHECK(rr__coll_post_hdr(c, from, &hr, wire));
+    RR__CHECK(rr__comm_irecv(c->cm, from, 0, &rq));
   }
   if (to >= 0) {
-    RR_CHECK(rr__coll_send_hdr(c, to));
-    RR_CHECK(rr__comm_isend(c->cm, to, 0, &sr));
+    RR__CHECK(rr__coll_send_hdr(c, to));
+    RR__CHECK(rr__comm_isend(c->cm, to, 0, &sr));
   }
   if (from >= 0) {
     /* Both: an empty message completes at once, before its header has arrived. */
-    RR_CHECK(rr__coll_wait(c, &hr, from));
-    RR_CHECK(rr__coll_wait(c, &rq, from));
-    RR_CHECK(rr__coll_check_hdr(c, from, wire));
+    RR__CHECK(rr__coll_wait(c, &hr, from));
+    RR__CHECK(rr__coll_wait(c, &rq, from));
+    RR__CHECK(rr__coll_check_hdr(c, from, wire));
   }
   /* The buffer we sent is overwritten next: the send must be finished first. */
-  if (to >= 0) RR_CHECK(rr__coll_wait(c, &sr, to));
+  if (to >= 0) RR__CHECK(rr__coll_wait(c, &sr, to));
   return RR_OK;
 }
 
@@ -77,7 +77,7 @@ int rr__all_reduce_rd(rr__coll *c) {
   const size_t bytes = c->a->count * c->esize;
   char *buf = c->a->recvbuf;
   char *tmp;
-  RR_CHECK(rr__pg_scratch(c->pg, bytes, (void **)&tmp));
+  RR__CHECK(rr__pg_scratch(c->pg, bytes, (void **)&tmp));
   if (bytes && buf != c->a->sendbuf) memcpy(buf, c->a->sendbuf, bytes);
 
   int p = 1;
@@ -89,10 +89,10 @@ int rr__all_reduce_rd(rr__coll *c) {
   RR__WHERE(c, "recursive doubling: pairing up (n=%d)", n);
   if (r < 2 * rem) {
     if (r % 2 == 0) {
-      RR_CHECK(rr__rd_swap(c, r + 1, buf, -1, NULL, bytes));
+      RR__CHECK(rr__rd_swap(c, r + 1, buf, -1, NULL, bytes));
       newrank = -1;
     } else {
-      RR_CHECK(rr__rd_swap(c, -1, NULL, r - 1, tmp, bytes));
+      RR__CHECK(rr__rd_swap(c, -1, NULL, r - 1, tmp, bytes));
       rr__rd_combine(c, buf, tmp, 0);
       newrank = r / 2;
     }
@@ -107,7 +107,7 @@ int rr__all_reduce_rd(rr__coll *c) {
       const int partner = pn < rem ? pn * 2 + 1 : pn + rem;
       RR__WHERE(c, "recursive doubling round %d with rank %d",
                round + 1, c->pg->global_ranks[partner]);
-      RR_CHECK(rr__rd_swap(c, partner, buf, partner, tmp, bytes));
+      RR__CHECK(rr__rd_swap(c, partner, buf, partner, tmp, bytes));
       rr__rd_combine(c, buf, tmp, newrank < pn);
     }
     if (c->a->op == RR_AVG) rr__avg_scale(buf, c->a->count, c->a->dtype, n);
@@ -117,9 +117,9 @@ int rr__all_reduce_rd(rr__coll *c) {
   RR__WHERE(c, "recursive doubling: returning results");
   if (r < 2 * rem) {
     if (r % 2 == 1)
-      RR_CHECK(rr__rd_swap(c, r - 1, buf, -1, NULL, bytes));
+      RR__CHECK(rr__rd_swap(c, r - 1, buf, -1, NULL, bytes));
     else
-      RR_CHECK(rr__rd_swap(c, -1, NULL, r + 1, buf, bytes));
+      RR__CHECK(rr__rd_swap(c, -1, NULL, r + 1, buf, bytes));
   }
   return RR_OK;
 }

@@ -33,34 +33,34 @@ int rr__all_reduce_star(rr__coll *c) {
     for (int p = 1; p < n; p++) {
       RR__WHERE(c, "star: gathering from rank %d (%d/%d)",
                c->pg->global_ranks[p], p, n - 1);
-      RR_CHECK(rr__coll_recv_hdr(c, p));
+      RR__CHECK(rr__coll_recv_hdr(c, p));
       rr__step st = {.to = -1, .from = p, .rbuf = dst, .rcount = count, .reduce = 1,
                      .own = p == 1 ? src : dst,
                      /* AVG divides once, in the reduction that completes the sum. */
                      .avg_div = (p == n - 1 && c->a->op == RR_AVG) ? n : 0,
                      .schunk = -1, .rchunk = p};
-      RR_CHECK(rr__pipe_step(c, &st));
+      RR__CHECK(rr__pipe_step(c, &st));
     }
     for (int p = 1; p < n; p++) {
       RR__WHERE(c, "star: sending the result to rank %d (%d/%d)",
                c->pg->global_ranks[p], p, n - 1);
-      RR_CHECK(rr__coll_send_hdr(c, p));
+      RR__CHECK(rr__coll_send_hdr(c, p));
       rr__step st = {.to = p, .sbuf = dst, .scount = count, .from = -1,
                      .schunk = 0, .rchunk = -1};
-      RR_CHECK(rr__pipe_step(c, &st));
+      RR__CHECK(rr__pipe_step(c, &st));
     }
     return RR_OK;
   }
 
   RR__WHERE(c, "star: sending to rank %d", c->pg->global_ranks[root]);
-  RR_CHECK(rr__coll_send_hdr(c, root));
+  RR__CHECK(rr__coll_send_hdr(c, root));
   rr__step up = {.to = root, .sbuf = src, .scount = count, .from = -1,
                  .schunk = r, .rchunk = -1};
-  RR_CHECK(rr__pipe_step(c, &up));
+  RR__CHECK(rr__pipe_step(c, &up));
   /* The send is complete (handed to the transport), so in place the result may land. */
   RR__WHERE(c, "star: receiving the result from rank %d",
            c->pg->global_ranks[root]);
-  RR_CHECK(rr__coll_recv_hdr(c, root));
+  RR__CHECK(rr__coll_recv_hdr(c, root));
   rr__step down = {.to = -1, .from = root, .rbuf = dst, .rcount = count,
                    .schunk = -1, .rchunk = 0};
   return rr__pipe_step(c, &down);

@@ -17,8 +17,8 @@ int rr__barrier_dissem(rr__coll *c) {
   for (int d = 1; d < n; d <<= 1, round++) {
     RR__WHERE(c, "barrier round %d", round + 1);
     c->hdr.aux = (uint32_t)round;
-    RR_CHECK(rr__coll_send_hdr(c, rr__mod(r + d, n)));
-    RR_CHECK(rr__coll_recv_hdr(c, rr__mod(r - d, n)));
+    RR__CHECK(rr__coll_send_hdr(c, rr__mod(r + d, n)));
+    RR__CHECK(rr__coll_recv_hdr(c, rr__mod(r - d, n)));
   }
   return RR_OK;
 }

@@ -28,27 +28,27 @@ int rr__broadcast_chain(rr__coll *c) {
            c->pg->global_ranks[root], pos, n - 1);
   if (pos == 0) {
     if (count && c->a->sendbuf != dst) memcpy(dst, c->a->sendbuf, count * c->esize);
-    RR_CHECK(rr__coll_send_hdr(c, right));
+    RR__CHECK(rr__coll_send_hdr(c, right));
     rr__step st = {.to = right, .sbuf = dst, .scount = count, .from = -1,
                    .schunk = 0, .rchunk = -1};
-    RR_CHECK(rr__pipe_step(c, &st));
+    RR__CHECK(rr__pipe_step(c, &st));
   } else {
     const int middle = pos < n - 1;
-    RR_CHECK(rr__coll_recv_hdr(c, left));
-    if (middle) RR_CHECK(rr__coll_send_hdr(c, right));
+    RR__CHECK(rr__coll_recv_hdr(c, left));
+    if (middle) RR__CHECK(rr__coll_send_hdr(c, right));
     rr__step st = {.to = middle ? right : -1, .scount = count, .from = left, .rbuf = dst,
                    .rcount = count, .forward = middle, .schunk = middle ? 0 : -1,
                    .rchunk = 0};
-    RR_CHECK(rr__pipe_step(c, &st));
+    RR__CHECK(rr__pipe_step(c, &st));
   }
 
   RR__WHERE(c, "broadcast: completion notice from rank %d",
            c->pg->global_ranks[tail]);
   if (r == tail) {
     for (int q = 0; q < n; q++)
-      if (q != r) RR_CHECK(rr__coll_send_ack(c, q));
+      if (q != r) RR__CHECK(rr__coll_send_ack(c, q));
   } else {
-    RR_CHECK(rr__coll_recv_ack(c, tail));
+    RR__CHECK(rr__coll_recv_ack(c, tail));
   }
   return RR_OK;
 }

@@ -60,7 +60,7 @@ static int rr__spin(rr__comm *cm, int *hit) {
   int slow = 0;
   for (unsigned i = 1;; i++) {
     size_t moved = 0;
-    RR_CHECK(rr__comm_progress(cm, &moved));
+    RR__CHECK(rr__comm_progress(cm, &moved));
     if (moved) break;
     /* Ranks outnumber cores: the peer we wait for may need this one. */
     if (cm->spin_yield) sched_yield();
@@ -84,7 +84,7 @@ static int rr__spin(rr__comm *cm, int *hit) {
 miss:
   if (++cm->spin_miss >= RR__SPIN_MISSES) {
     cm->spin_miss = 0;
-    cm->spin_backoff = RR_MIN(RR_MAX(cm->spin_backoff * 2, RR__SPIN_SKIP_MIN), RR__SPIN_SKIP_MAX);
+    cm->spin_backoff = RR__MIN(RR__MAX(cm->spin_backoff * 2, RR__SPIN_SKIP_MIN), RR__SPIN_SKIP_MAX);
     cm->spin_skip = cm->spin_backoff;
   }
   return RR_OK;
@@ -102,7 +102,7 @@ int rr__coll_block(rr__coll *c, int peer) {
       cm->spin_skip--;
     } else {
       int hit;
-      RR_CHECK(rr__spin(cm, &hit));
+      RR__CHECK(rr__spin(cm, &hit));
       if (hit) return RR_OK;
     }
   }
@@ -123,9 +123,9 @@ int rr__coll_block(rr__coll *c, int peer) {
 int rr__coll_wait(rr__coll *c, rr__req *r, int peer) {
   for (;;) {
     size_t moved = 0;
-    RR_CHECK(rr__comm_progress(c->cm, &moved));
+    RR__CHECK(rr__comm_progress(c->cm, &moved));
     if (r->complete) return RR_OK;
-    if (!moved) RR_CHECK(rr__coll_block(c, peer));
+    if (!moved) RR__CHECK(rr__coll_block(c, peer));
   }
 }
 
@@ -133,7 +133,7 @@ static int rr__send_hdr_kind(rr__coll *c, int to, int kind) {
   rr__hdr_sends *hs = c->sends;
   if (hs->n == RR__MAX_HDR_SENDS) {
     /* Recycle: wait for the oldest to leave. Only calls with many headers get here. */
-    for (int i = 0; i < hs->n; i++) RR_CHECK(rr__coll_wait(c, &hs->req[i], hs->peer[i]));
+    for (int i = 0; i < hs->n; i++) RR__CHECK(rr__coll_wait(c, &hs->req[i], hs->peer[i]));
     hs->n = 0;
   }
   int i = hs->n++;
@@ -203,8 +203,8 @@ int rr__coll_check_hdr(rr__coll *c, int from, const uint8_t *wire) {
 static int rr__recv_hdr_kind(rr__coll *c, int from, int kind) {
   uint8_t wire[RR__HDR_BYTES];
   rr__req r;
-  RR_CHECK(rr__coll_post_hdr(c, from, &r, wire));
-  RR_CHECK(rr__coll_wait(c, &r, from));
+  RR__CHECK(rr__coll_post_hdr(c, from, &r, wire));
+  RR__CHECK(rr__coll_wait(c, &r, from));
   return rr__check_hdr_kind(c, from, wire, kind);
 }
 
@@ -332,7 +332,7 @@ int rr__coll_run_host(rr_pg *pg, const rr__args *a, int64_t timeout_ms) {
   c.n = pg->size;
   c.r = pg->rank;
   c.esize = rr_dtype_size(a->dtype);
-  c.seg = RR_MAX(pg->seg_bytes / (c.esize ? c.esize : 1), 1);
+  c.seg = RR__MAX(pg->seg_bytes / (c.esize ? c.esize : 1), 1);
   c.timeout_ms = timeout_ms;
   c.deadline_ms = rr__deadline(timeout_ms);
   int me = pg->global_ranks[pg->rank];
@@ -348,8 +348,8 @@ int rr__coll_run_host(rr_pg *pg, const rr__args *a, int64_t timeout_ms) {
     rr__comm_poll_ctl(pg->comm);
   }
   rr__make_hdr(&c);
-  if (rr__log_enabled(RR_LOG_TRACE, RR_SUB_COLL))
-    RR_TRACE(RR_SUB_COLL, "start %s", rr__call_desc(&c, desc, sizeof desc));
+  if (rr__log_enabled(RR__LEVEL_TRACE, RR__SUB_COLL))
+    RR__LOG_TRACE(RR__SUB_COLL, "start %s", rr__call_desc(&c, desc, sizeof desc));
   if (atomic_load(&pg->comm->aborted)) {
     /* The first call to meet the abort reports its cause; later ones say the group is gone. */
     int st = rr__comm_check(pg->comm);
@@ -375,8 +375,8 @@ int rr__coll_run_host(rr_pg *pg, const rr__args *a, int64_t timeout_ms) {
     pg->comm->reported = 1;
     return st;
   }
-  if (rr__log_enabled(RR_LOG_TRACE, RR_SUB_COLL))
-    RR_TRACE(RR_SUB_COLL, "done %s", rr__call_desc(&c, desc, sizeof desc));
+  if (rr__log_enabled(RR__LEVEL_TRACE, RR__SUB_COLL))
+    RR__LOG_TRACE(RR__SUB_COLL, "done %s", rr__call_desc(&c, desc, sizeof desc));
   return RR_OK;
 }
 

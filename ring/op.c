@@ -27,6 +27,7 @@
 #include <string.h>
 #include <strings.h>
 
+#include "common/half.h"
 #include "common/status.h"
 #include "common/util.h"
 
@@ -37,90 +38,6 @@
 #else
 #define RR__X86 0
 #endif
-
-/* ---------------------------------------------------------------------------------------------
- * float16 / bfloat16 conversions. Written without branches (every case computed, one
- * selected) so that loops calling them vectorize.
- */
-
-static inline uint32_t rr__f32_bits(float f) {
-  uint32_t u;
-  memcpy(&u, &f, sizeof u);
-  return u;
-}
-
-static inline float rr__f32_from_bits(uint32_t u) {
-  float f;
-  memcpy(&f, &u, sizeof f);
-  return f;
-}
-
-/* c ? a : b for c in {0, 1}, as masks. GCC turns ternaries over computed values back into
- * branches, and a branch around a float op (which may trap) keeps the loop scalar. */
-static inline uint32_t rr__sel(uint32_t c, uint32_t a, uint32_t b) {
-  uint32_t m = 0u - c;
-  return (a & m) | (b & ~m);
-}
-
-static inline float rr__h2f(uint16_t h) {
-  uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
-  uint32_t em = h & 0x7fffu; /* exponent and mantissa */
-  /* Rebias the exponent; the mantissa lines up after the shift. */
-  uint32_t normal = (em << 13) + ((127u - 15u) << 23);
-  /* A NaN gets the quiet bit, as F16C's vcvtph2ps does, so both paths agree. */
-  uint32_t special = (em << 13) | 0x7f800000u | ((uint32_t)(em > 0x7c00u) << 22);
-  /* Subnormals are mantissa * 2^-24: exact in float, and no FTZ/DAZ can touch the result. */
-  uint32_t sub = rr__f32_bits((float)(int32_t)em * 0x1p-24f);
-  uint32_t mag = rr__sel(em >= 0x7c00u, special, rr__sel(em >= 0x0400u, normal, sub));
-  return rr__f32_from_bits(mag | sign);
-}
-
-static inline uint16_t rr__f2h(float f) {
-  uint32_t x = rr__f32_bits(f);
-  uint32_t sign = (x >> 16) & 0x8000u;
-  uint32_t ax = x & 0x7fffffffu;
-  /* Normal results: adding 0xfff plus the lowest kept bit makes the carry round to nearest
-   * even; a carry out of the top (from 65520 up) lands on the infinity pattern. */
-  uint32_t normal = (ax - ((127u - 15u) << 23) + 0xfffu + ((ax >> 13) & 1u)) >> 13;
-  /* Below 2^-14 the result is a multiple of 2^-24: adding 0.5 puts 2^-24 at float's last
-   * mantissa bit, so the FPU's own round-to-nearest-even does the rounding. Float inputs
-   * that DAZ would flush are far below 2^-25 and round to 0 either way. */
-  uint32_t sub = rr__f32_bits(rr__f32_from_bits(ax) + 0.5f) - 0x3f000000u;
-  /* NaN: quiet, with the payload's top bits, as F16C's vcvtps2ph. */
-  uint32_t nan = 0x7e00u | ((ax >> 13) & 0x3ffu);
-  uint32_t mag =
-      rr__sel(ax > 0x7f800000u, nan,
-              rr__sel(ax >= 0x47800000u, 0x7c00u, rr__sel(ax >= 0x38800000u, normal, sub)));
-  return (uint16_t)(mag | sign);
-}
-
-static inline float rr__bf2f(uint16_t b) {
-  /* Quiet a signalling NaN, as the float16 conversions do. */
-  uint32_t quiet = (uint32_t)((b & 0x7fffu) > 0x7f80u) << 22;
-  return rr__f32_from_bits(((uint32_t)b << 16) | quiet);
-}
-
-static inline uint16_t rr__f2bf(float f) {
-  uint32_t x = rr__f32_bits(f);
-  /* bfloat16 is float's top half, so rounding is one add: its carry handles subnormals,
-   * the mantissa overflowing into the exponent, and overflow to infinity. */
-  uint32_t rounded = (x + 0x7fffu + ((x >> 16) & 1u)) >> 16;
-  uint32_t nan = (x >> 16) | 0x0040u;
-  return (uint16_t)rr__sel((x & 0x7fffffffu) > 0x7f800000u, nan, rounded);
-}
-
-float rr__half_to_float(uint16_t h) {
-  return rr__h2f(h);
-}
-uint16_t rr__float_to_half(float f) {
-  return rr__f2h(f);
-}
-float rr__bf16_to_float(uint16_t b) {
-  return rr__bf2f(b);
-}
-uint16_t rr__float_to_bf16(float f) {
-  return rr__f2bf(f);
-}
 
 /* ---------------------------------------------------------------------------------------------
  * Element operations. Integers wrap by computing in the unsigned type (signed overflow is
@@ -287,14 +204,14 @@ typedef void (*rr__scale_kernel)(void *buf, size_t n, int div);
   RR__COMMON_LOOPS(isa, f64, f64, double, RR__ID, RR__ID, double)
 
 RR__NATIVE_LOOPS(gen)
-RR__COMMON_LOOPS(gen, f16, f32, uint16_t, rr__h2f, rr__f2h, float)
-RR__COMMON_LOOPS(gen, bf16, f32, uint16_t, rr__bf2f, rr__f2bf, float)
+RR__COMMON_LOOPS(gen, f16, f32, uint16_t, rr__half_to_float, rr__float_to_half, float)
+RR__COMMON_LOOPS(gen, bf16, f32, uint16_t, rr__bf16_to_float, rr__float_to_bf16, float)
 #if RR__X86
 RR__NATIVE_LOOPS(avx2)
 /* Reductions of the 16-bit floats have hand-written AVX2 loops (below); scaling, once per
  * AVG on one rank, stays portable. */
-RR__SCALE(avx2, avx2_f16_scale, uint16_t, rr__h2f, rr__f2h, float, f32_div)
-RR__SCALE(avx2, avx2_bf16_scale, uint16_t, rr__bf2f, rr__f2bf, float, f32_div)
+RR__SCALE(avx2, avx2_f16_scale, uint16_t, rr__half_to_float, rr__float_to_half, float, f32_div)
+RR__SCALE(avx2, avx2_bf16_scale, uint16_t, rr__bf16_to_float, rr__float_to_bf16, float, f32_div)
 #endif
 
 /* ---------------------------------------------------------------------------------------------
@@ -332,7 +249,7 @@ RR__VEC static inline void rr__v_store_h(uint16_t *p, __m256 v) {
   _mm_storeu_si128((__m128i *)p, _mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT));
 }
 
-/* No quieting here, unlike rr__bf2f: every result goes through rr__v_store_bf, which quiets
+/* No quieting here, unlike rr__bf16_to_float: every result goes through rr__v_store_bf, which quiets
  * any NaN, so the result is the same. */
 RR__VEC static inline __m256 rr__v_load_bf(const uint16_t *p) {
   __m256i w = _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)p));
@@ -384,8 +301,8 @@ RR__VEC static inline void rr__v_store_bf(uint16_t *p, __m256 v) {
   RR__VEC_BINARY(avx2_##tag##_max, VLOAD, VSTORE, LOAD, STORE, rr__v_max, f32_max)    \
   RR__VEC_AVG(avx2_##tag##_avg, avx2_##tag##_sum, VLOAD, VSTORE, LOAD, STORE)
 
-RR__VEC_LOOPS(f16, rr__v_load_h, rr__v_store_h, rr__h2f, rr__f2h)
-RR__VEC_LOOPS(bf16, rr__v_load_bf, rr__v_store_bf, rr__bf2f, rr__f2bf)
+RR__VEC_LOOPS(f16, rr__v_load_h, rr__v_store_h, rr__half_to_float, rr__float_to_half)
+RR__VEC_LOOPS(bf16, rr__v_load_bf, rr__v_store_bf, rr__bf16_to_float, rr__float_to_bf16)
 #endif
 
 /* ---------------------------------------------------------------------------------------------
@@ -573,16 +490,16 @@ size_t rr_dtype_size(rr_dtype dtype) {
 }
 
 const char *rr_dtype_name(rr_dtype dtype) {
-  return rr__name_of(rr__dtype_names, RR_ARRAY_SIZE(rr__dtype_names), (int)dtype);
+  return rr__name_of(rr__dtype_names, RR__ARRAY_SIZE(rr__dtype_names), (int)dtype);
 }
 
 const char *rr_op_name(rr_op op) {
-  return rr__name_of(rr__op_names, RR_ARRAY_SIZE(rr__op_names), (int)op);
+  return rr__name_of(rr__op_names, RR__ARRAY_SIZE(rr__op_names), (int)op);
 }
 
 int rr_dtype_from_name(const char *name, rr_dtype *dtype) {
   int v;
-  int st = rr__parse_name(rr__dtype_names, RR_ARRAY_SIZE(rr__dtype_names), "dtype", name,
+  int st = rr__parse_name(rr__dtype_names, RR__ARRAY_SIZE(rr__dtype_names), "dtype", name,
                           dtype ? &v : NULL);
   if (st == RR_OK) *dtype = (rr_dtype)v;
   return st;
@@ -590,7 +507,7 @@ int rr_dtype_from_name(const char *name, rr_dtype *dtype) {
 
 int rr_op_from_name(const char *name, rr_op *op) {
   int v;
-  int st = rr__parse_name(rr__op_names, RR_ARRAY_SIZE(rr__op_names), "op", name, op ? &v : NULL);
+  int st = rr__parse_name(rr__op_names, RR__ARRAY_SIZE(rr__op_names), "op", name, op ? &v : NULL);
   if (st == RR_OK) *op = (rr_op)v;
   return st;
 }

@@ -1,11 +1,12 @@
 /* Host reductions: one function per (dtype, op), chosen once per call, as Gloo's
  * type-erased reduce. The ring calls rr__reduce(); CUDA buffers go to cuda/ instead. */
-#ifndef RR_RING_OP_H_
-#define RR_RING_OP_H_
+#ifndef RR__RING_OP_H_
+#define RR__RING_OP_H_
 
 #include <stddef.h>
 #include <stdint.h>
 
+#include "common/half.h" /* the float16 / bfloat16 conversions the reductions use */
 #include "ringreduce/ringreduce.h"
 
 /* dst[i] = a[i] (op) b[i] for i < n. dst may be the same pointer as a or b (not a partial
@@ -32,10 +33,5 @@ int rr__op_check(rr_dtype dtype, rr_op op);
  * faster path, that is, when forcing changes anything. */
 int rr__op_force_portable(int on);
 
-/* IEEE binary16 and bfloat16 <-> float32, round to nearest even, NaN stays NaN. */
-float rr__half_to_float(uint16_t h);
-uint16_t rr__float_to_half(float f);
-float rr__bf16_to_float(uint16_t b);
-uint16_t rr__float_to_bf16(float f);
 
-#endif /* RR_RING_OP_H_ */
+#endif /* RR__RING_OP_H_ */

@@ -62,7 +62,7 @@ int rr__trace_values(char *out, size_t cap, const void *buf, size_t n, rr_dtype 
     o += (size_t)snprintf(out + o, cap - o, "%s%g", i ? " " : "", v);
   }
   if (o < cap) o += (size_t)snprintf(out + o, cap - o, "}");
-  return (int)RR_MIN(o, cap - 1);
+  return (int)RR__MIN(o, cap - 1);
 }
 
 void rr__trace_emit(const rr__coll *c, const char *what) {
@@ -133,7 +133,7 @@ int rr__pipe_step(rr__coll *c, const rr__step *st) {
     /* Queue sends: all of them may go at once, except that a chain forwards segment k only
      * after it arrived. */
     while (sp < nsend && sp - sd < RR__SEND_WIN && (!st->forward || sp < rd)) {
-      size_t off = sp * seg, n = RR_MIN(seg, st->scount - off);
+      size_t off = sp * seg, n = RR__MIN(seg, st->scount - off);
       rr__req *r = &sreq[sp % RR__SEND_WIN];
       memset(r, 0, sizeof *r);
       if (fwd_from_slot)
@@ -143,14 +143,14 @@ int rr__pipe_step(rr__coll *c, const rr__step *st) {
       else
         r->buf = (char *)st->sbuf + off * es;
       r->len = n * es;
-      RR_CHECK(rr__comm_isend(c->cm, st->to, (int)sp, r));
+      RR__CHECK(rr__comm_isend(c->cm, st->to, (int)sp, r));
       sp++;
     }
     /* Post receives while slots are free: a slot is free once the segment that used it
      * was reduced (or, when forwarding from the slot, sent on). */
     while (rp < nrecv && rp - rd < rwin &&
            (!fwd_from_slot || rp < nslots || sd > rp - nslots)) {
-      size_t off = rp * seg, n = RR_MIN(seg, st->rcount - off);
+      size_t off = rp * seg, n = RR__MIN(seg, st->rcount - off);
       rr__req *r = &rreq[rp % RR__RECV_WIN];
       memset(r, 0, sizeof *r);
       r->buf = slotted ? c->pg->staging + (rp % nslots) * c->pg->seg_bytes
@@ -163,14 +163,14 @@ int rr__pipe_step(rr__coll *c, const rr__step *st) {
         r->consume = rr__reduce_in_place;
         r->ctx = x;
       }
-      RR_CHECK(rr__comm_irecv(c->cm, st->from, (int)rp, r));
+      RR__CHECK(rr__comm_irecv(c->cm, st->from, (int)rp, r));
       rp++;
     }
     size_t moved = 0;
-    RR_CHECK(rr__comm_progress(c->cm, &moved));
+    RR__CHECK(rr__comm_progress(c->cm, &moved));
     while (rd < rp && rreq[rd % RR__RECV_WIN].complete) {
       if (slotted && !rreq[rd % RR__RECV_WIN].consumed) {
-        size_t off = rd * seg, n = RR_MIN(seg, st->rcount - off);
+        size_t off = rd * seg, n = RR__MIN(seg, st->rcount - off);
         char *slot = rreq[rd % RR__RECV_WIN].buf;
         char *dst = st->rbuf ? (char *)st->rbuf + off * es : slot;
         if (trace_values) memcpy(tr.got, slot, n * es);
@@ -185,12 +185,12 @@ int rr__pipe_step(rr__coll *c, const rr__step *st) {
     if (!moved && !busy) {
       c->seg_at = (rd < nrecv ? rd : sd) + 1;
       c->seg_total = rd < nrecv ? nrecv : nsend;
-      RR_CHECK(rr__coll_block(c, rd < nrecv ? st->from : st->to));
+      RR__CHECK(rr__coll_block(c, rd < nrecv ? st->from : st->to));
     }
   }
   c->seg_total = 0;
   if (tr.on) rr__trace_line(c, st, &tr);
-  RR_TRACE(RR_SUB_COLL, "%s: sent chunk %d (%zu elems) to rank %d, got chunk %d (%zu elems) from rank %d%s",
+  RR__LOG_TRACE(RR__SUB_COLL, "%s: sent chunk %d (%zu elems) to rank %d, got chunk %d (%zu elems) from rank %d%s",
            rr__coll_where(c), st->schunk, st->to >= 0 ? st->scount : 0,
            st->to >= 0 ? c->pg->global_ranks[st->to] : -1, st->rchunk,
            st->from >= 0 ? st->rcount : 0, st->from >= 0 ? c->pg->global_ranks[st->from] : -1,

@@ -24,31 +24,31 @@ int rr__reduce_chain(rr__coll *c) {
   RR__WHERE(c, "reduce chain to rank %d, position %d/%d",
            c->pg->global_ranks[root], pos, n - 1);
   if (pos == 0) {
-    RR_CHECK(rr__coll_send_hdr(c, right));
+    RR__CHECK(rr__coll_send_hdr(c, right));
     rr__step st = {.to = right, .sbuf = src, .scount = count, .from = -1,
                    .schunk = 0, .rchunk = -1};
-    RR_CHECK(rr__pipe_step(c, &st));
+    RR__CHECK(rr__pipe_step(c, &st));
   } else if (pos < n - 1) {
-    RR_CHECK(rr__coll_recv_hdr(c, left));
-    RR_CHECK(rr__coll_send_hdr(c, right));
+    RR__CHECK(rr__coll_recv_hdr(c, left));
+    RR__CHECK(rr__coll_send_hdr(c, right));
     rr__step st = {.to = right, .scount = count, .from = left, .rbuf = NULL, .rcount = count,
                    .reduce = 1, .own = src, .forward = 1, .schunk = 0, .rchunk = 0};
-    RR_CHECK(rr__pipe_step(c, &st));
+    RR__CHECK(rr__pipe_step(c, &st));
   } else {
-    RR_CHECK(rr__coll_recv_hdr(c, left));
+    RR__CHECK(rr__coll_recv_hdr(c, left));
     rr__step st = {.to = -1, .from = left, .rbuf = c->a->recvbuf, .rcount = count,
                    .reduce = 1, .own = src, .avg_div = c->a->op == RR_AVG ? n : 0,
                    .schunk = -1, .rchunk = 0};
-    RR_CHECK(rr__pipe_step(c, &st));
+    RR__CHECK(rr__pipe_step(c, &st));
   }
 
   RR__WHERE(c, "reduce: completion notice from rank %d",
            c->pg->global_ranks[root]);
   if (r == root) {
     for (int q = 0; q < n; q++)
-      if (q != r) RR_CHECK(rr__coll_send_ack(c, q));
+      if (q != r) RR__CHECK(rr__coll_send_ack(c, q));
   } else {
-    RR_CHECK(rr__coll_recv_ack(c, root));
+    RR__CHECK(rr__coll_recv_ack(c, root));
   }
   return RR_OK;
 }

@@ -27,15 +27,15 @@ int rr__reduce_scatter_ring(rr__coll *c) {
   char *part[2] = {NULL, NULL};
   if (n > 2) {
     char *scratch;
-    RR_CHECK(rr__pg_scratch(c->pg, (in_place ? 2 : 1) * blk, (void **)&scratch));
+    RR__CHECK(rr__pg_scratch(c->pg, (in_place ? 2 : 1) * blk, (void **)&scratch));
     /* The last step writes recvbuf while sending part[(n-3) % 2]: recvbuf may only stand in
      * for the other parity. */
     part[(n - 3) % 2] = scratch;
     part[(n - 2) % 2] = in_place ? scratch + blk : dst;
   }
 
-  RR_CHECK(rr__coll_send_hdr(c, right));
-  RR_CHECK(rr__coll_recv_hdr(c, left));
+  RR__CHECK(rr__coll_send_hdr(c, right));
+  RR__CHECK(rr__coll_recv_hdr(c, left));
   for (int s = 0; s < n - 1; s++) {
     const int send = rr__mod(r - s - 1, n), recv = rr__mod(r - s - 2, n);
     const int last = s == n - 2;
@@ -45,7 +45,7 @@ int rr__reduce_scatter_ring(rr__coll *c) {
                    .rcount = count, .reduce = 1, .own = src + (size_t)recv * blk,
                    .avg_div = (last && c->a->op == RR_AVG) ? n : 0,
                    .schunk = send, .rchunk = recv};
-    RR_CHECK(rr__pipe_step(c, &st));
+    RR__CHECK(rr__pipe_step(c, &st));
   }
   return RR_OK;
 }

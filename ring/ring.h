@@ -1,12 +1,12 @@
 /* Rank arithmetic shared by every ring algorithm (UCC keeps the same in
  * src/coll_patterns/ring.h), and the pipelined step the algorithms are built from. */
-#ifndef RR_RING_RING_H_
-#define RR_RING_RING_H_
+#ifndef RR__RING_RING_H_
+#define RR__RING_RING_H_
 
 #include <stddef.h>
 
 #include "common/util.h"
-#include "ring/pg.h"
+#include "group/pg.h"
 
 static inline int rr__left(int r, int n) { return rr__mod(r - 1, n); }
 static inline int rr__right(int r, int n) { return rr__mod(r + 1, n); }
@@ -94,4 +94,4 @@ int rr__send_p2p(rr__coll *c);
 int rr__recv_p2p(rr__coll *c);
 int rr__sendrecv_p2p(rr__coll *c);
 
-#endif /* RR_RING_RING_H_ */
+#endif /* RR__RING_RING_H_ */

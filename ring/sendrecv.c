@@ -13,7 +13,7 @@
 int rr__send_p2p(rr__coll *c) {
   const int peer = c->a->peer;
   RR__WHERE(c, "sending");
-  RR_CHECK(rr__coll_send_hdr(c, peer));
+  RR__CHECK(rr__coll_send_hdr(c, peer));
   rr__step st = {.to = peer, .sbuf = c->a->sendbuf, .scount = c->a->count, .from = -1,
                  .schunk = -1, .rchunk = -1};
   return rr__pipe_step(c, &st);
@@ -22,7 +22,7 @@ int rr__send_p2p(rr__coll *c) {
 int rr__recv_p2p(rr__coll *c) {
   const int peer = c->a->peer;
   RR__WHERE(c, "receiving");
-  RR_CHECK(rr__coll_recv_hdr(c, peer));
+  RR__CHECK(rr__coll_recv_hdr(c, peer));
   rr__step st = {.to = -1, .from = peer, .rbuf = c->a->recvbuf, .rcount = c->a->count,
                  .schunk = -1, .rchunk = -1};
   return rr__pipe_step(c, &st);
@@ -37,11 +37,11 @@ int rr__sendrecv_p2p(rr__coll *c) {
   c->hdr.seq = c->pg->p2p_sent[a->peer]++;
   c->hdr.count = a->count;
   c->hdr.from = c->r;
-  RR_CHECK(rr__coll_send_hdr(c, a->peer));
+  RR__CHECK(rr__coll_send_hdr(c, a->peer));
   c->hdr.seq = c->pg->p2p_recvd[a->src]++;
   c->hdr.count = a->recvcount;
   c->hdr.from = a->src;
-  RR_CHECK(rr__coll_recv_hdr(c, a->src));
+  RR__CHECK(rr__coll_recv_hdr(c, a->src));
   c->hdr = both;
   rr__step st = {.to = a->peer, .sbuf = a->sendbuf, .scount = a->count, .from = a->src,
                  .rbuf = a->recvbuf, .rcount = a->recvcount, .schunk = -1, .rchunk = -1};

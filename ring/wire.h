@@ -8,8 +8,8 @@
  * - rr__hello: the first bytes on every socket the bootstrap opens, saying who is calling.
  *
  * All integers are little-endian; decoders check every field before anything uses it. */
-#ifndef RR_RING_WIRE_H_
-#define RR_RING_WIRE_H_
+#ifndef RR__RING_WIRE_H_
+#define RR__RING_WIRE_H_
 
 #include <stddef.h>
 #include <stdint.h>
@@ -80,4 +80,4 @@ int rr__hello_decode(const uint8_t in[RR__HELLO_BYTES], rr__hello *h);
 #define RR__HELLO_OK 0x4f4b /* reply: 4 bytes magic + 4 bytes status */
 #define RR__REPLY_BYTES 8
 
-#endif /* RR_RING_WIRE_H_ */
+#endif /* RR__RING_WIRE_H_ */

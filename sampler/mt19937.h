@@ -2,8 +2,8 @@
  * (aten/src/ATen/core/MT19937RNGEngine.h): init_genrand seeding from a 32-bit seed and the
  * standard tempering, so draw k equals C++ std::mt19937's k-th output for the same seed.
  * Internal: the sampler's shuffle depends on being bit-identical to torch's. */
-#ifndef RR_SAMPLER_MT19937_H_
-#define RR_SAMPLER_MT19937_H_
+#ifndef RR__SAMPLER_MT19937_H_
+#define RR__SAMPLER_MT19937_H_
 
 #include <stdint.h>
 
@@ -20,4 +20,4 @@ void rr__mt19937_seed(rr__mt19937 *mt, uint32_t seed);
 /* The next 32-bit output. */
 uint32_t rr__mt19937_u32(rr__mt19937 *mt);
 
-#endif /* RR_SAMPLER_MT19937_H_ */
+#endif /* RR__SAMPLER_MT19937_H_ */

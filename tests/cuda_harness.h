@@ -1,8 +1,8 @@
 /* What the GPU tests share (built only with RR_HAVE_CUDA): a checked CUDA call, and asking
  * whether a device is usable without initialising CUDA in the test process itself (ranks
  * are forked afterwards, and a forked child cannot use its parent's CUDA context). */
-#ifndef RR_TESTS_CUDA_HARNESS_H
-#define RR_TESTS_CUDA_HARNESS_H
+#ifndef RR__TESTS_CUDA_HARNESS_H
+#define RR__TESTS_CUDA_HARNESS_H
 
 #include <stdio.h>
 #include <sys/wait.h>

@@ -2,8 +2,8 @@
  * rank (so each rank checks its whole result against a reference without communication),
  * references in exact integer or float64 arithmetic, stated tolerances, and check macros
  * that name the rank. */
-#ifndef RR_TESTS_HARNESS_H_
-#define RR_TESTS_HARNESS_H_
+#ifndef RR__TESTS_HARNESS_H_
+#define RR__TESTS_HARNESS_H_
 
 #include <stddef.h>
 #include <stdint.h>
@@ -79,7 +79,7 @@ double t_now(void);
 /* FNV-1a of a buffer, to compare results across ranks bit for bit. */
 uint64_t t_hash(const void *buf, size_t bytes);
 
-#endif /* RR_TESTS_HARNESS_H_ */
+#endif /* RR__TESTS_HARNESS_H_ */
 
 /* Launch n ranks as child processes with the env:// variables set (MASTER_ADDR=127.0.0.1,
  * a free MASTER_PORT), without stopping the others when one fails (unlike rr_spawn), so

@@ -78,11 +78,11 @@ static int select_case(const char *spec, const char *hint_host, const char *want
   if (hint_host) T_OK(rr__addr_resolve(hint_host, 29500, &hint));
   char ifname[64] = "";
   T_OK(rr__if_select(spec, hint_host ? &hint : NULL, &out, ifname, sizeof ifname));
-  char s[RR_ADDRSTRLEN];
+  char s[RR__ADDRSTRLEN];
   rr__addr_str(&out, s, sizeof s);
   T_CHECK(rr__addr_port(&out) == 0, "spec '%s': port %d, want 0", spec ? spec : "", rr__addr_port(&out));
   if (want_ip) {
-    char w[RR_ADDRSTRLEN];
+    char w[RR__ADDRSTRLEN];
     snprintf(w, sizeof w, "%s:0", want_ip);
     T_CHECK(!strcmp(s, w), "spec '%s' hint %s: picked %s (%s), want %s", spec ? spec : "",
             hint_host ? hint_host : "none", s, ifname, w);

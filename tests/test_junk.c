@@ -39,7 +39,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "ring/store.h"
+#include "rendezvous/store.h"
 #include "ring/wire.h"
 #include "tests/harness.h"
 

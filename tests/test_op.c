@@ -185,7 +185,7 @@ static void test_names(void) {
     CHECK(rr_op_from_name(rr_op_name((rr_op)o), &back) == RR_OK && back == (rr_op)o,
           "op %d does not round-trip", o);
   }
-  for (size_t i = 0; i < RR_ARRAY_SIZE(k_dtype_aliases); i++) {
+  for (size_t i = 0; i < RR__ARRAY_SIZE(k_dtype_aliases); i++) {
     char upper[32], mixed[32];
     case_variants(k_dtype_aliases[i].name, upper, mixed);
     const char *spellings[3] = {k_dtype_aliases[i].name, upper, mixed};
@@ -196,7 +196,7 @@ static void test_names(void) {
     }
   }
   const char *prods[] = {"product", "PRODUCT", "Prod", "pRoD"};
-  for (size_t i = 0; i < RR_ARRAY_SIZE(prods); i++) {
+  for (size_t i = 0; i < RR__ARRAY_SIZE(prods); i++) {
     rr_op o = RR_NUM_OPS;
     CHECK(rr_op_from_name(prods[i], &o) == RR_OK && o == RR_PROD, "op alias '%s'", prods[i]);
   }
@@ -210,7 +210,7 @@ static void test_names(void) {
 
   const char *bad_dtypes[] = {"",         "float8", "int16",  "fp",     "floa",
                               "float32 ", " float", "uint32", "bfloat", "halff"};
-  for (size_t i = 0; i < RR_ARRAY_SIZE(bad_dtypes); i++) {
+  for (size_t i = 0; i < RR__ARRAY_SIZE(bad_dtypes); i++) {
     rr_dtype d = (rr_dtype)77;
     rr__clear_error();
     CHECK(rr_dtype_from_name(bad_dtypes[i], &d) == RR_EINVAL && d == (rr_dtype)77,
@@ -224,7 +224,7 @@ static void test_names(void) {
           rr_last_error());
   }
   const char *bad_ops[] = {"", "add", "mean", "products", "xor", "sum2", "bandd"};
-  for (size_t i = 0; i < RR_ARRAY_SIZE(bad_ops); i++) {
+  for (size_t i = 0; i < RR__ARRAY_SIZE(bad_ops); i++) {
     rr_op o = (rr_op)77;
     rr__clear_error();
     CHECK(rr_op_from_name(bad_ops[i], &o) == RR_EINVAL && o == (rr_op)77, "op '%s' accepted",
@@ -240,7 +240,7 @@ static void test_names(void) {
   CHECK(rr_op_from_name("sum", NULL) == RR_EINVAL, "NULL op output accepted");
 
   int bad[] = {-1, RR_NUM_DTYPES, RR_NUM_OPS, 1000};
-  for (size_t i = 0; i < RR_ARRAY_SIZE(bad); i++) {
+  for (size_t i = 0; i < RR__ARRAY_SIZE(bad); i++) {
     if (bad[i] >= RR_NUM_DTYPES || bad[i] < 0)
       CHECK(rr_dtype_size((rr_dtype)bad[i]) == 0, "size of dtype %d", bad[i]);
     const char *dn = rr_dtype_name((rr_dtype)bad[i]), *on = rr_op_name((rr_op)bad[i]);
@@ -279,7 +279,7 @@ static void test_check(void) {
       }
     }
   int bad[] = {-1, -100, RR_NUM_DTYPES, RR_NUM_OPS, 1000};
-  for (size_t i = 0; i < RR_ARRAY_SIZE(bad); i++) {
+  for (size_t i = 0; i < RR__ARRAY_SIZE(bad); i++) {
     if (bad[i] < 0 || bad[i] >= RR_NUM_DTYPES) {
       rr__clear_error();
       CHECK(rr__op_check((rr_dtype)bad[i], RR_SUM) == RR_EINVAL, "dtype %d accepted", bad[i]);
@@ -418,7 +418,7 @@ static void test_convert(void) {
       {0x007fffff, 0x0000, 0x0080}, /* max float subnormal -> FLT_MIN in bf16 */
       {0xc7800000, 0xfc00, 0xc780}, /* -65536 */
   };
-  for (size_t i = 0; i < RR_ARRAY_SIZE(fixed); i++) {
+  for (size_t i = 0; i < RR__ARRAY_SIZE(fixed); i++) {
     float f = f32_of(fixed[i].f);
     CHECK(rr__float_to_half(f) == fixed[i].h, "half(%08x) = %04x, want %04x", fixed[i].f,
           rr__float_to_half(f), fixed[i].h);
@@ -428,7 +428,7 @@ static void test_convert(void) {
     CHECK(ref_f2bf(f) == fixed[i].bf, "reference bf16(%08x) = %04x", fixed[i].f, ref_f2bf(f));
   }
   uint32_t nans[] = {0x7fc00000, 0xffc00000, 0x7f800001, 0xff800001, 0x7fa00000, 0x7fffffff};
-  for (size_t i = 0; i < RR_ARRAY_SIZE(nans); i++) {
+  for (size_t i = 0; i < RR__ARRAY_SIZE(nans); i++) {
     check_round("half", rr__float_to_half, ref_f2h, h_isnan, f32_of(nans[i]));
     check_round("bf16", rr__float_to_bf16, ref_f2bf, bf_isnan, f32_of(nans[i]));
   }
@@ -859,9 +859,9 @@ static void run_case(const bufs *bf, rr_dtype dt, rr_op op, int div, size_t n, i
 static void special_pairs(rr_dtype dt) {
   static const double dv[] = {0.0, -0.0, INFINITY, -INFINITY, NAN,   -NAN,   1.0,    -1.0,
                               1.5, 3.0,  0.1,      -7.0e-3,   1e300, -1e300, 1e-310, 5e-324};
-  size_t es = k_dtype_sizes[dt], nv = RR_ARRAY_SIZE(dv) + 6;
+  size_t es = k_dtype_sizes[dt], nv = RR__ARRAY_SIZE(dv) + 6;
   uint8_t vals[32][8];
-  for (size_t i = 0; i < RR_ARRAY_SIZE(dv); i++) {
+  for (size_t i = 0; i < RR__ARRAY_SIZE(dv); i++) {
     switch (dt) {
       case RR_FLOAT16:
         *(uint16_t *)vals[i] = ref_f2h((float)dv[i]);
@@ -882,7 +882,7 @@ static void special_pairs(rr_dtype dt) {
   }
   /* Format-specific: signalling NaN, largest finite (both signs), smallest subnormal and
    * normal. */
-  size_t k = RR_ARRAY_SIZE(dv);
+  size_t k = RR__ARRAY_SIZE(dv);
   switch (dt) {
     case RR_FLOAT16: {
       uint16_t v[] = {0x7c01, 0x7bff, 0xfbff, 0x0001, 0x0400, 0x8001};
@@ -922,7 +922,7 @@ static void special_pairs(rr_dtype dt) {
     }
   for (int op = 0; op < RR_NUM_OPS; op++) {
     if (rr__op_check(dt, (rr_op)op) != RR_OK) continue;
-    for (size_t di = 0; di < (op == RR_AVG ? RR_ARRAY_SIZE(k_divs) : 1); di++) {
+    for (size_t di = 0; di < (op == RR_AVG ? RR__ARRAY_SIZE(k_divs) : 1); di++) {
       int div = op == RR_AVG ? k_divs[di] : 0;
       rr__reduce(d, a, b, n, dt, (rr_op)op, div);
       for (size_t i = 0; i < n; i++) {
@@ -940,8 +940,8 @@ static void special_pairs(rr_dtype dt) {
 static void scale_cases(const bufs *bf, rr_dtype dt) {
   static const size_t lens[] = {0, 1, 3, 17, 33, 1000, 65537};
   size_t es = k_dtype_sizes[dt];
-  for (size_t di = 0; di < RR_ARRAY_SIZE(k_divs); di++)
-    for (size_t li = 0; li < RR_ARRAY_SIZE(lens); li++)
+  for (size_t di = 0; di < RR__ARRAY_SIZE(k_divs); di++)
+    for (size_t li = 0; li < RR__ARRAY_SIZE(lens); li++)
       for (int off = 0; off < 2; off++) {
         int div = k_divs[di];
         size_t n = lens[li], total = (n + 1 + GUARD) * es;
@@ -1002,8 +1002,8 @@ static void test_reduce(void) {
     bufs_init(&bf, dt, MAXN);
     for (int op = 0; op < RR_NUM_OPS; op++) {
       if (rr__op_check(dt, (rr_op)op) != RR_OK) continue;
-      for (size_t di = 0; di < (op == RR_AVG ? RR_ARRAY_SIZE(k_divs) : 1); di++)
-        for (size_t li = 0; li < RR_ARRAY_SIZE(k_lengths); li++) {
+      for (size_t di = 0; di < (op == RR_AVG ? RR__ARRAY_SIZE(k_divs) : 1); di++)
+        for (size_t li = 0; li < RR__ARRAY_SIZE(k_lengths); li++) {
           /* Long arrays take one aliasing/offset combination each, in rotation. */
           int only = k_lengths[li] > 1000 ? (int)(rot++ % 6) : -1;
           for (int combo = 0; combo < 6; combo++)
@@ -1038,7 +1038,7 @@ static int test_paths(void) {
     uint8_t *portable = xmalloc((n + 1) * es);
     for (int op = 0; op < RR_NUM_OPS; op++) {
       if (rr__op_check(dt, (rr_op)op) != RR_OK) continue;
-      for (size_t di = 0; di < (op == RR_AVG ? RR_ARRAY_SIZE(k_divs) : 1); di++)
+      for (size_t di = 0; di < (op == RR_AVG ? RR__ARRAY_SIZE(k_divs) : 1); di++)
         for (int swap = 0; swap < 2; swap++) {
           int div = op == RR_AVG ? k_divs[di] : 0;
           const uint8_t *a = (swap ? bf.B : bf.A) + es, *b = (swap ? bf.A : bf.B) + es;
@@ -1063,7 +1063,7 @@ static int test_paths(void) {
           }
         }
     }
-    for (size_t di = 0; di < RR_ARRAY_SIZE(k_divs); di++) {
+    for (size_t di = 0; di < RR__ARRAY_SIZE(k_divs); di++) {
       memcpy(portable, bf.A, n * es);
       memcpy(bf.wa, bf.A, n * es);
       rr__op_force_portable(1);
@@ -1142,7 +1142,7 @@ static void bench(void) {
   rr_dtype dts[] = {RR_FLOAT32, RR_FLOAT16, RR_BFLOAT16, RR_INT32, RR_FLOAT64, RR_INT8};
   for (int p = 0; p < (fast ? 2 : 1); p++) {
     rr__op_force_portable(p);
-    for (size_t i = 0; i < RR_ARRAY_SIZE(dts); i++) {
+    for (size_t i = 0; i < RR__ARRAY_SIZE(dts); i++) {
       fill_like_gradients(dts[i], a, big);
       fill_like_gradients(dts[i], b, big);
       printf("  %-8s %-9s  %8.2f  %12.2f  %13.2f\n", k_dtype_names[dts[i]], p ? "portable" : "",

@@ -22,7 +22,7 @@
 #include <unistd.h>
 
 #include "common/util.h"
-#include "ring/comm.h"
+#include "transport/comm.h"
 #include "tests/harness.h"
 
 /* A connected TCP pair on loopback: *near for the comm, *far for the test. */

@@ -30,7 +30,7 @@
 
 #include "common/param.h"
 #include "common/util.h"
-#include "ring/pg.h"
+#include "group/pg.h"
 #include "tests/harness.h"
 #include "transport/shm.h"
 
@@ -127,11 +127,11 @@ static uint8_t pattern(int msg, size_t i) {
 /* The geometry both sides derive from the environment (see transport/shm.h). */
 static size_t expected_slot(void) {
   size_t s = ((size_t)rr__params_get()->seg_bytes + 4095) / 4096 * 4096;
-  return RR_MAX(RR_MIN(s, (size_t)RR__SHM_MAX_SLOT), (size_t)RR__SHM_MIN_SLOT);
+  return RR__MAX(RR__MIN(s, (size_t)RR__SHM_MAX_SLOT), (size_t)RR__SHM_MIN_SLOT);
 }
 static uint32_t expected_nslots(void) {
-  int64_t n = RR_MAX(rr__params_get()->slots, (int64_t)RR__SHM_DEPTH);
-  return (uint32_t)RR_MIN(n, (int64_t)RR__SHM_MAX_SLOTS);
+  int64_t n = RR__MAX(rr__params_get()->slots, (int64_t)RR__SHM_DEPTH);
+  return (uint32_t)RR__MIN(n, (int64_t)RR__SHM_MAX_SLOTS);
 }
 
 /* Drive one lane until every request in reqs is complete, sleeping in poll() on the lane's

@@ -21,7 +21,7 @@
 #include <unistd.h>
 
 #include "common/util.h"
-#include "ring/pg.h"
+#include "group/pg.h"
 #include "tests/harness.h"
 #include "transport/shm.h"
 

@@ -16,7 +16,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "ring/store.h"
+#include "rendezvous/store.h"
 #include "ringreduce/ringreduce.h"
 
 #define CHECK(cond, ...)                                                       \

@@ -284,7 +284,7 @@ static int rr__shm_send_some(rr__shm_conn *c, size_t *moved) {
     if (sp < 0) return sp;
     if (!sp) break;
     rr__req *r = c->sq.head;
-    size_t n = RR_MIN(r->len - r->done, c->slot);
+    size_t n = RR__MIN(r->len - r->done, c->slot);
     uint32_t i = (uint32_t)(c->tx_head % c->nslots);
     rr__shm_desc *d = &c->tx_desc[i];
     memcpy(n <= RR__SHM_INLINE ? (char *)d->inl : c->tx_data + (size_t)i * c->slot,
@@ -312,7 +312,7 @@ static int rr__shm_recv_some(rr__shm_conn *c, size_t *moved) {
     int rd = rr__shm_rx_ready(c);
     if (rd < 0) return rd;
     if (!rd) break;
-    if (!c->rx_len) RR_CHECK(rr__shm_slot_len(c, c->rx_tail, &c->rx_len));
+    if (!c->rx_len) RR__CHECK(rr__shm_slot_len(c, c->rx_tail, &c->rx_len));
     const char *data = rr__shm_rx_bytes(c, c->rx_tail, c->rx_len) + c->rx_off;
     size_t avail = c->rx_len - c->rx_off;
     rr__req *r = c->rq.head;
@@ -322,7 +322,7 @@ static int rr__shm_recv_some(rr__shm_conn *c, size_t *moved) {
       r->consume(r, data, take); /* the whole message, straight from shared memory */
       r->consumed = 1;
     } else {
-      take = RR_MIN(avail, need);
+      take = RR__MIN(avail, need);
       memcpy(r->buf + r->done, data, take);
     }
     r->done += take;
@@ -352,8 +352,8 @@ static int rr__shm_progress(rr__conn *base, size_t *moved) {
   rr__shm_conn *c = (rr__shm_conn *)base;
   if (c->armed_rx | c->armed_tx) rr__shm_disarm(c);
   size_t before = *moved;
-  RR_CHECK(rr__shm_send_some(c, moved));
-  RR_CHECK(rr__shm_recv_some(c, moved));
+  RR__CHECK(rr__shm_send_some(c, moved));
+  RR__CHECK(rr__shm_recv_some(c, moved));
   if (*moved != before) c->idle = 0;
   if (!c->dead) return RR_OK;
   /* The peer is gone. What it left in the ring was taken above; what is missing never
@@ -393,9 +393,9 @@ static int rr__shm_peek(rr__conn *base, void *buf, size_t len, size_t *got) {
     if (p < 0) return p;
     if (!p) break;
     uint32_t l = s == c->rx_tail ? c->rx_len : 0;
-    if (!l) RR_CHECK(rr__shm_slot_len(c, s, &l));
+    if (!l) RR__CHECK(rr__shm_slot_len(c, s, &l));
     if (off >= l) return rr__shm_corrupt(c, "slot length changed");
-    size_t take = RR_MIN(l - off, len - *got);
+    size_t take = RR__MIN(l - off, len - *got);
     memcpy((char *)buf + *got, rr__shm_rx_bytes(c, s, l) + off, take);
     *got += take;
     s++;
@@ -457,9 +457,9 @@ typedef struct rr__shm_offer {
 static void rr__shm_wishes(uint32_t *nslots, size_t *slot) {
   const rr__params *p = rr__params_get();
   size_t s = rr__round_up((size_t)p->seg_bytes, RR__SHM_PAGE);
-  *slot = RR_MAX(RR_MIN(s, (size_t)RR__SHM_MAX_SLOT), (size_t)RR__SHM_MIN_SLOT);
-  int64_t n = RR_MAX(p->slots, (int64_t)RR__SHM_DEPTH);
-  *nslots = (uint32_t)RR_MIN(n, (int64_t)RR__SHM_MAX_SLOTS);
+  *slot = RR__MAX(RR__MIN(s, (size_t)RR__SHM_MAX_SLOT), (size_t)RR__SHM_MIN_SLOT);
+  int64_t n = RR__MAX(p->slots, (int64_t)RR__SHM_DEPTH);
+  *nslots = (uint32_t)RR__MIN(n, (int64_t)RR__SHM_MAX_SLOTS);
 }
 
 static int rr__shm_sockaddr(const char *name, struct sockaddr_un *sa, socklen_t *len) {
@@ -506,7 +506,7 @@ static int rr__shm_send_fd(int sock, int fd, const rr__shm_offer *o, int64_t dea
     if (errno == EINTR) continue;
     if (errno != EAGAIN && errno != EWOULDBLOCK)
       return rr__set_error(RR_EPEER, "sendmsg: %s", strerror(errno));
-    RR_CHECK(rr__sock_wait(sock, POLLOUT, deadline_ms));
+    RR__CHECK(rr__sock_wait(sock, POLLOUT, deadline_ms));
   }
 }
 
@@ -518,7 +518,7 @@ static int rr__shm_recv_fd(int sock, int *fd, rr__shm_offer *o, int64_t deadline
       .msg_iov = &iov, .msg_iovlen = 1, .msg_control = cbuf, .msg_controllen = sizeof cbuf};
   ssize_t r;
   for (;;) {
-    RR_CHECK(rr__sock_wait(sock, POLLIN, deadline_ms));
+    RR__CHECK(rr__sock_wait(sock, POLLIN, deadline_ms));
     r = recvmsg(sock, &mh, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
     if (r >= 0) break;
     if (errno == EINTR || errno == EAGAIN || errno == EWOULDBLOCK) continue;
@@ -576,7 +576,7 @@ static int rr__shm_create(rr__shm_conn *c, const rr__peer_info *self, const rr__
     st = rr__set_error(RR_ESYS, "sealing the memfd: %s", strerror(errno));
     goto fail;
   }
-  RR_CHECK_GOTO(rr__shm_attach(c, fd, total, 1), st, fail);
+  RR__CHECK_GOTO(rr__shm_attach(c, fd, total, 1), st, fail);
   rr__shm_hdr *h = (rr__shm_hdr *)c->map;
   *h = (rr__shm_hdr){.magic = RR__SHM_MAGIC,
                      .version = RR__SHM_VERSION,
@@ -607,7 +607,7 @@ static int rr__shm_open(rr__shm_conn *c, const rr__peer_info *self, const rr__pe
   int seals = fcntl(memfd, F_GET_SEALS);
   if (seals < 0 || !(seals & F_SEAL_SHRINK))
     return rr__set_error(RR_EPROTO, "the shared-memory file is not sealed against shrinking");
-  RR_CHECK(rr__shm_attach(c, memfd, total, 0));
+  RR__CHECK(rr__shm_attach(c, memfd, total, 0));
   const rr__shm_hdr *h = (const rr__shm_hdr *)c->map;
   if (h->magic != RR__SHM_MAGIC || h->version != RR__SHM_VERSION || h->nslots != c->nslots ||
       h->slot_bytes != c->slot || h->total_bytes != total || h->lower_rank != peer->global_rank ||
@@ -658,7 +658,7 @@ static int rr__shm_connect(const rr__peer_info *self, const rr__peer_info *peer,
              (unsigned long long)nonce);
     struct sockaddr_un sa;
     socklen_t sl;
-    RR_CHECK_GOTO(rr__shm_sockaddr(mine.name, &sa, &sl), st, fail);
+    RR__CHECK_GOTO(rr__shm_sockaddr(mine.name, &sa, &sl), st, fail);
     lfd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
     if (lfd < 0) {
       st = rr__set_error(RR_ESYS, "socket(AF_UNIX): %s", strerror(errno));
@@ -671,33 +671,33 @@ static int rr__shm_connect(const rr__peer_info *self, const rr__peer_info *peer,
   }
   /* Both hellos are small: the sends never wait on each other. */
   rr__shm_hello theirs;
-  RR_CHECK_GOTO(rr__sock_send_all(ctrl_fd, &mine, sizeof mine, deadline_ms), st, fail);
-  RR_CHECK_GOTO(rr__sock_recv_all(ctrl_fd, &theirs, sizeof theirs, deadline_ms), st, fail);
-  RR_CHECK_GOTO(rr__shm_check_hello(&theirs, peer, !lower), st, fail);
-  c->nslots = RR_MAX(mine.nslots, theirs.nslots);
-  c->slot = (size_t)RR_MAX(mine.slot_bytes, theirs.slot_bytes);
+  RR__CHECK_GOTO(rr__sock_send_all(ctrl_fd, &mine, sizeof mine, deadline_ms), st, fail);
+  RR__CHECK_GOTO(rr__sock_recv_all(ctrl_fd, &theirs, sizeof theirs, deadline_ms), st, fail);
+  RR__CHECK_GOTO(rr__shm_check_hello(&theirs, peer, !lower), st, fail);
+  c->nslots = RR__MAX(mine.nslots, theirs.nslots);
+  c->slot = (size_t)RR__MAX(mine.slot_bytes, theirs.slot_bytes);
   rr__shm_layout l;
   rr__shm_layout_of(c->nslots, c->slot, &l);
   rr__shm_offer offer = {.magic = RR__SHM_MAGIC, .total_bytes = l.total};
 
   if (lower) {
-    RR_CHECK_GOTO(rr__shm_create(c, self, peer, l.total, &memfd), st, fail);
+    RR__CHECK_GOTO(rr__shm_create(c, self, peer, l.total, &memfd), st, fail);
     /* Anyone on the host can see the name: accept until the right process shows up. */
     for (;;) {
-      RR_CHECK_GOTO(rr__sock_accept(lfd, deadline_ms, &sock, NULL), st, fail);
+      RR__CHECK_GOTO(rr__sock_accept(lfd, deadline_ms, &sock, NULL), st, fail);
       if (rr__shm_check_peer(sock, peer) == RR_OK) break;
-      RR_WARN(RR_SUB_INIT, "shm: refused a stranger on the socket for rank %d: %s",
+      RR__LOG_WARN(RR__SUB_INIT, "shm: refused a stranger on the socket for rank %d: %s",
               peer->global_rank, rr__error());
       close(sock);
       sock = -1;
     }
     close(lfd);
     lfd = -1;
-    RR_CHECK_GOTO(rr__shm_send_fd(sock, memfd, &offer, deadline_ms), st, fail);
+    RR__CHECK_GOTO(rr__shm_send_fd(sock, memfd, &offer, deadline_ms), st, fail);
     close(memfd);
     memfd = -1;
     char ack = 0;
-    RR_CHECK_GOTO(rr__sock_recv_all(sock, &ack, 1, deadline_ms), st, fail);
+    RR__CHECK_GOTO(rr__sock_recv_all(sock, &ack, 1, deadline_ms), st, fail);
     if (ack != 'K') {
       st = rr__set_error(RR_EPROTO, "rank %d refused the shared memory", peer->global_rank);
       goto fail;
@@ -705,7 +705,7 @@ static int rr__shm_connect(const rr__peer_info *self, const rr__peer_info *peer,
   } else {
     struct sockaddr_un sa;
     socklen_t sl;
-    RR_CHECK_GOTO(rr__shm_sockaddr(theirs.name, &sa, &sl), st, fail);
+    RR__CHECK_GOTO(rr__shm_sockaddr(theirs.name, &sa, &sl), st, fail);
     sock = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
     if (sock < 0) {
       st = rr__set_error(RR_ESYS, "socket(AF_UNIX): %s", strerror(errno));
@@ -721,15 +721,15 @@ static int rr__shm_connect(const rr__peer_info *self, const rr__peer_info *peer,
                          peer->global_rank, strerror(errno));
       goto fail;
     }
-    RR_CHECK_GOTO(rr__shm_check_peer(sock, peer), st, fail);
+    RR__CHECK_GOTO(rr__shm_check_peer(sock, peer), st, fail);
     rr__shm_offer got;
-    RR_CHECK_GOTO(rr__shm_recv_fd(sock, &memfd, &got, deadline_ms), st, fail);
-    RR_CHECK_GOTO(rr__shm_open(c, self, peer, memfd, &got, l.total), st, fail);
+    RR__CHECK_GOTO(rr__shm_recv_fd(sock, &memfd, &got, deadline_ms), st, fail);
+    RR__CHECK_GOTO(rr__shm_open(c, self, peer, memfd, &got, l.total), st, fail);
     close(memfd);
     memfd = -1;
-    RR_CHECK_GOTO(rr__sock_send_all(sock, "K", 1, deadline_ms), st, fail);
+    RR__CHECK_GOTO(rr__sock_send_all(sock, "K", 1, deadline_ms), st, fail);
   }
-  RR_CHECK_GOTO(rr__sock_nonblock(sock, 1), st, fail);
+  RR__CHECK_GOTO(rr__sock_nonblock(sock, 1), st, fail);
   c->sock = sock;
   sock = -1;
   c->base.tp = &rr__shm_transport;
@@ -739,7 +739,7 @@ static int rr__shm_connect(const rr__peer_info *self, const rr__peer_info *peer,
   c->base.last_rx_ms = rr__now_ms_coarse();
   conns[0] = &c->base;
   *nlanes = 1;
-  RR_INFO(RR_SUB_INIT, "shm: rank %d <-> rank %d: %u slots of %zu KiB each way (%zu KiB mapped)",
+  RR__LOG_INFO(RR__SUB_INIT, "shm: rank %d <-> rank %d: %u slots of %zu KiB each way (%zu KiB mapped)",
           self->global_rank, peer->global_rank, c->nslots, c->slot >> 10, l.total >> 10);
   return RR_OK;
 fail:

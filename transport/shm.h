@@ -5,8 +5,8 @@
  * The format of the shared mapping is declared here (tests use it to play a corrupt peer).
  * It is private to one pair of processes of one build: no compatibility across versions is
  * promised beyond the magic/version check at setup. */
-#ifndef RR_TRANSPORT_SHM_H_
-#define RR_TRANSPORT_SHM_H_
+#ifndef RR__TRANSPORT_SHM_H_
+#define RR__TRANSPORT_SHM_H_
 
 #include <stdatomic.h>
 #include <stddef.h>
@@ -69,4 +69,4 @@ typedef struct rr__shm_layout {
 
 void rr__shm_layout_of(uint32_t nslots, size_t slot, rr__shm_layout *l);
 
-#endif /* RR_TRANSPORT_SHM_H_ */
+#endif /* RR__TRANSPORT_SHM_H_ */

@@ -72,7 +72,7 @@ const char *rr__addr_str(const rr__addr *a, char *buf, size_t n) {
 }
 
 int rr__addr_parse(const char *s, rr__addr *out) {
-  char host[RR_ADDRSTRLEN];
+  char host[RR__ADDRSTRLEN];
   const char *colon = strrchr(s, ':');
   if (!colon || (size_t)(colon - s) >= sizeof host)
     return rr__set_error(RR_EPROTO, "malformed address '%.64s'", s);
@@ -225,7 +225,7 @@ int rr__sock_tune(int fd, int64_t bufsize) {
 }
 
 int rr__sock_listen(const rr__addr *addr, int backlog, int reuse, int *fd_out, rr__addr *bound) {
-  char as[RR_ADDRSTRLEN];
+  char as[RR__ADDRSTRLEN];
   int fd = socket(addr->ss.ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
   if (fd < 0) return rr__set_error(RR_ESYS, "socket: %s", strerror(errno));
   int one = 1;
@@ -265,7 +265,7 @@ int rr__sock_wait(int fd, short events, int64_t deadline_ms) {
   for (;;) {
     struct pollfd p = {.fd = fd, .events = events};
     int64_t left = rr__ms_left(deadline_ms);
-    int rc = poll(&p, 1, (int)RR_MIN(left, 1 << 30));
+    int rc = poll(&p, 1, (int)RR__MIN(left, 1 << 30));
     if (rc > 0) return RR_OK;
     if (rc == 0) return rr__set_error(RR_ETIMEDOUT, "timed out");
     if (errno != EINTR) return rr__set_error(RR_ESYS, "poll: %s", strerror(errno));
@@ -273,7 +273,7 @@ int rr__sock_wait(int fd, short events, int64_t deadline_ms) {
 }
 
 int rr__sock_connect(const rr__addr *to, int64_t deadline_ms, int *fd_out) {
-  char as[RR_ADDRSTRLEN];
+  char as[RR__ADDRSTRLEN];
   int last_err = 0;
   int64_t start = rr__now_ms();
   int backoff_ms = 10;
@@ -315,8 +315,8 @@ int rr__sock_connect(const rr__addr *to, int64_t deadline_ms, int *fd_out) {
       return rr__set_error(RR_EADDR, "cannot connect to %s: %s",
                            rr__addr_str(to, as, sizeof as), strerror(last_err));
     if (rr__ms_left(deadline_ms) == 0) break;
-    usleep((useconds_t)RR_MIN(backoff_ms, rr__ms_left(deadline_ms) + 1) * 1000);
-    backoff_ms = RR_MIN(backoff_ms * 2, 500);
+    usleep((useconds_t)RR__MIN(backoff_ms, rr__ms_left(deadline_ms) + 1) * 1000);
+    backoff_ms = RR__MIN(backoff_ms * 2, 500);
   }
   return rr__set_error(RR_ETIMEDOUT, "cannot connect to %s: %s (kept retrying for %.1f s)",
                        rr__addr_str(to, as, sizeof as), strerror(last_err),

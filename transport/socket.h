@@ -2,8 +2,8 @@
  * addresses, interface choice (RR_SOCKET_IFNAME), listen/connect/accept with deadlines, and
  * whole-buffer send/recv that never block past a deadline. Every failure sets the last error
  * with the address and the errno text. */
-#ifndef RR_TRANSPORT_SOCKET_H_
-#define RR_TRANSPORT_SOCKET_H_
+#ifndef RR__TRANSPORT_SOCKET_H_
+#define RR__TRANSPORT_SOCKET_H_
 
 #include <netinet/in.h>
 #include <stddef.h>
@@ -16,7 +16,7 @@ typedef struct rr__addr {
 } rr__addr;
 
 /* Longest text form: "[ffff:...]:65535" with room to spare. */
-#define RR_ADDRSTRLEN 64
+#define RR__ADDRSTRLEN 64
 
 /* Resolve host (name, IPv4 or IPv6 literal) and port. RR_EADDR if it does not resolve. */
 int rr__addr_resolve(const char *host, int port, rr__addr *out);
@@ -60,4 +60,4 @@ int rr__sock_recv_all(int fd, void *buf, size_t n, int64_t deadline_ms);
 /* Wait for `events` on fd until deadline_ms: RR_OK, RR_ETIMEDOUT or RR_ESYS. */
 int rr__sock_wait(int fd, short events, int64_t deadline_ms);
 
-#endif /* RR_TRANSPORT_SOCKET_H_ */
+#endif /* RR__TRANSPORT_SOCKET_H_ */

@@ -56,7 +56,7 @@ static int rr__tcp_iov(const rr__tcp_queue *q, struct iovec *iov) {
 static void rr__tcp_advance(rr__tcp_conn *c, rr__tcp_queue *q, size_t bytes) {
   while (bytes > 0 && q->head) {
     rr__req *r = q->head;
-    size_t take = RR_MIN(bytes, r->len - r->done);
+    size_t take = RR__MIN(bytes, r->len - r->done);
     r->done += take;
     bytes -= take;
     if (r->done == r->len) {
@@ -214,8 +214,8 @@ static int rr__tcp_connect(const rr__peer_info *self, const rr__peer_info *peer,
     c->base.last_rx_ms = rr__now_ms_coarse();
     c->fd = fds[made];
     conns[made] = &c->base;
-    RR_CHECK_GOTO(rr__sock_nonblock(c->fd, 1), st, fail_made);
-    RR_CHECK_GOTO(rr__sock_tune(c->fd, rr__params_get()->sockbuf), st, fail_made);
+    RR__CHECK_GOTO(rr__sock_nonblock(c->fd, 1), st, fail_made);
+    RR__CHECK_GOTO(rr__sock_tune(c->fd, rr__params_get()->sockbuf), st, fail_made);
   }
   *nlanes = nfds;
   return RR_OK;

@@ -13,8 +13,8 @@
  * (cuda_ipc, shm, ib, tcp); both sides decide from the same published information, so they
  * agree without talking.
  */
-#ifndef RR_TRANSPORT_TRANSPORT_H_
-#define RR_TRANSPORT_TRANSPORT_H_
+#ifndef RR__TRANSPORT_TRANSPORT_H_
+#define RR__TRANSPORT_TRANSPORT_H_
 
 #include <poll.h>
 #include <stddef.h>
@@ -43,7 +43,7 @@ typedef struct rr__peer_info {
   int global_rank;
   int pid;
   int nsocks;                 /* TCP data sockets it wants per peer */
-  char addr[RR_ADDRSTRLEN];   /* where it accepts connections during setup */
+  char addr[RR__ADDRSTRLEN];   /* where it accepts connections during setup */
   char hostid[128];           /* equal for ranks on one host (see bootstrap.c) */
 } rr__peer_info;
 
@@ -98,4 +98,4 @@ extern const rr__transport *const rr__transports[];
 
 #define RR__MAX_LANES 16
 
-#endif /* RR_TRANSPORT_TRANSPORT_H_ */
+#endif /* RR__TRANSPORT_TRANSPORT_H_ */

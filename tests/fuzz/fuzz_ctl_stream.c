@@ -20,7 +20,7 @@
 #include <unistd.h>
 
 #include "common/util.h"
-#include "ring/comm.h"
+#include "transport/comm.h"
 
 int LLVMFuzzerInitialize(int *argc, char ***argv);
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);

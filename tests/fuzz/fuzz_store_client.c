@@ -22,7 +22,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "ring/store.h"
+#include "rendezvous/store.h"
 
 int LLVMFuzzerInitialize(int *argc, char ***argv);
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);

@@ -10,7 +10,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "ring/store.h"
+#include "rendezvous/store.h"
 #include "ring/wire.h"
 
 typedef struct buf {

@@ -46,14 +46,14 @@ build_lib() {
   local lib="$build/libringreduce_fuzz.a"
   exec 9>"$build/.lock"
   flock 9
-  if [ -f "$lib" ] && [ -z "$(find common transport ring include -newer "$lib" \
+  if [ -f "$lib" ] && [ -z "$(find common transport ring rendezvous include -newer "$lib" \
         \( -name '*.c' -o -name '*.h' \) -print -quit)" ]; then
     flock -u 9
     return 0
   fi
   echo "fuzz: building the library with $CC (sanitizers + coverage) in $build"
   rm -f "$build"/obj/*.o
-  local srcs=(common/*.c transport/*.c ring/*.c)
+  local srcs=(common/*.c transport/*.c ring/*.c rendezvous/*.c)
   printf '%s\n' "${srcs[@]}" | xargs -P "$(nproc)" -I{} sh -c \
     'o="$1/obj/$(echo "$2" | tr / _).o"; shift 2; exec "$@" -c "$0" -o "$o"' {} "$build" {} \
     "$CC" "${cflags[@]}"
@@ -93,7 +93,7 @@ coverage() {
   mkdir -p "$cov"
   local ccf=(-std=gnu11 -D_GNU_SOURCE -g -O0 -I"$root/include" -I"$root"
              -fprofile-instr-generate -fcoverage-mapping)
-  "$CC" "${ccf[@]}" common/*.c transport/*.c ring/*.c "tests/fuzz/fuzz_$h.c" tests/fuzz/replay.c \
+  "$CC" "${ccf[@]}" common/*.c transport/*.c ring/*.c rendezvous/*.c "tests/fuzz/fuzz_$h.c" tests/fuzz/replay.c \
     -lpthread -lm -o "$cov/cov_$h"
   prof="$cov/$h.profraw"
   rm -f "$prof"
@@ -103,8 +103,8 @@ coverage() {
   local files
   case $h in
     wire) files="ring/wire.c" ;;
-    ctl_stream) files="ring/comm.c ring/wire.c" ;;
-    *) files="ring/store_tcp.c" ;;
+    ctl_stream) files="transport/comm.c ring/wire.c" ;;
+    *) files="rendezvous/store_tcp.c" ;;
   esac
   # shellcheck disable=SC2086
   "$lc" report "$cov/cov_$h" -instr-profile="$cov/$h.profdata" $files

@@ -10,7 +10,7 @@
  * 4. Every socket starts with a greeting (group, ranks, socket index, transport) that the
  *    acceptor checks and answers; strangers and garbage are closed and logged.
  */
-#include "ring/bootstrap.h"
+#include "rendezvous/bootstrap.h"
 
 #include <errno.h>
 #include <sched.h>
@@ -89,7 +89,7 @@ static int rr__gather(const rr__boot *b, rr__peer_info *infos) {
   int nmiss = b->size, checked = 0;
   while (st == RR_OK) {
     int64_t left = rr__ms_left(b->deadline_ms);
-    st = rr_store_wait(b->store, (const char *const *)keys, b->size, RR_MAX(RR_MIN(left, 500), 1));
+    st = rr_store_wait(b->store, (const char *const *)keys, b->size, RR__MAX(RR__MIN(left, 500), 1));
     if (st != RR_OK && st != RR_ETIMEDOUT && checked && nmiss > 0) {
       /* Rank 0, holding the store, gave up a moment before us: still say who was missing. */
       st = rr__prefix_error(RR_ETIMEDOUT,
@@ -178,7 +178,7 @@ static int rr__connect_lower(rr__mesh *m) {
   const rr__boot *b = m->b;
   for (int p = 0; p < b->rank; p++) {
     rr__addr to;
-    RR_CHECK(rr__addr_parse(m->infos[p].addr, &to));
+    RR__CHECK(rr__addr_parse(m->infos[p].addr, &to));
     for (int k = 0; k < m->nsock[p]; k++) {
       int fd;
       int st = rr__sock_connect(&to, b->deadline_ms, &fd);
@@ -257,7 +257,7 @@ static int rr__accept_higher(rr__mesh *m, int lfd) {
     pfd[n++] = (struct pollfd){.fd = lfd, .events = POLLIN};
     for (int i = 0; i < npend; i++) pfd[n++] = (struct pollfd){.fd = pend[i].fd, .events = POLLIN};
     int64_t left = rr__ms_left(b->deadline_ms);
-    int rc = poll(pfd, (nfds_t)n, (int)RR_MIN(left, 1 << 30));
+    int rc = poll(pfd, (nfds_t)n, (int)RR__MIN(left, 1 << 30));
     if (rc < 0 && errno == EINTR) continue;
     if (rc < 0) {
       st = rr__set_error(RR_ESYS, "poll: %s", strerror(errno));
@@ -293,7 +293,7 @@ static int rr__accept_higher(rr__mesh *m, int lfd) {
           if (v == RR_OK) {
             expected--;
           } else if (v == RR_EPROTO) {
-            RR_WARN(RR_SUB_INIT, "closed a setup connection: %s", rr__error());
+            RR__LOG_WARN(RR__SUB_INIT, "closed a setup connection: %s", rr__error());
             drop = 1;
           } else {
             st = v;
@@ -313,7 +313,7 @@ static int rr__accept_higher(rr__mesh *m, int lfd) {
       int fd = accept4(lfd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
       if (fd >= 0) {
         if (npend == RR__MAX_PENDING) { /* a flood: the oldest stranger makes room */
-          RR_WARN(RR_SUB_INIT, "too many half-open setup connections; dropping one");
+          RR__LOG_WARN(RR__SUB_INIT, "too many half-open setup connections; dropping one");
           close(pend[0].fd);
           pend[0] = pend[--npend];
         }
@@ -369,7 +369,7 @@ static void rr__choose_spin(rr__comm *cm, const rr__peer_info *infos, int rank, 
   int64_t want = rr__params_get()->spin_us;
   cm->spin_yield = local > cpus;
   cm->spin_us = want >= 0 ? (int)want : cm->spin_yield ? 100 : 50;
-  RR_INFO(RR_SUB_INIT, "%d rank(s) on this host, %d core(s) usable: blocking calls poll %d us "
+  RR__LOG_INFO(RR__SUB_INIT, "%d rank(s) on this host, %d core(s) usable: blocking calls poll %d us "
           "before sleeping%s", local, cpus, cm->spin_us,
           cm->spin_yield ? ", yielding the core between polls" : "");
 }
@@ -380,7 +380,7 @@ int rr__bootstrap(const rr__boot *b, rr__comm **out) {
   rr__mesh m = {.b = b};
   int lfd = -1, st;
   int size = b->size;
-  RR_CHECK(rr__comm_new(b->rank, size, b->global_ranks[b->rank], &cm));
+  RR__CHECK(rr__comm_new(b->rank, size, b->global_ranks[b->rank], &cm));
   m.infos = rr__calloc((size_t)size, sizeof *m.infos);
   m.tp = rr__calloc((size_t)size, sizeof *m.tp);
   m.nsock = rr__calloc((size_t)size, sizeof *m.nsock);
@@ -398,16 +398,16 @@ int rr__bootstrap(const rr__boot *b, rr__comm **out) {
   rr__hostid(me.hostid, sizeof me.hostid);
   rr__addr local, bound;
   char ifname[64] = "";
-  RR_CHECK_GOTO(rr__if_select(prm->socket_ifname, b->hint, &local, ifname, sizeof ifname), st,
+  RR__CHECK_GOTO(rr__if_select(prm->socket_ifname, b->hint, &local, ifname, sizeof ifname), st,
                 done);
-  RR_CHECK_GOTO(rr__sock_listen(&local, 4096, 0, &lfd, &bound), st, done);
+  RR__CHECK_GOTO(rr__sock_listen(&local, 4096, 0, &lfd, &bound), st, done);
   rr__addr_str(&bound, me.addr, sizeof me.addr);
-  RR_INFO(RR_SUB_INIT, "group %s rank %d/%d listening on %s (%s), host %s", b->group_id,
+  RR__LOG_INFO(RR__SUB_INIT, "group %s rank %d/%d listening on %s (%s), host %s", b->group_id,
           b->rank, size, me.addr, ifname, me.hostid);
-  RR_CHECK_GOTO(rr__publish(b, &me), st, done);
+  RR__CHECK_GOTO(rr__publish(b, &me), st, done);
 
   /* 2. Everyone's records. */
-  RR_CHECK_GOTO(rr__gather(b, m.infos), st, done);
+  RR__CHECK_GOTO(rr__gather(b, m.infos), st, done);
   for (int p = 0; p < size; p++) {
     if (p == b->rank) continue;
     m.tp[p] = rr__choose(&m.infos[b->rank], &m.infos[p]);
@@ -417,9 +417,9 @@ int rr__bootstrap(const rr__boot *b, rr__comm **out) {
   rr__choose_spin(cm, m.infos, b->rank, size);
 
   /* 3-4. The mesh. */
-  RR_CHECK_GOTO(rr__connect_lower(&m), st, done);
-  RR_CHECK_GOTO(rr__accept_higher(&m, lfd), st, done);
-  RR_CHECK_GOTO(rr__read_replies(&m), st, done);
+  RR__CHECK_GOTO(rr__connect_lower(&m), st, done);
+  RR__CHECK_GOTO(rr__accept_higher(&m, lfd), st, done);
+  RR__CHECK_GOTO(rr__read_replies(&m), st, done);
   close(lfd);
   lfd = -1;
 
@@ -431,8 +431,8 @@ int rr__bootstrap(const rr__boot *b, rr__comm **out) {
     pe->tp = m.tp[p];
     pe->ctrl_fd = m.fds[p][0];
     m.fds[p][0] = -1;
-    RR_CHECK_GOTO(rr__sock_nonblock(pe->ctrl_fd, 1), st, done);
-    RR_CHECK_GOTO(rr__sock_tune(pe->ctrl_fd, 0), st, done);
+    RR__CHECK_GOTO(rr__sock_nonblock(pe->ctrl_fd, 1), st, done);
+    RR__CHECK_GOTO(rr__sock_tune(pe->ctrl_fd, 0), st, done);
     st = pe->tp->connect(&m.infos[b->rank], &m.infos[p], p, &m.fds[p][1], m.nsock[p] - 1,
                          pe->ctrl_fd, b->deadline_ms, pe->lane, RR__MAX_LANES, &pe->nlanes);
     for (int k = 1; k < m.nsock[p]; k++) m.fds[p][k] = -1; /* owned by the transport now */
@@ -440,7 +440,7 @@ int rr__bootstrap(const rr__boot *b, rr__comm **out) {
       rr__prefix_error(st, "setting up %s to rank %d", pe->tp->name, b->global_ranks[p]);
       goto done;
     }
-    RR_INFO(RR_SUB_INIT, "group %s: rank %d <-> rank %d over %s, %d lane(s)", b->group_id,
+    RR__LOG_INFO(RR__SUB_INIT, "group %s: rank %d <-> rank %d over %s, %d lane(s)", b->group_id,
             b->global_ranks[b->rank], b->global_ranks[p], pe->tp->name, pe->nlanes);
   }
   *out = cm;

@@ -30,8 +30,8 @@
 static int rr__free_port(int *port) {
   rr__addr a, bound;
   int fd;
-  RR_CHECK(rr__addr_resolve("127.0.0.1", 0, &a));
-  RR_CHECK(rr__sock_listen(&a, 1, 1, &fd, &bound));
+  RR__CHECK(rr__addr_resolve("127.0.0.1", 0, &a));
+  RR__CHECK(rr__sock_listen(&a, 1, 1, &fd, &bound));
   *port = rr__addr_port(&bound);
   if (close(fd) != 0) return rr__set_error(RR_ESYS, "rr_spawn: close: %s", strerror(errno));
   return RR_OK;
@@ -80,7 +80,7 @@ static int rr__pidfd(pid_t pid) {
   long fd = syscall(SYS_pidfd_open, pid, 0);
   if (fd >= 0) return (int)fd;
   if (errno != ENOSYS && errno != EPERM)
-    RR_WARN(RR_SUB_INIT, "rr_spawn: pidfd_open(%d): %s; polling instead", (int)pid,
+    RR__LOG_WARN(RR__SUB_INIT, "rr_spawn: pidfd_open(%d): %s; polling instead", (int)pid,
             strerror(errno));
 #else
   (void)pid;
@@ -91,7 +91,7 @@ static int rr__pidfd(pid_t pid) {
 static void rr__signal(pid_t pid, int sig) {
   /* pid is an unreaped child of ours, so kill() cannot miss it (a zombie takes signals). */
   if (kill(pid, sig) != 0)
-    RR_WARN(RR_SUB_INIT, "rr_spawn: kill(%d, %d): %s", (int)pid, sig, strerror(errno));
+    RR__LOG_WARN(RR__SUB_INIT, "rr_spawn: kill(%d, %d): %s", (int)pid, sig, strerror(errno));
 }
 
 int rr_spawn(int nprocs, int (*fn)(int rank, void *arg), void *arg, rr_spawn_status *status) {
@@ -99,7 +99,7 @@ int rr_spawn(int nprocs, int (*fn)(int rank, void *arg), void *arg, rr_spawn_sta
   if (nprocs < 1 || !fn)
     return rr__set_error(RR_EINVAL, "rr_spawn: need nprocs >= 1 and a function");
   int port;
-  RR_CHECK(rr__free_port(&port));
+  RR__CHECK(rr__free_port(&port));
   pid_t *pids = rr__calloc((size_t)nprocs, sizeof *pids); /* 0 once reaped */
   struct pollfd *pfd = rr__calloc((size_t)nprocs, sizeof *pfd);
   if (!pids || !pfd) {
@@ -136,12 +136,12 @@ int rr_spawn(int nprocs, int (*fn)(int rank, void *arg), void *arg, rr_spawn_sta
       if (p == 0 || (p < 0 && errno == EINTR)) continue; /* running (EINTR: next round) */
       int lost = p < 0; /* ECHILD: reaped by someone else (SIGCHLD ignored, or a handler) */
       if (lost)
-        RR_WARN(RR_SUB_INIT, "rr_spawn: waitpid(%d) for rank %d: %s", (int)pids[i], i,
+        RR__LOG_WARN(RR__SUB_INIT, "rr_spawn: waitpid(%d) for rank %d: %s", (int)pids[i], i,
                 strerror(errno));
       pids[i] = 0;
       live--;
       if (pfd[i].fd >= 0 && close(pfd[i].fd) != 0)
-        RR_WARN(RR_SUB_INIT, "rr_spawn: close: %s", strerror(errno));
+        RR__LOG_WARN(RR__SUB_INIT, "rr_spawn: close: %s", strerror(errno));
       pfd[i].fd = -1; /* poll() skips it */
       int bad = lost || WIFSIGNALED(ws) || (WIFEXITED(ws) && WEXITSTATUS(ws) != 0);
       if (!bad || failed) continue;
@@ -174,18 +174,18 @@ int rr_spawn(int nprocs, int (*fn)(int rank, void *arg), void *arg, rr_spawn_sta
      * next check; never longer than RR__SPAWN_WAKE_MS, so this is never a busy loop and
      * never an unbounded wait. */
     int64_t ms = have_pidfds ? RR__SPAWN_WAKE_MS : RR__SPAWN_POLL_MS;
-    if (failed && !killed) ms = RR_MIN(ms, rr__ms_left(kill_at));
+    if (failed && !killed) ms = RR__MIN(ms, rr__ms_left(kill_at));
     if (poll(have_pidfds ? pfd : NULL, have_pidfds ? (nfds_t)started : 0, (int)ms) < 0 &&
         errno != EINTR) {
       /* Only EINVAL (more workers than RLIMIT_NOFILE) or ENOMEM: sleep without the fds. */
-      RR_WARN(RR_SUB_INIT, "rr_spawn: poll: %s; checking every %d ms instead", strerror(errno),
+      RR__LOG_WARN(RR__SUB_INIT, "rr_spawn: poll: %s; checking every %d ms instead", strerror(errno),
               RR__SPAWN_POLL_MS);
       have_pidfds = 0;
     }
   }
   for (int i = 0; i < started; i++)
     if (pfd[i].fd >= 0 && close(pfd[i].fd) != 0)
-      RR_WARN(RR_SUB_INIT, "rr_spawn: close: %s", strerror(errno));
+      RR__LOG_WARN(RR__SUB_INIT, "rr_spawn: close: %s", strerror(errno));
   free(pids);
   free(pfd);
   return st;

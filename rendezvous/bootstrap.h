@@ -1,9 +1,9 @@
-#ifndef RR_RING_BOOTSTRAP_H_
-#define RR_RING_BOOTSTRAP_H_
+#ifndef RR__RING_BOOTSTRAP_H_
+#define RR__RING_BOOTSTRAP_H_
 
 #include <stdint.h>
 
-#include "ring/comm.h"
+#include "transport/comm.h"
 #include "ringreduce/ringreduce.h"
 #include "transport/socket.h"
 
@@ -21,4 +21,4 @@ typedef struct rr__boot {
 /* Rendezvous through the store and connect every pair of the group. */
 int rr__bootstrap(const rr__boot *b, rr__comm **out);
 
-#endif /* RR_RING_BOOTSTRAP_H_ */
+#endif /* RR__RING_BOOTSTRAP_H_ */

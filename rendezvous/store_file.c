@@ -34,7 +34,7 @@
 #include "common/log.h"
 #include "common/status.h"
 #include "common/util.h"
-#include "ring/store.h"
+#include "rendezvous/store.h"
 
 #define RR__FREC_MAGIC 0x66535252u /* bytes 'R' 'R' 'S' 'f' */
 #define RR__FREC_HDR 16
@@ -176,7 +176,7 @@ static int rr__file_begin(rr__file_store *s, const char *what) {
                            what, s->path, (double)s->base.timeout_ms / 1000);
     }
     usleep((useconds_t)nap_us);
-    nap_us = RR_MIN(nap_us * 2, 2000);
+    nap_us = RR__MIN(nap_us * 2, 2000);
   }
   struct stat mine, named;
   if (fstat(s->fd, &mine) != 0) {
@@ -198,7 +198,7 @@ static int rr__file_begin(rr__file_store *s, const char *what) {
 
 static void rr__file_end(rr__file_store *s) {
   if (flock(s->fd, LOCK_UN) != 0)
-    RR_WARN(RR_SUB_STORE, "cannot unlock the store file %s: %s", s->path, strerror(errno));
+    RR__LOG_WARN(RR__SUB_STORE, "cannot unlock the store file %s: %s", s->path, strerror(errno));
   pthread_mutex_unlock(&s->lock);
 }
 
@@ -218,7 +218,7 @@ static int rr__file_append(rr__file_store *s, int type, const void *key, size_t 
     int e = errno;
     /* Do not leave half a record for the others to trip on. */
     if (ftruncate(s->fd, (off_t)at) != 0)
-      RR_WARN(RR_SUB_STORE, "cannot cut a half-written record off the store file %s: %s", s->path,
+      RR__LOG_WARN(RR__SUB_STORE, "cannot cut a half-written record off the store file %s: %s", s->path,
               strerror(errno));
     return rr__set_error(RR_ESYS, "%s: cannot write the store file %s: %s", what, s->path,
                          strerror(e));
@@ -246,7 +246,7 @@ static int rr__file_set(rr_store *st, const char *key, const void *value, size_t
   rr__file_store *s = RR__FILE(st);
   char what[200], ks[160];
   snprintf(what, sizeof what, "set of key %s", rr__store_key_str(key, strlen(key), ks, sizeof ks));
-  RR_CHECK(rr__file_begin(s, what));
+  RR__CHECK(rr__file_begin(s, what));
   int rc = rr__file_append(s, RR__FREC_SET, key, strlen(key), value, len, what);
   rr__file_end(s);
   return rc;
@@ -254,9 +254,9 @@ static int rr__file_set(rr_store *st, const char *key, const void *value, size_t
 
 /* Sleep before polling again: 10 ms growing to 100 ms, never past the deadline. */
 static void rr__file_nap(int64_t *nap_ms, int64_t deadline) {
-  int64_t ms = RR_MIN(*nap_ms, rr__ms_left(deadline));
+  int64_t ms = RR__MIN(*nap_ms, rr__ms_left(deadline));
   if (ms > 0) usleep((useconds_t)(ms * 1000));
-  *nap_ms = RR_MIN(*nap_ms * 3 / 2, RR__FILE_POLL_MAX_MS);
+  *nap_ms = RR__MIN(*nap_ms * 3 / 2, RR__FILE_POLL_MAX_MS);
 }
 
 static int rr__file_get(rr_store *st, const char *key, int64_t timeout_ms, void **value,
@@ -267,7 +267,7 @@ static int rr__file_get(rr_store *st, const char *key, int64_t timeout_ms, void 
   snprintf(what, sizeof what, "get of key %s", rr__store_key_str(key, klen, ks, sizeof ks));
   int64_t deadline = rr__deadline(timeout_ms), nap = RR__FILE_POLL_MIN_MS;
   for (;;) {
-    RR_CHECK(rr__file_begin(s, what));
+    RR__CHECK(rr__file_begin(s, what));
     const rr__kv_val *v = rr__kv_get(s->kv, key, klen);
     int rc = RR_OK, found = v != NULL;
     if (found) {
@@ -295,7 +295,7 @@ static int rr__file_add(rr_store *st, const char *key, int64_t delta, int64_t *r
   char what[200], ks[160];
   snprintf(what, sizeof what, "add of %" PRId64 " to key %s", delta,
            rr__store_key_str(key, strlen(key), ks, sizeof ks));
-  RR_CHECK(rr__file_begin(s, what));
+  RR__CHECK(rr__file_begin(s, what));
   int rc = rr__file_add_locked(s, key, strlen(key), delta, result, what);
   rr__file_end(s);
   return rc;
@@ -315,7 +315,7 @@ static int rr__file_wait(rr_store *st, const char *const *keys, int nkeys, int64
            rr__store_key_str(keys[0], strlen(keys[0]), ks, sizeof ks), nkeys > 1 ? ", ..." : "");
   int64_t deadline = rr__deadline(timeout_ms), nap = RR__FILE_POLL_MIN_MS;
   for (;;) {
-    RR_CHECK(rr__file_begin(s, what));
+    RR__CHECK(rr__file_begin(s, what));
     int miss = rr__file_missing(s, keys, nkeys);
     rr__file_end(s);
     if (miss == nkeys) return RR_OK;
@@ -334,7 +334,7 @@ static int rr__file_check(rr_store *st, const char *const *keys, int nkeys, int 
   char what[240], ks[160];
   snprintf(what, sizeof what, "check of %d key%s (%s%s)", nkeys, nkeys == 1 ? "" : "s",
            rr__store_key_str(keys[0], strlen(keys[0]), ks, sizeof ks), nkeys > 1 ? ", ..." : "");
-  RR_CHECK(rr__file_begin(s, what));
+  RR__CHECK(rr__file_begin(s, what));
   *exists = rr__file_missing(s, keys, nkeys) == nkeys;
   rr__file_end(s);
   return RR_OK;
@@ -345,7 +345,7 @@ static int rr__file_del(rr_store *st, const char *key, int *deleted) {
   char what[200], ks[160];
   size_t klen = strlen(key);
   snprintf(what, sizeof what, "delete of key %s", rr__store_key_str(key, klen, ks, sizeof ks));
-  RR_CHECK(rr__file_begin(s, what));
+  RR__CHECK(rr__file_begin(s, what));
   int rc = RR_OK;
   *deleted = rr__kv_get(s->kv, key, klen) != NULL;
   if (*deleted) rc = rr__file_append(s, RR__FREC_DEL, key, klen, NULL, 0, what);
@@ -376,14 +376,14 @@ static void rr__file_free(rr_store *st) {
     rc = rr__file_add_locked(s, rr__refs_key, sizeof rr__refs_key, -1, &left, what);
     if (rc == RR_OK && left <= 0) {
       if (unlink(s->path) != 0)
-        RR_WARN(RR_SUB_STORE, "cannot remove the store file %s: %s", s->path, strerror(errno));
+        RR__LOG_WARN(RR__SUB_STORE, "cannot remove the store file %s: %s", s->path, strerror(errno));
       else
-        RR_INFO(RR_SUB_STORE, "removed the store file %s (last user left)", s->path);
+        RR__LOG_INFO(RR__SUB_STORE, "removed the store file %s (last user left)", s->path);
     }
     rr__file_end(s);
   }
   if (rc != RR_OK)
-    RR_WARN(RR_SUB_STORE, "leaving the store file %s in place: %s", s->path, rr__error());
+    RR__LOG_WARN(RR__SUB_STORE, "leaving the store file %s in place: %s", s->path, rr__error());
   rr__file_destroy(s);
 }
 
@@ -420,7 +420,7 @@ int rr__store_file_open(const char *path, int64_t timeout_ms, rr_store **store) 
     rr__kv_free(s->kv);
     s->kv = NULL;
     s->off = 0;
-    RR_CHECK_GOTO(rr__kv_new(&s->kv), rc, fail);
+    RR__CHECK_GOTO(rr__kv_new(&s->kv), rc, fail);
     s->fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
     if (s->fd < 0) {
       rc = rr__set_error(RR_ESYS, "cannot open the store file %s: %s", path, strerror(errno));
@@ -437,7 +437,7 @@ int rr__store_file_open(const char *path, int64_t timeout_ms, rr_store **store) 
   rc = rr__file_add_locked(s, rr__refs_key, sizeof rr__refs_key, 1, &users, "rr_store_file");
   rr__file_end(s);
   if (rc != RR_OK) goto fail;
-  RR_INFO(RR_SUB_STORE, "opened the store file %s (%" PRId64 " user%s)", path, users,
+  RR__LOG_INFO(RR__SUB_STORE, "opened the store file %s (%" PRId64 " user%s)", path, users,
           users == 1 ? "" : "s");
   *store = &s->base;
   return RR_OK;

@@ -1,5 +1,5 @@
-#ifndef RR_RING_INIT_METHOD_H_
-#define RR_RING_INIT_METHOD_H_
+#ifndef RR__RING_INIT_METHOD_H_
+#define RR__RING_INIT_METHOD_H_
 
 #include "ringreduce/ringreduce.h"
 
@@ -18,4 +18,4 @@ typedef struct rr__init_info {
 /* Resolve the init method of opt (NULL: env://) into rank, world size and rendezvous. */
 int rr__init_parse(const rr_pg_options *opt, rr__init_info *info);
 
-#endif /* RR_RING_INIT_METHOD_H_ */
+#endif /* RR__RING_INIT_METHOD_H_ */

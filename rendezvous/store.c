@@ -1,7 +1,7 @@
 /* The public rr_store_* calls: check every argument here, once, so that nothing invalid is
  * sent or written, then dispatch to the store's table of operations (store_tcp.c,
  * store_file.c). Also the key/value table and the add arithmetic both kinds share. */
-#include "ring/store.h"
+#include "rendezvous/store.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -17,7 +17,7 @@
  */
 const char *rr__store_key_str(const char *key, size_t klen, char *buf, size_t n) {
   /* Printable copy: keys may hold any byte but NUL; control bytes become '?'. */
-  size_t show = RR_MIN(klen, (size_t)128);
+  size_t show = RR__MIN(klen, (size_t)128);
   size_t o = 0;
   if (n < 8) {
     if (n) buf[0] = '\0';
@@ -111,8 +111,8 @@ int rr_store_port(const rr_store *store) {
 }
 
 int rr_store_set(rr_store *store, const char *key, const void *value, size_t len) {
-  RR_CHECK(rr__store_check(store, "set"));
-  RR_CHECK(rr__key_check(key, "set", NULL));
+  RR__CHECK(rr__store_check(store, "set"));
+  RR__CHECK(rr__key_check(key, "set", NULL));
   if (len > RR__STORE_MAX_VALUE)
     return rr__set_error(RR_EINVAL, "rr_store_set: a value of %zu bytes is over the limit of %u",
                          len, (unsigned)RR__STORE_MAX_VALUE);
@@ -122,8 +122,8 @@ int rr_store_set(rr_store *store, const char *key, const void *value, size_t len
 }
 
 int rr_store_get(rr_store *store, const char *key, void **value, size_t *len) {
-  RR_CHECK(rr__store_check(store, "get"));
-  RR_CHECK(rr__key_check(key, "get", NULL));
+  RR__CHECK(rr__store_check(store, "get"));
+  RR__CHECK(rr__key_check(key, "get", NULL));
   if (!value || !len) return rr__set_error(RR_EINVAL, "rr_store_get: value or len is NULL");
   *value = NULL;
   *len = 0;
@@ -131,15 +131,15 @@ int rr_store_get(rr_store *store, const char *key, void **value, size_t *len) {
 }
 
 int rr_store_add(rr_store *store, const char *key, int64_t delta, int64_t *result) {
-  RR_CHECK(rr__store_check(store, "add"));
-  RR_CHECK(rr__key_check(key, "add", NULL));
+  RR__CHECK(rr__store_check(store, "add"));
+  RR__CHECK(rr__key_check(key, "add", NULL));
   int64_t dummy;
   return store->ops->add(store, key, delta, result ? result : &dummy);
 }
 
 int rr_store_wait(rr_store *store, const char *const *keys, int nkeys, int64_t timeout_ms) {
-  RR_CHECK(rr__store_check(store, "wait"));
-  RR_CHECK(rr__keys_check(keys, nkeys, "wait"));
+  RR__CHECK(rr__store_check(store, "wait"));
+  RR__CHECK(rr__keys_check(keys, nkeys, "wait"));
   if (timeout_ms < 0)
     return rr__set_error(RR_EINVAL,
                          "rr_store_wait: timeout %" PRId64 " ms is negative (0: the store's)",
@@ -149,8 +149,8 @@ int rr_store_wait(rr_store *store, const char *const *keys, int nkeys, int64_t t
 }
 
 int rr_store_check(rr_store *store, const char *const *keys, int nkeys, int *exists) {
-  RR_CHECK(rr__store_check(store, "check"));
-  RR_CHECK(rr__keys_check(keys, nkeys, "check"));
+  RR__CHECK(rr__store_check(store, "check"));
+  RR__CHECK(rr__keys_check(keys, nkeys, "check"));
   if (!exists) return rr__set_error(RR_EINVAL, "rr_store_check: exists is NULL");
   *exists = 0;
   if (nkeys == 0) {
@@ -161,8 +161,8 @@ int rr_store_check(rr_store *store, const char *const *keys, int nkeys, int *exi
 }
 
 int rr_store_delete(rr_store *store, const char *key, int *deleted) {
-  RR_CHECK(rr__store_check(store, "delete"));
-  RR_CHECK(rr__key_check(key, "delete", NULL));
+  RR__CHECK(rr__store_check(store, "delete"));
+  RR__CHECK(rr__key_check(key, "delete", NULL));
   int dummy;
   return store->ops->del(store, key, deleted ? deleted : &dummy);
 }

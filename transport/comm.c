@@ -1,4 +1,4 @@
-#include "ring/comm.h"
+#include "transport/comm.h"
 
 #include <ctype.h>
 #include <errno.h>
@@ -50,7 +50,7 @@ static void rr__send_ctl(int fd, uint32_t type, int origin, int status, const ch
    * kernel buffer has room; a peer that is gone simply misses it. */
   ssize_t w = send(fd, buf, RR__CTL_FIXED + len, MSG_DONTWAIT | MSG_NOSIGNAL);
   if (w != (ssize_t)(RR__CTL_FIXED + len))
-    RR_INFO(RR_SUB_NET, "control message %u not fully sent on fd %d", type, fd);
+    RR__LOG_INFO(RR__SUB_NET, "control message %u not fully sent on fd %d", type, fd);
 }
 
 void rr__comm_free(rr__comm *cm) {
@@ -85,10 +85,10 @@ int rr__comm_abort(rr__comm *cm, int status, const char *reason, int tell_peers)
     snprintf(cm->abort_reason, sizeof cm->abort_reason, "%s", reason);
     atomic_store(&cm->aborted, 1);
     if (tell_peers) atomic_store(&cm->halt, 1);
-    RR_WARN(RR_SUB_COLL, "group aborted: %s", reason);
+    RR__LOG_WARN(RR__SUB_COLL, "group aborted: %s", reason);
     uint64_t one = 1;
     if (write(cm->wake_fd, &one, sizeof one) < 0 && errno != EAGAIN)
-      RR_WARN(RR_SUB_COLL, "eventfd write: %s", strerror(errno));
+      RR__LOG_WARN(RR__SUB_COLL, "eventfd write: %s", strerror(errno));
     if (tell_peers)
       for (int i = 0; i < cm->size; i++)
         if (i != cm->rank && cm->peers[i].ctrl_fd >= 0)
@@ -124,7 +124,7 @@ static void rr__activate(rr__comm *cm, rr__conn *c) {
 int rr__comm_isend(rr__comm *cm, int peer, int msg, rr__req *r) {
   rr__conn *c = rr__lane_for(cm, peer, msg);
   if (!c) return rr__set_error(RR_EINVAL, "internal: no connection to group rank %d", peer);
-  RR_CHECK(c->tp->isend(c, r));
+  RR__CHECK(c->tp->isend(c, r));
   rr__activate(cm, c);
   return RR_OK;
 }
@@ -137,7 +137,7 @@ int rr__comm_irecv(rr__comm *cm, int peer, int msg, rr__req *r) {
   rr__conn *c = rr__lane_for(cm, peer, msg);
   if (!c) return rr__set_error(RR_EINVAL, "internal: no connection to group rank %d", peer);
   cm->peers[peer].rx_used = 1;
-  RR_CHECK(c->tp->irecv(c, r));
+  RR__CHECK(c->tp->irecv(c, r));
   rr__activate(cm, c);
   return RR_OK;
 }
@@ -285,7 +285,7 @@ int rr__comm_wait(rr__comm *cm, int64_t deadline_ms, const rr__sniff *sn) {
   n++;
   int64_t left = rr__ms_left(deadline_ms);
   int rc;
-  do rc = poll(cm->pfds, (nfds_t)n, (int)RR_MIN(left, 1 << 30));
+  do rc = poll(cm->pfds, (nfds_t)n, (int)RR__MIN(left, 1 << 30));
   while (rc < 0 && errno == EINTR);
   if (rc < 0) return rr__set_error(RR_ESYS, "poll: %s", strerror(errno));
   /* Data that is here wins: a call whose last bytes arrived completes even if a peer has
@@ -311,7 +311,7 @@ int rr__comm_wait(rr__comm *cm, int64_t deadline_ms, const rr__sniff *sn) {
     }
     if (got == sizeof hdr) {
       cm->peers[i].sniffed = sn->seq + 1;
-      RR_CHECK(sn->check(sn->ctx, i, hdr));
+      RR__CHECK(sn->check(sn->ctx, i, hdr));
     } else if (got == 0) {
       cm->peers[i].sniffed = sn->seq + 1; /* closed: the control socket will say why */
     }
@@ -322,7 +322,7 @@ int rr__comm_wait(rr__comm *cm, int64_t deadline_ms, const rr__sniff *sn) {
   for (int k = first_ctl, i = 0; i < cm->size; i++) {
     if (cm->peers[i].ctrl_fd < 0) continue;
     int gone = 0;
-    if (cm->pfds[k++].revents) RR_CHECK(rr__read_ctl_msgs(cm, i, &gone));
+    if (cm->pfds[k++].revents) RR__CHECK(rr__read_ctl_msgs(cm, i, &gone));
     if (gone && lost < 0) lost = i;
   }
   if (lost >= 0 && !atomic_load(&cm->aborted)) return rr__lost(cm, lost);
@@ -353,6 +353,6 @@ int64_t rr__comm_idle_ms(const rr__comm *cm, int peer) {
   if (peer < 0 || peer >= cm->size) return 0;
   const rr__peer *p = &cm->peers[peer];
   int64_t last = 0;
-  for (int l = 0; l < p->nlanes; l++) last = RR_MAX(last, p->lane[l]->last_rx_ms);
+  for (int l = 0; l < p->nlanes; l++) last = RR__MAX(last, p->lane[l]->last_rx_ms);
   return last ? rr__now_ms_coarse() - last : 0;
 }

@@ -16,11 +16,11 @@
 #include "common/siphash.h"
 #include "common/status.h"
 #include "common/util.h"
-#include "ring/bootstrap.h"
-#include "ring/init_method.h"
+#include "rendezvous/bootstrap.h"
+#include "rendezvous/init_method.h"
 #include "ring/op.h"
-#include "ring/pg.h"
-#include "ring/store.h"
+#include "group/pg.h"
+#include "rendezvous/store.h"
 
 void rr_pg_options_init(rr_pg_options *opt) {
   if (opt) *opt = (rr_pg_options)RR_PG_OPTIONS_INIT;
@@ -159,7 +159,7 @@ static int rr__submit(rr_pg *pg, const rr__args *a, rr_work **work) {
   }
   pthread_mutex_unlock(&pg->mu);
   rr_work *w;
-  RR_CHECK(rr__enqueue(pg, a, &w));
+  RR__CHECK(rr__enqueue(pg, a, &w));
   int st = rr_work_wait(w, 0);
   rr_work_free(w);
   return st;
@@ -302,7 +302,7 @@ static int rr__validate(rr_pg *pg, rr__args *a, int root_or_peer) {
     return rr__set_error(RR_EINVAL, "invalid dtype %d", (int)a->dtype);
   int reducing = a->kind == RR__K_ALL_REDUCE || a->kind == RR__K_REDUCE ||
                  a->kind == RR__K_REDUCE_SCATTER;
-  if (reducing) RR_CHECK(rr__op_check(a->dtype, a->op));
+  if (reducing) RR__CHECK(rr__op_check(a->dtype, a->op));
   else a->op = RR_SUM;
   if (a->count > SIZE_MAX / es / (size_t)pg->size / 2)
     return rr__set_error(RR_EINVAL, "count %zu of %s overflows the addressable size", a->count,
@@ -310,16 +310,16 @@ static int rr__validate(rr_pg *pg, rr__args *a, int root_or_peer) {
   a->root = -1;
   a->peer = -1;
   if (a->kind == RR__K_BROADCAST || a->kind == RR__K_REDUCE)
-    RR_CHECK(rr__rank_arg(pg, "root", root_or_peer, &a->root));
+    RR__CHECK(rr__rank_arg(pg, "root", root_or_peer, &a->root));
   if (a->kind == RR__K_SEND || a->kind == RR__K_RECV || a->kind == RR__K_SENDRECV) {
-    RR_CHECK(rr__rank_arg(pg, a->kind == RR__K_SENDRECV ? "dst" : "peer", root_or_peer, &a->peer));
+    RR__CHECK(rr__rank_arg(pg, a->kind == RR__K_SENDRECV ? "dst" : "peer", root_or_peer, &a->peer));
     if (a->peer == pg->rank)
       return rr__set_error(RR_EINVAL, "peer %d is this rank: sending to oneself is not supported",
                            root_or_peer);
   }
   if (a->kind == RR__K_SENDRECV) {
     int global_src = a->src;
-    RR_CHECK(rr__rank_arg(pg, "src", global_src, &a->src));
+    RR__CHECK(rr__rank_arg(pg, "src", global_src, &a->src));
     if (a->src == pg->rank)
       return rr__set_error(RR_EINVAL, "src %d is this rank: receiving from oneself is not supported",
                            global_src);
@@ -501,7 +501,7 @@ static int rr__pg_start(rr_pg *pg, int64_t deadline_ms) {
                 .global_ranks = pg->global_ranks, .hint = pg->have_hint ? &pg->hint : NULL,
                 .deadline_ms = deadline_ms, .timeout_ms = pg->timeout_ms,
                 .token_key = pg->have_token ? pg->token_key : NULL};
-  RR_CHECK(rr__bootstrap(&b, &pg->comm));
+  RR__CHECK(rr__bootstrap(&b, &pg->comm));
   int e = pthread_create(&pg->worker, NULL, rr__worker_main, pg);
   if (e != 0) return rr__set_error(RR_ESYS, "pthread_create: %s", strerror(e));
   pg->worker_started = 1;
@@ -514,7 +514,7 @@ static int rr__check_world(rr_pg *pg, const rr__init_info *in) {
   char key[64];
   int64_t claims = 0;
   snprintf(key, sizeof key, "rr/w/claim/%d", in->rank);
-  RR_CHECK(rr_store_add(pg->store, key, 1, &claims));
+  RR__CHECK(rr_store_add(pg->store, key, 1, &claims));
   if (claims > 1)
     return rr__set_error(RR_EINVAL,
                          "rank %d was claimed by %lld processes (two processes with the same "
@@ -528,10 +528,10 @@ static int rr__check_world(rr_pg *pg, const rr__init_info *in) {
   int st = rr_store_get(pg->store, "rr/w/world_size", &v, &vl);
   if (st == RR_ETIMEDOUT)
     return rr__set_error(RR_ETIMEDOUT, "rank 0 never reached the rendezvous");
-  RR_CHECK(st);
+  RR__CHECK(st);
   int same = vl == (size_t)len && memcmp(v, ws, vl) == 0;
   char theirs[32];
-  snprintf(theirs, sizeof theirs, "%.*s", (int)RR_MIN(vl, 31), (const char *)v);
+  snprintf(theirs, sizeof theirs, "%.*s", (int)RR__MIN(vl, 31), (const char *)v);
   free(v);
   if (!same)
     return rr__set_error(RR_EINVAL, "this rank has world size %d but rank 0 has %s",
@@ -542,7 +542,7 @@ static int rr__check_world(rr_pg *pg, const rr__init_info *in) {
 int rr_init_process_group(rr_pg **out, const rr_pg_options *opt) {
   if (!out) return rr__set_error(RR_EINVAL, "init_process_group: pg is NULL");
   *out = NULL;
-  RR_CHECK(rr__params_check());
+  RR__CHECK(rr__params_check());
   rr__init_info in;
   int st = rr__init_parse(opt, &in);
   if (st != RR_OK) return rr__prefix_error(st, "init_process_group");
@@ -553,7 +553,7 @@ int rr_init_process_group(rr_pg **out, const rr_pg_options *opt) {
   int64_t deadline = rr__deadline(timeout);
 
   rr_pg *pg = NULL;
-  RR_CHECK_GOTO(rr__pg_new(in.world_size, &pg), st, fail);
+  RR__CHECK_GOTO(rr__pg_new(in.world_size, &pg), st, fail);
   pg->world = pg;
   pg->rank = in.rank;
   pg->timeout_ms = timeout;
@@ -568,7 +568,7 @@ int rr_init_process_group(rr_pg **out, const rr_pg_options *opt) {
   {
     rr__addr probe, hint;
     int have = in.kind != RR__INIT_FILE && rr__addr_resolve(in.host, in.port, &hint) == RR_OK;
-    RR_CHECK_GOTO(rr__if_select(rr__params_get()->socket_ifname, have ? &hint : NULL, &probe,
+    RR__CHECK_GOTO(rr__if_select(rr__params_get()->socket_ifname, have ? &hint : NULL, &probe,
                                 NULL, 0),
                   st, fail);
   }
@@ -595,9 +595,9 @@ int rr_init_process_group(rr_pg **out, const rr_pg_options *opt) {
     rr__prefix_error(st, "rendezvous store");
     goto fail;
   }
-  RR_CHECK_GOTO(rr__check_world(pg, &in), st, fail);
-  RR_CHECK_GOTO(rr__pg_start(pg, deadline), st, fail);
-  RR_INFO(RR_SUB_INIT, "rank %d of %d ready (rank and size from %s)", in.rank, in.world_size,
+  RR__CHECK_GOTO(rr__check_world(pg, &in), st, fail);
+  RR__CHECK_GOTO(rr__pg_start(pg, deadline), st, fail);
+  RR__LOG_INFO(RR__SUB_INIT, "rank %d of %d ready (rank and size from %s)", in.rank, in.world_size,
           in.source);
   *out = pg;
   return RR_OK;

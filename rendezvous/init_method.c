@@ -4,7 +4,7 @@
  *   file:///path?rank=R&world_size=N
  * Under srun or mpirun, with RANK/WORLD_SIZE unset, Slurm's or Open MPI's variables stand in.
  * Every missing or malformed value is an error that names it. */
-#include "ring/init_method.h"
+#include "rendezvous/init_method.h"
 
 #include <errno.h>
 #include <limits.h>
@@ -40,8 +40,8 @@ static int rr__env_rank_world(rr__init_info *in) {
       {"OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK"}};
   for (size_t i = 0; i < sizeof sets / sizeof sets[0]; i++) {
     int fr, fw;
-    RR_CHECK(rr__env_int(sets[i][0], 0, INT_MAX - 1, &in->rank, &fr));
-    RR_CHECK(rr__env_int(sets[i][1], 1, INT_MAX, &in->world_size, &fw));
+    RR__CHECK(rr__env_int(sets[i][0], 0, INT_MAX - 1, &in->rank, &fr));
+    RR__CHECK(rr__env_int(sets[i][1], 1, INT_MAX, &in->world_size, &fw));
     if (fr && fw) {
       in->source = sets[i][0];
       return RR_OK;
@@ -86,10 +86,10 @@ static int rr__parse_query(const char *q, rr__init_info *in, int *have_rank, int
     memcpy(val, eq + 1, n - (size_t)(eq - q) - 1);
     val[n - (size_t)(eq - q) - 1] = '\0';
     if (!strcmp(key, "rank")) {
-      RR_CHECK(rr__parse_int("rank", val, 0, INT_MAX - 1, &in->rank));
+      RR__CHECK(rr__parse_int("rank", val, 0, INT_MAX - 1, &in->rank));
       *have_rank = 1;
     } else if (!strcmp(key, "world_size")) {
-      RR_CHECK(rr__parse_int("world_size", val, 1, INT_MAX, &in->world_size));
+      RR__CHECK(rr__parse_int("world_size", val, 1, INT_MAX, &in->world_size));
       *have_world = 1;
     } else {
       return rr__set_error(RR_EINVAL, "unknown init_method parameter '%s' (rank, world_size)",
@@ -110,7 +110,7 @@ static int rr__parse_hostport(const char *s, size_t n, rr__init_info *in) {
   if (!colon || colon == buf || (buf[0] == '[' && colon < strchr(buf, ']')))
     return rr__set_error(RR_EINVAL, "init_method 'tcp://%s' needs host:port", buf);
   *colon = '\0';
-  RR_CHECK(rr__parse_int("port of tcp:// init_method", colon + 1, 1, 65535, &in->port));
+  RR__CHECK(rr__parse_int("port of tcp:// init_method", colon + 1, 1, 65535, &in->port));
   size_t hl = strlen(buf);
   if (hl >= sizeof in->host) return rr__set_error(RR_EINVAL, "host name in init_method too long");
   memcpy(in->host, buf, hl + 1);
@@ -131,7 +131,7 @@ int rr__init_parse(const rr_pg_options *opt, rr__init_info *in) {
       in->world_size = opt->world_size;
       in->source = "options";
     } else {
-      RR_CHECK(rr__env_rank_world(in));
+      RR__CHECK(rr__env_rank_world(in));
     }
     const char *addr = getenv("MASTER_ADDR"), *port = getenv("MASTER_PORT");
     if (!addr || !*addr)
@@ -141,18 +141,18 @@ int rr__init_parse(const rr_pg_options *opt, rr__init_info *in) {
     if (strlen(addr) >= sizeof in->host)
       return rr__set_error(RR_EENV, "MASTER_ADDR is too long");
     snprintf(in->host, sizeof in->host, "%s", addr);
-    RR_CHECK(rr__parse_int("MASTER_PORT", port, 1, 65535, &in->port));
+    RR__CHECK(rr__parse_int("MASTER_PORT", port, 1, 65535, &in->port));
   } else if (!strncmp(m, "tcp://", 6)) {
     in->kind = RR__INIT_TCP;
-    RR_CHECK(rr__parse_hostport(m + 6, body_len - 6, in));
-    RR_CHECK(rr__parse_query(q ? q + 1 : NULL, in, &have_rank, &have_world));
+    RR__CHECK(rr__parse_hostport(m + 6, body_len - 6, in));
+    RR__CHECK(rr__parse_query(q ? q + 1 : NULL, in, &have_rank, &have_world));
   } else if (!strncmp(m, "file://", 7)) {
     in->kind = RR__INIT_FILE;
     if (body_len - 7 == 0 || body_len - 7 >= sizeof in->path)
       return rr__set_error(RR_EINVAL, "init_method 'file://' needs a path");
     memcpy(in->path, m + 7, body_len - 7);
     in->path[body_len - 7] = '\0';
-    RR_CHECK(rr__parse_query(q ? q + 1 : NULL, in, &have_rank, &have_world));
+    RR__CHECK(rr__parse_query(q ? q + 1 : NULL, in, &have_rank, &have_world));
   } else {
     return rr__set_error(RR_EINVAL,
                          "unknown init_method '%s' (env://, tcp://host:port, file:///path)", m);

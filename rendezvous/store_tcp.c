@@ -35,7 +35,7 @@
 #include "common/log.h"
 #include "common/status.h"
 #include "common/util.h"
-#include "ring/store.h"
+#include "rendezvous/store.h"
 #include "transport/socket.h"
 
 #define RR__SRV_BACKLOG 1024
@@ -59,7 +59,7 @@ typedef struct rr__sconn {
   int fd; /* -1 once closed; the slot is removed at the end of the loop */
   int greeted;
   int64_t connected_ms;
-  char peer[RR_ADDRSTRLEN];
+  char peer[RR__ADDRSTRLEN];
   /* The request being read. */
   uint8_t hdr[RR__STORE_HDR];
   size_t hdr_got;
@@ -115,17 +115,17 @@ static void rr__srv_drop(rr__server *srv, rr__sconn *c, int level, const char *f
     RR__PRINTF(4, 5);
 static void rr__srv_drop(rr__server *srv, rr__sconn *c, int level, const char *fmt, ...) {
   if (c->fd < 0) return;
-  if (rr__log_enabled(level, RR_SUB_STORE)) {
+  if (rr__log_enabled(level, RR__SUB_STORE)) {
     char why[256];
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(why, sizeof why, fmt, ap);
     va_end(ap);
-    rr__log(level, RR_SUB_STORE, __FILE__, __LINE__,
+    rr__log(level, RR__SUB_STORE, __FILE__, __LINE__,
             "rendezvous store on port %d: closing the connection of client %s: %s", srv->port,
             c->peer, why);
   }
-  rr__srv_close(c, level == RR_LOG_WARN);
+  rr__srv_close(c, level == RR__LEVEL_WARN);
 }
 
 /* Forget the request just answered, ready for the next one. */
@@ -152,7 +152,7 @@ static void rr__srv_flush(rr__server *srv, rr__sconn *c) {
     }
     if (w < 0 && errno == EINTR) continue;
     if (w < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return;
-    rr__srv_drop(srv, c, errno == EPIPE || errno == ECONNRESET ? RR_LOG_TRACE : RR_LOG_WARN,
+    rr__srv_drop(srv, c, errno == EPIPE || errno == ECONNRESET ? RR__LEVEL_TRACE : RR__LEVEL_WARN,
                  "send: %s", w < 0 ? strerror(errno) : "wrote nothing");
     return;
   }
@@ -160,7 +160,7 @@ static void rr__srv_flush(rr__server *srv, rr__sconn *c) {
   c->out = NULL;
   c->out_len = c->out_off = 0;
   /* A refused client was warned about already; close gently so it reads why. */
-  if (c->close_after_write) rr__srv_drop(srv, c, RR_LOG_INFO, "refused its handshake");
+  if (c->close_after_write) rr__srv_drop(srv, c, RR__LEVEL_INFO, "refused its handshake");
 }
 
 /* Answer the current request (the request's buffers are freed: the reply is a copy). */
@@ -174,7 +174,7 @@ static void rr__srv_reply(rr__server *srv, rr__sconn *c, uint8_t status, int64_t
   rr__srv_reset_request(c);
   c->out = malloc(RR__STORE_HDR + blen);
   if (!c->out) {
-    rr__srv_drop(srv, c, RR_LOG_WARN, "out of memory for a reply of %zu bytes", blen);
+    rr__srv_drop(srv, c, RR__LEVEL_WARN, "out of memory for a reply of %zu bytes", blen);
     return;
   }
   rr__store_hdr_encode(&h, c->out);
@@ -292,11 +292,11 @@ static const char *rr__srv_parse(rr__sconn *c, char *why, size_t n) {
 static void rr__srv_request(rr__server *srv, rr__sconn *c) {
   char why[160];
   if (rr__srv_parse(c, why, sizeof why)) {
-    rr__srv_drop(srv, c, RR_LOG_WARN, "malformed request: %s", why);
+    rr__srv_drop(srv, c, RR__LEVEL_WARN, "malformed request: %s", why);
     return;
   }
   const rr__sarg *a = c->args;
-  RR_TRACE(RR_SUB_STORE,
+  RR__LOG_TRACE(RR__SUB_STORE,
            "rendezvous store on port %d: client %s: opcode %u, %" PRIu32 " argument(s), %" PRIu32
            " bytes",
            srv->port, c->peer, (unsigned)c->h.op, c->nargs, c->h.body_len);
@@ -306,7 +306,7 @@ static void rr__srv_request(rr__server *srv, rr__sconn *c) {
       int token_ok = !srv->token ||
                      (a[0].len == strlen(srv->token) && memcmp(a[0].p, srv->token, a[0].len) == 0);
       if (!version_ok || !token_ok) {
-        RR_WARN(RR_SUB_STORE, "rendezvous store on port %d: refusing client %s: %s", srv->port,
+        RR__LOG_WARN(RR__SUB_STORE, "rendezvous store on port %d: refusing client %s: %s", srv->port,
                 c->peer,
                 !version_ok ? "it speaks another protocol version"
                             : "its job token does not match this job's");
@@ -323,14 +323,14 @@ static void rr__srv_request(rr__server *srv, rr__sconn *c) {
       if (a[1].len) {
         v = malloc(a[1].len);
         if (!v) {
-          rr__srv_drop(srv, c, RR_LOG_WARN, "out of memory for a value of %" PRIu32 " bytes",
+          rr__srv_drop(srv, c, RR__LEVEL_WARN, "out of memory for a value of %" PRIu32 " bytes",
                        a[1].len);
           return;
         }
         memcpy(v, a[1].p, a[1].len);
       }
       if (rr__kv_set(srv->kv, a[0].p, a[0].len, v, a[1].len) != RR_OK) {
-        rr__srv_drop(srv, c, RR_LOG_WARN, "out of memory storing a key");
+        rr__srv_drop(srv, c, RR__LEVEL_WARN, "out of memory storing a key");
         return;
       }
       rr__srv_reply(srv, c, RR__SST_OK, 0, NULL, 0);
@@ -349,7 +349,7 @@ static void rr__srv_request(rr__server *srv, rr__sconn *c) {
       char *v = malloc(tl);
       if (v) memcpy(v, text, tl);
       if (!v || rr__kv_set(srv->kv, a[0].p, a[0].len, v, tl) != RR_OK) {
-        rr__srv_drop(srv, c, RR_LOG_WARN, "out of memory storing a key");
+        rr__srv_drop(srv, c, RR__LEVEL_WARN, "out of memory storing a key");
         return;
       }
       rr__srv_reply(srv, c, RR__SST_OK, result, NULL, 0);
@@ -389,10 +389,10 @@ static void rr__srv_readable(rr__server *srv, rr__sconn *c) {
     } else {
       if (c->body_got == c->body_cap) {
         size_t cap =
-            RR_MIN((size_t)c->h.body_len, RR_MAX((size_t)RR__SRV_BODY_CHUNK, 2 * c->body_cap));
+            RR__MIN((size_t)c->h.body_len, RR__MAX((size_t)RR__SRV_BODY_CHUNK, 2 * c->body_cap));
         uint8_t *nb = realloc(c->body, cap);
         if (!nb) {
-          rr__srv_drop(srv, c, RR_LOG_WARN, "out of memory for a request of %" PRIu32 " bytes",
+          rr__srv_drop(srv, c, RR__LEVEL_WARN, "out of memory for a request of %" PRIu32 " bytes",
                        c->h.body_len);
           return;
         }
@@ -405,18 +405,18 @@ static void rr__srv_readable(rr__server *srv, rr__sconn *c) {
     ssize_t r = recv(c->fd, dst, want, MSG_DONTWAIT);
     if (r == 0) {
       if (c->hdr_got > 0)
-        rr__srv_drop(srv, c, RR_LOG_WARN,
+        rr__srv_drop(srv, c, RR__LEVEL_WARN,
                      "it disconnected in the middle of a request (%zu header and %zu body bytes "
                      "of %" PRIu32 " received)",
                      c->hdr_got, c->body_got, c->h.body_len);
       else
-        rr__srv_drop(srv, c, RR_LOG_TRACE, "it disconnected");
+        rr__srv_drop(srv, c, RR__LEVEL_TRACE, "it disconnected");
       return;
     }
     if (r < 0) {
       if (errno == EINTR) continue;
       if (errno == EAGAIN || errno == EWOULDBLOCK) return;
-      rr__srv_drop(srv, c, errno == ECONNRESET ? RR_LOG_TRACE : RR_LOG_WARN, "recv: %s",
+      rr__srv_drop(srv, c, errno == ECONNRESET ? RR__LEVEL_TRACE : RR__LEVEL_WARN, "recv: %s",
                    strerror(errno));
       return;
     }
@@ -426,7 +426,7 @@ static void rr__srv_readable(rr__server *srv, rr__sconn *c) {
       if (c->hdr_got < RR__STORE_HDR) continue;
       rr__store_hdr_decode(c->hdr, &c->h);
       if (rr__srv_bad_header(c, why, sizeof why)) {
-        rr__srv_drop(srv, c, RR_LOG_WARN, "malformed request: %s", why);
+        rr__srv_drop(srv, c, RR__LEVEL_WARN, "malformed request: %s", why);
         return;
       }
     } else {
@@ -465,10 +465,10 @@ static int rr__srv_add_conn(rr__server *srv, int fd, const rr__addr *from) {
     if (oldest == SIZE_MAX || o->connected_ms < srv->conns[oldest]->connected_ms) oldest = i;
   }
   if (silent >= RR__SRV_MAX_UNGREETED && oldest != SIZE_MAX)
-    rr__srv_drop(srv, srv->conns[oldest], RR_LOG_WARN,
+    rr__srv_drop(srv, srv->conns[oldest], RR__LEVEL_WARN,
                  "%zu connections have not said HELLO; dropping the oldest", silent);
   srv->conns[srv->nconns++] = c;
-  RR_TRACE(RR_SUB_STORE, "rendezvous store on port %d: client %s connected", srv->port, c->peer);
+  RR__LOG_TRACE(RR__SUB_STORE, "rendezvous store on port %d: client %s connected", srv->port, c->peer);
   return 0;
 }
 
@@ -484,13 +484,13 @@ static void rr__srv_accept(rr__server *srv) {
       if (errno == EAGAIN || errno == EWOULDBLOCK) return;
       /* Out of descriptors or memory: the listener stays readable, so stop polling it for a
        * moment rather than spin. */
-      RR_WARN(RR_SUB_STORE, "rendezvous store on port %d: accept: %s; pausing accepts 100 ms",
+      RR__LOG_WARN(RR__SUB_STORE, "rendezvous store on port %d: accept: %s; pausing accepts 100 ms",
               srv->port, strerror(errno));
       srv->accept_pause_until = rr__now_ms() + 100;
       return;
     }
     if (rr__sock_tune(fd, 0) != RR_OK || rr__srv_add_conn(srv, fd, &from) != 0) {
-      RR_WARN(RR_SUB_STORE, "rendezvous store on port %d: dropping a new client: %s", srv->port,
+      RR__LOG_WARN(RR__SUB_STORE, "rendezvous store on port %d: dropping a new client: %s", srv->port,
               rr__error()[0] ? rr__error() : "out of memory");
       close(fd);
     }
@@ -510,40 +510,40 @@ static int rr__srv_timers(rr__server *srv) {
         rr__srv_reply(srv, c, RR__SST_TIMEOUT, c->next, NULL, 0);
         if (c->fd < 0 || !c->out) continue;
       } else {
-        next = RR_MIN(next, c->deadline_ms);
+        next = RR__MIN(next, c->deadline_ms);
         continue;
       }
     }
     if (c->out) {
       due = c->out_start_ms + srv->idle_ms;
       if (due <= now) {
-        rr__srv_drop(srv, c, RR_LOG_WARN, "it has not read its reply for %.1f s",
+        rr__srv_drop(srv, c, RR__LEVEL_WARN, "it has not read its reply for %.1f s",
                      (double)srv->idle_ms / 1000);
         continue;
       }
     } else if (c->hdr_got > 0) {
       due = c->req_start_ms + srv->idle_ms;
       if (due <= now) {
-        rr__srv_drop(srv, c, RR_LOG_WARN,
+        rr__srv_drop(srv, c, RR__LEVEL_WARN,
                      "it sent only part of a request (%zu header and %zu body bytes) in %.1f s",
                      c->hdr_got, c->body_got, (double)srv->idle_ms / 1000);
         continue;
       }
     } else if (!c->greeted) {
-      due = c->connected_ms + RR_MIN(srv->idle_ms, RR__SRV_HELLO_MS);
+      due = c->connected_ms + RR__MIN(srv->idle_ms, RR__SRV_HELLO_MS);
       if (due <= now) {
-        rr__srv_drop(srv, c, RR_LOG_WARN, "it connected and said nothing for %.1f s",
-                     (double)RR_MIN(srv->idle_ms, RR__SRV_HELLO_MS) / 1000);
+        rr__srv_drop(srv, c, RR__LEVEL_WARN, "it connected and said nothing for %.1f s",
+                     (double)RR__MIN(srv->idle_ms, RR__SRV_HELLO_MS) / 1000);
         continue;
       }
     } else {
       continue;
     }
-    next = RR_MIN(next, due);
+    next = RR__MIN(next, due);
   }
-  if (srv->accept_pause_until > now) next = RR_MIN(next, srv->accept_pause_until);
+  if (srv->accept_pause_until > now) next = RR__MIN(next, srv->accept_pause_until);
   if (next == INT64_MAX) return -1;
-  return (int)RR_MIN(next - now, 1 << 30);
+  return (int)RR__MIN(next - now, 1 << 30);
 }
 
 static void *rr__srv_main(void *arg) {
@@ -572,7 +572,7 @@ static void *rr__srv_main(void *arg) {
     int rc = poll(p, np, timeout);
     if (rc < 0) {
       if (errno == EINTR) continue;
-      RR_WARN(RR_SUB_STORE, "rendezvous store on port %d: poll: %s", srv->port, strerror(errno));
+      RR__LOG_WARN(RR__SUB_STORE, "rendezvous store on port %d: poll: %s", srv->port, strerror(errno));
       usleep(100 * 1000);
       continue;
     }
@@ -582,12 +582,12 @@ static void *rr__srv_main(void *arg) {
       short re = p[i + 2].revents;
       if (!re || c->fd < 0) continue;
       if (re & POLLNVAL) {
-        rr__srv_drop(srv, c, RR_LOG_WARN, "invalid descriptor");
+        rr__srv_drop(srv, c, RR__LEVEL_WARN, "invalid descriptor");
       } else if (c->out) {
         rr__srv_flush(srv, c);
       } else if (c->waiting) {
         if (re & (POLLRDHUP | POLLHUP | POLLERR))
-          rr__srv_drop(srv, c, RR_LOG_TRACE, "it disconnected while waiting for keys");
+          rr__srv_drop(srv, c, RR__LEVEL_TRACE, "it disconnected while waiting for keys");
       } else {
         rr__srv_readable(srv, c);
       }
@@ -626,13 +626,13 @@ static int rr__srv_start(const rr__addr *bind_addr, int64_t idle_ms, const char 
                             rr__addr_port(bind_addr));
   }
   srv->port = rr__addr_port(&bound);
-  RR_CHECK_GOTO(rr__sock_nonblock(srv->lfd, 1), rc, fail);
+  RR__CHECK_GOTO(rr__sock_nonblock(srv->lfd, 1), rc, fail);
   srv->wakefd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
   if (srv->wakefd < 0) {
     rc = rr__set_error(RR_ESYS, "eventfd: %s", strerror(errno));
     goto fail;
   }
-  RR_CHECK_GOTO(rr__kv_new(&srv->kv), rc, fail);
+  RR__CHECK_GOTO(rr__kv_new(&srv->kv), rc, fail);
   if (token && *token) {
     srv->token = rr__strdup(token);
     if (!srv->token) {
@@ -654,14 +654,14 @@ static int rr__srv_start(const rr__addr *bind_addr, int64_t idle_ms, const char 
   if (e == 0) {
     e = pthread_create(&srv->thread, NULL, rr__srv_main, srv);
     int e2 = pthread_sigmask(SIG_SETMASK, &old, NULL);
-    if (e == 0 && e2 != 0) RR_WARN(RR_SUB_STORE, "pthread_sigmask: %s", strerror(e2));
+    if (e == 0 && e2 != 0) RR__LOG_WARN(RR__SUB_STORE, "pthread_sigmask: %s", strerror(e2));
   }
   if (e != 0) {
     rc = rr__set_error(RR_ESYS, "cannot start the rendezvous store's server thread: %s",
                        strerror(e));
     goto fail;
   }
-  RR_INFO(RR_SUB_STORE, "rendezvous store serving on port %d", srv->port);
+  RR__LOG_INFO(RR__SUB_STORE, "rendezvous store serving on port %d", srv->port);
   *out = srv;
   return RR_OK;
 fail:
@@ -676,15 +676,15 @@ static void rr__srv_stop(rr__server *srv) {
   while (w < 0 && errno == EINTR);
   if (w != (ssize_t)sizeof one) {
     /* Cannot happen with a fresh eventfd; leaking the thread beats hanging in join. */
-    RR_WARN(RR_SUB_STORE,
+    RR__LOG_WARN(RR__SUB_STORE,
             "rendezvous store on port %d: cannot wake the server thread (%s); "
             "leaving it running",
             srv->port, w < 0 ? strerror(errno) : "short write");
     return;
   }
   int e = pthread_join(srv->thread, NULL);
-  if (e != 0) RR_WARN(RR_SUB_STORE, "pthread_join: %s", strerror(e));
-  RR_INFO(RR_SUB_STORE, "rendezvous store on port %d stopped", srv->port);
+  if (e != 0) RR__LOG_WARN(RR__SUB_STORE, "pthread_join: %s", strerror(e));
+  RR__LOG_INFO(RR__SUB_STORE, "rendezvous store on port %d stopped", srv->port);
   rr__srv_destroy(srv);
 }
 
@@ -694,7 +694,7 @@ static void rr__srv_stop(rr__server *srv) {
 typedef struct rr__tcp_store {
   rr_store base;
   rr__addr addr;
-  char where[RR_ADDRSTRLEN + 300]; /* "127.0.0.1:29500" or "node1:29500 (10.0.0.1)" */
+  char where[RR__ADDRSTRLEN + 300]; /* "127.0.0.1:29500" or "node1:29500 (10.0.0.1)" */
   int port;
   char *token;
   rr__server *srv; /* the master's */
@@ -747,12 +747,12 @@ static int rr__tcp_connect(rr__tcp_store *s, int64_t deadline, int *fd_out) {
   if (rc != RR_OK) {
     /* socket.c says "cannot connect to <addr>: <cause>"; keep the cause only. */
     char cause[RR__ERRMSG_MAX];
-    char as[RR_ADDRSTRLEN], pre[RR_ADDRSTRLEN + 32];
+    char as[RR__ADDRSTRLEN], pre[RR__ADDRSTRLEN + 32];
     snprintf(pre, sizeof pre, "cannot connect to %s: ", rr__addr_str(&s->addr, as, sizeof as));
     const char *e = rr__error();
     snprintf(cause, sizeof cause, "%s", strncmp(e, pre, strlen(pre)) ? e : e + strlen(pre));
     return rr__set_error(rc, "cannot reach the rendezvous store at %s within %.1f s: %s", s->where,
-                         (double)RR_MAX(deadline - start, 0) / 1000, cause);
+                         (double)RR__MAX(deadline - start, 0) / 1000, cause);
   }
   rc = rr__sock_tune(fd, 0);
   if (rc == RR_OK) rc = rr__tcp_hello(s, fd, deadline);
@@ -850,7 +850,7 @@ static int rr__tcp_call(rr__tcp_store *s, const char *what, uint8_t op, int64_t 
                         const void *const *argp, const size_t *argl, int64_t deadline,
                         rr__store_hdr *rep, void **body, size_t *blen) {
   int slot = -1;
-  RR_CHECK(rr__pool_take(s, deadline, what, &slot));
+  RR__CHECK(rr__pool_take(s, deadline, what, &slot));
   int fd = s->fd[slot];
   size_t total = 0;
   for (uint32_t i = 0; i < nargs; i++) total += 4 + argl[i];
@@ -949,7 +949,7 @@ static int rr__tcp_get(rr_store *st, const char *key, int64_t timeout_ms, void *
   rr__store_hdr rep;
   void *body = NULL;
   size_t blen = 0;
-  RR_CHECK(rr__tcp_call(s, what, RR__SOP_GET, timeout_ms, 1, argp, argl,
+  RR__CHECK(rr__tcp_call(s, what, RR__SOP_GET, timeout_ms, 1, argp, argl,
                         rr__deadline(timeout_ms + RR__STORE_GRACE_MS), &rep, &body, &blen));
   if (rep.status == RR__SST_TIMEOUT)
     return rr__set_error(RR_ETIMEDOUT,
@@ -974,7 +974,7 @@ static int rr__tcp_add(rr_store *st, const char *key, int64_t delta, int64_t *re
   const void *argp[1] = {key};
   size_t argl[1] = {strlen(key)};
   rr__store_hdr rep;
-  RR_CHECK(rr__tcp_call(s, what, RR__SOP_ADD, delta, 1, argp, argl, rr__deadline(st->timeout_ms),
+  RR__CHECK(rr__tcp_call(s, what, RR__SOP_ADD, delta, 1, argp, argl, rr__deadline(st->timeout_ms),
                         &rep, NULL, NULL));
   if (rep.status == RR__SST_NOTINT)
     return rr__set_error(RR_EINVAL,
@@ -1016,7 +1016,7 @@ static int rr__tcp_wait(rr_store *st, const char *const *keys, int nkeys, int64_
   snprintf(what, sizeof what, "wait for %d key%s (%s%s)", nkeys, nkeys == 1 ? "" : "s",
            rr__store_key_str(keys[0], strlen(keys[0]), ks, sizeof ks), nkeys > 1 ? ", ..." : "");
   rr__store_hdr rep;
-  RR_CHECK(rr__tcp_keys(s, RR__SOP_WAIT, what, keys, nkeys, timeout_ms,
+  RR__CHECK(rr__tcp_keys(s, RR__SOP_WAIT, what, keys, nkeys, timeout_ms,
                         rr__deadline(timeout_ms + RR__STORE_GRACE_MS), &rep));
   if (rep.status == RR__SST_TIMEOUT) {
     int miss = rep.num >= 0 && rep.num < nkeys ? (int)rep.num : 0;
@@ -1038,7 +1038,7 @@ static int rr__tcp_check(rr_store *st, const char *const *keys, int nkeys, int *
   snprintf(what, sizeof what, "check of %d key%s (%s%s)", nkeys, nkeys == 1 ? "" : "s",
            rr__store_key_str(keys[0], strlen(keys[0]), ks, sizeof ks), nkeys > 1 ? ", ..." : "");
   rr__store_hdr rep;
-  RR_CHECK(
+  RR__CHECK(
       rr__tcp_keys(s, RR__SOP_CHECK, what, keys, nkeys, 0, rr__deadline(st->timeout_ms), &rep));
   *exists = rep.num != 0;
   return RR_OK;
@@ -1052,7 +1052,7 @@ static int rr__tcp_del(rr_store *st, const char *key, int *deleted) {
   const void *argp[1] = {key};
   size_t argl[1] = {strlen(key)};
   rr__store_hdr rep;
-  RR_CHECK(rr__tcp_call(s, what, RR__SOP_DELETE, 0, 1, argp, argl, rr__deadline(st->timeout_ms),
+  RR__CHECK(rr__tcp_call(s, what, RR__SOP_DELETE, 0, 1, argp, argl, rr__deadline(st->timeout_ms),
                         &rep, NULL, NULL));
   *deleted = rep.num != 0;
   return RR_OK;
@@ -1133,14 +1133,14 @@ int rr__store_tcp_open(const char *host, int port, int is_master, int64_t timeou
       any.len = sizeof *a4;
     }
     rr__addr_set_port(&any, port);
-    RR_CHECK_GOTO(rr__srv_start(&any, timeout_ms, token, &s->srv), rc, fail);
+    RR__CHECK_GOTO(rr__srv_start(&any, timeout_ms, token, &s->srv), rc, fail);
     rr__addr_set_port(&s->addr, s->srv->port);
   }
   s->port = rr__addr_port(&s->addr);
-  char as[RR_ADDRSTRLEN];
+  char as[RR__ADDRSTRLEN];
   rr__addr_str(&s->addr, as, sizeof as);
   /* Name the host as given, and the address it resolved to when that differs. */
-  char ip[RR_ADDRSTRLEN];
+  char ip[RR__ADDRSTRLEN];
   snprintf(ip, sizeof ip, "%s", as);
   char *colon = strrchr(ip, ':');
   if (colon) *colon = '\0';
@@ -1151,8 +1151,8 @@ int rr__store_tcp_open(const char *host, int port, int is_master, int64_t timeou
   else
     snprintf(s->where, sizeof s->where, "%.200s:%d (%s)", host, s->port, ip);
   int64_t deadline = rr__deadline(timeout_ms);
-  RR_CHECK_GOTO(rr__tcp_connect(s, deadline, &s->fd[0]), rc, fail);
-  RR_INFO(RR_SUB_STORE, "connected to the rendezvous store at %s%s", s->where,
+  RR__CHECK_GOTO(rr__tcp_connect(s, deadline, &s->fd[0]), rc, fail);
+  RR__LOG_INFO(RR__SUB_STORE, "connected to the rendezvous store at %s%s", s->where,
           is_master ? " (served by this process)" : "");
   *store = &s->base;
   return RR_OK;

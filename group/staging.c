@@ -27,8 +27,8 @@
 #include "common/status.h"
 #include "common/util.h"
 #include "cuda/cuda.h"
-#include "ring/comm.h"
-#include "ring/pg.h"
+#include "transport/comm.h"
+#include "group/pg.h"
 
 #define RR__STAGE_ALIGN ((uintptr_t)256)
 
@@ -107,7 +107,7 @@ int rr__coll_run(rr_pg *pg, const rr__args *a, int64_t timeout_ms) {
   uintptr_t soff = 0, roff = 0, total = 0;
   int joint = sdev && rdev && (uintptr_t)s < (uintptr_t)r + out && (uintptr_t)r < (uintptr_t)s + in;
   if (joint) {
-    uintptr_t lo = RR_MIN((uintptr_t)s, (uintptr_t)r);
+    uintptr_t lo = RR__MIN((uintptr_t)s, (uintptr_t)r);
     uintptr_t hi = (uintptr_t)s + in > (uintptr_t)r + out ? (uintptr_t)s + in : (uintptr_t)r + out;
     soff = (uintptr_t)s - lo;
     roff = (uintptr_t)r - lo;

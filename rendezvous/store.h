@@ -6,8 +6,8 @@
  * store.c checks every public argument (key length, value size, key counts) before an
  * operation of the table runs, so the operations may assume them valid. Each operation sets
  * the last error with a complete sentence (which store, which call, which key, why). */
-#ifndef RR_RING_STORE_H_
-#define RR_RING_STORE_H_
+#ifndef RR__RING_STORE_H_
+#define RR__RING_STORE_H_
 
 #include <stddef.h>
 #include <stdint.h>
@@ -179,4 +179,4 @@ static inline void rr__store_hdr_decode(const uint8_t in[RR__STORE_HDR], rr__sto
   h->num = (int64_t)rr__get_u64(in + 16);
 }
 
-#endif /* RR_RING_STORE_H_ */
+#endif /* RR__RING_STORE_H_ */

@@ -1,12 +1,12 @@
 /* Process groups, work handles and the context a collective runs in. */
-#ifndef RR_RING_PG_H_
-#define RR_RING_PG_H_
+#ifndef RR__RING_PG_H_
+#define RR__RING_PG_H_
 
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdint.h>
 
-#include "ring/comm.h"
+#include "transport/comm.h"
 #include "ring/wire.h"
 #include "ringreduce/ringreduce.h"
 #include "transport/socket.h"
@@ -122,4 +122,4 @@ void rr__cuda_pg_free(rr_pg *pg);
 /* Grow the group's scratch buffer to at least `bytes`. */
 int rr__pg_scratch(rr_pg *pg, size_t bytes, void **out);
 
-#endif /* RR_RING_PG_H_ */
+#endif /* RR__RING_PG_H_ */

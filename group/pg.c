@@ -1,10 +1,7 @@
-/* Process groups: creation (init_process_group, new_group), the in-order execution of
- * calls, work handles, and the checks every call's arguments pass before anything is sent.
- *
- * Calls on a group run one at a time, in the order they were issued. A blocking call on an
- * idle group runs on the caller's thread (no hand-off, lowest latency); otherwise calls go
- * through a FIFO served by the group's worker thread, which is what lets async calls
- * overlap the caller's compute. */
+/* Process groups: creation (init_process_group, new_group), destruction, and the small
+ * calls on a group (ranks, timeout, abort). The calls themselves: group/api.c (arguments),
+ * group/work.c (queue and worker), group/run.c (running one), group/staging.c (device
+ * buffers). */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -56,407 +53,6 @@ int rr_abort(rr_pg *pg) {
   return RR_OK;
 }
 
-static int64_t rr__call_timeout(rr_pg *pg) {
-  int64_t t = atomic_load(&pg->timeout_override);
-  return t > 0 ? t : pg->timeout_ms;
-}
-
-/* ---------------------------------------------------------------------------------------
- * Execution: FIFO + worker thread. */
-
-static void rr__work_unref(rr_work *w) {
-  if (atomic_fetch_sub(&w->refs, 1) != 1) return;
-  pthread_mutex_destroy(&w->mu);
-  pthread_cond_destroy(&w->cv);
-  free(w);
-}
-
-static void rr__work_finish(rr_work *w, int status) {
-  pthread_mutex_lock(&w->mu);
-  w->status = status;
-  if (status < 0) snprintf(w->error, sizeof w->error, "%s", rr__error());
-  w->done = 1;
-  pthread_cond_broadcast(&w->cv);
-  pthread_mutex_unlock(&w->mu);
-}
-
-static void *rr__worker_main(void *arg) {
-  rr_pg *pg = arg;
-  pthread_mutex_lock(&pg->mu);
-  for (;;) {
-    while (!(pg->qhead && !pg->busy) && !(pg->stop && !pg->qhead))
-      pthread_cond_wait(&pg->cv, &pg->mu);
-    if (!pg->qhead) break; /* stopping, and nothing left to run */
-    rr_work *w = pg->qhead;
-    pg->qhead = w->next;
-    if (!pg->qhead) pg->qtail = NULL;
-    pg->busy = 1;
-    pthread_mutex_unlock(&pg->mu);
-
-    rr__clear_error();
-    int st = rr__coll_run(pg, &w->args, rr__call_timeout(pg));
-    rr__work_finish(w, st);
-    rr__work_unref(w); /* the queue's reference */
-
-    pthread_mutex_lock(&pg->mu);
-    pg->busy = 0;
-    pthread_cond_broadcast(&pg->cv);
-  }
-  pthread_mutex_unlock(&pg->mu);
-  return NULL;
-}
-
-static int rr__enqueue(rr_pg *pg, const rr__args *a, rr_work **out) {
-  rr_work *w = rr__calloc(1, sizeof *w);
-  if (!w) return RR_ENOMEM;
-  w->pg = pg;
-  w->args = *a;
-  atomic_init(&w->refs, 2);
-  pthread_condattr_t ca;
-  pthread_condattr_init(&ca);
-  pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-  pthread_cond_init(&w->cv, &ca);
-  pthread_condattr_destroy(&ca);
-  pthread_mutex_init(&w->mu, NULL);
-  pthread_mutex_lock(&pg->mu);
-  if (pg->stop) {
-    pthread_mutex_unlock(&pg->mu);
-    rr__work_unref(w);
-    rr__work_unref(w);
-    return rr__set_error(RR_ESTATE, "the group is being destroyed");
-  }
-  if (pg->qtail)
-    pg->qtail->next = w;
-  else
-    pg->qhead = w;
-  pg->qtail = w;
-  pthread_cond_broadcast(&pg->cv);
-  pthread_mutex_unlock(&pg->mu);
-  *out = w;
-  return RR_OK;
-}
-
-static int rr__submit(rr_pg *pg, const rr__args *a, rr_work **work) {
-  if (work) return rr__enqueue(pg, a, work);
-  pthread_mutex_lock(&pg->mu);
-  if (!pg->busy && !pg->qhead && !pg->stop) {
-    pg->busy = 1;
-    pthread_mutex_unlock(&pg->mu);
-    rr__clear_error();
-    pg->inline_call = 1;
-    int st = rr__coll_run(pg, a, rr__call_timeout(pg));
-    pg->inline_call = 0;
-    char saved[RR__ERRMSG_MAX];
-    if (st < 0) snprintf(saved, sizeof saved, "%s", rr__error());
-    pthread_mutex_lock(&pg->mu);
-    pg->busy = 0;
-    /* Only queued work waits for busy to clear; waking the idle worker on every inline call
-     * would cost two context switches per call. */
-    if (pg->qhead) pthread_cond_broadcast(&pg->cv);
-    pthread_mutex_unlock(&pg->mu);
-    if (st < 0) rr__copy_error(saved);
-    return st;
-  }
-  pthread_mutex_unlock(&pg->mu);
-  rr_work *w;
-  RR__CHECK(rr__enqueue(pg, a, &w));
-  int st = rr_work_wait(w, 0);
-  rr_work_free(w);
-  return st;
-}
-
-/* The caller is about to block on a work that the worker has not started: run it on the
- * caller's thread instead. That saves the hand-off to the worker and back (two wake-ups,
- * ~80 us here, most of a small async all-reduce) and lets the call poll before sleeping, as
- * a blocking call does. Calls still run one at a time and in issue order: only the queue's
- * head is taken, and only while no call runs. */
-static void rr__work_run_here(rr_work *w) {
-  rr_pg *pg = w->pg;
-  pthread_mutex_lock(&pg->mu);
-  if (pg->qhead != w || pg->busy || pg->stop) {
-    pthread_mutex_unlock(&pg->mu);
-    return;
-  }
-  pg->qhead = w->next;
-  if (!pg->qhead) pg->qtail = NULL;
-  pg->busy = 1;
-  pthread_mutex_unlock(&pg->mu);
-
-  rr__clear_error();
-  pg->inline_call = 1;
-  int st = rr__coll_run(pg, &w->args, rr__call_timeout(pg));
-  pg->inline_call = 0;
-  rr__work_finish(w, st);
-  rr__work_unref(w); /* the queue's reference */
-
-  pthread_mutex_lock(&pg->mu);
-  pg->busy = 0;
-  if (pg->qhead || pg->stop) pthread_cond_broadcast(&pg->cv);
-  pthread_mutex_unlock(&pg->mu);
-}
-
-int rr_work_wait(rr_work *w, int64_t timeout_ms) {
-  if (!w) return rr__set_error(RR_EINVAL, "rr_work_wait: NULL work");
-  /* A bounded wait must be able to give up at its own deadline, so only an unbounded one
-   * runs the call itself. */
-  if (timeout_ms <= 0) rr__work_run_here(w);
-  int timed_out = 0;
-  pthread_mutex_lock(&w->mu);
-  if (timeout_ms > 0 && !w->done) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    ts.tv_sec += (time_t)(timeout_ms / 1000);
-    ts.tv_nsec += (long)(timeout_ms % 1000) * 1000000L;
-    if (ts.tv_nsec >= 1000000000L) ts.tv_sec++, ts.tv_nsec -= 1000000000L;
-    while (!w->done)
-      if (pthread_cond_timedwait(&w->cv, &w->mu, &ts) == ETIMEDOUT) break;
-    if (!w->done) {
-      /* A collective cannot stop half-way and resume: give up on the group. */
-      timed_out = 1;
-      pthread_mutex_unlock(&w->mu);
-      char reason[256];
-      snprintf(reason, sizeof reason, "rank %d: rr_work_wait gave up on %s after %lld ms",
-               w->pg->global_ranks[w->pg->rank], rr__kind_name(w->args.kind == RR__K_RECV
-                                                                  ? RR__K_SEND
-                                                                  : w->args.kind),
-               (long long)timeout_ms);
-      rr__comm_abort(w->pg->comm, RR_ETIMEDOUT, reason, 1);
-      pthread_mutex_lock(&w->mu);
-    }
-  }
-  while (!w->done) pthread_cond_wait(&w->cv, &w->mu);
-  int st = w->status;
-  if (st < 0) rr__copy_error(w->error);
-  pthread_mutex_unlock(&w->mu);
-  if (timed_out && st < 0) st = RR_ETIMEDOUT;
-  return st;
-}
-
-int rr_work_test(rr_work *w) {
-  if (!w) return rr__set_error(RR_EINVAL, "rr_work_test: NULL work");
-  pthread_mutex_lock(&w->mu);
-  int st = w->done ? w->status : RR_INPROGRESS;
-  if (st < 0) rr__copy_error(w->error);
-  pthread_mutex_unlock(&w->mu);
-  return st;
-}
-
-const char *rr_work_error(const rr_work *w) {
-  if (!w) return "";
-  rr_work *m = (rr_work *)w; /* the lock protects `done`; the text never changes after it */
-  pthread_mutex_lock(&m->mu);
-  const char *e = m->done ? m->error : "";
-  pthread_mutex_unlock(&m->mu);
-  return e;
-}
-
-void rr_work_free(rr_work *w) {
-  if (w) rr__work_unref(w);
-}
-
-/* ---------------------------------------------------------------------------------------
- * Argument checks: everything a rank can know alone is checked before anything is sent. */
-
-static const char *rr__api_name(int kind) {
-  switch (kind) {
-    case RR__K_ALL_REDUCE: return "all_reduce";
-    case RR__K_REDUCE_SCATTER: return "reduce_scatter";
-    case RR__K_ALL_GATHER: return "all_gather";
-    case RR__K_BROADCAST: return "broadcast";
-    case RR__K_REDUCE: return "reduce";
-    case RR__K_BARRIER: return "barrier";
-    case RR__K_SEND: return "send";
-    case RR__K_SENDRECV: return "sendrecv";
-    default: return "recv";
-  }
-}
-
-/* Do [a, a+na) and [b, b+nb) overlap? */
-static int rr__overlap(const void *a, size_t na, const void *b, size_t nb) {
-  if (!a || !b || !na || !nb) return 0;
-  uintptr_t x = (uintptr_t)a, y = (uintptr_t)b;
-  return x < y + nb && y < x + na;
-}
-
-static int rr__rank_arg(rr_pg *pg, const char *what, int global, int *group) {
-  int g = rr_get_group_rank(pg, global);
-  if (g < 0) {
-    if (pg->world == pg)
-      return rr__set_error(RR_EINVAL, "%s %d is out of range 0..%d", what, global,
-                           pg->size - 1);
-    char members[256] = "";
-    size_t o = 0;
-    for (int i = 0; i < pg->size && o < sizeof members - 16; i++)
-      o += (size_t)snprintf(members + o, sizeof members - o, "%s%d", i ? ", " : "",
-                            pg->global_ranks[i]);
-    return rr__set_error(RR_EINVAL, "%s %d (a global rank) is not a member of this group (%s)",
-                         what, global, members);
-  }
-  *group = g;
-  return RR_OK;
-}
-
-static int rr__validate(rr_pg *pg, rr__args *a, int root_or_peer) {
-  size_t es = rr_dtype_size(a->dtype);
-  if ((int)a->dtype < 0 || a->dtype >= RR_NUM_DTYPES || es == 0)
-    return rr__set_error(RR_EINVAL, "invalid dtype %d", (int)a->dtype);
-  int reducing = a->kind == RR__K_ALL_REDUCE || a->kind == RR__K_REDUCE ||
-                 a->kind == RR__K_REDUCE_SCATTER;
-  if (reducing) RR__CHECK(rr__op_check(a->dtype, a->op));
-  else a->op = RR_SUM;
-  if (a->count > SIZE_MAX / es / (size_t)pg->size / 2)
-    return rr__set_error(RR_EINVAL, "count %zu of %s overflows the addressable size", a->count,
-                         rr_dtype_name(a->dtype));
-  a->root = -1;
-  a->peer = -1;
-  if (a->kind == RR__K_BROADCAST || a->kind == RR__K_REDUCE)
-    RR__CHECK(rr__rank_arg(pg, "root", root_or_peer, &a->root));
-  if (a->kind == RR__K_SEND || a->kind == RR__K_RECV || a->kind == RR__K_SENDRECV) {
-    RR__CHECK(rr__rank_arg(pg, a->kind == RR__K_SENDRECV ? "dst" : "peer", root_or_peer, &a->peer));
-    if (a->peer == pg->rank)
-      return rr__set_error(RR_EINVAL, "peer %d is this rank: sending to oneself is not supported",
-                           root_or_peer);
-  }
-  if (a->kind == RR__K_SENDRECV) {
-    int global_src = a->src;
-    RR__CHECK(rr__rank_arg(pg, "src", global_src, &a->src));
-    if (a->src == pg->rank)
-      return rr__set_error(RR_EINVAL, "src %d is this rank: receiving from oneself is not supported",
-                           global_src);
-    if (a->recvcount > SIZE_MAX / es / 2)
-      return rr__set_error(RR_EINVAL, "recvcount %zu overflows the addressable size", a->recvcount);
-  }
-
-  /* Sizes of what is read and written, in bytes. */
-  size_t n = (size_t)pg->size, in = a->count * es, out = a->count * es;
-  if (a->kind == RR__K_SENDRECV) out = a->recvcount * es;
-  if (a->kind == RR__K_ALL_GATHER) out = in * n;
-  if (a->kind == RR__K_REDUCE_SCATTER) in = out * n;
-  int reads = a->kind != RR__K_RECV && a->kind != RR__K_BARRIER &&
-              !(a->kind == RR__K_BROADCAST && a->root != pg->rank);
-  int writes = a->kind != RR__K_SEND && a->kind != RR__K_BARRIER &&
-               !(a->kind == RR__K_REDUCE && a->root != pg->rank);
-  if (reads && in > 0 && !a->sendbuf)
-    return rr__set_error(RR_EINVAL, "%s is NULL but %zu bytes are to be sent",
-                         a->kind == RR__K_SEND ? "buf" : "sendbuf", in);
-  if (writes && out > 0 && !a->recvbuf)
-    return rr__set_error(RR_EINVAL, "%s is NULL but %zu bytes are to be received",
-                         a->kind == RR__K_RECV ? "buf" : "recvbuf", out);
-  if (reads && writes && in > 0) {
-    /* In place means exactly NCCL's aliasing; any other overlap would corrupt data. */
-    const char *s = a->sendbuf, *r = a->recvbuf;
-    int in_place = s == r;
-    if (a->kind == RR__K_ALL_GATHER) in_place = s == r + (size_t)pg->rank * in;
-    if (a->kind == RR__K_REDUCE_SCATTER) in_place = r == s + (size_t)pg->rank * out;
-    if (a->kind == RR__K_SENDRECV) in_place = 0; /* receiving over what is being sent */
-    if (!in_place && rr__overlap(s, in, r, out))
-      return rr__set_error(RR_EINVAL,
-                           "sendbuf and recvbuf overlap without being in place (in place is "
-                           "%s)",
-                           a->kind == RR__K_ALL_GATHER       ? "sendbuf == recvbuf + rank*count"
-                           : a->kind == RR__K_REDUCE_SCATTER ? "recvbuf == sendbuf + rank*count"
-                           : a->kind == RR__K_SENDRECV       ? "not possible for sendrecv"
-                                                             : "sendbuf == recvbuf");
-  }
-  return RR_OK;
-}
-
-static int rr__call(rr_pg *pg, int kind, const void *sendbuf, void *recvbuf, size_t count,
-                    rr_dtype dtype, rr_op op, int root_or_peer, rr_work **work, int async) {
-  if (async && work) *work = NULL;
-  if (!pg) return rr__set_error(RR_EINVAL, "%s: the process group is NULL", rr__api_name(kind));
-  if (async && !work)
-    return rr__set_error(RR_EINVAL, "rank %d: %s_async: work is NULL",
-                         pg->global_ranks[pg->rank], rr__api_name(kind));
-  rr__args a = {.kind = kind, .sendbuf = sendbuf, .recvbuf = recvbuf, .count = count,
-                .dtype = dtype, .op = op, .stream = rr__cuda_pg_stream(pg)};
-  int st = rr__validate(pg, &a, root_or_peer);
-  if (st != RR_OK)
-    return rr__prefix_error(st, "rank %d: %s", pg->global_ranks[pg->rank], rr__api_name(kind));
-  return rr__submit(pg, &a, async ? work : NULL);
-}
-
-/* The public calls. */
-int rr_all_reduce(rr_pg *pg, const void *s, void *r, size_t n, rr_dtype d, rr_op op) {
-  return rr__call(pg, RR__K_ALL_REDUCE, s, r, n, d, op, -1, NULL, 0);
-}
-int rr_all_reduce_async(rr_pg *pg, const void *s, void *r, size_t n, rr_dtype d, rr_op op,
-                        rr_work **w) {
-  return rr__call(pg, RR__K_ALL_REDUCE, s, r, n, d, op, -1, w, 1);
-}
-int rr_reduce_scatter(rr_pg *pg, const void *s, void *r, size_t n, rr_dtype d, rr_op op) {
-  return rr__call(pg, RR__K_REDUCE_SCATTER, s, r, n, d, op, -1, NULL, 0);
-}
-int rr_reduce_scatter_async(rr_pg *pg, const void *s, void *r, size_t n, rr_dtype d, rr_op op,
-                            rr_work **w) {
-  return rr__call(pg, RR__K_REDUCE_SCATTER, s, r, n, d, op, -1, w, 1);
-}
-int rr_all_gather(rr_pg *pg, const void *s, void *r, size_t n, rr_dtype d) {
-  return rr__call(pg, RR__K_ALL_GATHER, s, r, n, d, RR_SUM, -1, NULL, 0);
-}
-int rr_all_gather_async(rr_pg *pg, const void *s, void *r, size_t n, rr_dtype d, rr_work **w) {
-  return rr__call(pg, RR__K_ALL_GATHER, s, r, n, d, RR_SUM, -1, w, 1);
-}
-int rr_broadcast(rr_pg *pg, const void *s, void *r, size_t n, rr_dtype d, int root) {
-  return rr__call(pg, RR__K_BROADCAST, s, r, n, d, RR_SUM, root, NULL, 0);
-}
-int rr_broadcast_async(rr_pg *pg, const void *s, void *r, size_t n, rr_dtype d, int root,
-                       rr_work **w) {
-  return rr__call(pg, RR__K_BROADCAST, s, r, n, d, RR_SUM, root, w, 1);
-}
-int rr_reduce(rr_pg *pg, const void *s, void *r, size_t n, rr_dtype d, rr_op op, int root) {
-  return rr__call(pg, RR__K_REDUCE, s, r, n, d, op, root, NULL, 0);
-}
-int rr_reduce_async(rr_pg *pg, const void *s, void *r, size_t n, rr_dtype d, rr_op op, int root,
-                    rr_work **w) {
-  return rr__call(pg, RR__K_REDUCE, s, r, n, d, op, root, w, 1);
-}
-int rr_barrier(rr_pg *pg) {
-  return rr__call(pg, RR__K_BARRIER, NULL, NULL, 0, RR_UINT8, RR_SUM, -1, NULL, 0);
-}
-int rr_barrier_async(rr_pg *pg, rr_work **w) {
-  return rr__call(pg, RR__K_BARRIER, NULL, NULL, 0, RR_UINT8, RR_SUM, -1, w, 1);
-}
-int rr_send(rr_pg *pg, const void *buf, size_t n, rr_dtype d, int peer) {
-  return rr__call(pg, RR__K_SEND, buf, NULL, n, d, RR_SUM, peer, NULL, 0);
-}
-int rr_send_async(rr_pg *pg, const void *buf, size_t n, rr_dtype d, int peer, rr_work **w) {
-  return rr__call(pg, RR__K_SEND, buf, NULL, n, d, RR_SUM, peer, w, 1);
-}
-int rr_recv(rr_pg *pg, void *buf, size_t n, rr_dtype d, int peer) {
-  return rr__call(pg, RR__K_RECV, NULL, buf, n, d, RR_SUM, peer, NULL, 0);
-}
-int rr_recv_async(rr_pg *pg, void *buf, size_t n, rr_dtype d, int peer, rr_work **w) {
-  return rr__call(pg, RR__K_RECV, NULL, buf, n, d, RR_SUM, peer, w, 1);
-}
-
-static int rr__sendrecv(rr_pg *pg, const void *s, size_t sn, int dst, void *r, size_t rn,
-                        int src, rr_dtype d, rr_work **w, int async) {
-  if (async && w) *w = NULL;
-  if (!pg) return rr__set_error(RR_EINVAL, "sendrecv: the process group is NULL");
-  if (async && !w)
-    return rr__set_error(RR_EINVAL, "rank %d: sendrecv_async: work is NULL",
-                         pg->global_ranks[pg->rank]);
-  rr__args a = {.kind = RR__K_SENDRECV, .sendbuf = s, .recvbuf = r, .count = sn,
-                .recvcount = rn, .src = src, .dtype = d, .op = RR_SUM,
-                .stream = rr__cuda_pg_stream(pg)};
-  int st = rr__validate(pg, &a, dst);
-  if (st != RR_OK)
-    return rr__prefix_error(st, "rank %d: sendrecv", pg->global_ranks[pg->rank]);
-  return rr__submit(pg, &a, async ? w : NULL);
-}
-int rr_sendrecv(rr_pg *pg, const void *s, size_t sn, int dst, void *r, size_t rn, int src,
-                rr_dtype d) {
-  return rr__sendrecv(pg, s, sn, dst, r, rn, src, d, NULL, 0);
-}
-int rr_sendrecv_async(rr_pg *pg, const void *s, size_t sn, int dst, void *r, size_t rn, int src,
-                      rr_dtype d, rr_work **w) {
-  return rr__sendrecv(pg, s, sn, dst, r, rn, src, d, w, 1);
-}
-
-/* ---------------------------------------------------------------------------------------
- * Creating and destroying groups. */
-
 static void rr__pg_free(rr_pg *pg) {
   if (!pg) return;
   if (pg->comm) rr__comm_free(pg->comm);
@@ -464,10 +60,10 @@ static void rr__pg_free(rr_pg *pg) {
   pthread_mutex_destroy(&pg->mu);
   pthread_cond_destroy(&pg->cv);
   free(pg->global_ranks);
-  free(pg->p2p_sent);
-  free(pg->p2p_recvd);
-  free(pg->staging);
-  free(pg->scratch);
+  free(pg->cs.p2p_sent);
+  free(pg->cs.p2p_recvd);
+  free(pg->cs.staging);
+  free(pg->cs.scratch);
   free(pg);
 }
 
@@ -480,14 +76,15 @@ static int rr__pg_new(int size, rr_pg **out) {
   pg->size = size;
   pg->device = -1;
   pg->global_ranks = rr__calloc((size_t)size, sizeof *pg->global_ranks);
-  pg->p2p_sent = rr__calloc((size_t)size, sizeof *pg->p2p_sent);
-  pg->p2p_recvd = rr__calloc((size_t)size, sizeof *pg->p2p_recvd);
-  pg->seg_bytes = (size_t)prm->seg_bytes;
-  pg->nslots = (int)prm->slots;
+  pg->cs.global_ranks = pg->global_ranks;
+  pg->cs.p2p_sent = rr__calloc((size_t)size, sizeof *pg->cs.p2p_sent);
+  pg->cs.p2p_recvd = rr__calloc((size_t)size, sizeof *pg->cs.p2p_recvd);
+  pg->cs.seg_bytes = (size_t)prm->seg_bytes;
+  pg->cs.nslots = (int)prm->slots;
   /* Page-aligned staging: receive slots for reductions, reused by every call. */
-  if (posix_memalign((void **)&pg->staging, 4096, pg->seg_bytes * (size_t)pg->nslots) != 0)
-    pg->staging = NULL;
-  if (!pg->global_ranks || !pg->p2p_sent || !pg->p2p_recvd || !pg->staging) {
+  if (posix_memalign((void **)&pg->cs.staging, 4096, pg->cs.seg_bytes * (size_t)pg->cs.nslots) != 0)
+    pg->cs.staging = NULL;
+  if (!pg->global_ranks || !pg->cs.p2p_sent || !pg->cs.p2p_recvd || !pg->cs.staging) {
     rr__pg_free(pg);
     return rr__set_error(RR_ENOMEM, "out of memory creating a group of %d", size);
   }
@@ -502,7 +99,7 @@ static int rr__pg_start(rr_pg *pg, int64_t deadline_ms) {
                 .deadline_ms = deadline_ms, .timeout_ms = pg->timeout_ms,
                 .token_key = pg->have_token ? pg->token_key : NULL};
   RR__CHECK(rr__bootstrap(&b, &pg->comm));
-  int e = pthread_create(&pg->worker, NULL, rr__worker_main, pg);
+  int e = pthread_create(&pg->worker, NULL, rr__pg_worker_main, pg);
   if (e != 0) return rr__set_error(RR_ESYS, "pthread_create: %s", strerror(e));
   pg->worker_started = 1;
   return RR_OK;

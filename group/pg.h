@@ -1,34 +1,16 @@
-/* Process groups, work handles and the context a collective runs in. */
-#ifndef RR__RING_PG_H_
-#define RR__RING_PG_H_
+/* A process group inside: its members, connections, call queue and the state the ring
+ * keeps between calls; work handles. */
+#ifndef RR__GROUP_PG_H_
+#define RR__GROUP_PG_H_
 
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdint.h>
 
-#include "transport/comm.h"
-#include "ring/wire.h"
+#include "rendezvous/bootstrap.h"
+#include "ring/coll.h"
 #include "ringreduce/ringreduce.h"
 #include "transport/socket.h"
-
-/* What a call asked for, validated at submission. Ranks are group ranks. */
-typedef struct rr__args {
-  int kind; /* enum rr__kind; RR__K_SEND is a send, RR__K_COUNT+1 a recv (see pg.c) */
-  const void *sendbuf;
-  void *recvbuf;
-  size_t count; /* elements: per rank for all_gather / reduce_scatter, else the buffer */
-  rr_dtype dtype;
-  rr_op op;
-  int root; /* group rank, -1 if none */
-  int peer; /* group rank for send / recv; the destination of a sendrecv */
-  int src;  /* the source of a sendrecv */
-  size_t recvcount; /* of a sendrecv */
-  void *stream;     /* cudaStream_t set on the group when the call was made (device buffers) */
-} rr__args;
-
-/* Call kinds beyond the wire kinds: both halves of point to point. */
-#define RR__K_RECV (RR__K_COUNT + 1)
-#define RR__K_SENDRECV (RR__K_COUNT + 2)
 
 struct rr_work {
   rr_pg *pg;
@@ -70,56 +52,35 @@ struct rr_pg {
   int worker_started;
 
   /* State of the running call: only the thread holding `busy` touches these. */
-  uint64_t seq;       /* collectives run so far */
-  int inline_call;    /* the running call's caller blocks on it (may spin, ring/coll.c) */
+  rr__coll_state cs;   /* what the ring keeps between calls (sequence numbers, slots) */
+  int inline_call;     /* the running call's caller blocks on it (it may spin) */
   int64_t ctl_seen_ms; /* when the control sockets were last looked at before a call */
-  uint64_t *p2p_sent; /* [size] sends to each peer so far */
-  uint64_t *p2p_recvd;
-  char *staging; /* slots * seg_bytes: receive slots for reductions */
-  size_t seg_bytes;
-  int nslots;
-  void *scratch; /* grow-only, for reduce_scatter's partial chunks */
-  size_t scratch_bytes;
 
-  /* CUDA (cuda/staging.c): pinned host memory that device buffers are staged through
+  /* CUDA (group/staging.c): pinned host memory that device buffers are staged through
    * (grow-only, freed with the group), and the stream rr_pg_set_cuda_stream gave. */
   void *cuda_host;
   size_t cuda_host_bytes;
   _Atomic(void *) cuda_stream;
 };
 
-/* The context of one running collective. */
-typedef struct rr__coll {
-  rr_pg *pg;
-  rr__comm *cm;
-  const rr__args *a;
-  int n, r;     /* group size and rank */
-  size_t esize; /* bytes per element */
-  size_t seg;   /* elements per pipeline segment */
-  rr__hdr hdr;  /* this rank's call as it goes on the wire */
-  int64_t deadline_ms;
-  int64_t timeout_ms;
-  /* Where the call is ("reduce-scatter step 2/3"), for error messages and traces. Set with
-   * RR__WHERE (ring/ring.h), which keeps the format and its numbers; rr__coll_where formats
-   * them only when a message needs the text. */
-  char where[96];
-  const char *where_fmt;
-  int where_arg[3];
-  size_t seg_at, seg_total; /* the segment a pipelined step waits for (0 total: none) */
-  struct rr__hdr_sends *sends; /* header messages of this call still to be flushed */
-} rr__coll;
-
-/* Run a validated call on the current thread; sets the last error on failure. Buffers in
- * CUDA device memory are staged through pinned host memory (cuda/staging.c), which then
- * runs the host collective, rr__coll_run_host (ring/coll.c). */
-int rr__coll_run(rr_pg *pg, const rr__args *a, int64_t timeout_ms);
-int rr__coll_run_host(rr_pg *pg, const rr__args *a, int64_t timeout_ms);
+/* Queue a validated call (work != NULL: async, the handle goes to *work) or run it now,
+ * in issue order either way (group/work.c). */
+int rr__pg_submit(rr_pg *pg, const rr__args *a, rr_work **work);
+/* The group's worker thread: runs queued calls until the group stops. */
+void *rr__pg_worker_main(void *arg);
+/* Run a validated call on the current thread (group/run.c); sets the last error on failure,
+ * and aborts the group (telling every peer why) when the call fails. */
+int rr__pg_run(rr_pg *pg, const rr__args *a, int64_t timeout_ms);
+/* The same for host buffers only. */
+int rr__pg_run_host(rr_pg *pg, const rr__args *a, int64_t timeout_ms);
+/* Device buffers (group/staging.c): does the call read or write CUDA device memory? Then
+ * it runs through pinned host memory, ordered on the call's stream. */
+int rr__pg_device_call(const rr_pg *pg, const rr__args *a);
+int rr__pg_run_staged(rr_pg *pg, const rr__args *a, int64_t timeout_ms);
 /* The group's CUDA stream (NULL: the legacy default stream), captured when a call is made. */
 void *rr__cuda_pg_stream(rr_pg *pg);
 /* Free the group's CUDA resources (pinned staging memory). */
 void rr__cuda_pg_free(rr_pg *pg);
 
-/* Grow the group's scratch buffer to at least `bytes`. */
-int rr__pg_scratch(rr_pg *pg, size_t bytes, void **out);
 
-#endif /* RR__RING_PG_H_ */
+#endif /* RR__GROUP_PG_H_ */

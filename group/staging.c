@@ -1,9 +1,8 @@
 /* Device buffers in every collective: stage through pinned host memory.
  *
- * rr__coll_run is the entry of every call (pg.c runs it inline or on the group's worker).
- * When no buffer of the call is CUDA device memory it is rr__coll_run_host (ring/coll.c)
- * and nothing else: in a build without CUDA the checks are two calls to stubs that return
- * 0; with CUDA but no driver, one flag read after the first call.
+ * group/run.c sends a call here only when one of its buffers is CUDA device memory
+ * (rr__pg_device_call); host calls never pass through. In a build without CUDA that check
+ * is two calls to stubs that return 0; with CUDA but no driver, one flag read.
  *
  * A device buffer is copied into the group's pinned host buffer (cudaHostAlloc, grow-only,
  * freed with the group), ordered on the stream captured when the call was made (so kernels
@@ -11,7 +10,7 @@
  * result is copied back and waited for: when the call returns (or rr_work_wait does) the
  * result is in the device buffer. In-place calls stay in place: when the send and receive
  * ranges of one device buffer overlap (NCCL's aliasing for all_gather / reduce_scatter
- * included) they are staged as one range with the same offsets, so rr__coll_run_host sees
+ * included) they are staged as one range with the same offsets, so rr__pg_run_host sees
  * the same aliasing the user passed.
  *
  * This is the correct-everywhere path (any GPU, any transport, several ranks per GPU). The
@@ -27,7 +26,6 @@
 #include "common/status.h"
 #include "common/util.h"
 #include "cuda/cuda.h"
-#include "transport/comm.h"
 #include "group/pg.h"
 
 #define RR__STAGE_ALIGN ((uintptr_t)256)
@@ -84,14 +82,22 @@ static int rr__stage_fail(rr_pg *pg, const rr__args *a, int st, const char *what
   return st;
 }
 
-int rr__coll_run(rr_pg *pg, const rr__args *a, int64_t timeout_ms) {
+int rr__pg_device_call(const rr_pg *pg, const rr__args *a) {
+  size_t in, out;
+  int reads, writes;
+  rr__io(pg, a, &in, &out, &reads, &writes);
+  return (in > 0 && rr__cuda_is_device_ptr(a->sendbuf)) ||
+         (out > 0 && rr__cuda_is_device_ptr(a->recvbuf));
+}
+
+int rr__pg_run_staged(rr_pg *pg, const rr__args *a, int64_t timeout_ms) {
   size_t in, out;
   int reads, writes;
   rr__io(pg, a, &in, &out, &reads, &writes);
   int sdevice = -1, rdevice = -1;
   int sdev = in > 0 && rr__cuda_ptr_device(a->sendbuf, &sdevice);
   int rdev = out > 0 && rr__cuda_ptr_device(a->recvbuf, &rdevice);
-  if (!sdev && !rdev) return rr__coll_run_host(pg, a, timeout_ms);
+  if (!sdev && !rdev) return rr__pg_run_host(pg, a, timeout_ms);
 
   if (sdev && rdev && sdevice != rdevice) {
     rr__set_error(RR_EINVAL, "sendbuf is on CUDA device %d but recvbuf on device %d", sdevice,
@@ -144,7 +150,7 @@ int rr__coll_run(rr_pg *pg, const rr__args *a, int64_t timeout_ms) {
     if (st != RR_OK) what = "copying the send buffer from the device";
   }
   if (st == RR_OK) {
-    st = rr__coll_run_host(pg, &h, timeout_ms);
+    st = rr__pg_run_host(pg, &h, timeout_ms);
     if (st == RR_OK && rdev) {
       st = rr__cuda_memcpy_sync(r, host + roff, out, a->stream);
       if (st != RR_OK) what = "copying the result to the device";
@@ -152,7 +158,7 @@ int rr__coll_run(rr_pg *pg, const rr__args *a, int64_t timeout_ms) {
   }
   int pst = -1;
   if (prev >= 0 && prev != device) (void)rr__cuda_set_device(prev, &pst);
-  /* A failed collective has its message and abort from rr__coll_run_host already. */
+  /* A failed collective has its message and abort from rr__pg_run_host already. */
   if (st != RR_OK && what) return rr__stage_fail(pg, a, st, what);
   return st;
 }

@@ -19,12 +19,12 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "common/bytes.h"
 #include "common/log.h"
 #include "common/param.h"
 #include "common/siphash.h"
 #include "common/status.h"
 #include "common/util.h"
-#include "ring/wire.h"
 
 #define RR__MAX_PENDING 64 /* half-open greetings kept at once; more are dropped */
 
@@ -134,12 +134,6 @@ static int rr__gather(const rr__boot *b, rr__peer_info *infos) {
   return st;
 }
 
-static const rr__transport *rr__choose(const rr__peer_info *me, const rr__peer_info *peer) {
-  for (int i = 0; rr__transports[i]; i++)
-    if (rr__transports[i]->can_connect(me, peer)) return rr__transports[i];
-  return &rr__tcp_transport;
-}
-
 /* Both sides must open the same number of sockets: take the larger wish. */
 static int rr__nsockets(const rr__transport *tp, const rr__peer_info *me,
                         const rr__peer_info *peer) {
@@ -147,12 +141,6 @@ static int rr__nsockets(const rr__transport *tp, const rr__peer_info *me,
   return 1 + (a > b ? a : b);
 }
 
-static void rr__put32(uint8_t *p, uint32_t v) {
-  for (int i = 0; i < 4; i++) p[i] = (uint8_t)(v >> (8 * i));
-}
-static uint32_t rr__get32(const uint8_t *p) {
-  return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
-}
 
 typedef struct rr__mesh {
   const rr__boot *b;
@@ -225,7 +213,7 @@ static int rr__file_greeting(rr__mesh *m, rr__pending *pd) {
   }
   int p = h.from;
   uint8_t reply[RR__REPLY_BYTES];
-  rr__put32(reply, RR__HELLO_OK);
+  rr__put_u32(reply, RR__HELLO_OK);
   int verdict = RR_OK;
   if (strcmp(h.transport, m->tp[p]->name) != 0 || h.nsockets != m->nsock[p])
     verdict = rr__set_error(RR_EMISMATCH,
@@ -236,7 +224,7 @@ static int rr__file_greeting(rr__mesh *m, rr__pending *pd) {
   else if (m->fds[p][h.index] >= 0)
     verdict = rr__set_error(RR_EPROTO, "rank %d opened socket %d twice (two processes with "
                             "RANK=%d?)", b->global_ranks[p], h.index, b->global_ranks[p]);
-  rr__put32(reply + 4, (uint32_t)verdict);
+  rr__put_u32(reply + 4, (uint32_t)verdict);
   int st = rr__sock_send_all(pd->fd, reply, sizeof reply, b->deadline_ms);
   if (verdict != RR_OK) return verdict;
   if (st != RR_OK) return RR_EPROTO;
@@ -339,8 +327,8 @@ static int rr__read_replies(rr__mesh *m) {
       if (st != RR_OK)
         return rr__prefix_error(st, "waiting for rank %d to accept our connection",
                                 b->global_ranks[p]);
-      int32_t verdict = (int32_t)rr__get32(reply + 4);
-      if (rr__get32(reply) != RR__HELLO_OK)
+      int32_t verdict = (int32_t)rr__get_u32(reply + 4);
+      if (rr__get_u32(reply) != RR__HELLO_OK)
         return rr__set_error(RR_EPROTO, "rank %d answered our greeting with garbage",
                              b->global_ranks[p]);
       if (verdict != RR_OK)
@@ -410,7 +398,7 @@ int rr__bootstrap(const rr__boot *b, rr__comm **out) {
   RR__CHECK_GOTO(rr__gather(b, m.infos), st, done);
   for (int p = 0; p < size; p++) {
     if (p == b->rank) continue;
-    m.tp[p] = rr__choose(&m.infos[b->rank], &m.infos[p]);
+    m.tp[p] = rr__transport_choose(&m.infos[b->rank], &m.infos[p]);
     m.nsock[p] = rr__nsockets(m.tp[p], &m.infos[b->rank], &m.infos[p]);
   }
 

@@ -7,6 +7,24 @@
 #include "ringreduce/ringreduce.h"
 #include "transport/socket.h"
 
+/* The greeting every socket the bootstrap opens starts with, saying who is calling, and
+ * the acceptor's 8-byte reply (little-endian; rendezvous/hello.c). */
+#define RR__HELLO_BYTES 128
+#define RR__GROUP_ID_MAX 48
+typedef struct rr__hello {
+  char group[RR__GROUP_ID_MAX]; /* group id, NUL-terminated */
+  int32_t from, to;             /* group ranks */
+  int32_t index;                /* 0: control socket, 1..: data sockets */
+  int32_t nsockets;             /* sockets the caller opens to this peer in total */
+  char transport[16];           /* the transport the caller chose for this pair */
+  uint64_t token_hash;          /* job token check (0 when none) */
+} rr__hello;
+void rr__hello_encode(const rr__hello *h, uint8_t out[RR__HELLO_BYTES]);
+int rr__hello_decode(const uint8_t in[RR__HELLO_BYTES], rr__hello *h);
+#define RR__HELLO_OK 0x4f4b /* reply: 4 bytes magic + 4 bytes status */
+#define RR__REPLY_BYTES 8
+
+
 typedef struct rr__boot {
   rr_store *store;
   const char *group_id;    /* unique per group within the job, e.g. "w" or "w.2" */

@@ -10,7 +10,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "ring/ring.h"
+#include "ring/coll.h"
 
 int rr__all_gather_ring(rr__coll *c) {
   const int n = c->n, r = c->r, left = rr__left(r, n), right = rr__right(r, n);
@@ -24,9 +24,9 @@ int rr__all_gather_ring(rr__coll *c) {
   for (int s = 0; s < n - 1; s++) {
     const int send = rr__mod(r - s, n), recv = rr__mod(r - s - 1, n);
     RR__WHERE(c, "all-gather step %d/%d", s + 1, n - 1);
-    rr__step st = {.to = right, .sbuf = dst + (size_t)send * blk, .scount = count,
-                   .from = left, .rbuf = dst + (size_t)recv * blk, .rcount = count,
-                   .schunk = send, .rchunk = recv};
+    rr__step st = rr__step_send_recv(right, dst + (size_t)send * blk, count, left,
+                                     dst + (size_t)recv * blk, count);
+    st.schunk = send, st.rchunk = recv;
     RR__CHECK(rr__pipe_step(c, &st));
   }
   return RR_OK;

@@ -35,7 +35,7 @@
  */
 #include <stdio.h>
 
-#include "ring/ring.h"
+#include "ring/coll.h"
 
 int rr__all_reduce_ring(rr__coll *c) {
   const int n = c->n, r = c->r, left = rr__left(r, n), right = rr__right(r, n);
@@ -52,21 +52,20 @@ int rr__all_reduce_ring(rr__coll *c) {
   for (int s = 0; s < n - 1; s++) {
     const int send = rr__mod(r - s, n), recv = rr__mod(r - s - 1, n);
     RR__WHERE(c, "reduce-scatter step %d/%d", s + 1, n - 1);
-    rr__step st = {
-        .to = right, .sbuf = (s == 0 ? src : dst) + OFF(send), .scount = LEN(send),
-        .from = left, .rbuf = dst + OFF(recv), .rcount = LEN(recv),
-        .reduce = 1, .own = src + OFF(recv),
-        /* AVG divides once, in the reduction that completes the chunk. */
-        .avg_div = (s == n - 2 && c->a->op == RR_AVG) ? n : 0,
-        .schunk = send, .rchunk = recv};
+    /* AVG divides once, in the reduction that completes the chunk. */
+    const int avg_div = (s == n - 2 && c->a->op == RR_AVG) ? n : 0;
+    rr__step st = rr__step_send_recv_reduce(right, (s == 0 ? src : dst) + OFF(send), LEN(send),
+                                            left, dst + OFF(recv), src + OFF(recv), LEN(recv),
+                                            avg_div);
+    st.schunk = send, st.rchunk = recv;
     RR__CHECK(rr__pipe_step(c, &st));
   }
   for (int s = 0; s < n - 1; s++) {
     const int send = rr__mod(r + 1 - s, n), recv = rr__mod(r - s, n);
     RR__WHERE(c, "all-gather step %d/%d", s + 1, n - 1);
-    rr__step st = {.to = right, .sbuf = dst + OFF(send), .scount = LEN(send),
-                   .from = left, .rbuf = dst + OFF(recv), .rcount = LEN(recv),
-                   .schunk = send, .rchunk = recv};
+    rr__step st = rr__step_send_recv(right, dst + OFF(send), LEN(send), left, dst + OFF(recv),
+                                     LEN(recv));
+    st.schunk = send, st.rchunk = recv;
     RR__CHECK(rr__pipe_step(c, &st));
   }
 #undef OFF

@@ -20,9 +20,8 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "common/param.h"
 #include "ring/op.h"
-#include "ring/ring.h"
+#include "ring/coll.h"
 
 /* Send our whole buffer to `to` and/or receive `from`'s into `in`, each behind the call
  * header. Everything is posted at once, so a header and its data share one system call; the
@@ -51,25 +50,20 @@ static int rr__rd_swap(rr__coll *c, int to, const void *out, int from, void *in,
 }
 
 /* buf = op(lower, upper) with operands in rank order. */
+/* buf = (lower rank's data) op (higher rank's data): the same operand order on both ranks of
+ * a pair, so both end with the same bits. */
 static void rr__rd_combine(rr__coll *c, char *buf, const char *theirs, int mine_is_lower) {
   const rr__args *a = c->a;
-  char line[512];
-  int o = 0, show = rr__params_get()->trace && a->count <= 8;
-  if (show) {
-    o = snprintf(line, sizeof line, "%s: ", rr__coll_where(c));
-    o += rr__trace_values(line + o, sizeof line - (size_t)o, mine_is_lower ? buf : theirs, a->count, a->dtype);
-    o += snprintf(line + o, sizeof line - (size_t)o, " %s ", rr_op_name(a->op));
-    o += rr__trace_values(line + o, sizeof line - (size_t)o, mine_is_lower ? theirs : buf, a->count, a->dtype);
-  }
+  const int show = rr__trace_on() && a->count <= RR__TRACE_VALUES;
+  unsigned char mine[RR__TRACE_VALUES * 8];
+  if (show) memcpy(mine, buf, a->count * c->esize);
   if (mine_is_lower)
     rr__reduce(buf, buf, theirs, a->count, a->dtype, a->op, 0);
   else
     rr__reduce(buf, theirs, buf, a->count, a->dtype, a->op, 0);
-  if (show) {
-    o += snprintf(line + o, sizeof line - (size_t)o, " = ");
-    rr__trace_values(line + o, sizeof line - (size_t)o, buf, a->count, a->dtype);
-    rr__trace_emit(c, line);
-  }
+  if (show)
+    rr__trace_reduce(c, mine_is_lower ? (const void *)mine : theirs,
+                     mine_is_lower ? (const void *)theirs : mine, buf, a->count);
 }
 
 int rr__all_reduce_rd(rr__coll *c) {
@@ -77,7 +71,7 @@ int rr__all_reduce_rd(rr__coll *c) {
   const size_t bytes = c->a->count * c->esize;
   char *buf = c->a->recvbuf;
   char *tmp;
-  RR__CHECK(rr__pg_scratch(c->pg, bytes, (void **)&tmp));
+  RR__CHECK(rr__coll_scratch(c, bytes, (void **)&tmp));
   if (bytes && buf != c->a->sendbuf) memcpy(buf, c->a->sendbuf, bytes);
 
   int p = 1;
@@ -106,7 +100,7 @@ int rr__all_reduce_rd(rr__coll *c) {
       const int pn = newrank ^ mask;
       const int partner = pn < rem ? pn * 2 + 1 : pn + rem;
       RR__WHERE(c, "recursive doubling round %d with rank %d",
-               round + 1, c->pg->global_ranks[partner]);
+               round + 1, rr__grank(c, partner));
       RR__CHECK(rr__rd_swap(c, partner, buf, partner, tmp, bytes));
       rr__rd_combine(c, buf, tmp, newrank < pn);
     }

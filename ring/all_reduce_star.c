@@ -20,7 +20,7 @@
  */
 #include <stdio.h>
 
-#include "ring/ring.h"
+#include "ring/coll.h"
 
 int rr__all_reduce_star(rr__coll *c) {
   const int n = c->n, r = c->r, root = 0;
@@ -32,36 +32,35 @@ int rr__all_reduce_star(rr__coll *c) {
     /* Reduce in rank order; out of place the first reduction reads the input, so no copy. */
     for (int p = 1; p < n; p++) {
       RR__WHERE(c, "star: gathering from rank %d (%d/%d)",
-               c->pg->global_ranks[p], p, n - 1);
+               rr__grank(c, p), p, n - 1);
       RR__CHECK(rr__coll_recv_hdr(c, p));
-      rr__step st = {.to = -1, .from = p, .rbuf = dst, .rcount = count, .reduce = 1,
-                     .own = p == 1 ? src : dst,
-                     /* AVG divides once, in the reduction that completes the sum. */
-                     .avg_div = (p == n - 1 && c->a->op == RR_AVG) ? n : 0,
-                     .schunk = -1, .rchunk = p};
+      /* AVG divides once, in the reduction that completes the sum. */
+      rr__step st = rr__step_recv_reduce(p, dst, p == 1 ? src : dst, count,
+                                         (p == n - 1 && c->a->op == RR_AVG) ? n : 0);
+      st.rchunk = p;
       RR__CHECK(rr__pipe_step(c, &st));
     }
     for (int p = 1; p < n; p++) {
       RR__WHERE(c, "star: sending the result to rank %d (%d/%d)",
-               c->pg->global_ranks[p], p, n - 1);
+               rr__grank(c, p), p, n - 1);
       RR__CHECK(rr__coll_send_hdr(c, p));
-      rr__step st = {.to = p, .sbuf = dst, .scount = count, .from = -1,
-                     .schunk = 0, .rchunk = -1};
+      rr__step st = rr__step_send(p, dst, count);
+      st.schunk = 0;
       RR__CHECK(rr__pipe_step(c, &st));
     }
     return RR_OK;
   }
 
-  RR__WHERE(c, "star: sending to rank %d", c->pg->global_ranks[root]);
+  RR__WHERE(c, "star: sending to rank %d", rr__grank(c, root));
   RR__CHECK(rr__coll_send_hdr(c, root));
-  rr__step up = {.to = root, .sbuf = src, .scount = count, .from = -1,
-                 .schunk = r, .rchunk = -1};
+  rr__step up = rr__step_send(root, src, count);
+  up.schunk = r;
   RR__CHECK(rr__pipe_step(c, &up));
   /* The send is complete (handed to the transport), so in place the result may land. */
   RR__WHERE(c, "star: receiving the result from rank %d",
-           c->pg->global_ranks[root]);
+           rr__grank(c, root));
   RR__CHECK(rr__coll_recv_hdr(c, root));
-  rr__step down = {.to = -1, .from = root, .rbuf = dst, .rcount = count,
-                   .schunk = -1, .rchunk = 0};
+  rr__step down = rr__step_recv(root, dst, count);
+  down.rchunk = 0;
   return rr__pipe_step(c, &down);
 }

@@ -15,7 +15,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "ring/ring.h"
+#include "ring/coll.h"
 
 int rr__broadcast_chain(rr__coll *c) {
   const int n = c->n, r = c->r, root = c->a->root;
@@ -25,25 +25,25 @@ int rr__broadcast_chain(rr__coll *c) {
   char *dst = c->a->recvbuf;
 
   RR__WHERE(c, "broadcast chain from rank %d, position %d/%d",
-           c->pg->global_ranks[root], pos, n - 1);
+           rr__grank(c, root), pos, n - 1);
   if (pos == 0) {
     if (count && c->a->sendbuf != dst) memcpy(dst, c->a->sendbuf, count * c->esize);
     RR__CHECK(rr__coll_send_hdr(c, right));
-    rr__step st = {.to = right, .sbuf = dst, .scount = count, .from = -1,
-                   .schunk = 0, .rchunk = -1};
+    rr__step st = rr__step_send(right, dst, count);
+    st.schunk = 0;
     RR__CHECK(rr__pipe_step(c, &st));
   } else {
     const int middle = pos < n - 1;
     RR__CHECK(rr__coll_recv_hdr(c, left));
     if (middle) RR__CHECK(rr__coll_send_hdr(c, right));
-    rr__step st = {.to = middle ? right : -1, .scount = count, .from = left, .rbuf = dst,
-                   .rcount = count, .forward = middle, .schunk = middle ? 0 : -1,
-                   .rchunk = 0};
+    rr__step st = middle ? rr__step_recv_copy_send(left, dst, count, right)
+                         : rr__step_recv(left, dst, count);
+    st.schunk = middle ? 0 : -1, st.rchunk = 0;
     RR__CHECK(rr__pipe_step(c, &st));
   }
 
   RR__WHERE(c, "broadcast: completion notice from rank %d",
-           c->pg->global_ranks[tail]);
+           rr__grank(c, tail));
   if (r == tail) {
     for (int q = 0; q < n; q++)
       if (q != r) RR__CHECK(rr__coll_send_ack(c, q));

@@ -1,7 +1,8 @@
-/* Running one call: pick the algorithm, check the call against the peers' (from the
- * headers every algorithm sends before its data), and turn any failure into one sentence
- * that names this rank, the call, the place in the algorithm and the cause, then abort the
- * group so no peer waits for us in vain. */
+/* Running one call on this rank: number it, pick its algorithm, and give every algorithm
+ * the primitives it shares: the call header sent ahead of the data and checked against our
+ * own call (a mismatch names both calls), the completion notice of rooted collectives, and
+ * the wait that polls, then sleeps until data, a peer's abort or the deadline. The group
+ * (group/run.c) adds who failed and aborts the group when a call fails. */
 #include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -10,8 +11,8 @@
 #include "common/log.h"
 #include "common/param.h"
 #include "common/status.h"
-#include "ring/op.h"
-#include "ring/ring.h"
+#include "common/util.h"
+#include "ring/coll.h"
 
 /* Header sends still on the wire when a call ends would point into its stack frame, so
  * every header goes through this small table and the call waits for all of them. */
@@ -25,9 +26,9 @@ typedef struct rr__hdr_sends {
 
 /* A header from a peer this call does not read from: the same call number must mean the
  * same call. (Point-to-point sends and later calls pass: they are read in their turn.) */
-static int rr__sniff_check(void *ctx, int peer, const uint8_t wire[RR__HDR_BYTES]) {
+static int rr__sniff_check(void *ctx, int peer, const uint8_t wire[RR__SNIFF_BYTES]) {
   rr__coll *c = ctx;
-  int g = c->pg->global_ranks[peer];
+  int g = rr__grank(c, peer);
   rr__hdr h;
   if (rr__hdr_decode(wire, &h) != RR_OK) return rr__prefix_error(RR_EPROTO, "from rank %d", g);
   if (h.kind == RR__K_SEND || h.seq != c->hdr.seq) return RR_OK;
@@ -40,7 +41,7 @@ static int rr__sniff_check(void *ctx, int peer, const uint8_t wire[RR__HDR_BYTES
   rr__hdr_describe(m, a, sizeof a);
   rr__hdr_describe(&h, b, sizeof b);
   return rr__set_error(RR_EMISMATCH, "mismatched calls: rank %d called %s, but rank %d called %s",
-                       c->pg->global_ranks[c->r], a, g, b);
+                       rr__grank(c, c->r), a, g, b);
 }
 
 /* Adaptive spinning. A spin pays when the data comes within a few microseconds: sleeping
@@ -97,7 +98,7 @@ int rr__coll_block(rr__coll *c, int peer) {
   rr__comm *cm = c->cm;
   /* Only a caller that blocks on this call spins; background work (async calls) sleeps
    * and leaves the core to the caller's compute. */
-  if (cm->spin_us > 0 && c->pg->inline_call) {
+  if (cm->spin_us > 0 && c->may_spin) {
     if (cm->spin_skip > 0) {
       cm->spin_skip--;
     } else {
@@ -109,7 +110,7 @@ int rr__coll_block(rr__coll *c, int peer) {
   int st = rr__comm_wait(c->cm, c->deadline_ms, p2p ? NULL : &sn);
   /* An abort may carry RR_ETIMEDOUT too (rr_work_wait gave up); keep its own words. */
   if (st != RR_ETIMEDOUT || atomic_load(&cm->aborted)) return st;
-  int g = peer >= 0 ? c->pg->global_ranks[peer] : -1;
+  int g = peer >= 0 ? rr__grank(c, peer) : -1;
   char seg[48] = "";
   if (c->seg_total)
     snprintf(seg, sizeof seg, " segment %zu/%zu from", c->seg_at, c->seg_total);
@@ -163,7 +164,7 @@ static const char *rr__describe_own(const rr__coll *c, const rr__hdr *h, char *b
 
 /* Compare a received header with this rank's call. */
 static int rr__check_hdr_kind(rr__coll *c, int from, const uint8_t *wire, int kind) {
-  int g = c->pg->global_ranks[from];
+  int g = rr__grank(c, from);
   rr__hdr h;
   if (rr__hdr_decode(wire, &h) != RR_OK) return rr__prefix_error(RR_EPROTO, "from rank %d", g);
   rr__hdr mine = c->hdr;
@@ -181,7 +182,7 @@ static int rr__check_hdr_kind(rr__coll *c, int from, const uint8_t *wire, int ki
                                  ? " (RR_ALGO or RR_SMALL_BYTES differs between the ranks)"
                                  : "";
     return rr__set_error(RR_EMISMATCH, "mismatched calls: rank %d called %s, but rank %d called %s%s",
-                         c->pg->global_ranks[c->r], a, g, b, hint);
+                         rr__grank(c, c->r), a, g, b, hint);
   }
   return RR_OK;
 }
@@ -192,7 +193,7 @@ int rr__coll_post_hdr(rr__coll *c, int from, rr__req *r, uint8_t *wire) {
   r->len = RR__HDR_BYTES;
   if (!c->where_fmt && !c->where[0])
     RR__WHERE(c, "checking the call against rank %d",
-             c->pg->global_ranks[from]);
+             rr__grank(c, from));
   return rr__comm_irecv(c->cm, from, 0, r);
 }
 
@@ -252,10 +253,10 @@ static int rr__dispatch(rr__coll *c) {
   return rr__set_error(RR_EINVAL, "internal: unknown call kind %d", a->kind);
 }
 
-/* Fill in the header this rank sends: the call's fingerprint. */
-static void rr__make_hdr(rr__coll *c) {
+/* The call's number and fingerprint, as its header will carry them. */
+void rr__coll_begin(rr__coll *c) {
   const rr__args *a = c->a;
-  rr_pg *pg = c->pg;
+  rr__coll_state *cs = c->cs;
   rr__hdr *h = &c->hdr;
   memset(h, 0, sizeof *h);
   h->kind = (uint8_t)(a->kind == RR__K_RECV || a->kind == RR__K_SENDRECV ? RR__K_SEND : a->kind);
@@ -267,21 +268,21 @@ static void rr__make_hdr(rr__coll *c) {
   h->root = a->root;
   h->from = c->r;
   /* Only calls that cut data into segments need the same segment size on both sides. */
-  if (a->kind != RR__K_BARRIER) h->seg_bytes = (uint32_t)pg->seg_bytes;
+  if (a->kind != RR__K_BARRIER) h->seg_bytes = (uint32_t)cs->seg_bytes;
   h->count = a->count;
   switch (a->kind) {
     case RR__K_SEND:
-      h->seq = pg->p2p_sent[a->peer]++;
+      h->seq = cs->p2p_sent[a->peer]++;
       h->from = c->r;
       break;
     case RR__K_RECV:
-      h->seq = pg->p2p_recvd[a->peer]++;
+      h->seq = cs->p2p_recvd[a->peer]++;
       h->from = a->peer; /* what the sender's header will say */
       break;
     case RR__K_SENDRECV: /* the sequence numbers are taken per half, in sendrecv.c */
       break;
     default:
-      h->seq = pg->seq++;
+      h->seq = cs->seq++;
       h->algo = a->kind == RR__K_ALL_REDUCE  ? (uint8_t)rr__choose_all_reduce(c)
                 : a->kind == RR__K_BARRIER   ? RR__ALGO_DISSEM
                 : a->kind == RR__K_BROADCAST || a->kind == RR__K_REDUCE ? RR__ALGO_CHAIN
@@ -301,92 +302,62 @@ const char *rr__coll_where(rr__coll *c) {
 
 /* One line naming the call, for logs and errors: built only when needed (a few hundred
  * nanoseconds of formatting on every small call otherwise). */
-static const char *rr__call_desc(const rr__coll *c, char *desc, size_t n) {
+const char *rr__coll_describe(const rr__coll *c, char *desc, size_t n) {
   const rr__args *a = c->a;
-  const rr_pg *pg = c->pg;
   if (a->kind == RR__K_SEND)
     snprintf(desc, n, "send to rank %d (#%llu of this pair, %zu x %s)",
-             pg->global_ranks[a->peer], (unsigned long long)c->hdr.seq, a->count,
+             rr__grank(c, a->peer), (unsigned long long)c->hdr.seq, a->count,
              rr_dtype_name(a->dtype));
   else if (a->kind == RR__K_RECV)
     snprintf(desc, n, "recv from rank %d (#%llu of this pair, %zu x %s)",
-             pg->global_ranks[a->peer], (unsigned long long)c->hdr.seq, a->count,
+             rr__grank(c, a->peer), (unsigned long long)c->hdr.seq, a->count,
              rr_dtype_name(a->dtype));
   else if (a->kind == RR__K_SENDRECV)
     snprintf(desc, n, "sendrecv (%zu x %s to rank %d, %zu from rank %d)", a->count,
-             rr_dtype_name(a->dtype), pg->global_ranks[a->peer], a->recvcount,
-             pg->global_ranks[a->src]);
+             rr_dtype_name(a->dtype), rr__grank(c, a->peer), a->recvcount,
+             rr__grank(c, a->src));
   else
     rr__hdr_describe(&c->hdr, desc, n);
   return desc;
 }
 
-/* Host memory only; rr__coll_run (cuda/staging.c) stages device buffers and calls this. */
-int rr__coll_run_host(rr_pg *pg, const rr__args *a, int64_t timeout_ms) {
-  rr__coll c = {0};
+void rr__coll_init(rr__coll *c, rr__coll_state *cs, rr__comm *cm, const rr__args *a, int rank,
+                   int size, int64_t timeout_ms) {
+  memset(c, 0, sizeof *c);
+  c->cs = cs;
+  c->cm = cm;
+  c->a = a;
+  c->n = size;
+  c->r = rank;
+  c->esize = rr_dtype_size(a->dtype);
+  c->seg = RR__MAX(cs->seg_bytes / (c->esize ? c->esize : 1), 1);
+  c->timeout_ms = timeout_ms;
+  c->deadline_ms = rr__deadline(timeout_ms);
+}
+
+int rr__coll_exec(rr__coll *c) {
   rr__hdr_sends sends;
   sends.n = 0;
-  c.pg = pg;
-  c.cm = pg->comm;
-  c.a = a;
-  c.n = pg->size;
-  c.r = pg->rank;
-  c.esize = rr_dtype_size(a->dtype);
-  c.seg = RR__MAX(pg->seg_bytes / (c.esize ? c.esize : 1), 1);
-  c.timeout_ms = timeout_ms;
-  c.deadline_ms = rr__deadline(timeout_ms);
-  int me = pg->global_ranks[pg->rank];
-  char desc[192];
-
-  /* A peer may have aborted while this rank was busy elsewhere: look before starting, so
-   * a call does not complete on data buffered before a peer failed long ago. Every wait
-   * watches the control sockets anyway; this look costs a system call (1-2 us here), so
-   * back-to-back calls take it at most once per clock tick (a few ms). */
-  int64_t now_ms = rr__now_ms_coarse();
-  if (now_ms != pg->ctl_seen_ms) {
-    pg->ctl_seen_ms = now_ms;
-    rr__comm_poll_ctl(pg->comm);
-  }
-  rr__make_hdr(&c);
-  if (rr__log_enabled(RR__LEVEL_TRACE, RR__SUB_COLL))
-    RR__LOG_TRACE(RR__SUB_COLL, "start %s", rr__call_desc(&c, desc, sizeof desc));
-  if (atomic_load(&pg->comm->aborted)) {
-    /* The first call to meet the abort reports its cause; later ones say the group is gone. */
-    int st = rr__comm_check(pg->comm);
-    rr__call_desc(&c, desc, sizeof desc);
-    if (pg->comm->reported)
-      return rr__prefix_error(RR_EABORTED, "rank %d: %s: the group is unusable after an earlier failure", me, desc);
-    pg->comm->reported = 1;
-    return rr__prefix_error(st, "rank %d: %s", me, desc);
-  }
-
-  c.sends = &sends;
-  rr__comm_new_call(pg->comm);
-  int st = rr__dispatch(&c);
+  c->sends = &sends;
+  rr__comm_new_call(c->cm);
+  int st = rr__dispatch(c);
   /* Wait until our headers left: their buffers live in this frame. */
   for (int i = 0; st == RR_OK && i < sends.n; i++)
-    st = rr__coll_wait(&c, &sends.req[i], sends.peer[i]);
-
-  if (st != RR_OK) {
-    if (rr__coll_where(&c)[0]) rr__prefix_error(st, "%s", c.where);
-    rr__prefix_error(st, "rank %d: %s", me, rr__call_desc(&c, desc, sizeof desc));
-    /* The group's state is unknown now: stop it here and tell every peer why. */
-    rr__comm_abort(pg->comm, st, rr__error(), 1);
-    pg->comm->reported = 1;
-    return st;
-  }
-  if (rr__log_enabled(RR__LEVEL_TRACE, RR__SUB_COLL))
-    RR__LOG_TRACE(RR__SUB_COLL, "done %s", rr__call_desc(&c, desc, sizeof desc));
-  return RR_OK;
+    st = rr__coll_wait(c, &sends.req[i], sends.peer[i]);
+  c->sends = NULL;
+  return st;
 }
 
-int rr__pg_scratch(rr_pg *pg, size_t bytes, void **out) {
-  if (bytes > pg->scratch_bytes) {
-    void *p = realloc(pg->scratch, bytes);
+int rr__coll_scratch(rr__coll *c, size_t bytes, void **out) {
+  rr__coll_state *cs = c->cs;
+  if (bytes > cs->scratch_bytes) {
+    void *p = realloc(cs->scratch, bytes);
     if (!p) return rr__set_error(RR_ENOMEM, "out of memory for %zu bytes of scratch", bytes);
-    pg->scratch = p;
-    pg->scratch_bytes = bytes;
+    cs->scratch = p;
+    cs->scratch_bytes = bytes;
   }
-  *out = pg->scratch;
+  *out = cs->scratch;
   return RR_OK;
 }
+
+_Static_assert(RR__HDR_BYTES == RR__SNIFF_BYTES, "a waiting call peeks at exactly one header");

@@ -12,15 +12,12 @@
  * reduced into the destination, or, in a chain, reduced in the slot and forwarded from it.
  * A step returns when all its sends and receives are complete, so the next step may
  * overwrite anything this one was sending. */
-#include <stdio.h>
 #include <string.h>
-#include <unistd.h>
 
 #include "common/log.h"
-#include "common/param.h"
 #include "common/status.h"
+#include "ring/coll.h"
 #include "ring/op.h"
-#include "ring/ring.h"
 
 #define RR__SEND_WIN 32
 #define RR__RECV_WIN 64 /* >= the largest RR_SLOTS */
@@ -40,105 +37,42 @@ static void rr__reduce_in_place(rr__req *r, const void *data, size_t len) {
 
 static size_t rr__nseg(size_t count, size_t seg) { return (count + seg - 1) / seg; }
 
-/* ---- RR_TRACE: one line per rank per step, with the values when a chunk is tiny ---- */
-#define RR__TRACE_VALUES 8
-
-int rr__trace_values(char *out, size_t cap, const void *buf, size_t n, rr_dtype d) {
-  size_t o = 0;
-  o += (size_t)snprintf(out + o, cap - o, "{");
-  for (size_t i = 0; i < n && o < cap; i++) {
-    const char *p = (const char *)buf + i * rr_dtype_size(d);
-    double v;
-    switch (d) {
-      case RR_INT8: v = *(const int8_t *)p; break;
-      case RR_UINT8: v = *(const uint8_t *)p; break;
-      case RR_INT32: { int32_t x; memcpy(&x, p, 4); v = x; break; }
-      case RR_INT64: { int64_t x; memcpy(&x, p, 8); v = (double)x; break; }
-      case RR_FLOAT16: { uint16_t x; memcpy(&x, p, 2); v = rr__half_to_float(x); break; }
-      case RR_BFLOAT16: { uint16_t x; memcpy(&x, p, 2); v = rr__bf16_to_float(x); break; }
-      case RR_FLOAT32: { float x; memcpy(&x, p, 4); v = x; break; }
-      default: { double x; memcpy(&x, p, 8); v = x; }
-    }
-    o += (size_t)snprintf(out + o, cap - o, "%s%g", i ? " " : "", v);
-  }
-  if (o < cap) o += (size_t)snprintf(out + o, cap - o, "}");
-  return (int)RR__MIN(o, cap - 1);
-}
-
-void rr__trace_emit(const rr__coll *c, const char *what) {
-  char line[640];
-  int o = snprintf(line, sizeof line, "[rank %d] %s #%llu %s\n", c->pg->global_ranks[c->r],
-                   rr__kind_name(c->hdr.kind), (unsigned long long)c->hdr.seq, what);
-  if (o >= (int)sizeof line) o = (int)sizeof line - 1, line[o - 1] = '\n';
-  if (write(STDERR_FILENO, line, (size_t)o) < 0) { /* tracing must never fail a call */ }
-}
-
-typedef struct rr__trace {
-  int on;
-  unsigned char own[RR__TRACE_VALUES * 8], got[RR__TRACE_VALUES * 8];
-} rr__trace;
-
-static void rr__trace_line(rr__coll *c, const rr__step *st, const rr__trace *t) {
-  char line[640];
-  int o = snprintf(line, sizeof line, "[rank %d] %s #%llu %s:", c->pg->global_ranks[c->r],
-                   rr__kind_name(c->hdr.kind), (unsigned long long)c->hdr.seq, rr__coll_where(c));
-  rr_dtype d = c->a->dtype;
-  int small = st->rcount <= RR__TRACE_VALUES;
-  if (st->to >= 0)
-    o += snprintf(line + o, sizeof line - (size_t)o, " sent c%d (%zu) to %d;", st->schunk,
-                  st->scount, c->pg->global_ranks[st->to]);
-  if (st->from >= 0) {
-    o += snprintf(line + o, sizeof line - (size_t)o, " got c%d (%zu) from %d", st->rchunk,
-                  st->rcount, c->pg->global_ranks[st->from]);
-    if (small && st->rcount > 0 && st->rbuf) {
-      o += snprintf(line + o, sizeof line - (size_t)o, ": ");
-      if (st->reduce) {
-        o += rr__trace_values(line + o, sizeof line - (size_t)o, t->own, st->rcount, d);
-        o += snprintf(line + o, sizeof line - (size_t)o, " %s ", rr_op_name(c->a->op));
-        o += rr__trace_values(line + o, sizeof line - (size_t)o, t->got, st->rcount, d);
-        o += snprintf(line + o, sizeof line - (size_t)o, " = ");
-      }
-      o += rr__trace_values(line + o, sizeof line - (size_t)o, st->rbuf, st->rcount, d);
-      if (st->avg_div) o += snprintf(line + o, sizeof line - (size_t)o, " (sum / %d)", st->avg_div);
-    }
-  }
-  if (o >= (int)sizeof line - 1) o = (int)sizeof line - 2;
-  line[o++] = '\n';
-  /* One write per line, so lines of different ranks never interleave mid-line. */
-  if (write(STDERR_FILENO, line, (size_t)o) < 0) { /* tracing must never fail a call */ }
-}
-
 int rr__pipe_step(rr__coll *c, const rr__step *st) {
   const size_t es = c->esize, seg = c->seg;
   const size_t nsend = st->to >= 0 ? rr__nseg(st->scount, seg) : 0;
   const size_t nrecv = st->from >= 0 ? rr__nseg(st->rcount, seg) : 0;
-  /* Reductions go through staging slots; plain receives land in place. */
-  const int slotted = st->reduce;
-  const int fwd_from_slot = st->forward && !st->rbuf;
-  const size_t nslots = (size_t)c->pg->nslots;
+  /* Reductions go through staging slots; plain receives land in place. A chain forwards
+   * each segment once it arrived: from its destination, or from the slot it was reduced in. */
+  const int slotted = st->kind == RR__STEP_REDUCE || st->kind == RR__STEP_FWD_REDUCE;
+  const int forward = st->kind == RR__STEP_FWD_COPY || st->kind == RR__STEP_FWD_REDUCE;
+  const int fwd_from_slot = st->kind == RR__STEP_FWD_REDUCE;
+  const size_t nslots = (size_t)c->cs->nslots, slot_bytes = c->cs->seg_bytes;
+  char *const staging = c->cs->staging;
   const size_t rwin = slotted ? nslots : RR__RECV_WIN;
   rr__req sreq[RR__SEND_WIN], rreq[RR__RECV_WIN];
   rr__consume_ctx cctx[RR__RECV_WIN];
   size_t sp = 0, sd = 0; /* sends posted, sends done */
   size_t rp = 0, rd = 0; /* receives posted, receives processed */
 
-  if (st->forward && (st->scount != st->rcount || st->to < 0 || st->from < 0))
+  if (forward && (st->scount != st->rcount || st->to < 0 || st->from < 0))
     return rr__set_error(RR_EINVAL, "internal: a forwarding step needs equal sizes");
-  rr__trace tr = {.on = rr__params_get()->trace != 0};
-  const int trace_values = tr.on && st->reduce && st->rcount <= RR__TRACE_VALUES && st->own;
-  if (trace_values) memcpy(tr.own, st->own, st->rcount * es);
+  /* The trace shows a small reduction's operands: keep them before they are overwritten. */
+  const int trace = rr__trace_on();
+  const int trace_values = trace && slotted && st->rcount <= RR__TRACE_VALUES && st->own;
+  unsigned char own_copy[RR__TRACE_VALUES * 8], got_copy[RR__TRACE_VALUES * 8];
+  if (trace_values) memcpy(own_copy, st->own, st->rcount * es);
 
   for (;;) {
     int busy = 0;
     /* Queue sends: all of them may go at once, except that a chain forwards segment k only
      * after it arrived. */
-    while (sp < nsend && sp - sd < RR__SEND_WIN && (!st->forward || sp < rd)) {
+    while (sp < nsend && sp - sd < RR__SEND_WIN && (!forward || sp < rd)) {
       size_t off = sp * seg, n = RR__MIN(seg, st->scount - off);
       rr__req *r = &sreq[sp % RR__SEND_WIN];
       memset(r, 0, sizeof *r);
       if (fwd_from_slot)
-        r->buf = c->pg->staging + (sp % nslots) * c->pg->seg_bytes;
-      else if (st->forward)
+        r->buf = staging + (sp % nslots) * slot_bytes;
+      else if (forward)
         r->buf = (char *)st->rbuf + off * es;
       else
         r->buf = (char *)st->sbuf + off * es;
@@ -153,7 +87,7 @@ int rr__pipe_step(rr__coll *c, const rr__step *st) {
       size_t off = rp * seg, n = RR__MIN(seg, st->rcount - off);
       rr__req *r = &rreq[rp % RR__RECV_WIN];
       memset(r, 0, sizeof *r);
-      r->buf = slotted ? c->pg->staging + (rp % nslots) * c->pg->seg_bytes
+      r->buf = slotted ? staging + (rp % nslots) * slot_bytes
                        : (char *)st->rbuf + off * es;
       r->len = n * es;
       if (slotted && st->rbuf && !trace_values) { /* the transport may reduce in place */
@@ -173,7 +107,7 @@ int rr__pipe_step(rr__coll *c, const rr__step *st) {
         size_t off = rd * seg, n = RR__MIN(seg, st->rcount - off);
         char *slot = rreq[rd % RR__RECV_WIN].buf;
         char *dst = st->rbuf ? (char *)st->rbuf + off * es : slot;
-        if (trace_values) memcpy(tr.got, slot, n * es);
+        if (trace_values) memcpy(got_copy + off * es, slot, n * es);
         rr__reduce(dst, (const char *)st->own + off * es, slot, n, c->a->dtype, c->a->op,
                    st->avg_div);
       }
@@ -189,11 +123,11 @@ int rr__pipe_step(rr__coll *c, const rr__step *st) {
     }
   }
   c->seg_total = 0;
-  if (tr.on) rr__trace_line(c, st, &tr);
+  if (trace) rr__trace_step(c, st, trace_values ? own_copy : NULL, trace_values ? got_copy : NULL);
   RR__LOG_TRACE(RR__SUB_COLL, "%s: sent chunk %d (%zu elems) to rank %d, got chunk %d (%zu elems) from rank %d%s",
            rr__coll_where(c), st->schunk, st->to >= 0 ? st->scount : 0,
-           st->to >= 0 ? c->pg->global_ranks[st->to] : -1, st->rchunk,
-           st->from >= 0 ? st->rcount : 0, st->from >= 0 ? c->pg->global_ranks[st->from] : -1,
-           st->reduce ? " and reduced it" : "");
+           st->to >= 0 ? rr__grank(c, st->to) : -1, st->rchunk,
+           st->from >= 0 ? st->rcount : 0, st->from >= 0 ? rr__grank(c, st->from) : -1,
+           slotted ? " and reduced it" : "");
   return RR_OK;
 }

@@ -12,7 +12,7 @@
  */
 #include <stdio.h>
 
-#include "ring/ring.h"
+#include "ring/coll.h"
 
 int rr__reduce_chain(rr__coll *c) {
   const int n = c->n, r = c->r, root = c->a->root;
@@ -22,28 +22,28 @@ int rr__reduce_chain(rr__coll *c) {
   const char *src = c->a->sendbuf;
 
   RR__WHERE(c, "reduce chain to rank %d, position %d/%d",
-           c->pg->global_ranks[root], pos, n - 1);
+           rr__grank(c, root), pos, n - 1);
   if (pos == 0) {
     RR__CHECK(rr__coll_send_hdr(c, right));
-    rr__step st = {.to = right, .sbuf = src, .scount = count, .from = -1,
-                   .schunk = 0, .rchunk = -1};
+    rr__step st = rr__step_send(right, src, count);
+    st.schunk = 0;
     RR__CHECK(rr__pipe_step(c, &st));
   } else if (pos < n - 1) {
     RR__CHECK(rr__coll_recv_hdr(c, left));
     RR__CHECK(rr__coll_send_hdr(c, right));
-    rr__step st = {.to = right, .scount = count, .from = left, .rbuf = NULL, .rcount = count,
-                   .reduce = 1, .own = src, .forward = 1, .schunk = 0, .rchunk = 0};
+    rr__step st = rr__step_recv_reduce_send(left, src, count, right);
+    st.schunk = 0, st.rchunk = 0;
     RR__CHECK(rr__pipe_step(c, &st));
   } else {
     RR__CHECK(rr__coll_recv_hdr(c, left));
-    rr__step st = {.to = -1, .from = left, .rbuf = c->a->recvbuf, .rcount = count,
-                   .reduce = 1, .own = src, .avg_div = c->a->op == RR_AVG ? n : 0,
-                   .schunk = -1, .rchunk = 0};
+    rr__step st = rr__step_recv_reduce(left, c->a->recvbuf, src, count,
+                                       c->a->op == RR_AVG ? n : 0);
+    st.rchunk = 0;
     RR__CHECK(rr__pipe_step(c, &st));
   }
 
   RR__WHERE(c, "reduce: completion notice from rank %d",
-           c->pg->global_ranks[root]);
+           rr__grank(c, root));
   if (r == root) {
     for (int q = 0; q < n; q++)
       if (q != r) RR__CHECK(rr__coll_send_ack(c, q));

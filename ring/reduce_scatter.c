@@ -16,7 +16,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "ring/ring.h"
+#include "ring/coll.h"
 
 int rr__reduce_scatter_ring(rr__coll *c) {
   const int n = c->n, r = c->r, left = rr__left(r, n), right = rr__right(r, n);
@@ -27,7 +27,7 @@ int rr__reduce_scatter_ring(rr__coll *c) {
   char *part[2] = {NULL, NULL};
   if (n > 2) {
     char *scratch;
-    RR__CHECK(rr__pg_scratch(c->pg, (in_place ? 2 : 1) * blk, (void **)&scratch));
+    RR__CHECK(rr__coll_scratch(c, (in_place ? 2 : 1) * blk, (void **)&scratch));
     /* The last step writes recvbuf while sending part[(n-3) % 2]: recvbuf may only stand in
      * for the other parity. */
     part[(n - 3) % 2] = scratch;
@@ -40,11 +40,11 @@ int rr__reduce_scatter_ring(rr__coll *c) {
     const int send = rr__mod(r - s - 1, n), recv = rr__mod(r - s - 2, n);
     const int last = s == n - 2;
     RR__WHERE(c, "reduce-scatter step %d/%d", s + 1, n - 1);
-    rr__step st = {.to = right, .sbuf = s == 0 ? src + (size_t)send * blk : part[(s - 1) % 2],
-                   .scount = count, .from = left, .rbuf = last ? dst : part[s % 2],
-                   .rcount = count, .reduce = 1, .own = src + (size_t)recv * blk,
-                   .avg_div = (last && c->a->op == RR_AVG) ? n : 0,
-                   .schunk = send, .rchunk = recv};
+    rr__step st = rr__step_send_recv_reduce(
+        right, s == 0 ? src + (size_t)send * blk : part[(s - 1) % 2], count, left,
+        last ? dst : part[s % 2], src + (size_t)recv * blk, count,
+        (last && c->a->op == RR_AVG) ? n : 0);
+    st.schunk = send, st.rchunk = recv;
     RR__CHECK(rr__pipe_step(c, &st));
   }
   return RR_OK;

@@ -8,14 +8,13 @@
  */
 #include <stdio.h>
 
-#include "ring/ring.h"
+#include "ring/coll.h"
 
 int rr__send_p2p(rr__coll *c) {
   const int peer = c->a->peer;
   RR__WHERE(c, "sending");
   RR__CHECK(rr__coll_send_hdr(c, peer));
-  rr__step st = {.to = peer, .sbuf = c->a->sendbuf, .scount = c->a->count, .from = -1,
-                 .schunk = -1, .rchunk = -1};
+  rr__step st = rr__step_send(peer, c->a->sendbuf, c->a->count);
   return rr__pipe_step(c, &st);
 }
 
@@ -23,8 +22,7 @@ int rr__recv_p2p(rr__coll *c) {
   const int peer = c->a->peer;
   RR__WHERE(c, "receiving");
   RR__CHECK(rr__coll_recv_hdr(c, peer));
-  rr__step st = {.to = -1, .from = peer, .rbuf = c->a->recvbuf, .rcount = c->a->count,
-                 .schunk = -1, .rchunk = -1};
+  rr__step st = rr__step_recv(peer, c->a->recvbuf, c->a->count);
   return rr__pipe_step(c, &st);
 }
 
@@ -34,16 +32,16 @@ int rr__sendrecv_p2p(rr__coll *c) {
   const rr__args *a = c->a;
   RR__WHERE(c, "exchanging");
   rr__hdr both = c->hdr;
-  c->hdr.seq = c->pg->p2p_sent[a->peer]++;
+  c->hdr.seq = c->cs->p2p_sent[a->peer]++;
   c->hdr.count = a->count;
   c->hdr.from = c->r;
   RR__CHECK(rr__coll_send_hdr(c, a->peer));
-  c->hdr.seq = c->pg->p2p_recvd[a->src]++;
+  c->hdr.seq = c->cs->p2p_recvd[a->src]++;
   c->hdr.count = a->recvcount;
   c->hdr.from = a->src;
   RR__CHECK(rr__coll_recv_hdr(c, a->src));
   c->hdr = both;
-  rr__step st = {.to = a->peer, .sbuf = a->sendbuf, .scount = a->count, .from = a->src,
-                 .rbuf = a->recvbuf, .rcount = a->recvcount, .schunk = -1, .rchunk = -1};
+  rr__step st = rr__step_send_recv(a->peer, a->sendbuf, a->count, a->src, a->recvbuf,
+                                   a->recvcount);
   return rr__pipe_step(c, &st);
 }

@@ -40,7 +40,9 @@
 #include <unistd.h>
 
 #include "rendezvous/store.h"
-#include "ring/wire.h"
+#include "rendezvous/bootstrap.h"
+#include "ring/hdr.h"
+#include "transport/comm.h"
 #include "tests/harness.h"
 
 #define W 4

@@ -42,7 +42,7 @@ static int tcp_pair(int *near_fd, int *far_fd) {
   return 0;
 }
 
-static int always_ok(void *ctx, int peer, const uint8_t hdr[RR__HDR_BYTES]) {
+static int always_ok(void *ctx, int peer, const uint8_t hdr[RR__SNIFF_BYTES]) {
   (void)ctx, (void)peer, (void)hdr;
   return RR_OK;
 }
@@ -66,7 +66,7 @@ static int scenario(int via_sniff, int peer2_dead) {
   cm->peers[2].ctrl_fd = c2[0];
   rr__comm_new_call(cm);
 
-  uint8_t hdr[RR__HDR_BYTES];
+  uint8_t hdr[RR__SNIFF_BYTES];
   rr__req req = {.buf = (char *)hdr, .len = sizeof hdr};
   if (!via_sniff) T_OK(rr__comm_irecv(cm, 1, 0, &req));
 

@@ -3,7 +3,9 @@
 #include <string.h>
 
 #include "common/siphash.h"
-#include "ring/wire.h"
+#include "rendezvous/bootstrap.h"
+#include "ring/hdr.h"
+#include "transport/comm.h"
 #include "tests/harness.h"
 
 static int siphash_vector(void) {

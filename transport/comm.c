@@ -6,11 +6,37 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/eventfd.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
+#include "common/bytes.h"
 #include "common/log.h"
 #include "common/status.h"
 #include "common/util.h"
+
+#define RR__CTL_MAGIC 0x31435252u /* "RRC1" */
+
+void rr__ctl_encode(const rr__ctl *c, uint8_t out[RR__CTL_FIXED]) {
+  rr__put_u32(out, RR__CTL_MAGIC);
+  rr__put_u32(out + 4, c->type);
+  rr__put_u32(out + 8, (uint32_t)c->origin);
+  rr__put_u32(out + 12, (uint32_t)c->status);
+  rr__put_u32(out + 16, c->len);
+}
+
+int rr__ctl_decode(const uint8_t in[RR__CTL_FIXED], rr__ctl *c) {
+  if (rr__get_u32(in) != RR__CTL_MAGIC)
+    return rr__set_error(RR_EPROTO, "garbage on a control connection");
+  c->type = rr__get_u32(in + 4);
+  c->origin = (int32_t)rr__get_u32(in + 8);
+  c->status = (int32_t)rr__get_u32(in + 12);
+  c->len = rr__get_u32(in + 16);
+  if ((c->type != RR__CTL_ABORT && c->type != RR__CTL_BYE) || c->len > RR__CTL_TEXT_MAX ||
+      c->status > 0 || c->status < -1000)
+    return rr__set_error(RR_EPROTO, "malformed control message (type %u, length %u)", c->type,
+                         c->len);
+  return RR_OK;
+}
 
 int rr__comm_new(int rank, int size, int global_rank, rr__comm **out) {
   rr__comm *cm = rr__calloc(1, sizeof *cm);
@@ -114,9 +140,11 @@ static rr__conn *rr__lane_for(rr__comm *cm, int peer, int msg) {
   return p->lane[(unsigned)msg % (unsigned)p->nlanes];
 }
 
+/* List a lane among those with queued requests (once). */
 static void rr__activate(rr__comm *cm, rr__conn *c) {
-  if (c->pending > 0 && !c->in_active) {
-    c->in_active = 1;
+  uint8_t *listed = &cm->peers[c->peer].active[c->lane];
+  if (c->pending > 0 && !*listed) {
+    *listed = 1;
     cm->active[cm->nactive++] = c;
   }
 }
@@ -243,7 +271,7 @@ int rr__comm_progress(rr__comm *cm, size_t *moved) {
     int st = c->tp->progress(c, moved);
     if (st != RR_OK) return rr__lane_error(cm, c, st);
     if (c->pending == 0) {
-      c->in_active = 0;
+      cm->peers[c->peer].active[c->lane] = 0;
       cm->active[i] = cm->active[--cm->nactive];
     } else {
       i++;
@@ -297,7 +325,7 @@ int rr__comm_wait(rr__comm *cm, int64_t deadline_ms, const rr__sniff *sn) {
   for (int k = first_sniff, i = 0; i < cm->size; i++) {
     rr__conn *l0 = rr__sniffable(cm, i, sn);
     if (!l0 || !cm->pfds[k++].revents) continue;
-    uint8_t hdr[RR__HDR_BYTES];
+    uint8_t hdr[RR__SNIFF_BYTES];
     size_t got = 0;
     int pst = l0->tp->peek(l0, hdr, sizeof hdr, &got);
     if (pst != RR_OK) {

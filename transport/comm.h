@@ -14,8 +14,25 @@
 #include <stdint.h>
 
 #include "common/status.h"
-#include "ring/wire.h"
 #include "transport/transport.h"
+
+/* Control messages, on the per-peer control socket (little-endian): ABORT with the reason,
+ * and BYE, an orderly leave, so that the socket closing next is not taken for a crash. */
+enum rr__ctl_type { RR__CTL_ABORT = 1, RR__CTL_BYE = 2 };
+#define RR__CTL_FIXED 20
+#define RR__CTL_TEXT_MAX 1024
+typedef struct rr__ctl {
+  uint32_t type;
+  int32_t origin; /* global rank that sent it */
+  int32_t status; /* rr_status of an ABORT */
+  uint32_t len;   /* bytes of text that follow */
+} rr__ctl;
+void rr__ctl_encode(const rr__ctl *c, uint8_t out[RR__CTL_FIXED]);
+int rr__ctl_decode(const uint8_t in[RR__CTL_FIXED], rr__ctl *c);
+
+
+/* A waiting call peeks at most this many bytes of a peer's next message: a call header. */
+#define RR__SNIFF_BYTES 48
 
 /* While a collective waits it looks at headers that arrive from peers it is not reading
  * from: a peer in the same call with a different idea of it (another collective, another
@@ -23,7 +40,7 @@
 typedef struct rr__sniff {
   uint64_t seq; /* the waiting call's sequence number */
   /* RR_OK, or the error (RR_EMISMATCH / RR_EPROTO) for this header from `peer`. */
-  int (*check)(void *ctx, int peer, const uint8_t hdr[RR__HDR_BYTES]);
+  int (*check)(void *ctx, int peer, const uint8_t hdr[RR__SNIFF_BYTES]);
   void *ctx;
 } rr__sniff;
 
@@ -32,6 +49,7 @@ typedef struct rr__peer {
   const rr__transport *tp;
   int nlanes;
   rr__conn *lane[RR__MAX_LANES];
+  uint8_t active[RR__MAX_LANES]; /* lane[i] is listed in the comm's active lanes */
   int ctrl_fd; /* -1 once closed */
   int said_bye;
   uint8_t ctl_buf[RR__CTL_FIXED + RR__CTL_TEXT_MAX];

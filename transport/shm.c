@@ -63,6 +63,8 @@
 #include "common/param.h"
 #include "common/status.h"
 #include "common/util.h"
+#include "transport/queue.h"
+#include "transport/socket.h"
 
 #define RR__SHM_MAGIC 0x31764d4853525252ull /* "RRRSHMv1" */
 #define RR__SHM_VERSION 1u
@@ -96,10 +98,6 @@ void rr__shm_layout_of(uint32_t nslots, size_t slot, rr__shm_layout *l) {
 
 /* ---- a lane ---- */
 
-typedef struct rr__shm_queue {
-  rr__req *head, *tail;
-} rr__shm_queue;
-
 typedef struct rr__shm_conn {
   rr__conn base; /* first: the ring sees only this */
   int sock;      /* AF_UNIX stream to the peer: wake-ups, and EOF when it dies */
@@ -119,26 +117,8 @@ typedef struct rr__shm_conn {
   int idle;                  /* pollfd calls since progress last moved bytes */
   int dead;                  /* the socket hit EOF or an error */
   int dead_errno;
-  rr__shm_queue sq, rq;
+  rr__reqq sq, rq;
 } rr__shm_conn;
-
-static void rr__shm_push(rr__shm_queue *q, rr__req *r) {
-  r->next = NULL;
-  if (q->tail)
-    q->tail->next = r;
-  else
-    q->head = r;
-  q->tail = r;
-}
-
-static void rr__shm_pop(rr__shm_conn *c, rr__shm_queue *q) {
-  rr__req *r = q->head;
-  r->complete = 1;
-  q->head = r->next;
-  if (!q->head) q->tail = NULL;
-  c->base.pending--;
-  if (q == &c->rq) c->base.rx_pending--;
-}
 
 static int rr__shm_corrupt(rr__shm_conn *c, const char *what) {
   return rr__set_error(RR_EPROTO,
@@ -244,28 +224,14 @@ static void rr__shm_disarm(rr__shm_conn *c) {
   c->armed_rx = c->armed_tx = 0;
 }
 
-static int rr__shm_post(rr__conn *base, rr__req *r, rr__shm_queue *q) {
-  rr__shm_conn *c = (rr__shm_conn *)base;
-  r->done = 0;
-  r->complete = 0;
-  r->consumed = 0;
-  if (r->len == 0) { /* nothing crosses for an empty message */
-    r->complete = 1;
-    return RR_OK;
-  }
-  rr__shm_push(q, r);
-  c->base.pending++;
+static int rr__shm_isend(rr__conn *base, rr__req *r) {
+  rr__reqq_post(base, &((rr__shm_conn *)base)->sq, r, 0);
   return RR_OK;
 }
 
-static int rr__shm_isend(rr__conn *base, rr__req *r) {
-  return rr__shm_post(base, r, &((rr__shm_conn *)base)->sq);
-}
-
 static int rr__shm_irecv(rr__conn *base, rr__req *r) {
-  int st = rr__shm_post(base, r, &((rr__shm_conn *)base)->rq);
-  if (st == RR_OK && !r->complete) base->rx_pending++;
-  return st;
+  rr__reqq_post(base, &((rr__shm_conn *)base)->rq, r, 1);
+  return RR_OK;
 }
 
 /* A sleeping peer is woken as soon as a large slot is published or released (it works on
@@ -296,7 +262,7 @@ static int rr__shm_send_some(rr__shm_conn *c, size_t *moved) {
     RR__SHM_RACE_POINT();
     r->done += n;
     *moved += n;
-    if (r->done == r->len) rr__shm_pop(c, &c->sq);
+    if (r->done == r->len) rr__reqq_pop(&c->base, &c->sq, 0);
     if (n >= RR__SHM_WAKE_EARLY)
       rr__shm_wake_if(c, &c->tx->rx_wait);
     else
@@ -341,7 +307,7 @@ static int rr__shm_recv_some(rr__shm_conn *c, size_t *moved) {
       else
         late = 1;
     }
-    if (r->done == r->len) rr__shm_pop(c, &c->rq);
+    if (r->done == r->len) rr__reqq_pop(&c->base, &c->rq, 1);
   }
   if (late) rr__shm_wake_if(c, &c->rx->tx_wait);
   if (got) c->base.last_rx_ms = rr__now_ms_coarse();

@@ -17,32 +17,21 @@
 #include "common/param.h"
 #include "common/status.h"
 #include "common/util.h"
+#include "transport/queue.h"
+#include "transport/socket.h"
 #include "transport/transport.h"
 
 /* Enough to batch a window of segments; well under IOV_MAX. */
 #define RR__TCP_IOV 64
 
-typedef struct rr__tcp_queue {
-  rr__req *head, *tail;
-} rr__tcp_queue;
-
 typedef struct rr__tcp_conn {
   rr__conn base; /* first: the ring sees only this */
   int fd;
-  rr__tcp_queue sq, rq;
+  rr__reqq sq, rq;
 } rr__tcp_conn;
 
-static void rr__tcp_push(rr__tcp_queue *q, rr__req *r) {
-  r->next = NULL;
-  if (q->tail)
-    q->tail->next = r;
-  else
-    q->head = r;
-  q->tail = r;
-}
-
 /* Fill an iovec from the unfinished bytes of the queued requests. */
-static int rr__tcp_iov(const rr__tcp_queue *q, struct iovec *iov) {
+static int rr__tcp_iov(const rr__reqq *q, struct iovec *iov) {
   int n = 0;
   for (rr__req *r = q->head; r && n < RR__TCP_IOV; r = r->next) {
     iov[n].iov_base = r->buf + r->done;
@@ -53,44 +42,24 @@ static int rr__tcp_iov(const rr__tcp_queue *q, struct iovec *iov) {
 }
 
 /* Credit `bytes` to the queue in order, completing and unlinking finished requests. */
-static void rr__tcp_advance(rr__tcp_conn *c, rr__tcp_queue *q, size_t bytes) {
+static void rr__tcp_advance(rr__tcp_conn *c, rr__reqq *q, size_t bytes) {
   while (bytes > 0 && q->head) {
     rr__req *r = q->head;
     size_t take = RR__MIN(bytes, r->len - r->done);
     r->done += take;
     bytes -= take;
-    if (r->done == r->len) {
-      r->complete = 1;
-      q->head = r->next;
-      if (!q->head) q->tail = NULL;
-      c->base.pending--;
-      if (q == &c->rq) c->base.rx_pending--;
-    }
+    if (r->done == r->len) rr__reqq_pop(&c->base, q, q == &c->rq);
   }
-}
-
-static int rr__tcp_post(rr__conn *base, rr__req *r, rr__tcp_queue *q) {
-  rr__tcp_conn *c = (rr__tcp_conn *)base;
-  r->done = 0;
-  r->complete = 0;
-  r->consumed = 0; /* sockets always copy into buf */
-  if (r->len == 0) { /* nothing crosses the wire for an empty message */
-    r->complete = 1;
-    return RR_OK;
-  }
-  rr__tcp_push(q, r);
-  c->base.pending++;
-  return RR_OK;
 }
 
 static int rr__tcp_isend(rr__conn *base, rr__req *r) {
-  return rr__tcp_post(base, r, &((rr__tcp_conn *)base)->sq);
+  rr__reqq_post(base, &((rr__tcp_conn *)base)->sq, r, 0);
+  return RR_OK;
 }
 
 static int rr__tcp_irecv(rr__conn *base, rr__req *r) {
-  int st = rr__tcp_post(base, r, &((rr__tcp_conn *)base)->rq);
-  if (st == RR_OK && !r->complete) base->rx_pending++;
-  return st;
+  rr__reqq_post(base, &((rr__tcp_conn *)base)->rq, r, 1);
+  return RR_OK;
 }
 
 static int rr__tcp_progress(rr__conn *base, size_t *moved) {
@@ -241,4 +210,3 @@ const rr__transport rr__tcp_transport = {
     .close = rr__tcp_close,
 };
 
-const rr__transport *const rr__transports[] = {&rr__shm_transport, &rr__tcp_transport, NULL};

@@ -9,9 +9,9 @@
  * req->complete; pollfd says which fd and events to sleep on when nothing moved. Errors are
  * returned as rr_status with the last error naming the peer.
  *
- * Each peer gets the first transport, in priority order, whose can_connect() accepts it
- * (cuda_ipc, shm, ib, tcp); both sides decide from the same published information, so they
- * agree without talking.
+ * Each peer gets the first transport of the registry (transport/transport.c), in priority
+ * order, whose can_connect() accepts it; both sides decide from the same published
+ * information, so they agree without talking.
  */
 #ifndef RR__TRANSPORT_TRANSPORT_H_
 #define RR__TRANSPORT_TRANSPORT_H_
@@ -19,8 +19,6 @@
 #include <poll.h>
 #include <stddef.h>
 #include <stdint.h>
-
-#include "transport/socket.h"
 
 typedef struct rr__req {
   struct rr__req *next; /* queue link while the transport owns the request */
@@ -39,11 +37,12 @@ typedef struct rr__req {
 } rr__req;
 
 /* What every rank publishes at rendezvous about itself. */
+#define RR__PEER_ADDR_MAX 64 /* as transport/socket.h's longest address text */
 typedef struct rr__peer_info {
   int global_rank;
   int pid;
   int nsocks;                 /* TCP data sockets it wants per peer */
-  char addr[RR__ADDRSTRLEN];   /* where it accepts connections during setup */
+  char addr[RR__PEER_ADDR_MAX]; /* where it accepts connections during setup (text) */
   char hostid[128];           /* equal for ranks on one host (see bootstrap.c) */
 } rr__peer_info;
 
@@ -58,7 +57,6 @@ typedef struct rr__conn {
   int pending;     /* requests queued here (maintained by the transport) */
   int rx_pending;  /* of which receives */
   int64_t last_rx_ms; /* when bytes last arrived, rr__now_ms_coarse (for timeout messages) */
-  int in_active;      /* owned by ring/comm.c: listed among lanes with work */
 } rr__conn;
 
 typedef struct rr__transport {
@@ -90,11 +88,14 @@ typedef struct rr__transport {
   void (*close)(rr__conn *c);
 } rr__transport;
 
-extern const rr__transport rr__tcp_transport;
-extern const rr__transport rr__shm_transport;
+extern const rr__transport rr__shm_transport; /* transport/shm.c: ranks on one host */
+extern const rr__transport rr__tcp_transport; /* transport/tcp.c: anyone, the fallback */
 
-/* Transports in priority order, NULL-terminated. */
+/* The registry: transports in priority order, NULL-terminated. */
 extern const rr__transport *const rr__transports[];
+/* The transport for the pair (self, peer): the first of the registry that can connect them.
+ * Never NULL (tcp reaches everyone). Both ends get the same answer. */
+const rr__transport *rr__transport_choose(const rr__peer_info *self, const rr__peer_info *peer);
 
 #define RR__MAX_LANES 16
 

@@ -17,7 +17,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "ring/wire.h"
+#include "rendezvous/bootstrap.h"
+#include "ring/hdr.h"
+#include "transport/comm.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

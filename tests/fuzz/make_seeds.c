@@ -11,7 +11,9 @@
 #include <sys/stat.h>
 
 #include "rendezvous/store.h"
-#include "ring/wire.h"
+#include "rendezvous/bootstrap.h"
+#include "ring/hdr.h"
+#include "transport/comm.h"
 
 typedef struct buf {
   uint8_t b[8192];

@@ -1,0 +1,60 @@
+/* Running one call of a group on the current thread: calls with a device buffer go through
+ * host memory (group/staging.c), which brings them back here. The ring (ring/coll.c) runs the algorithm;
+ * this file is what the group adds around it: a look at the control sockets before
+ * starting, refusing calls on a group that already failed, and turning any failure into
+ * one sentence that names this rank, the call, the place in the algorithm and the cause,
+ * then aborting the group so no peer waits for us in vain. */
+#include <stdio.h>
+
+#include "common/log.h"
+#include "common/status.h"
+#include "common/util.h"
+#include "group/pg.h"
+
+int rr__pg_run_host(rr_pg *pg, const rr__args *a, int64_t timeout_ms) {
+  rr__coll c;
+  rr__coll_init(&c, &pg->cs, pg->comm, a, pg->rank, pg->size, timeout_ms);
+  c.may_spin = pg->inline_call;
+  int me = pg->global_ranks[pg->rank];
+  char desc[192];
+
+  /* A peer may have aborted while this rank was busy elsewhere: look before starting, so
+   * a call does not complete on data buffered before a peer failed long ago. Every wait
+   * watches the control sockets anyway; this look costs a system call (1-2 us here), so
+   * back-to-back calls take it at most once per clock tick (a few ms). */
+  int64_t now_ms = rr__now_ms_coarse();
+  if (now_ms != pg->ctl_seen_ms) {
+    pg->ctl_seen_ms = now_ms;
+    rr__comm_poll_ctl(pg->comm);
+  }
+  rr__coll_begin(&c);
+  if (rr__log_enabled(RR__LEVEL_TRACE, RR__SUB_COLL))
+    RR__LOG_TRACE(RR__SUB_COLL, "start %s", rr__coll_describe(&c, desc, sizeof desc));
+  if (atomic_load(&pg->comm->aborted)) {
+    /* The first call to meet the abort reports its cause; later ones say the group is gone. */
+    int st = rr__comm_check(pg->comm);
+    rr__coll_describe(&c, desc, sizeof desc);
+    if (pg->comm->reported)
+      return rr__prefix_error(RR_EABORTED, "rank %d: %s: the group is unusable after an earlier failure", me, desc);
+    pg->comm->reported = 1;
+    return rr__prefix_error(st, "rank %d: %s", me, desc);
+  }
+
+  int st = rr__coll_exec(&c);
+  if (st != RR_OK) {
+    if (rr__coll_where(&c)[0]) rr__prefix_error(st, "%s", c.where);
+    rr__prefix_error(st, "rank %d: %s", me, rr__coll_describe(&c, desc, sizeof desc));
+    /* The group's state is unknown now: stop it here and tell every peer why. */
+    rr__comm_abort(pg->comm, st, rr__error(), 1);
+    pg->comm->reported = 1;
+    return st;
+  }
+  if (rr__log_enabled(RR__LEVEL_TRACE, RR__SUB_COLL))
+    RR__LOG_TRACE(RR__SUB_COLL, "done %s", rr__coll_describe(&c, desc, sizeof desc));
+  return RR_OK;
+}
+
+int rr__pg_run(rr_pg *pg, const rr__args *a, int64_t timeout_ms) {
+  if (rr__pg_device_call(pg, a)) return rr__pg_run_staged(pg, a, timeout_ms);
+  return rr__pg_run_host(pg, a, timeout_ms);
+}

@@ -1,0 +1,229 @@
+/* What every algorithm in ring/ is written against: the call it runs (rr__args), the
+ * context of one running call (rr__coll), and the few primitives it may use — the call
+ * header exchange, the pipelined step in its named kinds (NCCL's send / recv /
+ * recvReduceSend / recvCopySend), and waiting with a deadline. An algorithm sees group
+ * ranks, buffers and the comm's message posting (transport/comm.h), never a transport, a
+ * socket or the process group. */
+#ifndef RR__RING_COLL_H_
+#define RR__RING_COLL_H_
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "common/status.h"
+#include "ring/hdr.h"
+#include "ring/ring.h"
+#include "ringreduce/ringreduce.h"
+#include "transport/comm.h"
+
+/* What a call asked for, validated at submission (group/api.c). Ranks are group ranks. */
+typedef struct rr__args {
+  int kind; /* enum rr__kind; RR__K_SEND is a send, RR__K_RECV a recv */
+  const void *sendbuf;
+  void *recvbuf;
+  size_t count; /* elements: per rank for all_gather / reduce_scatter, else the buffer */
+  rr_dtype dtype;
+  rr_op op;
+  int root; /* group rank, -1 if none */
+  int peer; /* group rank for send / recv; the destination of a sendrecv */
+  int src;  /* the source of a sendrecv */
+  size_t recvcount; /* of a sendrecv */
+  void *stream;     /* the group's: cudaStream_t of the call (device buffers; ring/ ignores it) */
+} rr__args;
+
+/* Call kinds beyond the wire kinds: both halves of point to point. */
+#define RR__K_RECV (RR__K_COUNT + 1)
+#define RR__K_SENDRECV (RR__K_COUNT + 2)
+
+/* What the ring keeps between the calls of one group; the group owns it and lends it to
+ * each call. */
+typedef struct rr__coll_state {
+  const int *global_ranks; /* [size]: group rank -> global rank, for messages */
+  uint64_t seq;            /* collectives run so far: the next one's number */
+  uint64_t *p2p_sent;      /* [size] sends to each peer so far */
+  uint64_t *p2p_recvd;     /* [size] receives from each peer so far */
+  char *staging;           /* nslots * seg_bytes: receive slots for reductions */
+  size_t seg_bytes;
+  int nslots;
+  void *scratch; /* grow-only, for partial chunks (reduce_scatter) and recursive doubling */
+  size_t scratch_bytes;
+} rr__coll_state;
+
+/* The context of one running call. */
+typedef struct rr__coll {
+  rr__coll_state *cs;
+  rr__comm *cm;
+  const rr__args *a;
+  int n, r;     /* group size and rank */
+  size_t esize; /* bytes per element */
+  size_t seg;   /* elements per pipeline segment */
+  int may_spin; /* the caller blocks on this call: a wait may poll before sleeping */
+  rr__hdr hdr;  /* this rank's call as it goes on the wire */
+  int64_t deadline_ms;
+  int64_t timeout_ms;
+  /* Where the call is ("reduce-scatter step 2/3"), for error messages and traces. Set with
+   * RR__WHERE, which keeps the format and its numbers; rr__coll_where formats them only
+   * when a message needs the text. */
+  char where[96];
+  const char *where_fmt;
+  int where_arg[3];
+  size_t seg_at, seg_total; /* the segment a pipelined step waits for (0 total: none) */
+  struct rr__hdr_sends *sends; /* header messages of this call still to be flushed */
+} rr__coll;
+
+/* The global rank of group rank r, for messages and traces. */
+static inline int rr__grank(const rr__coll *c, int r) { return c->cs->global_ranks[r]; }
+
+/* ---- running a call (ring/coll.c) ---- */
+
+/* Set up the context of a call of group rank `rank` of `size` over `cm`. */
+void rr__coll_init(rr__coll *c, rr__coll_state *cs, rr__comm *cm, const rr__args *a, int rank,
+                   int size, int64_t timeout_ms);
+/* Number the call and write its header (takes the next sequence number). */
+void rr__coll_begin(rr__coll *c);
+/* Run the call's algorithm to the end: RR_OK, or the failure with the last error set (the
+ * caller adds who and where, and aborts the group). */
+int rr__coll_exec(rr__coll *c);
+/* One line naming the call, for logs and errors. Returns desc. */
+const char *rr__coll_describe(const rr__coll *c, char *desc, size_t n);
+/* The text of the latest RR__WHERE ("" if none). */
+const char *rr__coll_where(rr__coll *c);
+/* Grow the group's scratch buffer to at least `bytes`. */
+int rr__coll_scratch(rr__coll *c, size_t bytes, void **out);
+
+/* Record where the call is: a format with up to three int arguments. Formatting it on every
+ * step would cost more than a small call's whole bookkeeping, so only the format and the
+ * numbers are kept. The dead snprintf lets the compiler check the format against its
+ * arguments. */
+#define RR__WHERE(c, ...)                                      \
+  do {                                                         \
+    if (0) snprintf(NULL, 0, __VA_ARGS__);                     \
+    rr__where_set((c), RR__WHERE_ARGS(__VA_ARGS__, 0, 0, 0)); \
+  } while (0)
+#define RR__WHERE_ARGS(fmt, a, b, d, ...) (fmt), (a), (b), (d)
+static inline void rr__where_set(rr__coll *c, const char *fmt, int a, int b, int d) {
+  c->where_fmt = fmt;
+  c->where_arg[0] = a;
+  c->where_arg[1] = b;
+  c->where_arg[2] = d;
+}
+
+/* ---- call headers and waiting (ring/coll.c) ---- */
+
+/* Send this rank's header to `to` (before any data for it in this call). */
+int rr__coll_send_hdr(rr__coll *c, int to);
+/* Receive `from`'s header and compare it with ours; a difference fails every rank with
+ * RR_EMISMATCH and both calls in the message. */
+int rr__coll_recv_hdr(rr__coll *c, int from);
+/* The same in two halves, so a header can share a system call with the data behind it:
+ * post the receive into wire[RR__HDR_BYTES], then check it once it completed. */
+int rr__coll_post_hdr(rr__coll *c, int from, rr__req *r, uint8_t *wire);
+int rr__coll_check_hdr(rr__coll *c, int from, const uint8_t *wire);
+/* Rooted collectives end with a completion notice from the rank that saw the whole chain
+ * valid (`from`), so no rank returns success from a call another rank rejected. */
+int rr__coll_send_ack(rr__coll *c, int to);
+int rr__coll_recv_ack(rr__coll *c, int from);
+/* Block (progressing every lane) until r completes; `peer` is who we wait for. */
+int rr__coll_wait(rr__coll *c, rr__req *r, int peer);
+/* Sleep once in the comm's wait; a timeout becomes a message naming `peer`. */
+int rr__coll_block(rr__coll *c, int peer);
+
+/* ---- the pipelined step (ring/pipe.c) ----
+ *
+ * One step sends one buffer to one neighbour while receiving one from another, both cut
+ * into segments so that a received segment is processed while the next ones are on the
+ * wire. What happens to received bytes is the step's kind; build steps with the
+ * constructors below, never by filling the fields. */
+enum rr__step_kind {
+  RR__STEP_COPY,       /* received bytes land in rbuf (straight from the wire) */
+  RR__STEP_REDUCE,     /* rbuf = own (op) received, through the group's staging slots */
+  RR__STEP_FWD_COPY,   /* chain: each segment lands in rbuf, then is sent on to `to` */
+  RR__STEP_FWD_REDUCE, /* chain: own (op) received into a slot, then the slot is sent on */
+};
+
+typedef struct rr__step {
+  int kind;           /* enum rr__step_kind */
+  int to;             /* group rank, -1: nothing to send */
+  const void *sbuf;
+  size_t scount;
+  int from;           /* group rank, -1: nothing to receive */
+  void *rbuf;         /* where received data ends (NULL for FWD_REDUCE: a slot) */
+  size_t rcount;
+  const void *own;    /* the local operand of a reduction (may equal rbuf) */
+  int avg_div;        /* > 0: the last reduction of an AVG divides by this */
+  /* Labels only, for RR_TRACE and messages: the chunk numbers sent and received (-1: none). */
+  int schunk, rchunk;
+} rr__step;
+
+/* send: `count` elements of buf to `to`. */
+static inline rr__step rr__step_send(int to, const void *buf, size_t count) {
+  return (rr__step){.kind = RR__STEP_COPY, .to = to, .sbuf = buf, .scount = count, .from = -1,
+                    .schunk = -1, .rchunk = -1};
+}
+/* recv: `count` elements from `from` into buf. */
+static inline rr__step rr__step_recv(int from, void *buf, size_t count) {
+  return (rr__step){.kind = RR__STEP_COPY, .to = -1, .from = from, .rbuf = buf,
+                    .rcount = count, .schunk = -1, .rchunk = -1};
+}
+/* send + recv: both at once, received bytes landing in place (all-gather, sendrecv). */
+static inline rr__step rr__step_send_recv(int to, const void *sbuf, size_t scount, int from,
+                                          void *rbuf, size_t rcount) {
+  return (rr__step){.kind = RR__STEP_COPY, .to = to, .sbuf = sbuf, .scount = scount,
+                    .from = from, .rbuf = rbuf, .rcount = rcount, .schunk = -1, .rchunk = -1};
+}
+/* send + recvReduce: send while dst = own (op) what arrives (a reduce-scatter step). */
+static inline rr__step rr__step_send_recv_reduce(int to, const void *sbuf, size_t scount,
+                                                 int from, void *dst, const void *own,
+                                                 size_t rcount, int avg_div) {
+  return (rr__step){.kind = RR__STEP_REDUCE, .to = to, .sbuf = sbuf, .scount = scount,
+                    .from = from, .rbuf = dst, .rcount = rcount, .own = own,
+                    .avg_div = avg_div, .schunk = -1, .rchunk = -1};
+}
+/* recvReduce: dst = own (op) what arrives from `from` (the end of a reduction). */
+static inline rr__step rr__step_recv_reduce(int from, void *dst, const void *own, size_t count,
+                                            int avg_div) {
+  rr__step st = rr__step_send_recv_reduce(-1, NULL, 0, from, dst, own, count, avg_div);
+  return st;
+}
+/* recvCopySend: a chain's middle link; each segment lands in buf and goes on to `to`. */
+static inline rr__step rr__step_recv_copy_send(int from, void *buf, size_t count, int to) {
+  return (rr__step){.kind = RR__STEP_FWD_COPY, .to = to, .scount = count, .from = from,
+                    .rbuf = buf, .rcount = count, .schunk = -1, .rchunk = -1};
+}
+/* recvReduceSend: a chain's middle link; own (op) each arriving segment goes on to `to`
+ * from the staging slot it was reduced in. */
+static inline rr__step rr__step_recv_reduce_send(int from, const void *own, size_t count, int to) {
+  return (rr__step){.kind = RR__STEP_FWD_REDUCE, .to = to, .scount = count, .from = from,
+                    .rcount = count, .own = own, .schunk = -1, .rchunk = -1};
+}
+
+/* Execute a step; returns when all its sends and receives completed, so the next step may
+ * overwrite anything this one was sending. */
+int rr__pipe_step(rr__coll *c, const rr__step *st);
+
+/* ---- the teaching trace, RR_TRACE=1 (ring/trace.c) ---- */
+
+/* Is the trace on? (Read once from the environment.) */
+int rr__trace_on(void);
+/* The trace shows values only for chunks this small. */
+#define RR__TRACE_VALUES 8
+/* One line for a finished step; own / got hold the operands of a small reduction (or NULL). */
+void rr__trace_step(rr__coll *c, const rr__step *st, const void *own, const void *got);
+/* One line for a whole-buffer reduction "x op y = result" of n <= RR__TRACE_VALUES. */
+void rr__trace_reduce(rr__coll *c, const void *x, const void *y, const void *result, size_t n);
+
+/* ---- the algorithms, one file each ---- */
+int rr__all_reduce_ring(rr__coll *c);
+int rr__all_reduce_rd(rr__coll *c);
+int rr__all_reduce_star(rr__coll *c);
+int rr__reduce_scatter_ring(rr__coll *c);
+int rr__all_gather_ring(rr__coll *c);
+int rr__broadcast_chain(rr__coll *c);
+int rr__reduce_chain(rr__coll *c);
+int rr__barrier_dissem(rr__coll *c);
+int rr__send_p2p(rr__coll *c);
+int rr__recv_p2p(rr__coll *c);
+int rr__sendrecv_p2p(rr__coll *c);
+
+#endif /* RR__RING_COLL_H_ */

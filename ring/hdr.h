@@ -1,0 +1,50 @@
+/* The call header: sent by every call to each peer it receives from, before the data and on
+ * the same stream. The receiver compares it with its own call; a difference is a mismatch
+ * reported with both calls (TORCH_DISTRIBUTED_DEBUG=DETAIL's fingerprint, for free). A
+ * waiting call also peeks at headers from peers it does not read from (transport/comm.c),
+ * so calls that never meet still find out that they differ.
+ *
+ * Little-endian, 48 bytes; the decoder checks every field before anything uses it. */
+#ifndef RR__RING_HDR_H_
+#define RR__RING_HDR_H_
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "ringreduce/ringreduce.h"
+
+enum rr__kind {
+  RR__K_NONE = 0,
+  RR__K_ALL_REDUCE,
+  RR__K_REDUCE_SCATTER,
+  RR__K_ALL_GATHER,
+  RR__K_BROADCAST,
+  RR__K_REDUCE,
+  RR__K_BARRIER,
+  RR__K_SEND, /* a send, as seen by the matching recv */
+  RR__K_ACK,  /* completion notice of a rooted collective */
+  RR__K_COUNT
+};
+
+enum rr__algo { RR__ALGO_NONE = 0, RR__ALGO_RING, RR__ALGO_RD, RR__ALGO_CHAIN, RR__ALGO_DISSEM,
+                RR__ALGO_STAR };
+
+#define RR__HDR_BYTES 48
+typedef struct rr__hdr {
+  uint8_t kind, dtype, op, algo;
+  int32_t root;  /* group rank, -1 if none */
+  int32_t from;  /* sender's group rank */
+  uint32_t seg_bytes;
+  uint32_t aux;  /* round / step the message belongs to, where it matters */
+  uint64_t seq;  /* collective sequence number, or per-pair p2p sequence */
+  uint64_t count;
+} rr__hdr;
+
+void rr__hdr_encode(const rr__hdr *h, uint8_t out[RR__HDR_BYTES]);
+/* RR_OK, or RR_EPROTO (bad magic/version/field) with the last error describing it. */
+int rr__hdr_decode(const uint8_t in[RR__HDR_BYTES], rr__hdr *h);
+/* "all_reduce #5 (1000 x float, sum, ring)" */
+const char *rr__hdr_describe(const rr__hdr *h, char *buf, size_t n);
+const char *rr__kind_name(int kind);
+
+#endif /* RR__RING_HDR_H_ */

@@ -1,0 +1,14 @@
+/* The transport registry and the choice of a transport for each pair of ranks (NCCL keeps
+ * the same in src/transport.cc). To add a transport: write its table in its own file,
+ * declare it in transport.h and list it here at its priority. */
+#include "transport/transport.h"
+
+/* Fastest first: shared memory where both ranks are on one host, sockets for everyone. */
+const rr__transport *const rr__transports[] = {&rr__shm_transport, &rr__tcp_transport, NULL};
+
+const rr__transport *rr__transport_choose(const rr__peer_info *self, const rr__peer_info *peer) {
+  for (int i = 0; rr__transports[i]; i++)
+    if (rr__transports[i]->can_connect(self, peer)) return rr__transports[i];
+  /* tcp's can_connect always accepts; this line only keeps the contract obvious. */
+  return &rr__tcp_transport;
+}

@@ -1,4 +1,4 @@
-# Tests of the rrun launcher (tools/rrun.c). tests/test_rrun.sh runs one case per CTest test,
+# Tests of the rrun launcher (tools/rrun*.c). tests/test_rrun.sh runs one case per CTest test,
 # with tests/helpers/rrun_helper.c as the worker program. Run them with `ctest -L rrun`.
 add_executable(rrun_helper ${RR_TEST_DIR}/helpers/rrun_helper.c)
 # A worker that joins the job and checks an all-reduce (the two-node case).

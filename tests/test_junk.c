@@ -39,7 +39,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "rendezvous/store.h"
+#include "rendezvous/store_proto.h"
 #include "rendezvous/bootstrap.h"
 #include "ring/hdr.h"
 #include "transport/comm.h"

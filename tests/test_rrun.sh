@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Tests of the rrun launcher (tools/rrun.c), one case per run so CTest times each one alone:
+# Tests of the rrun launcher (tools/rrun*.c), one case per run so CTest times each one alone:
 #
 #   bash tests/test_rrun.sh RRUN HELPER CASE [ALLREDUCE]
 #

@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include "rendezvous/store.h"
+#include "rendezvous/store_proto.h"
 #include "ringreduce/ringreduce.h"
 
 #define CHECK(cond, ...)                                                       \

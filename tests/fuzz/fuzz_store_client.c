@@ -1,4 +1,4 @@
-/* libFuzzer harness: the rendezvous store's client (ring/store_tcp.c) against a hostile
+/* libFuzzer harness: the rendezvous store's client (rendezvous/store_client.c) against a hostile
  * server. Every rank is a client of the store; a wrong or malicious process listening on
  * MASTER_PORT must not crash it, make it read past a buffer, or hang it past its deadline.
  *

@@ -1,4 +1,4 @@
-/* libFuzzer harness: the rendezvous store's server (ring/store_tcp.c), fed arbitrary bytes
+/* libFuzzer harness: the rendezvous store's server (rendezvous/store_server.c), fed arbitrary bytes
  * over a real TCP connection. The request parser (header checks, body split, arity, keys,
  * the HELLO / job-token handshake, parked GET / WAIT) is static inside the server thread,
  * so the harness runs the real server in-process and plays a client:
@@ -30,6 +30,7 @@
 #include <unistd.h>
 
 #include "rendezvous/store.h"
+#include "rendezvous/store_proto.h"
 
 int LLVMFuzzerInitialize(int *argc, char ***argv);
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);

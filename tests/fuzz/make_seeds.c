@@ -10,7 +10,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "rendezvous/store.h"
+#include "rendezvous/store_proto.h"
 #include "rendezvous/bootstrap.h"
 #include "ring/hdr.h"
 #include "transport/comm.h"

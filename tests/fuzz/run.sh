@@ -102,9 +102,9 @@ coverage() {
   "$pd" merge -sparse "$prof" -o "$cov/$h.profdata"
   local files
   case $h in
-    wire) files="ring/wire.c" ;;
-    ctl_stream) files="transport/comm.c ring/wire.c" ;;
-    *) files="rendezvous/store_tcp.c" ;;
+    wire) files="ring/hdr.c transport/comm.c rendezvous/hello.c" ;;
+    ctl_stream) files="transport/comm.c" ;;
+    *) files="rendezvous/store_server.c rendezvous/store_client.c" ;;
   esac
   # shellcheck disable=SC2086
   "$lc" report "$cov/cov_$h" -instr-profile="$cov/$h.profdata" $files

@@ -1,7 +1,9 @@
-/* The TCP store, as torch's TCPStore: the master runs a server thread holding the keys;
- * every process (the master too) is a client of it. The wire protocol is in store.h.
+/* The TCP store's server, as in torch's TCPStore: the master runs it as a thread holding
+ * the keys, and every process, the master included, reaches it through the client in
+ * store_client.c, speaking the protocol of store_proto.h. Only the client starts and stops
+ * it (store_server.h).
  *
- * Server: one thread, one poll() over a wake-up eventfd, the listening socket and every
+ * One thread, one poll() over a wake-up eventfd, the listening socket and every
  * client. Clients are non-blocking and each has a small state machine: read a header, read
  * its body (buffer grown as bytes arrive, never to more than the header's checked length),
  * run the request, write the reply (queued; POLLOUT when the socket is full). A GET or WAIT
@@ -11,13 +13,7 @@
  * leaves mid-request, or one that stalls mid-request (or does not read its reply) longer
  * than the store's timeout, closes that client only. rr_store_free on the master writes the
  * eventfd, joins the thread and closes every socket.
- *
- * Client: a small pool of connections to the server, each made with connect + HELLO (the
- * job-token handshake) and used by one request at a time, so threads sharing a store never
- * wait behind another thread's blocking get. Every call has a deadline: the store's timeout,
- * or a get/wait's own timeout plus RR__STORE_GRACE_MS (the server answers at the timeout;
- * the grace only matters when the master is gone). A connection the master closed marks the
- * whole store lost: later calls fail at once with RR_EPEER instead of retrying. */
+ */
 #include <errno.h>
 #include <inttypes.h>
 #include <poll.h>
@@ -29,27 +25,24 @@
 #include <string.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "common/log.h"
 #include "common/status.h"
 #include "common/util.h"
 #include "rendezvous/store.h"
+#include "rendezvous/store_proto.h"
+#include "rendezvous/store_server.h"
 #include "transport/socket.h"
 
 #define RR__SRV_BACKLOG 1024
 #define RR__SRV_BODY_CHUNK (64u << 10) /* first body allocation; doubles as bytes arrive */
 #define RR__SRV_ACCEPT_BURST 64
-#define RR__POOL_MAX 32 /* concurrent requests one store object may have in flight */
 /* Clients say HELLO as soon as they connect; a connection that stays silent this long, or
  * beyond this many silent ones, is a stranger holding a descriptor and is dropped. */
 #define RR__SRV_HELLO_MS 10000
 #define RR__SRV_MAX_UNGREETED 128
 
-/* =============================================================================================
- * Server
- */
 typedef struct rr__sarg {
   const uint8_t *p;
   uint32_t len;
@@ -79,7 +72,7 @@ typedef struct rr__sconn {
   int close_after_write;
 } rr__sconn;
 
-typedef struct rr__server {
+struct rr__server {
   int lfd, wakefd;
   pthread_t thread;
   int64_t idle_ms; /* how long a request may take to arrive / a reply to be read */
@@ -90,7 +83,7 @@ typedef struct rr__server {
   size_t nconns, conns_cap;
   struct pollfd *pfds; /* conns_cap + 2 */
   int64_t accept_pause_until;
-} rr__server;
+};
 
 /* Close a client; `abort`: with a reset, dropping whatever the kernel still queues for it
  * (a client that broke the rules gets no more of the server's memory or time). */
@@ -297,19 +290,19 @@ static void rr__srv_request(rr__server *srv, rr__sconn *c) {
   }
   const rr__sarg *a = c->args;
   RR__LOG_TRACE(RR__SUB_STORE,
-           "rendezvous store on port %d: client %s: opcode %u, %" PRIu32 " argument(s), %" PRIu32
-           " bytes",
-           srv->port, c->peer, (unsigned)c->h.op, c->nargs, c->h.body_len);
+                "rendezvous store on port %d: client %s: opcode %u, %" PRIu32
+                " argument(s), %" PRIu32 " bytes",
+                srv->port, c->peer, (unsigned)c->h.op, c->nargs, c->h.body_len);
   switch (c->h.op) {
     case RR__SOP_HELLO: {
       int version_ok = c->h.num == RR__STORE_VERSION;
       int token_ok = !srv->token ||
                      (a[0].len == strlen(srv->token) && memcmp(a[0].p, srv->token, a[0].len) == 0);
       if (!version_ok || !token_ok) {
-        RR__LOG_WARN(RR__SUB_STORE, "rendezvous store on port %d: refusing client %s: %s", srv->port,
-                c->peer,
-                !version_ok ? "it speaks another protocol version"
-                            : "its job token does not match this job's");
+        RR__LOG_WARN(RR__SUB_STORE, "rendezvous store on port %d: refusing client %s: %s",
+                     srv->port, c->peer,
+                     !version_ok ? "it speaks another protocol version"
+                                 : "its job token does not match this job's");
         c->close_after_write = 1;
         rr__srv_reply(srv, c, RR__SST_DENIED, RR__STORE_VERSION, NULL, 0);
         return;
@@ -468,7 +461,8 @@ static int rr__srv_add_conn(rr__server *srv, int fd, const rr__addr *from) {
     rr__srv_drop(srv, srv->conns[oldest], RR__LEVEL_WARN,
                  "%zu connections have not said HELLO; dropping the oldest", silent);
   srv->conns[srv->nconns++] = c;
-  RR__LOG_TRACE(RR__SUB_STORE, "rendezvous store on port %d: client %s connected", srv->port, c->peer);
+  RR__LOG_TRACE(RR__SUB_STORE, "rendezvous store on port %d: client %s connected", srv->port,
+                c->peer);
   return 0;
 }
 
@@ -485,13 +479,13 @@ static void rr__srv_accept(rr__server *srv) {
       /* Out of descriptors or memory: the listener stays readable, so stop polling it for a
        * moment rather than spin. */
       RR__LOG_WARN(RR__SUB_STORE, "rendezvous store on port %d: accept: %s; pausing accepts 100 ms",
-              srv->port, strerror(errno));
+                   srv->port, strerror(errno));
       srv->accept_pause_until = rr__now_ms() + 100;
       return;
     }
     if (rr__sock_tune(fd, 0) != RR_OK || rr__srv_add_conn(srv, fd, &from) != 0) {
-      RR__LOG_WARN(RR__SUB_STORE, "rendezvous store on port %d: dropping a new client: %s", srv->port,
-              rr__error()[0] ? rr__error() : "out of memory");
+      RR__LOG_WARN(RR__SUB_STORE, "rendezvous store on port %d: dropping a new client: %s",
+                   srv->port, rr__error()[0] ? rr__error() : "out of memory");
       close(fd);
     }
   }
@@ -572,7 +566,8 @@ static void *rr__srv_main(void *arg) {
     int rc = poll(p, np, timeout);
     if (rc < 0) {
       if (errno == EINTR) continue;
-      RR__LOG_WARN(RR__SUB_STORE, "rendezvous store on port %d: poll: %s", srv->port, strerror(errno));
+      RR__LOG_WARN(RR__SUB_STORE, "rendezvous store on port %d: poll: %s", srv->port,
+                   strerror(errno));
       usleep(100 * 1000);
       continue;
     }
@@ -612,8 +607,7 @@ static void rr__srv_destroy(rr__server *srv) {
   free(srv);
 }
 
-static int rr__srv_start(const rr__addr *bind_addr, int64_t idle_ms, const char *token,
-                         rr__server **out) {
+int rr__srv_start(const rr__addr *bind_addr, int64_t idle_ms, const char *token, rr__server **out) {
   rr__server *srv = rr__calloc(1, sizeof *srv);
   if (!srv) return RR_ENOMEM;
   srv->lfd = srv->wakefd = -1;
@@ -669,7 +663,11 @@ fail:
   return rr__prefix_error(rc, "cannot start the rendezvous store server");
 }
 
-static void rr__srv_stop(rr__server *srv) {
+int rr__srv_port(const rr__server *srv) {
+  return srv->port;
+}
+
+void rr__srv_stop(rr__server *srv) {
   uint64_t one = 1;
   ssize_t w;
   do w = write(srv->wakefd, &one, sizeof one);
@@ -677,486 +675,13 @@ static void rr__srv_stop(rr__server *srv) {
   if (w != (ssize_t)sizeof one) {
     /* Cannot happen with a fresh eventfd; leaking the thread beats hanging in join. */
     RR__LOG_WARN(RR__SUB_STORE,
-            "rendezvous store on port %d: cannot wake the server thread (%s); "
-            "leaving it running",
-            srv->port, w < 0 ? strerror(errno) : "short write");
+                 "rendezvous store on port %d: cannot wake the server thread (%s); "
+                 "leaving it running",
+                 srv->port, w < 0 ? strerror(errno) : "short write");
     return;
   }
   int e = pthread_join(srv->thread, NULL);
   if (e != 0) RR__LOG_WARN(RR__SUB_STORE, "pthread_join: %s", strerror(e));
   RR__LOG_INFO(RR__SUB_STORE, "rendezvous store on port %d stopped", srv->port);
   rr__srv_destroy(srv);
-}
-
-/* =============================================================================================
- * Client
- */
-typedef struct rr__tcp_store {
-  rr_store base;
-  rr__addr addr;
-  char where[RR__ADDRSTRLEN + 300]; /* "127.0.0.1:29500" or "node1:29500 (10.0.0.1)" */
-  int port;
-  char *token;
-  rr__server *srv; /* the master's */
-  pthread_mutex_t lock;
-  pthread_cond_t cond;
-  int fd[RR__POOL_MAX]; /* -1: no connection in this slot yet */
-  unsigned char busy[RR__POOL_MAX];
-  int lost; /* the master closed a connection: every later call fails at once */
-  char lost_msg[RR__ERRMSG_MAX];
-} rr__tcp_store;
-
-/* Send a HELLO on a fresh connection and check the answer. */
-static int rr__tcp_hello(rr__tcp_store *s, int fd, int64_t deadline) {
-  size_t tl = s->token ? strlen(s->token) : 0;
-  uint8_t buf[RR__STORE_HDR + 4 + RR__STORE_MAX_TOKEN];
-  rr__store_hdr h = {.magic = RR__STORE_REQ_MAGIC,
-                     .op = RR__SOP_HELLO,
-                     .nargs = 1,
-                     .body_len = (uint32_t)(4 + tl),
-                     .num = RR__STORE_VERSION};
-  rr__store_hdr_encode(&h, buf);
-  rr__put_u32(buf + RR__STORE_HDR, (uint32_t)tl);
-  if (tl) memcpy(buf + RR__STORE_HDR + 4, s->token, tl);
-  int rc = rr__sock_send_all(fd, buf, RR__STORE_HDR + 4 + tl, deadline);
-  if (rc == RR_OK) rc = rr__sock_recv_all(fd, buf, RR__STORE_HDR, deadline);
-  if (rc != RR_OK)
-    return rr__prefix_error(rc, "handshake with the rendezvous store at %s", s->where);
-  rr__store_hdr_decode(buf, &h);
-  if (h.magic != RR__STORE_REP_MAGIC || h.op != RR__SOP_HELLO || h.body_len != 0)
-    return rr__set_error(RR_EPROTO,
-                         "the server at %s is not a ringreduce rendezvous store (its handshake "
-                         "reply starts with 0x%08x)",
-                         s->where, (unsigned)h.magic);
-  if (h.status == RR__SST_DENIED)
-    return rr__set_error(RR_EPROTO, "the rendezvous store at %s refused this client: %s", s->where,
-                         h.num != RR__STORE_VERSION ? "it speaks another protocol version"
-                                                    : "the job token does not match");
-  if (h.status != RR__SST_OK)
-    return rr__set_error(RR_EPROTO,
-                         "the rendezvous store at %s answered the handshake with "
-                         "status %u",
-                         s->where, (unsigned)h.status);
-  return RR_OK;
-}
-
-static int rr__tcp_connect(rr__tcp_store *s, int64_t deadline, int *fd_out) {
-  int64_t start = rr__now_ms();
-  int fd;
-  int rc = rr__sock_connect(&s->addr, deadline, &fd);
-  if (rc != RR_OK) {
-    /* socket.c says "cannot connect to <addr>: <cause>"; keep the cause only. */
-    char cause[RR__ERRMSG_MAX];
-    char as[RR__ADDRSTRLEN], pre[RR__ADDRSTRLEN + 32];
-    snprintf(pre, sizeof pre, "cannot connect to %s: ", rr__addr_str(&s->addr, as, sizeof as));
-    const char *e = rr__error();
-    snprintf(cause, sizeof cause, "%s", strncmp(e, pre, strlen(pre)) ? e : e + strlen(pre));
-    return rr__set_error(rc, "cannot reach the rendezvous store at %s within %.1f s: %s", s->where,
-                         (double)RR__MAX(deadline - start, 0) / 1000, cause);
-  }
-  rc = rr__sock_tune(fd, 0);
-  if (rc == RR_OK) rc = rr__tcp_hello(s, fd, deadline);
-  if (rc != RR_OK) {
-    close(fd);
-    return rc;
-  }
-  *fd_out = fd;
-  return RR_OK;
-}
-
-static int rr__cond_wait_until(pthread_cond_t *cv, pthread_mutex_t *mu, int64_t deadline_ms) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  int64_t left = rr__ms_left(deadline_ms);
-  ts.tv_sec += left / 1000;
-  ts.tv_nsec += (left % 1000) * 1000000;
-  if (ts.tv_nsec >= 1000000000) {
-    ts.tv_sec++;
-    ts.tv_nsec -= 1000000000;
-  }
-  return pthread_cond_timedwait(cv, mu, &ts);
-}
-
-/* Take a connection for one request: an idle one, else a new one, else wait for one. */
-static int rr__pool_take(rr__tcp_store *s, int64_t deadline, const char *what, int *slot) {
-  pthread_mutex_lock(&s->lock);
-  for (;;) {
-    if (s->lost) {
-      pthread_mutex_unlock(&s->lock);
-      return rr__set_error(RR_EPEER, "%s: %s", what, s->lost_msg);
-    }
-    int idle = -1, empty = -1;
-    for (int i = 0; i < RR__POOL_MAX && idle < 0; i++) {
-      if (s->busy[i]) continue;
-      if (s->fd[i] >= 0)
-        idle = i;
-      else if (empty < 0)
-        empty = i;
-    }
-    if (idle >= 0) {
-      s->busy[idle] = 1;
-      pthread_mutex_unlock(&s->lock);
-      *slot = idle;
-      return RR_OK;
-    }
-    if (empty >= 0) {
-      s->busy[empty] = 1; /* reserved while connecting, outside the lock */
-      pthread_mutex_unlock(&s->lock);
-      int fd = -1;
-      int rc = rr__tcp_connect(s, deadline, &fd);
-      pthread_mutex_lock(&s->lock);
-      if (rc == RR_OK)
-        s->fd[empty] = fd;
-      else
-        s->busy[empty] = 0;
-      pthread_cond_broadcast(&s->cond);
-      pthread_mutex_unlock(&s->lock);
-      if (rc != RR_OK) return rr__prefix_error(rc, "%s", what);
-      *slot = empty;
-      return RR_OK;
-    }
-    if (rr__ms_left(deadline) == 0 ||
-        rr__cond_wait_until(&s->cond, &s->lock, deadline) == ETIMEDOUT) {
-      pthread_mutex_unlock(&s->lock);
-      return rr__set_error(RR_ETIMEDOUT,
-                           "%s: all %d connections to the rendezvous store at %s stayed busy", what,
-                           RR__POOL_MAX, s->where);
-    }
-  }
-}
-
-/* Give a connection back; `broken`: close it; `lost`: the store is gone (keep the error). */
-static void rr__pool_give(rr__tcp_store *s, int slot, int broken, int lost) {
-  pthread_mutex_lock(&s->lock);
-  if (broken) {
-    close(s->fd[slot]);
-    s->fd[slot] = -1;
-  }
-  if (lost && !s->lost) {
-    s->lost = 1;
-    snprintf(s->lost_msg, sizeof s->lost_msg,
-             "the connection to the rendezvous store at %s was "
-             "lost earlier: %s",
-             s->where, rr__error());
-  }
-  s->busy[slot] = 0;
-  pthread_cond_broadcast(&s->cond);
-  pthread_mutex_unlock(&s->lock);
-}
-
-/* One request and its reply. args: nargs (pointer, length); the last argument, when large,
- * is sent from the caller's memory without a copy. *body gets the reply body (GET). */
-static int rr__tcp_call(rr__tcp_store *s, const char *what, uint8_t op, int64_t num, uint32_t nargs,
-                        const void *const *argp, const size_t *argl, int64_t deadline,
-                        rr__store_hdr *rep, void **body, size_t *blen) {
-  int slot = -1;
-  RR__CHECK(rr__pool_take(s, deadline, what, &slot));
-  int fd = s->fd[slot];
-  size_t total = 0;
-  for (uint32_t i = 0; i < nargs; i++) total += 4 + argl[i];
-  size_t tail = nargs && argl[nargs - 1] > 4096 ? argl[nargs - 1] : 0;
-  size_t head = RR__STORE_HDR + total - tail;
-  uint8_t *buf = malloc(head);
-  if (!buf) {
-    rr__pool_give(s, slot, 0, 0);
-    return rr__set_error(RR_ENOMEM, "%s: out of memory for a request of %zu bytes", what, head);
-  }
-  rr__store_hdr h = {.magic = RR__STORE_REQ_MAGIC,
-                     .op = op,
-                     .nargs = nargs,
-                     .body_len = (uint32_t)total,
-                     .num = num};
-  rr__store_hdr_encode(&h, buf);
-  size_t o = RR__STORE_HDR;
-  for (uint32_t i = 0; i < nargs; i++) {
-    rr__put_u32(buf + o, (uint32_t)argl[i]);
-    o += 4;
-    if (i + 1 == nargs && tail) break;
-    if (argl[i]) memcpy(buf + o, argp[i], argl[i]);
-    o += argl[i];
-  }
-  int rc = rr__sock_send_all(fd, buf, head, deadline);
-  free(buf);
-  if (rc == RR_OK && tail) rc = rr__sock_send_all(fd, argp[nargs - 1], tail, deadline);
-  uint8_t rh[RR__STORE_HDR];
-  if (rc == RR_OK) rc = rr__sock_recv_all(fd, rh, sizeof rh, deadline);
-  if (rc == RR_OK) {
-    rr__store_hdr_decode(rh, rep);
-    if (rep->magic != RR__STORE_REP_MAGIC || rep->op != op || rep->status > RR__SST_MAX ||
-        rep->reserved != 0 || rep->nargs != 0 || rep->body_len > RR__STORE_MAX_VALUE ||
-        (rep->body_len > 0 && (op != RR__SOP_GET || rep->status != RR__SST_OK)))
-      rc = rr__set_error(RR_EPROTO,
-                         "malformed reply (magic 0x%08x, opcode %u, status %u, "
-                         "%" PRIu32 " bytes)",
-                         (unsigned)rep->magic, (unsigned)rep->op, (unsigned)rep->status,
-                         rep->body_len);
-  }
-  if (rc == RR_OK && rep->body_len > 0) {
-    *body = malloc(rep->body_len);
-    if (!*body) {
-      rc =
-          rr__set_error(RR_ENOMEM, "out of memory for a value of %" PRIu32 " bytes", rep->body_len);
-    } else {
-      rc = rr__sock_recv_all(fd, *body, rep->body_len, deadline);
-      if (rc != RR_OK) {
-        free(*body);
-        *body = NULL;
-      }
-    }
-  }
-  if (rc == RR_OK) {
-    if (blen) *blen = rep->body_len;
-    rr__pool_give(s, slot, 0, 0);
-    return RR_OK;
-  }
-  /* The connection is out of step now (a reply may still come): close it. */
-  if (rc == RR_EPEER) {
-    char cause[256];
-    snprintf(cause, sizeof cause, "%s", rr__error());
-    rr__set_error(RR_EPEER, "%s: the rendezvous store at %s closed the connection (%s)", what,
-                  s->where, cause);
-  } else if (rc == RR_ETIMEDOUT)
-    rr__set_error(RR_ETIMEDOUT,
-                  "%s: no reply from the rendezvous store at %s in time; the "
-                  "connection was closed",
-                  what, s->where);
-  else
-    rr__prefix_error(rc, "%s: talking to the rendezvous store at %s", what, s->where);
-  rr__pool_give(s, slot, 1, rc == RR_EPEER || rc == RR_EPROTO);
-  return rc;
-}
-
-#define RR__TCP(s) ((rr__tcp_store *)(s))
-
-static int rr__tcp_set(rr_store *st, const char *key, const void *value, size_t len) {
-  rr__tcp_store *s = RR__TCP(st);
-  char what[200], ks[160];
-  snprintf(what, sizeof what, "set of key %s", rr__store_key_str(key, strlen(key), ks, sizeof ks));
-  const void *argp[2] = {key, value};
-  size_t argl[2] = {strlen(key), len};
-  rr__store_hdr rep;
-  return rr__tcp_call(s, what, RR__SOP_SET, 0, 2, argp, argl, rr__deadline(st->timeout_ms), &rep,
-                      NULL, NULL);
-}
-
-static int rr__tcp_get(rr_store *st, const char *key, int64_t timeout_ms, void **value,
-                       size_t *len) {
-  rr__tcp_store *s = RR__TCP(st);
-  char what[200], ks[160];
-  snprintf(what, sizeof what, "get of key %s", rr__store_key_str(key, strlen(key), ks, sizeof ks));
-  const void *argp[1] = {key};
-  size_t argl[1] = {strlen(key)};
-  rr__store_hdr rep;
-  void *body = NULL;
-  size_t blen = 0;
-  RR__CHECK(rr__tcp_call(s, what, RR__SOP_GET, timeout_ms, 1, argp, argl,
-                        rr__deadline(timeout_ms + RR__STORE_GRACE_MS), &rep, &body, &blen));
-  if (rep.status == RR__SST_TIMEOUT)
-    return rr__set_error(RR_ETIMEDOUT,
-                         "%s from the rendezvous store at %s timed out after %.1f s: no process "
-                         "set it",
-                         what, s->where, (double)timeout_ms / 1000);
-  if (rep.status != RR__SST_OK) {
-    free(body);
-    return rr__set_error(RR_EPROTO, "%s: the rendezvous store at %s answered status %u", what,
-                         s->where, (unsigned)rep.status);
-  }
-  *value = body;
-  *len = blen;
-  return RR_OK;
-}
-
-static int rr__tcp_add(rr_store *st, const char *key, int64_t delta, int64_t *result) {
-  rr__tcp_store *s = RR__TCP(st);
-  char what[200], ks[160];
-  snprintf(what, sizeof what, "add of %" PRId64 " to key %s", delta,
-           rr__store_key_str(key, strlen(key), ks, sizeof ks));
-  const void *argp[1] = {key};
-  size_t argl[1] = {strlen(key)};
-  rr__store_hdr rep;
-  RR__CHECK(rr__tcp_call(s, what, RR__SOP_ADD, delta, 1, argp, argl, rr__deadline(st->timeout_ms),
-                        &rep, NULL, NULL));
-  if (rep.status == RR__SST_NOTINT)
-    return rr__set_error(RR_EINVAL,
-                         "%s at %s: the value stored is not an integer (add needs "
-                         "ASCII decimal)",
-                         what, s->where);
-  if (rep.status == RR__SST_OVERFLOW)
-    return rr__set_error(RR_EINVAL, "%s at %s: the sum overflows a 64-bit integer", what, s->where);
-  if (rep.status != RR__SST_OK)
-    return rr__set_error(RR_EPROTO, "%s: the rendezvous store at %s answered status %u", what,
-                         s->where, (unsigned)rep.status);
-  *result = rep.num;
-  return RR_OK;
-}
-
-/* WAIT and CHECK send a list of keys. */
-static int rr__tcp_keys(rr__tcp_store *s, uint8_t op, const char *what, const char *const *keys,
-                        int nkeys, int64_t num, int64_t deadline, rr__store_hdr *rep) {
-  const void **argp = malloc((size_t)nkeys * sizeof *argp);
-  size_t *argl = malloc((size_t)nkeys * sizeof *argl);
-  int rc;
-  if (!argp || !argl) {
-    rc = rr__set_error(RR_ENOMEM, "%s: out of memory", what);
-  } else {
-    for (int i = 0; i < nkeys; i++) {
-      argp[i] = keys[i];
-      argl[i] = strlen(keys[i]);
-    }
-    rc = rr__tcp_call(s, what, op, num, (uint32_t)nkeys, argp, argl, deadline, rep, NULL, NULL);
-  }
-  free(argp);
-  free(argl);
-  return rc;
-}
-
-static int rr__tcp_wait(rr_store *st, const char *const *keys, int nkeys, int64_t timeout_ms) {
-  rr__tcp_store *s = RR__TCP(st);
-  char what[240], ks[160];
-  snprintf(what, sizeof what, "wait for %d key%s (%s%s)", nkeys, nkeys == 1 ? "" : "s",
-           rr__store_key_str(keys[0], strlen(keys[0]), ks, sizeof ks), nkeys > 1 ? ", ..." : "");
-  rr__store_hdr rep;
-  RR__CHECK(rr__tcp_keys(s, RR__SOP_WAIT, what, keys, nkeys, timeout_ms,
-                        rr__deadline(timeout_ms + RR__STORE_GRACE_MS), &rep));
-  if (rep.status == RR__SST_TIMEOUT) {
-    int miss = rep.num >= 0 && rep.num < nkeys ? (int)rep.num : 0;
-    return rr__set_error(RR_ETIMEDOUT,
-                         "%s on the rendezvous store at %s timed out after %.1f s: key %s "
-                         "(number %d) was never set",
-                         what, s->where, (double)timeout_ms / 1000,
-                         rr__store_key_str(keys[miss], strlen(keys[miss]), ks, sizeof ks), miss);
-  }
-  if (rep.status != RR__SST_OK)
-    return rr__set_error(RR_EPROTO, "%s: the rendezvous store at %s answered status %u", what,
-                         s->where, (unsigned)rep.status);
-  return RR_OK;
-}
-
-static int rr__tcp_check(rr_store *st, const char *const *keys, int nkeys, int *exists) {
-  rr__tcp_store *s = RR__TCP(st);
-  char what[240], ks[160];
-  snprintf(what, sizeof what, "check of %d key%s (%s%s)", nkeys, nkeys == 1 ? "" : "s",
-           rr__store_key_str(keys[0], strlen(keys[0]), ks, sizeof ks), nkeys > 1 ? ", ..." : "");
-  rr__store_hdr rep;
-  RR__CHECK(
-      rr__tcp_keys(s, RR__SOP_CHECK, what, keys, nkeys, 0, rr__deadline(st->timeout_ms), &rep));
-  *exists = rep.num != 0;
-  return RR_OK;
-}
-
-static int rr__tcp_del(rr_store *st, const char *key, int *deleted) {
-  rr__tcp_store *s = RR__TCP(st);
-  char what[200], ks[160];
-  snprintf(what, sizeof what, "delete of key %s",
-           rr__store_key_str(key, strlen(key), ks, sizeof ks));
-  const void *argp[1] = {key};
-  size_t argl[1] = {strlen(key)};
-  rr__store_hdr rep;
-  RR__CHECK(rr__tcp_call(s, what, RR__SOP_DELETE, 0, 1, argp, argl, rr__deadline(st->timeout_ms),
-                        &rep, NULL, NULL));
-  *deleted = rep.num != 0;
-  return RR_OK;
-}
-
-static int rr__tcp_port(const rr_store *st) {
-  return ((const rr__tcp_store *)st)->port;
-}
-
-static void rr__tcp_free(rr_store *st) {
-  rr__tcp_store *s = RR__TCP(st);
-  for (int i = 0; i < RR__POOL_MAX; i++)
-    if (s->fd[i] >= 0) close(s->fd[i]);
-  if (s->srv) rr__srv_stop(s->srv);
-  pthread_cond_destroy(&s->cond);
-  pthread_mutex_destroy(&s->lock);
-  free(s->token);
-  free(s);
-}
-
-static const rr__store_ops rr__tcp_ops = {
-    .set = rr__tcp_set,
-    .get = rr__tcp_get,
-    .add = rr__tcp_add,
-    .wait = rr__tcp_wait,
-    .check = rr__tcp_check,
-    .del = rr__tcp_del,
-    .port = rr__tcp_port,
-    .free = rr__tcp_free,
-};
-
-int rr__store_tcp_open(const char *host, int port, int is_master, int64_t timeout_ms,
-                       const char *token, rr_store **store) {
-  *store = NULL;
-  if (token && strlen(token) > RR__STORE_MAX_TOKEN)
-    return rr__set_error(RR_EINVAL,
-                         "rr_store_tcp: a job token of %zu bytes is over the limit "
-                         "of %d",
-                         strlen(token), RR__STORE_MAX_TOKEN);
-  rr__tcp_store *s = rr__calloc(1, sizeof *s);
-  if (!s) return RR_ENOMEM;
-  s->base.ops = &rr__tcp_ops;
-  s->base.timeout_ms = timeout_ms;
-  for (int i = 0; i < RR__POOL_MAX; i++) s->fd[i] = -1;
-  pthread_condattr_t ca;
-  int e = pthread_condattr_init(&ca);
-  if (e == 0) e = pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-  if (e == 0) e = pthread_cond_init(&s->cond, &ca);
-  if (e == 0) pthread_condattr_destroy(&ca);
-  if (e == 0 && (e = pthread_mutex_init(&s->lock, NULL)) != 0) pthread_cond_destroy(&s->cond);
-  if (e != 0) {
-    free(s);
-    return rr__set_error(RR_ESYS, "rr_store_tcp: cannot make a mutex / condition: %s", strerror(e));
-  }
-  int rc = RR_OK;
-  if (token && *token && !(s->token = rr__strdup(token))) {
-    rc = RR_ENOMEM;
-    goto fail;
-  }
-  rc = rr__addr_resolve(host, port, &s->addr);
-  if (rc != RR_OK) {
-    rr__prefix_error(rc, "cannot reach the rendezvous store at %s:%d", host, port);
-    goto fail;
-  }
-  if (is_master) {
-    /* Serve on the wildcard address of the host's family, as torch's TCPStore. */
-    rr__addr any;
-    memset(&any, 0, sizeof any);
-    if (s->addr.ss.ss_family == AF_INET6) {
-      struct sockaddr_in6 *a6 = (struct sockaddr_in6 *)&any.ss;
-      a6->sin6_family = AF_INET6;
-      a6->sin6_addr = in6addr_any;
-      any.len = sizeof *a6;
-    } else {
-      struct sockaddr_in *a4 = (struct sockaddr_in *)&any.ss;
-      a4->sin_family = AF_INET;
-      a4->sin_addr.s_addr = htonl(INADDR_ANY);
-      any.len = sizeof *a4;
-    }
-    rr__addr_set_port(&any, port);
-    RR__CHECK_GOTO(rr__srv_start(&any, timeout_ms, token, &s->srv), rc, fail);
-    rr__addr_set_port(&s->addr, s->srv->port);
-  }
-  s->port = rr__addr_port(&s->addr);
-  char as[RR__ADDRSTRLEN];
-  rr__addr_str(&s->addr, as, sizeof as);
-  /* Name the host as given, and the address it resolved to when that differs. */
-  char ip[RR__ADDRSTRLEN];
-  snprintf(ip, sizeof ip, "%s", as);
-  char *colon = strrchr(ip, ':');
-  if (colon) *colon = '\0';
-  size_t il = strlen(ip);
-  if (strcmp(host, ip) == 0 ||
-      (ip[0] == '[' && strlen(host) == il - 2 && strncmp(host, ip + 1, il - 2) == 0))
-    snprintf(s->where, sizeof s->where, "%s", as);
-  else
-    snprintf(s->where, sizeof s->where, "%.200s:%d (%s)", host, s->port, ip);
-  int64_t deadline = rr__deadline(timeout_ms);
-  RR__CHECK_GOTO(rr__tcp_connect(s, deadline, &s->fd[0]), rc, fail);
-  RR__LOG_INFO(RR__SUB_STORE, "connected to the rendezvous store at %s%s", s->where,
-          is_master ? " (served by this process)" : "");
-  *store = &s->base;
-  return RR_OK;
-fail:
-  rr__tcp_free(&s->base);
-  return rc;
 }

@@ -1,0 +1,116 @@
+/* What rrun's files share: the parsed command line, the launcher's state (one launcher, its
+ * workers and their output streams) and the few calls one file makes into another. rrun runs
+ * on one thread, so none of this is locked. */
+#ifndef RR__TOOLS_RRUN_H_
+#define RR__TOOLS_RRUN_H_
+
+#include <errno.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <sys/types.h>
+
+enum { EXIT_USAGE = 2, EXIT_EXEC = 127 };
+
+/* Longest line that --tee keeps in one piece; a longer one comes out in prefixed pieces. */
+#define RRUN_LINE_MAX 65536
+/* Room for "[rankN]: " with any int N, and the newline. */
+#define RRUN_PREFIX_MAX 32
+
+/* Retries a system call interrupted by a signal (possible only while a signal is unblocked,
+ * which in rrun is never, but the retry costs nothing and keeps each call site honest). */
+#define RRUN_SYS(call)                       \
+  ({                                         \
+    __typeof__(call) sys_rc_;                \
+    do sys_rc_ = (call);                     \
+    while (sys_rc_ == -1 && errno == EINTR); \
+    sys_rc_;                                 \
+  })
+
+/* ------------------------------------------------------------------------------------------
+ * Command line, spelled as torchrun's.
+ */
+typedef struct {
+  int nproc;
+  int nnodes;
+  int node_rank;
+  const char *master_addr;
+  int master_port;
+  bool standalone;
+  bool nnodes_set, node_rank_set, addr_set, port_set;
+  int max_restarts;
+  int tee; /* bit 0: prefix stdout, bit 1: prefix stderr */
+  double grace_s;
+  const char *run_id; /* --rdzv-id; NULL: "none" */
+  char **argv;        /* the program and its arguments */
+} options;
+
+/* ------------------------------------------------------------------------------------------
+ * Launcher state.
+ */
+
+/* One worker stream that --tee prefixes: the read end of its pipe and the unfinished line. */
+typedef struct {
+  int fd;     /* -1 when not piped or closed */
+  int target; /* STDOUT_FILENO or STDERR_FILENO */
+  char *buf;  /* RRUN_LINE_MAX bytes */
+  size_t len;
+} stream;
+
+typedef struct {
+  int local_rank, rank;
+  pid_t pid;      /* 0 until started */
+  bool alive;     /* started and not reaped */
+  bool signalled; /* rrun sent it a signal: its death is not a failure of its own */
+  bool failed;    /* exited non-zero or was killed while nobody asked it to stop */
+  int status;     /* wait status, once reaped */
+  char prefix[RRUN_PREFIX_MAX];
+  size_t prefix_len;
+  stream out[2]; /* [0] stdout, [1] stderr */
+} worker;
+
+typedef struct {
+  const options *opt;
+  int sigfd;
+  sigset_t orig_mask;         /* restored in workers */
+  struct sigaction orig_pipe; /* SIGPIPE and SIGCHLD dispositions, restored in workers */
+  struct sigaction orig_chld;
+  worker *w; /* nproc entries */
+  struct pollfd *pfd;
+  struct {
+    worker *w;
+    stream *s;
+  } * pwatch;     /* the worker stream behind pfd[i], i >= 1 */
+  bool broken[3]; /* rrun's stdout/stderr failed (reader gone): drop prefixed output */
+  char out[RRUN_LINE_MAX + RRUN_PREFIX_MAX];
+  size_t out_len;
+  /* Per attempt. */
+  int restart;
+  int live;
+  bool stopping, killed;
+  double deadline;
+  int stop_sig;      /* what rrun sent when it began stopping the group */
+  int first_failed;  /* index of the first failed worker, -1 if none */
+  int signal_in;     /* first signal rrun received, 0 if none */
+  bool launch_error; /* rrun itself could not start a worker */
+} launcher;
+
+/* rrun_flags.c. Exits (2, with a message) on any mistake, and for --help and --version. */
+void rr__parse_args(int argc, char **argv, options *o);
+
+/* rrun_output.c: rrun's own messages and the prefixed output of workers. */
+int rr__write_all(int fd, const char *buf, size_t len);
+__attribute__((format(printf, 1, 2))) void rr__say(const char *fmt, ...);
+void rr__emit_lines(launcher *L, const worker *w, stream *s, bool eof);
+void rr__stream_close(stream *s);
+void rr__stream_read(launcher *L, const worker *w, stream *s, bool drain);
+
+/* rrun_workers.c. The job's shared environment (rrun.c) and each worker's own (RANK, ...)
+ * are both set with these in rrun's environment, for fork to pass on. */
+int rr__set_env(const char *name, const char *value);
+int rr__set_env_int(const char *name, long value);
+/* Runs the group, restarting it as --max-restarts allows; returns rrun's exit code. */
+int rr__run_job(launcher *L);
+
+#endif /* RR__TOOLS_RRUN_H_ */

@@ -1,0 +1,440 @@
+/* rrun's workers: starting them, watching them, stopping them and restarting the group.
+ *
+ * Each worker is fork+execvp'd into its own process group (so a signal reaches whatever the
+ * worker started, and a terminal's Ctrl-C reaches rrun only, which forwards it once) with
+ * PR_SET_PDEATHSIG, so workers die with rrun. A close-on-exec pipe tells rrun whether exec
+ * worked. The first failure (non-zero exit or a signal) stops the group: SIGTERM to every
+ * live process group, SIGKILL after the grace period, reap everything, then restart
+ * (--max-restarts) or exit with the failed worker's code.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <math.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+#include <sys/prctl.h>
+#include <sys/signalfd.h>
+#include <sys/wait.h>
+
+#include "rrun.h"
+
+static const char *sig_name(int sig) {
+  static const struct {
+    int num;
+    const char *name;
+  } names[] = {
+      {SIGHUP, "SIGHUP"},   {SIGINT, "SIGINT"},   {SIGQUIT, "SIGQUIT"}, {SIGILL, "SIGILL"},
+      {SIGTRAP, "SIGTRAP"}, {SIGABRT, "SIGABRT"}, {SIGBUS, "SIGBUS"},   {SIGFPE, "SIGFPE"},
+      {SIGKILL, "SIGKILL"}, {SIGUSR1, "SIGUSR1"}, {SIGSEGV, "SIGSEGV"}, {SIGUSR2, "SIGUSR2"},
+      {SIGPIPE, "SIGPIPE"}, {SIGALRM, "SIGALRM"}, {SIGTERM, "SIGTERM"}, {SIGCHLD, "SIGCHLD"},
+      {SIGXCPU, "SIGXCPU"}, {SIGXFSZ, "SIGXFSZ"}, {SIGSYS, "SIGSYS"},
+  };
+  for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+    if (names[i].num == sig) return names[i].name;
+  }
+  return NULL;
+}
+
+/* "exit code 3" or "killed by signal SIGKILL (9)", for a wait status. */
+static void describe_status(int status, char *buf, size_t size) {
+  if (WIFEXITED(status)) {
+    snprintf(buf, size, "exit code %d", WEXITSTATUS(status));
+    return;
+  }
+  int sig = WTERMSIG(status);
+  const char *name = sig_name(sig);
+  snprintf(buf, size, "killed by signal %s%s%d%s%s", name ? name : "", name ? " (" : "", sig,
+           name ? ")" : "", WCOREDUMP(status) ? " (core dumped)" : "");
+}
+
+/* The shell's convention: the exit code, or 128 + the signal that killed the process. */
+static int exit_code_of(int status) {
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+static double now_s(void) {
+  struct timespec ts;
+  if (clock_gettime(CLOCK_MONOTONIC, &ts) != 0) {
+    rr__say("clock_gettime: %s", strerror(errno));
+    abort(); /* CLOCK_MONOTONIC cannot fail on Linux; without a clock no timeout holds */
+  }
+  return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+static int count_alive(const launcher *L) {
+  int n = 0;
+  for (int i = 0; i < L->opt->nproc; i++) n += L->w[i].alive;
+  return n;
+}
+
+/* ------------------------------------------------------------------------------------------
+ * Starting workers.
+ */
+enum child_stage { STAGE_SETPGID, STAGE_PDEATHSIG, STAGE_DUP2, STAGE_SIGNALS, STAGE_EXEC };
+static const char *const kStageNames[] = {"setpgid", "prctl(PR_SET_PDEATHSIG)", "dup2",
+                                          "restoring signals", "exec"};
+
+/* What a child that could not exec tells rrun through its close-on-exec pipe. */
+struct child_report {
+  int stage;
+  int err;
+};
+
+static _Noreturn void child_fail(int report_fd, int stage) {
+  struct child_report r = {stage, errno};
+  /* If this write fails, rrun sees EOF (as after a good exec) and still gets exit code 127. */
+  ssize_t n = write(report_fd, &r, sizeof r);
+  (void)n;
+  _exit(EXIT_EXEC);
+}
+
+/* In the child after fork: own process group, die with rrun, wire the pipes, exec. */
+static _Noreturn void child_main(const launcher *L, int pipes[2][2], int report_fd, pid_t parent) {
+  if (setpgid(0, 0) != 0) child_fail(report_fd, STAGE_SETPGID);
+  if (prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0) != 0) child_fail(report_fd, STAGE_PDEATHSIG);
+  /* rrun may have died before the line above: then no death signal will come. */
+  if (getppid() != parent) _exit(EXIT_FAILURE);
+  for (int s = 0; s < 2; s++) {
+    /* dup2 drops close-on-exec from the copy; the originals close at exec. */
+    if (pipes[s][1] >= 0 && dup2(pipes[s][1], s == 0 ? STDOUT_FILENO : STDERR_FILENO) < 0) {
+      child_fail(report_fd, STAGE_DUP2);
+    }
+  }
+  /* Give the program the signal state rrun itself was started with. */
+  if (sigaction(SIGPIPE, &L->orig_pipe, NULL) != 0 ||
+      sigaction(SIGCHLD, &L->orig_chld, NULL) != 0 ||
+      sigprocmask(SIG_SETMASK, &L->orig_mask, NULL) != 0) {
+    child_fail(report_fd, STAGE_SIGNALS);
+  }
+  execvp(L->opt->argv[0], L->opt->argv);
+  child_fail(report_fd, STAGE_EXEC);
+}
+
+int rr__set_env(const char *name, const char *value) {
+  if (setenv(name, value, 1) != 0) {
+    rr__say("setenv %s: %s", name, strerror(errno));
+    return -1;
+  }
+  return 0;
+}
+
+int rr__set_env_int(const char *name, long value) {
+  char buf[32];
+  snprintf(buf, sizeof buf, "%ld", value);
+  return rr__set_env(name, buf);
+}
+
+static void close_fd(int *fd) {
+  if (*fd >= 0 && close(*fd) != 0) rr__say("close: %s", strerror(errno));
+  *fd = -1;
+}
+
+enum spawn_result { SPAWN_OK, SPAWN_EXEC_FAILED, SPAWN_ERROR };
+
+/* Makes the pipe for one prefixed stream: rrun keeps the read end, non-blocking. */
+static int make_stream_pipe(stream *s, int fds[2]) {
+  if (pipe2(fds, O_CLOEXEC) != 0) {
+    rr__say("pipe: %s", strerror(errno));
+    return -1;
+  }
+  s->fd = fds[0];
+  s->buf = malloc(RRUN_LINE_MAX);
+  if (!s->buf) {
+    rr__say("out of memory");
+    return -1;
+  }
+  int flags = fcntl(s->fd, F_GETFL);
+  if (flags < 0 || fcntl(s->fd, F_SETFL, flags | O_NONBLOCK) != 0) {
+    rr__say("fcntl: %s", strerror(errno));
+    return -1;
+  }
+  return 0;
+}
+
+/* Starts one worker and waits until it has exec'd (or failed to). The per-worker environment
+ * is set in rrun's own environment just before fork: rrun is single-threaded and reads none
+ * of these variables, and the child then only has to exec. */
+static enum spawn_result spawn_worker(launcher *L, worker *w) {
+  int pipes[2][2] = {{-1, -1}, {-1, -1}};
+  int report[2] = {-1, -1};
+  enum spawn_result result = SPAWN_ERROR;
+  for (int s = 0; s < 2; s++) {
+    if ((L->opt->tee & (1 << s)) && make_stream_pipe(&w->out[s], pipes[s]) != 0) goto out;
+  }
+  if (pipe2(report, O_CLOEXEC) != 0) {
+    rr__say("pipe: %s", strerror(errno));
+    goto out;
+  }
+  if (rr__set_env_int("RANK", w->rank) || rr__set_env_int("LOCAL_RANK", w->local_rank) ||
+      rr__set_env_int("ROLE_RANK", w->rank)) {
+    goto out;
+  }
+  pid_t parent = getpid();
+  pid_t pid = fork();
+  if (pid < 0) {
+    rr__say("fork: %s", strerror(errno));
+    goto out;
+  }
+  if (pid == 0) child_main(L, pipes, report[1], parent);
+  w->pid = pid;
+  w->alive = true;
+  L->live++;
+  close_fd(&report[1]);
+  struct child_report r;
+  ssize_t n = RRUN_SYS(read(report[0], &r, sizeof r));
+  if (n == (ssize_t)sizeof r) {
+    const char *stage = r.stage >= 0 && r.stage <= STAGE_EXEC ? kStageNames[r.stage] : "?";
+    if (r.stage == STAGE_EXEC) {
+      rr__say("cannot run '%s': %s", L->opt->argv[0], strerror(r.err));
+    } else {
+      rr__say("cannot start rank %d: %s: %s", w->rank, stage, strerror(r.err));
+    }
+    result = SPAWN_EXEC_FAILED; /* the child exits 127: reaped as a failed worker */
+  } else {
+    if (n < 0) rr__say("reading the start report of rank %d: %s", w->rank, strerror(errno));
+    result = SPAWN_OK;
+  }
+out:
+  for (int s = 0; s < 2; s++) close_fd(&pipes[s][1]);
+  close_fd(&report[0]);
+  close_fd(&report[1]);
+  if (result == SPAWN_ERROR) {
+    for (int s = 0; s < 2; s++) rr__stream_close(&w->out[s]);
+  }
+  return result;
+}
+
+/* ------------------------------------------------------------------------------------------
+ * Stopping workers.
+ */
+
+/* Signals the worker's process group, so processes it started get the signal too. */
+static void signal_worker(worker *w, int sig) {
+  w->signalled = true;
+  if (kill(-w->pid, sig) == 0) return;
+  /* ESRCH: the worker left its group (setsid, setpgid); fall back to the process itself. */
+  if (errno == ESRCH && kill(w->pid, sig) == 0) return;
+  if (errno != ESRCH) rr__say("kill rank %d (pid %d): %s", w->rank, (int)w->pid, strerror(errno));
+}
+
+static int signal_workers(launcher *L, int sig) {
+  int n = 0;
+  for (int i = 0; i < L->opt->nproc; i++) {
+    if (L->w[i].alive) {
+      signal_worker(&L->w[i], sig);
+      n++;
+    }
+  }
+  return n;
+}
+
+/* Sends sig to every live worker and starts the grace period (once per attempt). */
+static void stop_group(launcher *L, int sig) {
+  signal_workers(L, sig);
+  if (!L->stopping) {
+    L->stopping = true;
+    L->stop_sig = sig;
+    L->deadline = now_s() + L->opt->grace_s;
+  }
+}
+
+static void check_deadline(launcher *L) {
+  if (!L->stopping || L->killed || now_s() < L->deadline) return;
+  L->killed = true;
+  int n = count_alive(L);
+  if (n == 0) return;
+  rr__say("%d worker(s) still running %g s after %s; sending SIGKILL", n, L->opt->grace_s,
+          sig_name(L->stop_sig));
+  signal_workers(L, SIGKILL);
+}
+
+/* ------------------------------------------------------------------------------------------
+ * Events.
+ */
+static worker *find_worker(launcher *L, pid_t pid) {
+  for (int i = 0; i < L->opt->nproc; i++) {
+    if (L->w[i].pid == pid && L->w[i].alive) return &L->w[i];
+  }
+  return NULL;
+}
+
+/* Collects every exited worker. A worker that dies unasked fails the group. */
+static void reap(launcher *L) {
+  bool new_failure = false;
+  for (;;) {
+    int status;
+    pid_t pid = waitpid(-1, &status, WNOHANG);
+    if (pid == 0) break;
+    if (pid < 0) {
+      if (errno == EINTR) continue;
+      if (errno != ECHILD) rr__say("waitpid: %s", strerror(errno));
+      break;
+    }
+    worker *w = find_worker(L, pid);
+    if (!w) continue; /* rrun starts no other children */
+    w->alive = false;
+    w->status = status;
+    L->live--;
+    /* Its last lines come out before any message about it. */
+    for (int s = 0; s < 2; s++) rr__stream_read(L, w, &w->out[s], true);
+    bool ok = WIFEXITED(status) && WEXITSTATUS(status) == 0;
+    if (ok || w->signalled) continue;
+    w->failed = true;
+    new_failure = true;
+    if (L->first_failed < 0) L->first_failed = (int)(w - L->w);
+    char how[96];
+    describe_status(status, how, sizeof how);
+    rr__say("rank %d (local rank %d, pid %d) failed: %s", w->rank, w->local_rank, (int)pid, how);
+  }
+  if (new_failure && !L->stopping) {
+    int n = count_alive(L);
+    if (n > 0) {
+      rr__say("stopping %d other worker(s) (SIGTERM, then SIGKILL after %g s)", n, L->opt->grace_s);
+    }
+    stop_group(L, SIGTERM);
+  }
+}
+
+static void forward_signal(launcher *L, int sig) {
+  if (L->signal_in == 0) L->signal_in = sig;
+  int n = count_alive(L);
+  if (n == 0) {
+    rr__say("received %s", sig_name(sig));
+  } else if (L->stopping) {
+    rr__say("received %s; forwarding it to %d worker(s)", sig_name(sig), n);
+  } else {
+    rr__say("received %s; forwarding it to %d worker(s) (SIGKILL after %g s)", sig_name(sig), n,
+            L->opt->grace_s);
+  }
+  stop_group(L, sig);
+}
+
+static void handle_signals(launcher *L) {
+  for (;;) {
+    struct signalfd_siginfo si;
+    ssize_t n = read(L->sigfd, &si, sizeof si);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && errno == EAGAIN) break;
+    if (n != (ssize_t)sizeof si) {
+      rr__say("reading signals: %s", n < 0 ? strerror(errno) : "short read");
+      break;
+    }
+    if (si.ssi_signo != SIGCHLD) forward_signal(L, (int)si.ssi_signo);
+  }
+  reap(L); /* SIGCHLDs merge: always look for every exited worker */
+}
+
+/* Waits for the signalfd, the output pipes or the SIGKILL deadline, and handles what came. */
+static void poll_once(launcher *L) {
+  nfds_t n = 0;
+  L->pfd[n++] = (struct pollfd){.fd = L->sigfd, .events = POLLIN};
+  for (int i = 0; i < L->opt->nproc; i++) {
+    for (int s = 0; s < 2; s++) {
+      stream *st = &L->w[i].out[s];
+      if (st->fd < 0) continue;
+      L->pwatch[n].w = &L->w[i];
+      L->pwatch[n].s = st;
+      L->pfd[n++] = (struct pollfd){.fd = st->fd, .events = POLLIN};
+    }
+  }
+  int timeout = -1;
+  if (L->stopping && !L->killed) {
+    double left = L->deadline - now_s();
+    timeout = left <= 0 ? 0 : (int)ceil(left * 1000);
+  }
+  int ready = RRUN_SYS(poll(L->pfd, n, timeout));
+  if (ready < 0) {
+    rr__say("poll: %s", strerror(errno));
+    abort(); /* only EFAULT/EINVAL/ENOMEM: a bug, and looping would spin */
+  }
+  for (nfds_t i = 1; i < n; i++) {
+    if (L->pfd[i].revents != 0) rr__stream_read(L, L->pwatch[i].w, L->pwatch[i].s, false);
+  }
+  if (L->pfd[0].revents) handle_signals(L);
+  check_deadline(L);
+}
+
+/* ------------------------------------------------------------------------------------------
+ * The job.
+ */
+static void print_summary(const launcher *L) {
+  int failed = 0, stopped = 0;
+  for (int i = 0; i < L->opt->nproc; i++) {
+    failed += L->w[i].failed;
+    stopped += L->w[i].signalled;
+  }
+  rr__say("summary: %d of %d worker(s) failed, %d stopped by rrun", failed, L->opt->nproc, stopped);
+  for (int i = 0; i < L->opt->nproc; i++) {
+    const worker *w = &L->w[i];
+    if (!w->failed) continue;
+    char how[96];
+    describe_status(w->status, how, sizeof how);
+    rr__say("  rank %d (local rank %d, pid %d): %s%s", w->rank, w->local_rank, (int)w->pid, how,
+            i == L->first_failed ? " (first failure)" : "");
+  }
+}
+
+/* Runs one attempt of the group; returns once every started worker is reaped. */
+static void run_group(launcher *L) {
+  const options *o = L->opt;
+  L->live = 0;
+  L->stopping = L->killed = false;
+  L->first_failed = -1;
+  L->launch_error = false;
+  for (int i = 0; i < o->nproc; i++) {
+    worker *w = &L->w[i];
+    *w = (worker){.local_rank = i, .rank = o->node_rank * o->nproc + i};
+    w->prefix_len = (size_t)snprintf(w->prefix, sizeof w->prefix, "[rank%d]: ", w->rank);
+    for (int s = 0; s < 2; s++) w->out[s] = (stream){.fd = -1, .target = s + 1};
+  }
+  if (rr__set_env_int("TORCHELASTIC_RESTART_COUNT", L->restart) != 0) {
+    L->launch_error = true;
+    return;
+  }
+  for (int i = 0; i < o->nproc; i++) {
+    enum spawn_result r = spawn_worker(L, &L->w[i]);
+    if (r == SPAWN_OK) continue;
+    if (r == SPAWN_ERROR) {
+      L->launch_error = true;
+      int n = count_alive(L);
+      if (n > 0) {
+        rr__say("stopping the %d worker(s) already started (SIGTERM, then SIGKILL after %g s)", n,
+                o->grace_s);
+      }
+      stop_group(L, SIGTERM);
+    }
+    break; /* after an exec failure the program will not start for the others either */
+  }
+  while (L->live > 0) poll_once(L);
+  /* Whatever is still in the pipes; a pipe still open now is held by a process the worker
+   * left behind, which rrun does not wait for. */
+  for (int i = 0; i < o->nproc; i++) {
+    for (int s = 0; s < 2; s++) {
+      stream *st = &L->w[i].out[s];
+      rr__stream_read(L, &L->w[i], st, true);
+      if (st->fd >= 0) rr__emit_lines(L, &L->w[i], st, true);
+      rr__stream_close(st);
+    }
+  }
+}
+
+/* Runs the group until it succeeds, is stopped by a signal, or has used its restarts. */
+int rr__run_job(launcher *L) {
+  for (;;) {
+    run_group(L);
+    if (L->first_failed >= 0) print_summary(L);
+    /* A signal that came after the last worker exited must not let a restart begin. */
+    handle_signals(L);
+    if (L->signal_in) return 128 + L->signal_in;
+    if (L->launch_error) return EXIT_FAILURE;
+    if (L->first_failed < 0) return 0;
+    if (L->restart >= L->opt->max_restarts) return exit_code_of(L->w[L->first_failed].status);
+    L->restart++;
+    rr__say("restarting the worker group (restart %d of %d)", L->restart, L->opt->max_restarts);
+  }
+}

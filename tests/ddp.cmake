@@ -28,7 +28,11 @@ set_tests_properties(ddp.elem_vs_host PROPERTIES LABELS "ddp;cuda_elem" TIMEOUT 
 
 # DDP: white-box where it must be (rrtest's t_run and data helpers), the MLP from examples/.
 if(TARGET rr_mlp)
-  add_executable(test_ddp ${RR_TEST_DIR}/test_ddp.c)
+  # One executable, one source file per feature; test_ddp.c dispatches on argv[1].
+  add_executable(test_ddp ${RR_TEST_DIR}/test_ddp.c ${RR_TEST_DIR}/test_ddp_buckets.c
+    ${RR_TEST_DIR}/test_ddp_grads.c ${RR_TEST_DIR}/test_ddp_train.c
+    ${RR_TEST_DIR}/test_ddp_state.c ${RR_TEST_DIR}/test_ddp_errors.c
+    ${RR_TEST_DIR}/test_ddp_gpu.c)
   target_link_libraries(test_ddp PRIVATE rrtest rr_mlp)
   set(RR_DDP_TESTS buckets "grads 1" "grads 2" "grads 3" "grads 4" order "equiv 2" "equiv 3"
       "equiv 4" identical "nosync 2" "nosync 3" "hooks 3" missing mismatch checkpoint broadcast

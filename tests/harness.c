@@ -27,8 +27,25 @@ uint64_t t_bits(uint64_t seed, uint64_t stream, uint64_t i) {
   return z ^ (z >> 31);
 }
 
-static int t_is_float(rr_dtype d) {
+int t_is_float(rr_dtype d) {
   return d == RR_FLOAT16 || d == RR_BFLOAT16 || d == RR_FLOAT32 || d == RR_FLOAT64;
+}
+
+int t_valid_ops(rr_dtype d, rr_op *out) {
+  static const rr_op all[] = {RR_SUM, RR_PROD, RR_MIN, RR_MAX, RR_AVG, RR_BAND, RR_BOR, RR_BXOR};
+  int n = 0;
+  for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
+    if (!(t_is_float(d) && all[i] >= RR_BAND)) out[n++] = all[i];
+  return n;
+}
+
+void *t_alloc(size_t bytes) {
+  void *p = malloc(bytes ? bytes : 1);
+  if (!p) {
+    fprintf(stderr, "rank %d: out of memory (%zu bytes)\n", t_rank, bytes);
+    exit(3);
+  }
+  return p;
 }
 
 /* Round x to what the dtype can hold (the value the buffer will really contain). */
@@ -233,6 +250,33 @@ uint64_t t_hash(const void *buf, size_t bytes) {
   return h;
 }
 
+int t_differing_rank(rr_pg *pg, const void *buf, size_t bytes, int *differs) {
+  int n = rr_get_world_size(pg);
+  uint64_t h = t_hash(buf, bytes), *all = t_alloc((size_t)n * sizeof *all);
+  int st = rr_all_gather(pg, &h, all, 1, RR_INT64);
+  *differs = -1;
+  for (int r = 0; st == RR_OK && r < n && *differs < 0; r++)
+    if (all[r] != h) *differs = r;
+  free(all);
+  return st;
+}
+
+static void *t_thread_main(void *p) {
+  t_thread *t = p;
+  t->rc = t->fn(t->arg);
+  return NULL;
+}
+
+int t_thread_start(t_thread *t, int (*fn)(void *arg), void *arg) {
+  t->fn = fn, t->arg = arg, t->rc = 0;
+  return pthread_create(&t->id, NULL, t_thread_main, t);
+}
+
+int t_thread_join(t_thread *t) {
+  pthread_join(t->id, NULL);
+  return t->rc;
+}
+
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <signal.h>
@@ -240,6 +284,33 @@ uint64_t t_hash(const void *buf, size_t bytes) {
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
+
+int t_barrier_early(rr_pg *pg, uint64_t seed, int iter, int *early, double *left,
+                    double *entered) {
+  int n = rr_get_world_size(pg), r = rr_get_rank(pg);
+  *early = -1, *left = 0, *entered = 0;
+  usleep((useconds_t)(t_bits(seed, (uint64_t)r, (uint64_t)iter) % 20000));
+  double times[2] = {t_now(), 0}, *all = t_alloc((size_t)n * 2 * sizeof *all);
+  int st = rr_barrier(pg);
+  *left = times[1] = t_now();
+  if (st == RR_OK) st = rr_all_gather(pg, times, all, 2, RR_FLOAT64);
+  for (int q = 0; st == RR_OK && q < n && *early < 0; q++)
+    if (all[2 * r + 1] < all[2 * q]) *early = q, *entered = all[2 * q];
+  free(all);
+  return st;
+}
+
+static int t_abort_main(void *p) {
+  t_aborter *a = p;
+  usleep((useconds_t)a->delay_ms * 1000);
+  rr_abort(a->pg);
+  return 0;
+}
+
+int t_abort_after(t_aborter *a, rr_pg *pg, int delay_ms) {
+  a->pg = pg, a->delay_ms = delay_ms;
+  return t_thread_start(&a->thread, t_abort_main, a);
+}
 
 int t_free_port(void) {
   int fd = socket(AF_INET, SOCK_STREAM, 0);
@@ -310,4 +381,25 @@ int t_run(int n, int (*fn)(int rank, void *arg), void *arg, t_during_fn during,
   }
   free(pids);
   return rc;
+}
+
+int t_exits_ok(int n, const int *exit_codes, const int *signals, const char *what) {
+  int bad = 0;
+  for (int r = 0; r < n; r++)
+    if (exit_codes[r] != 0 || signals[r] != 0) {
+      fprintf(stderr, "%s%srank %d: exit %d signal %d\n", what ? what : "", what ? ": " : "", r,
+              exit_codes[r], signals[r]);
+      bad = 1;
+    }
+  return bad;
+}
+
+int t_run_all(int n, int (*fn)(int rank, void *arg), void *arg, double timeout_s,
+              const char *what) {
+  int *codes = calloc((size_t)n, sizeof *codes), *sigs = calloc((size_t)n, sizeof *sigs);
+  int bad = !codes || !sigs || t_run(n, fn, arg, NULL, timeout_s, codes, sigs) != 0;
+  if (codes && sigs) bad |= t_exits_ok(n, codes, sigs, what);
+  free(codes);
+  free(sigs);
+  return bad;
 }

@@ -5,9 +5,11 @@
 #ifndef RR__TESTS_HARNESS_H_
 #define RR__TESTS_HARNESS_H_
 
+#include <pthread.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <string.h>
 
 #include "ringreduce/ringreduce.h"
 
@@ -37,6 +39,10 @@ extern _Thread_local int t_rank; /* for messages; -1 in the parent */
     if (t_st_ != RR_OK) T_FAIL("%s returned %s: %s", #call, rr_status_name(t_st_), \
                                rr_last_error());                                 \
   } while (0)
+
+/* An error message must name something (a rank, a call, a cause). */
+#define T_HAS(msg, sub) \
+  T_CHECK(strstr((msg), (sub)) != NULL, "message lacks '%s': %s", (sub), (msg))
 
 /* The run's seed: $RR_TEST_SEED or a fixed default; printed once by t_seed_announce. */
 uint64_t t_seed(void);
@@ -73,13 +79,55 @@ double t_eps(rr_dtype d);
 /* Element as double (floats) or as int64 bits sign-extended (integers). */
 double t_load(const void *buf, size_t i, rr_dtype d);
 
+/* 1 for float16, bfloat16, float32 and float64. */
+int t_is_float(rr_dtype d);
+/* The ops d supports (the bitwise ones only on integers), in enum order; returns how many
+ * were written to out (RR_NUM_OPS at most). */
+int t_valid_ops(rr_dtype d, rr_op *out);
+
+/* malloc that does not return NULL: a rank that cannot get its buffers has nothing to check,
+ * so it says so (naming the rank and the size) and exits 3. 0 bytes give a 1-byte block. */
+void *t_alloc(size_t bytes);
+
 /* Wall clock for timing checks, in seconds (CLOCK_MONOTONIC). */
 double t_now(void);
 
 /* FNV-1a of a buffer, to compare results across ranks bit for bit. */
 uint64_t t_hash(const void *buf, size_t bytes);
 
-#endif /* RR__TESTS_HARNESS_H_ */
+/* Whether buf is bit-identical on every rank of pg, through an all-gather of hashes: *differs
+ * is the lowest rank whose bytes differ from this rank's, -1 when there is none. Returns the
+ * all-gather's status (*differs is -1 then too). */
+int t_differing_rank(rr_pg *pg, const void *buf, size_t bytes, int *differs);
+
+/* A barrier entered after a random pause of up to 20 ms (from seed, this rank and iter), then
+ * every rank's entry and exit times gathered: *early is a rank that entered after this one
+ * had left (-1 when none), *left this rank's exit time and *entered that rank's entry time.
+ * Returns the status of the first call that failed. */
+int t_barrier_early(rr_pg *pg, uint64_t seed, int iter, int *early, double *left,
+                    double *entered);
+
+/* A second thread of a rank running fn(arg); its result is kept, so code written in the
+ * T_CHECK style (1 on failure) runs there as it would on the main thread. */
+typedef struct t_thread {
+  pthread_t id;
+  int (*fn)(void *arg);
+  void *arg;
+  int rc;
+} t_thread;
+/* 0, or pthread_create's error number. */
+int t_thread_start(t_thread *t, int (*fn)(void *arg), void *arg);
+/* Waits for the thread; returns fn's result. */
+int t_thread_join(t_thread *t);
+
+/* rr_abort(pg) from a second thread delay_ms after the start: how a test fails a call that is
+ * already running. Join with t_thread_join(&a->thread). */
+typedef struct t_aborter {
+  t_thread thread;
+  rr_pg *pg;
+  int delay_ms;
+} t_aborter;
+int t_abort_after(t_aborter *a, rr_pg *pg, int delay_ms);
 
 /* Launch n ranks as child processes with the env:// variables set (MASTER_ADDR=127.0.0.1,
  * a free MASTER_PORT), without stopping the others when one fails (unlike rr_spawn), so
@@ -90,5 +138,15 @@ uint64_t t_hash(const void *buf, size_t bytes);
 typedef void (*t_during_fn)(const int *pids, int n, void *arg);
 int t_run(int n, int (*fn)(int rank, void *arg), void *arg, t_during_fn during,
           double timeout_s, int *exit_codes, int *signals);
+/* t_run for the common case where every rank must exit 0: prints a line for each rank that
+ * did not (prefixed by `what` unless it is NULL) and returns 1 then or when t_run itself
+ * failed (a timeout), else 0. */
+int t_run_all(int n, int (*fn)(int rank, void *arg), void *arg, double timeout_s,
+              const char *what);
+/* The exit-code half of t_run_all, for callers that expect some ranks to fail: looks at
+ * ranks 0..n-1 only. */
+int t_exits_ok(int n, const int *exit_codes, const int *signals, const char *what);
 /* A TCP port nobody listens on right now. */
 int t_free_port(void);
+
+#endif /* RR__TESTS_HARNESS_H_ */

@@ -8,7 +8,8 @@ set(RR_STORE_TESTS
   file_corrupt)
 set(RR_STORE_PROTO_TESTS proto_wire proto_garbage proto_stalls proto_token)
 
-add_executable(test_store ${RR_TEST_DIR}/test_store.c)
+add_executable(test_store ${RR_TEST_DIR}/test_store.c ${RR_TEST_DIR}/test_store_common.c
+  ${RR_TEST_DIR}/test_store_tcp.c ${RR_TEST_DIR}/test_store_file.c)
 target_link_libraries(test_store PRIVATE ringreduce Threads::Threads)
 add_executable(test_store_proto ${RR_TEST_DIR}/test_store_proto.c)
 target_link_libraries(test_store_proto PRIVATE ringreduce_internal)

@@ -5,7 +5,6 @@
  * (integers exactly, floats against a float64 reference with harness.h's tolerance).
  *
  *   test_async <order|overlap|thread_order|wait_free|error> <world> */
-#include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
 #include <stdlib.h>
@@ -14,19 +13,7 @@
 
 #include "tests/harness.h"
 
-#define T_HAS(msg, sub) \
-  T_CHECK(strstr((msg), (sub)) != NULL, "message lacks '%s': %s", (sub), (msg))
-
 #define MIB64 ((size_t)64 << 20)
-
-static void *xalloc(size_t bytes) {
-  void *p = malloc(bytes ? bytes : 1);
-  if (!p) {
-    fprintf(stderr, "rank %d: out of memory (%zu bytes)\n", t_rank, bytes);
-    exit(3);
-  }
-  return p;
-}
 
 /* A pending call and how to check it afterwards. */
 typedef enum { K_ALL_REDUCE, K_BROADCAST, K_BARRIER, K_ALL_GATHER, K_REDUCE_SCATTER, K_REDUCE } kind;
@@ -50,11 +37,11 @@ static void job_prepare(job *j, int n, int r) {
   if (j->k == K_ALL_GATHER) out = in * (size_t)n;
   if (j->k == K_REDUCE_SCATTER) in = out * (size_t)n;
   if (j->k == K_BARRIER) in = out = 0;
-  j->dst = xalloc(out);
+  j->dst = t_alloc(out);
   memset(j->dst, 0xa5, out);
   if (j->inplace && (j->k == K_ALL_REDUCE || j->k == K_BROADCAST)) j->src = j->dst;
   else if (j->inplace && j->k == K_ALL_GATHER) j->src = j->dst + (size_t)r * in;
-  else j->src = xalloc(in);
+  else j->src = t_alloc(in);
   size_t fill = j->k == K_REDUCE_SCATTER ? c * (size_t)n : c;
   if (j->k == K_BROADCAST) {
     if (r == j->root) t_fill(j->src, c, j->d, RR_SUM, j->seed, r, 0);
@@ -137,7 +124,7 @@ typedef struct monitor {
   int passes;
 } monitor;
 
-static void *monitor_main(void *p) {
+static int monitor_main(void *p) {
   monitor *m = p;
   while (!atomic_load(&m->stop)) {
     /* From the last to the first: once a later work is seen done, every earlier one, tested
@@ -158,7 +145,7 @@ static void *monitor_main(void *p) {
     if (later_done == m->n - 1) break;
     usleep(200);
   }
-  return NULL;
+  return 0;
 }
 
 static int order(int rank, void *arg) {
@@ -191,8 +178,8 @@ static int order(int rank, void *arg) {
           "the last async call had finished %.3f ms after the batch was issued: the calls did "
           "not return at once", issued * 1e3);
   monitor m = {.jobs = jobs, .n = nj};
-  pthread_t th;
-  T_CHECK(pthread_create(&th, NULL, monitor_main, &m) == 0, "pthread_create");
+  t_thread th;
+  T_CHECK(t_thread_start(&th, monitor_main, &m) == 0, "pthread_create");
   int bad = 0;
   for (int k = nj - 1; k >= 0 && !bad; k--) {
     int st = rr_work_wait(jobs[k].w, 0);
@@ -210,7 +197,7 @@ static int order(int rank, void *arg) {
     }
   }
   atomic_store(&m.stop, 1);
-  pthread_join(th, NULL);
+  t_thread_join(&th);
   T_CHECK(!bad, "waiting in reverse order failed");
   T_CHECK(m.violations == 0, "%d completion-order violations; first: %s", m.violations, m.first);
   size_t wrong = 0;
@@ -245,7 +232,7 @@ static int overlap(int rank, void *arg) {
   int n = rr_get_world_size(pg);
   size_t count = MIB64 / 4;
   uint64_t s = t_seed() + 100;
-  int32_t *src = xalloc(MIB64), *dst = xalloc(MIB64);
+  int32_t *src = t_alloc(MIB64), *dst = t_alloc(MIB64);
   t_fill(src, count, RR_INT32, RR_SUM, s, rank, 0);
   memset(dst, 0xa5, MIB64);
   /* Reference point: the same call, blocking. */
@@ -315,7 +302,8 @@ typedef struct blocker {
   int round;
 } blocker;
 
-static int blocker_body(blocker *b) {
+static int blocker_body(void *p) {
+  blocker *b = p;
   t_rank = b->rank;
   int n = rr_get_world_size(b->pg);
   b->was_pending = rr_work_test(b->jobs[0].w) == RR_INPROGRESS;
@@ -337,12 +325,6 @@ static int blocker_body(blocker *b) {
   return 0;
 }
 
-static void *blocker_main(void *p) {
-  blocker *b = p;
-  b->rc = blocker_body(b);
-  return NULL;
-}
-
 static int thread_order(int rank, void *arg) {
   (void)arg;
   t_rank = rank;
@@ -362,9 +344,9 @@ static int thread_order(int rank, void *arg) {
     T_OK(rr_barrier(pg));
     for (int k = 0; k < nj; k++) T_OK(job_issue(pg, &jobs[k]));
     blocker b = {pg, jobs, nj, rank, 0, 1, round};
-    pthread_t th;
-    T_CHECK(pthread_create(&th, NULL, blocker_main, &b) == 0, "pthread_create");
-    pthread_join(th, NULL);
+    t_thread th;
+    T_CHECK(t_thread_start(&th, blocker_body, &b) == 0, "pthread_create");
+    b.rc = t_thread_join(&th);
     T_CHECK(b.rc == 0, "round %d: the blocking call from the second thread failed", round);
     pending_rounds += b.was_pending;
     size_t wrong = 0;
@@ -427,7 +409,7 @@ static int wait_free(int rank, void *arg) {
     T_OK(rr_work_wait(w, 50));
     rr_work_free(w);
     /* A pending work waited with a generous timeout. */
-    int32_t *big = xalloc((size_t)8 << 20);
+    int32_t *big = t_alloc((size_t)8 << 20);
     t_fill(big, (size_t)2 << 20, RR_INT32, RR_SUM, s + 2, rank, 0);
     T_OK(rr_all_reduce_async(pg, big, big, (size_t)2 << 20, RR_INT32, RR_SUM, &w));
     T_OK(rr_work_wait(w, 30000));
@@ -441,8 +423,8 @@ static int wait_free(int rank, void *arg) {
    * Everybody's results are right, checked after a later blocking call (issue order). */
   {
     size_t c = (size_t)4 << 20;
-    int32_t *a = xalloc(c * 4);
-    float *bc = xalloc(1 << 22);
+    int32_t *a = t_alloc(c * 4);
+    float *bc = t_alloc(1 << 22);
     t_fill(a, c, RR_INT32, RR_SUM, s + 3, rank, 0);
     if (rank == 0) t_fill(bc, 1 << 20, RR_FLOAT32, RR_SUM, s + 4, 0, 0);
     else memset(bc, 0xa5, 1 << 22);
@@ -480,7 +462,7 @@ static int wait_free(int rank, void *arg) {
 
   /* 3. Destroy with works still queued: they finish first. */
   size_t c = (size_t)1 << 20;
-  float *f = xalloc(c * 4);
+  float *f = t_alloc(c * 4);
   t_fill(f, c, RR_FLOAT32, RR_SUM, s + 99, rank, 0);
   rr_work *w;
   T_OK(rr_all_reduce_async(pg, f, f, c, RR_FLOAT32, RR_SUM, &w));
@@ -502,7 +484,7 @@ static int error_rank(int rank, void *arg) {
   T_OK(rr_init_process_group(&pg, NULL));
   int n = rr_get_world_size(pg);
   size_t c = (size_t)1 << 20;
-  float *x = xalloc(c * 4);
+  float *x = t_alloc(c * 4);
   t_fill(x, c, RR_FLOAT32, RR_SUM, 7, rank, 0);
   rr_work *w;
   T_OK(rr_all_reduce_async(pg, x, x, 1000, RR_FLOAT32, RR_SUM, &w));
@@ -573,9 +555,7 @@ int main(int argc, char **argv) {
     int codes[16] = {0}, sigs[16] = {0};
     if (world < 2 || world > 16) return 2;
     if (t_run(world, error_rank, NULL, NULL, 90, codes, sigs)) return 1;
-    int bad = 0;
-    for (int r = 0; r < world - 1; r++)
-      if (codes[r] || sigs[r]) fprintf(stderr, "rank %d: exit %d signal %d\n", r, codes[r], sigs[r]), bad = 1;
+    int bad = t_exits_ok(world - 1, codes, sigs, NULL);
     if (sigs[world - 1] != SIGKILL) fprintf(stderr, "the victim was not killed (exit %d)\n", codes[world - 1]), bad = 1;
     return bad;
   }

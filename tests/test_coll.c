@@ -22,35 +22,10 @@ typedef struct targs {
   int large;
 } targs;
 
-static const rr_op all_ops[] = {RR_SUM, RR_PROD, RR_MIN, RR_MAX, RR_AVG, RR_BAND, RR_BOR, RR_BXOR};
-
-static int is_float(rr_dtype d) { return d >= RR_FLOAT16; }
-
-static int valid_ops(rr_dtype d, rr_op *out) {
-  int n = 0;
-  for (size_t i = 0; i < sizeof all_ops / sizeof all_ops[0]; i++)
-    if (!(is_float(d) && all_ops[i] >= RR_BAND)) out[n++] = all_ops[i];
-  return n;
-}
-
-static void *xalloc(size_t bytes) {
-  void *p = malloc(bytes ? bytes : 1);
-  if (!p) {
-    fprintf(stderr, "rank %d: out of memory (%zu bytes)\n", t_rank, bytes);
-    exit(3);
-  }
-  return p;
-}
-
-/* Every rank must hold the same bytes: all-gather a hash and compare. */
+/* Every rank must hold the same bytes. */
 static int same_everywhere(rr_pg *pg, const void *buf, size_t bytes, const char *what) {
-  int n = rr_get_world_size(pg);
-  int64_t h = (int64_t)t_hash(buf, bytes), *all = xalloc((size_t)n * sizeof *all);
-  T_OK(rr_all_gather(pg, &h, all, 1, RR_INT64));
-  int differs = -1;
-  for (int i = 0; i < n && differs < 0; i++)
-    if (all[i] != h) differs = i;
-  free(all);
+  int differs;
+  T_OK(t_differing_rank(pg, buf, bytes, &differs));
   T_CHECK(differs < 0, "%s: rank %d's result differs in its bits from rank %d's", what, differs, t_rank);
   return 0;
 }
@@ -58,7 +33,7 @@ static int same_everywhere(rr_pg *pg, const void *buf, size_t bytes, const char 
 static int case_all_reduce(rr_pg *pg, size_t count, rr_dtype d, rr_op op, int inplace, uint64_t seed) {
   int n = rr_get_world_size(pg), r = rr_get_rank(pg);
   size_t bytes = count * rr_dtype_size(d);
-  char *src = xalloc(bytes), *dst = inplace ? src : xalloc(bytes);
+  char *src = t_alloc(bytes), *dst = inplace ? src : t_alloc(bytes);
   t_fill(src, count, d, op, seed, r, 0);
   if (!inplace) memset(dst, 0xa5, bytes); /* an element never written fails the check */
   T_OK(rr_all_reduce(pg, src, dst, count, d, op));
@@ -76,8 +51,8 @@ static int case_all_reduce(rr_pg *pg, size_t count, rr_dtype d, rr_op op, int in
 static int case_reduce_scatter(rr_pg *pg, size_t count, rr_dtype d, rr_op op, int inplace, uint64_t seed) {
   int n = rr_get_world_size(pg), r = rr_get_rank(pg);
   size_t es = rr_dtype_size(d), blk = count * es;
-  char *src = xalloc(blk * (size_t)n);
-  char *dst = inplace ? src + (size_t)r * blk : xalloc(blk);
+  char *src = t_alloc(blk * (size_t)n);
+  char *dst = inplace ? src + (size_t)r * blk : t_alloc(blk);
   t_fill(src, count * (size_t)n, d, op, seed, r, 0);
   if (!inplace) memset(dst, 0xa5, blk);
   T_OK(rr_reduce_scatter(pg, src, dst, count, d, op));
@@ -97,7 +72,7 @@ static int case_reduce_scatter(rr_pg *pg, size_t count, rr_dtype d, rr_op op, in
 static int case_all_gather(rr_pg *pg, size_t count, rr_dtype d, int inplace, uint64_t seed) {
   int n = rr_get_world_size(pg), r = rr_get_rank(pg);
   size_t es = rr_dtype_size(d), blk = count * es;
-  char *dst = xalloc(blk * (size_t)n), *src = inplace ? dst + (size_t)r * blk : xalloc(blk);
+  char *dst = t_alloc(blk * (size_t)n), *src = inplace ? dst + (size_t)r * blk : t_alloc(blk);
   memset(dst, 0xa5, blk * (size_t)n);
   t_fill(src, count, d, RR_SUM, seed, r, 0);
   T_OK(rr_all_gather(pg, src, dst, count, d));
@@ -115,13 +90,13 @@ static int case_all_gather(rr_pg *pg, size_t count, rr_dtype d, int inplace, uin
 static int case_broadcast(rr_pg *pg, size_t count, rr_dtype d, int inplace, int root, uint64_t seed) {
   int r = rr_get_rank(pg);
   size_t bytes = count * rr_dtype_size(d);
-  char *dst = xalloc(bytes), *src = NULL;
+  char *dst = t_alloc(bytes), *src = NULL;
   memset(dst, 0xa5, bytes);
   if (inplace) {
     src = dst;
     if (r == root) t_fill(dst, count, d, RR_SUM, seed, root, 0);
   } else if (r == root) {
-    src = xalloc(bytes);
+    src = t_alloc(bytes);
     t_fill(src, count, d, RR_SUM, seed, root, 0);
   } /* out of place, other ranks pass NULL: their sendbuf is never read */
   T_OK(rr_broadcast(pg, src, dst, count, d, rr_get_global_rank(pg, root)));
@@ -139,7 +114,7 @@ static int case_broadcast(rr_pg *pg, size_t count, rr_dtype d, int inplace, int 
 static int case_reduce(rr_pg *pg, size_t count, rr_dtype d, rr_op op, int inplace, int root, uint64_t seed) {
   int n = rr_get_world_size(pg), r = rr_get_rank(pg);
   size_t bytes = count * rr_dtype_size(d);
-  char *src = xalloc(bytes), *dst = inplace ? src : xalloc(bytes);
+  char *src = t_alloc(bytes), *dst = inplace ? src : t_alloc(bytes);
   t_fill(src, count, d, op, seed, r, 0);
   if (!inplace) memset(dst, 0xa5, bytes);
   T_OK(rr_reduce(pg, src, dst, count, d, op, rr_get_global_rank(pg, root)));
@@ -166,7 +141,7 @@ static int case_reduce(rr_pg *pg, size_t count, rr_dtype d, rr_op op, int inplac
 static int case_sendrecv(rr_pg *pg, size_t count, rr_dtype d, uint64_t seed) {
   int n = rr_get_world_size(pg), r = rr_get_rank(pg);
   size_t bytes = count * rr_dtype_size(d);
-  char *src = xalloc(bytes), *dst = xalloc(bytes);
+  char *src = t_alloc(bytes), *dst = t_alloc(bytes);
   char what[96];
   t_fill(src, count, d, RR_SUM, seed, r, 0);
   size_t wrong = 0;
@@ -211,19 +186,11 @@ static int case_sendrecv(rr_pg *pg, size_t count, rr_dtype d, uint64_t seed) {
 
 /* No rank may leave a barrier before every rank entered it. */
 static int case_barrier(rr_pg *pg, uint64_t seed, int iter) {
-  int n = rr_get_world_size(pg), r = rr_get_rank(pg);
-  usleep((useconds_t)(t_bits(seed, (uint64_t)r, (uint64_t)iter) % 20000));
-  double times[2] = {t_now(), 0}, *all = xalloc((size_t)n * 2 * sizeof *all);
-  T_OK(rr_barrier(pg));
-  times[1] = t_now();
-  T_OK(rr_all_gather(pg, times, all, 2, RR_FLOAT64));
-  int early = -1;
-  double entered = 0;
-  for (int q = 0; q < n && early < 0; q++)
-    if (all[2 * r + 1] < all[2 * q]) early = q, entered = all[2 * q];
-  free(all);
-  T_CHECK(early < 0, "barrier %d: rank %d left at %.6f before rank %d entered at %.6f", iter, r,
-          times[1], early, entered);
+  int early;
+  double left, entered;
+  T_OK(t_barrier_early(pg, seed, iter, &early, &left, &entered));
+  T_CHECK(early < 0, "barrier %d: rank %d left at %.6f before rank %d entered at %.6f", iter,
+          rr_get_rank(pg), left, early, entered);
   return 0;
 }
 
@@ -276,7 +243,7 @@ static int body(int rank, void *arg) {
       for (int di = 0; di < RR_NUM_DTYPES; di++) {
         rr_dtype d = (rr_dtype)di;
         rr_op ops[8];
-        int nops = valid_ops(d, ops);
+        int nops = t_valid_ops(d, ops);
         if (big) { /* two ops per dtype, rotating so every op meets a big count */
           ops[1] = ops[1 + (size_t)di % (size_t)(nops - 1)];
           nops = 2;

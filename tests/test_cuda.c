@@ -42,8 +42,6 @@ int main(int argc, char **argv) {
 #else
 #include "tests/cuda_harness.h"
 
-static int is_float(rr_dtype d) { return d >= RR_FLOAT16; }
-
 /* ---- ptr ---- */
 static int test_ptr(void) {
   void *h = malloc(64), *pinned = NULL, *dev = NULL, *man = NULL;
@@ -250,7 +248,7 @@ static int coll_rank(int rank, void *arg) {
     for (size_t c = 0; c < sizeof counts / sizeof counts[0]; c++)
       for (int d = 0; d < RR_NUM_DTYPES; d++)
         for (int op = 0; op < RR_NUM_OPS; op++) {
-          if (is_float((rr_dtype)d) && op >= RR_BAND) continue;
+          if (t_is_float((rr_dtype)d) && op >= RR_BAND) continue;
           /* The million-element count: every dtype, two ops each (rotating), as test_coll. */
           if (counts[c] > 1000 && op % 4 != (d % 4)) continue;
           for (int inplace = 0; inplace < 2; inplace++)

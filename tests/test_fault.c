@@ -17,18 +17,6 @@
 
 #include "tests/harness.h"
 
-#define T_HAS(msg, sub) T_CHECK(strstr((msg), (sub)) != NULL, "message lacks '%s': %s", (sub), (msg))
-
-static int all_ok(int n, const int *codes, const int *sigs, const char *what) {
-  int bad = 0;
-  for (int r = 0; r < n; r++)
-    if (codes[r] != 0 || sigs[r] != 0) {
-      fprintf(stderr, "%s: rank %d exit code %d signal %d\n", what, r, codes[r], sigs[r]);
-      bad = 1;
-    }
-  return bad;
-}
-
 /* ---- invalid arguments: refused locally, nothing sent, the group stays usable ---- */
 static int invalid_args(int rank, void *arg) {
   (void)arg;
@@ -279,21 +267,14 @@ static int destroy_early(int rank, void *arg) {
 }
 
 /* ---- rr_abort from another thread: the running call and later ones fail fast ---- */
-#include <pthread.h>
-static void *abort_later(void *pg) {
-  usleep(300000);
-  rr_abort(pg);
-  return NULL;
-}
-
 static int abort_case(int rank, void *arg) {
   (void)arg;
   rr_pg *pg;
   T_OK(rr_init_process_group(&pg, NULL));
   size_t n = (size_t)1 << 22;
   float *x = calloc(n, sizeof *x);
-  pthread_t th;
-  if (rank == 1) T_CHECK(pthread_create(&th, NULL, abort_later, pg) == 0, "pthread_create");
+  t_aborter ab;
+  if (rank == 1) T_CHECK(t_abort_after(&ab, pg, 300) == 0, "pthread_create");
   /* Keep the group busy until the abort lands (queued async calls too). */
   rr_work *w[4];
   for (int i = 0; i < 4; i++) T_OK(rr_all_reduce_async(pg, x, x, n, RR_FLOAT32, RR_SUM, &w[i]));
@@ -315,7 +296,7 @@ static int abort_case(int rank, void *arg) {
   rr_destroy_process_group(pg);
   T_CHECK(t_now() - t0 < 1.0, "destroy after abort took %.2f s", t_now() - t0);
   T_CHECK(t_fail > 0, "no failure time");
-  if (rank == 1) pthread_join(th, NULL);
+  if (rank == 1) t_thread_join(&ab.thread);
   free(x);
   return 0;
 }
@@ -460,8 +441,7 @@ int main(int argc, char **argv) {
   const char *s = argv[1];
   int codes[8], sigs[8];
   if (!strcmp(s, "invalid_args")) {
-    if (t_run(3, invalid_args, NULL, NULL, 60, codes, sigs)) return 1;
-    return all_ok(3, codes, sigs, s);
+    return t_run_all(3, invalid_args, NULL, 60, s);
   }
   if (!strcmp(s, "mismatch")) {
     int bad = 0;
@@ -469,14 +449,13 @@ int main(int argc, char **argv) {
       printf("mismatch: %s\n", mm_cases[i].name);
       fflush(stdout);
       if (t_run(4, mismatch, (void *)&mm_cases[i], NULL, 60, codes, sigs)) return 1;
-      bad |= all_ok(4, codes, sigs, mm_cases[i].name);
+      bad |= t_exits_ok(4, codes, sigs, mm_cases[i].name);
     }
     return bad;
   }
   if (!strcmp(s, "late_rank")) {
     setenv("RR_TIMEOUT", "2", 1);
-    if (t_run(4, late_rank, NULL, NULL, 60, codes, sigs)) return 1;
-    return all_ok(4, codes, sigs, s);
+    return t_run_all(4, late_rank, NULL, 60, s);
   }
   if (!strcmp(s, "kill9")) {
     /* Each position of the ring, in each kind of call, at a random moment. */
@@ -512,19 +491,16 @@ int main(int argc, char **argv) {
     double t0 = t_now();
     if (t_run(3, abort_case, NULL, NULL, 60, codes, sigs)) return 1;
     printf("abort: all ranks done %.2f s after the start (abort at 0.3 s)\n", t_now() - t0);
-    return all_ok(3, codes, sigs, s);
+    return t_exits_ok(3, codes, sigs, s);
   }
   if (!strcmp(s, "timeout")) {
-    if (t_run(3, timeout_case, NULL, NULL, 60, codes, sigs)) return 1;
-    return all_ok(3, codes, sigs, s);
+    return t_run_all(3, timeout_case, NULL, 60, s);
   }
   if (!strcmp(s, "wait_timeout")) {
-    if (t_run(2, wait_timeout, NULL, NULL, 60, codes, sigs)) return 1;
-    return all_ok(2, codes, sigs, s);
+    return t_run_all(2, wait_timeout, NULL, 60, s);
   }
   if (!strcmp(s, "destroy_early")) {
-    if (t_run(3, destroy_early, NULL, NULL, 60, codes, sigs)) return 1;
-    return all_ok(3, codes, sigs, s);
+    return t_run_all(3, destroy_early, NULL, 60, s);
   }
   if (!strcmp(s, "duplicate_rank")) {
     setenv("RR_TIMEOUT", "3", 1);
@@ -539,8 +515,7 @@ int main(int argc, char **argv) {
   }
   if (!strcmp(s, "world_mismatch")) {
     setenv("RR_TIMEOUT", "3", 1);
-    if (t_run(2, world_mismatch, NULL, NULL, 60, codes, sigs)) return 1;
-    return all_ok(2, codes, sigs, s);
+    return t_run_all(2, world_mismatch, NULL, 60, s);
   }
   if (!strcmp(s, "port_in_use")) return port_in_use();
   if (!strcmp(s, "unreachable")) {

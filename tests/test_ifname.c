@@ -14,9 +14,6 @@
 #include "tests/harness.h"
 #include "transport/socket.h"
 
-#define T_HAS(msg, sub) \
-  T_CHECK(strstr((msg), (sub)) != NULL, "message lacks '%s': %s", (sub), (msg))
-
 /* ---- rr__if_match ---- */
 static int match(void) {
   static const struct { const char *spec, *ifname; int want; } cases[] = {
@@ -235,10 +232,7 @@ static int group_rank(int rank, void *p) {
 }
 
 static int run_all(int n, int (*fn)(int, void *), void *a) {
-  int codes[16] = {0}, sigs[16] = {0};
-  int rc = t_run(n, fn, a, NULL, 45, codes, sigs);
-  for (int r = 0; r < n; r++)
-    if (codes[r] || sigs[r]) fprintf(stderr, "rank %d: exit %d signal %d\n", r, codes[r], sigs[r]), rc = 1;
+  int rc = t_run_all(n, fn, a, 45, NULL);
   if (fn == group_rank) /* a failed rank leaves its log behind */
     for (int r = 0; r < n; r++) {
       char logp[128];

@@ -14,9 +14,6 @@
 
 #include "tests/harness.h"
 
-#define T_HAS(msg, sub) \
-  T_CHECK(strstr((msg), (sub)) != NULL, "message lacks '%s': %s", (sub), (msg))
-
 typedef struct iarg {
   int world;
   int port;        /* for tcp:// */
@@ -329,14 +326,6 @@ static void cleanup_tmp(const char *tag) {
   closedir(d);
 }
 
-static int run_all(int n, int (*fn)(int, void *), iarg *a, double limit) {
-  int codes[16] = {0}, sigs[16] = {0};
-  int rc = t_run(n, fn, a, NULL, limit, codes, sigs);
-  for (int r = 0; r < n; r++)
-    if (codes[r] || sigs[r]) fprintf(stderr, "rank %d: exit %d signal %d\n", r, codes[r], sigs[r]), rc = 1;
-  return rc;
-}
-
 int main(int argc, char **argv) {
   if (argc < 2) {
     fprintf(stderr, "usage: %s <tcp|file|options|slurm|ompi|ipv6|debug_file|timeout_opt>\n", argv[0]);
@@ -349,34 +338,34 @@ int main(int argc, char **argv) {
            (unsigned long long)(t_now() * 1e9));
   int rc;
   if (!strcmp(s, "tcp")) {
-    rc = run_all(3, tcp_rank, &a, 45);
+    rc = t_run_all(3, tcp_rank, &a, 45, NULL);
   } else if (!strcmp(s, "file")) {
     snprintf(a.path, sizeof a.path, "/tmp/%s.store", a.tag);
     unlink(a.path);
-    rc = run_all(3, file_rank, &a, 45);
+    rc = t_run_all(3, file_rank, &a, 45, NULL);
     if (access(a.path, F_OK) == 0) {
       fprintf(stderr, "the store file %s is still there after every rank destroyed its group\n", a.path);
       rc = 1;
     }
   } else if (!strcmp(s, "options")) {
-    rc = run_all(3, options_rank, &a, 45);
+    rc = t_run_all(3, options_rank, &a, 45, NULL);
   } else if (!strcmp(s, "slurm") || !strcmp(s, "ompi")) {
     a.phase = !strcmp(s, "ompi");
-    rc = run_all(3, launcher_rank, &a, 45);
+    rc = t_run_all(3, launcher_rank, &a, 45, NULL);
   } else if (!strcmp(s, "ipv6")) {
     char why[160];
     if (!have_ipv6_loopback(why, sizeof why)) {
       printf("skipped: %s\n", why);
       return 77;
     }
-    rc = run_all(3, ipv6_rank, &a, 45);
+    rc = t_run_all(3, ipv6_rank, &a, 45, NULL);
   } else if (!strcmp(s, "debug_file")) {
     a.world = 2;
-    rc = run_all(2, debug_file_rank, &a, 45);
+    rc = t_run_all(2, debug_file_rank, &a, 45, NULL);
   } else if (!strcmp(s, "timeout_opt")) {
-    rc = run_all(3, timeout_rank, &a, 45);
+    rc = t_run_all(3, timeout_rank, &a, 45, NULL);
     a.phase = 1;
-    if (!rc) rc = run_all(3, timeout_rank, &a, 45);
+    if (!rc) rc = t_run_all(3, timeout_rank, &a, 45, NULL);
   } else {
     fprintf(stderr, "unknown scenario %s\n", s);
     return 2;

@@ -8,37 +8,12 @@
  *
  * Data inside a group: the stream of group rank q under a seed derived from the group's
  * tag, so a result built from the wrong group, the wrong member or the wrong root fails. */
-#include <pthread.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
 #include "tests/harness.h"
-
-#define T_HAS(msg, sub) \
-  T_CHECK(strstr((msg), (sub)) != NULL, "message lacks '%s': %s", (sub), (msg))
-
-static const rr_op all_ops[] = {RR_SUM, RR_PROD, RR_MIN, RR_MAX,
-                                RR_AVG, RR_BAND, RR_BOR, RR_BXOR};
-
-static int is_float(rr_dtype d) { return d >= RR_FLOAT16; }
-
-static int valid_ops(rr_dtype d, rr_op *out) {
-  int n = 0;
-  for (size_t i = 0; i < sizeof all_ops / sizeof all_ops[0]; i++)
-    if (!(is_float(d) && all_ops[i] >= RR_BAND)) out[n++] = all_ops[i];
-  return n;
-}
-
-static void *xalloc(size_t bytes) {
-  void *p = malloc(bytes ? bytes : 1);
-  if (!p) {
-    fprintf(stderr, "rank %d: out of memory (%zu bytes)\n", t_rank, bytes);
-    exit(3);
-  }
-  return p;
-}
 
 /* Number of bytes of buf[0..n) that are not `v`. */
 static size_t not_byte(const void *buf, size_t n, unsigned char v) {
@@ -93,7 +68,7 @@ static int g_all_reduce(rr_pg *g, size_t count, rr_dtype d, rr_op op, int inplac
                         const char *tag) {
   int n = rr_get_world_size(g), r = rr_get_rank(g);
   size_t es = rr_dtype_size(d), bytes = count * es;
-  char *src = xalloc(bytes + 16), *dst = inplace ? src : xalloc(bytes + 16);
+  char *src = t_alloc(bytes + 16), *dst = inplace ? src : t_alloc(bytes + 16);
   if (!inplace) memset(dst, 0xa5, bytes + 16);
   memset(src + bytes, 0x5a, 16);
   t_fill(src, count, d, op, s, r, 0);
@@ -117,13 +92,13 @@ static int g_broadcast(rr_pg *g, size_t count, rr_dtype d, int root_g, int inpla
                        const char *tag) {
   int r = rr_get_rank(g), root = rr_get_global_rank(g, root_g);
   size_t bytes = count * rr_dtype_size(d);
-  char *dst = xalloc(bytes), *src = NULL;
+  char *dst = t_alloc(bytes), *src = NULL;
   memset(dst, 0xa5, bytes);
   if (inplace) {
     src = dst;
     if (r == root_g) t_fill(dst, count, d, RR_SUM, s, root_g, 0);
   } else if (r == root_g) {
-    src = xalloc(bytes);
+    src = t_alloc(bytes);
     t_fill(src, count, d, RR_SUM, s, root_g, 0);
   }
   T_OK(rr_broadcast(g, src, dst, count, d, root)); /* root is a global rank */
@@ -142,10 +117,10 @@ static int g_reduce(rr_pg *g, size_t count, rr_dtype d, rr_op op, int root_g, ui
                     const char *tag) {
   int n = rr_get_world_size(g), r = rr_get_rank(g), root = rr_get_global_rank(g, root_g);
   size_t bytes = count * rr_dtype_size(d);
-  char *src = xalloc(bytes);
+  char *src = t_alloc(bytes);
   /* Non-roots alternate between a NULL recvbuf (allowed) and one that must stay untouched. */
   int null_recv = r != root_g && (r % 2);
-  char *dst = null_recv ? NULL : xalloc(bytes);
+  char *dst = null_recv ? NULL : t_alloc(bytes);
   t_fill(src, count, d, op, s, r, 0);
   if (dst) memset(dst, 0xa5, bytes);
   T_OK(rr_reduce(g, src, dst, count, d, op, root));
@@ -165,7 +140,7 @@ static int g_all_gather(rr_pg *g, size_t count, rr_dtype d, int inplace, uint64_
                         const char *tag) {
   int n = rr_get_world_size(g), r = rr_get_rank(g);
   size_t blk = count * rr_dtype_size(d);
-  char *dst = xalloc(blk * (size_t)n), *src = inplace ? dst + (size_t)r * blk : xalloc(blk);
+  char *dst = t_alloc(blk * (size_t)n), *src = inplace ? dst + (size_t)r * blk : t_alloc(blk);
   memset(dst, 0xa5, blk * (size_t)n);
   t_fill(src, count, d, RR_SUM, s, r, 0);
   T_OK(rr_all_gather(g, src, dst, count, d));
@@ -184,7 +159,7 @@ static int g_reduce_scatter(rr_pg *g, size_t count, rr_dtype d, rr_op op, uint64
                             const char *tag) {
   int n = rr_get_world_size(g), r = rr_get_rank(g);
   size_t blk = count * rr_dtype_size(d);
-  char *src = xalloc(blk * (size_t)n), *dst = xalloc(blk);
+  char *src = t_alloc(blk * (size_t)n), *dst = t_alloc(blk);
   t_fill(src, count * (size_t)n, d, op, s, r, 0);
   memset(dst, 0xa5, blk);
   T_OK(rr_reduce_scatter(g, src, dst, count, d, op));
@@ -201,18 +176,11 @@ static int g_reduce_scatter(rr_pg *g, size_t count, rr_dtype d, rr_op op, uint64
 
 /* No member may leave a barrier before every member entered it. */
 static int g_barrier(rr_pg *g, uint64_t s, int iter, const char *tag) {
-  int n = rr_get_world_size(g), r = rr_get_rank(g);
-  usleep((useconds_t)(t_bits(s, (uint64_t)r, (uint64_t)iter) % 20000));
-  double times[2] = {t_now(), 0}, *all = xalloc((size_t)n * 2 * sizeof *all);
-  T_OK(rr_barrier(g));
-  times[1] = t_now();
-  T_OK(rr_all_gather(g, times, all, 2, RR_FLOAT64));
-  int early = -1;
-  for (int q = 0; q < n && early < 0; q++)
-    if (all[2 * r + 1] < all[2 * q]) early = q;
-  free(all);
+  int early;
+  double left, entered;
+  T_OK(t_barrier_early(g, s, iter, &early, &left, &entered));
   T_CHECK(early < 0, "%s: barrier %d: group rank %d left before group rank %d entered", tag,
-          iter, r, early);
+          iter, rr_get_rank(g), early);
   return 0;
 }
 
@@ -222,7 +190,7 @@ static int g_p2p(rr_pg *g, size_t count, rr_dtype d, uint64_t s, const char *tag
   int n = rr_get_world_size(g), r = rr_get_rank(g);
   if (n < 2) return 0;
   size_t bytes = count * rr_dtype_size(d);
-  char *src = xalloc(bytes), *dst = xalloc(bytes);
+  char *src = t_alloc(bytes), *dst = t_alloc(bytes);
   size_t wrong = 0;
   char what[128];
   t_fill(src, count, d, RR_SUM, s, r, 0);
@@ -393,7 +361,8 @@ typedef struct loop_arg {
   int rank;
 } loop_arg;
 
-static int loop_body(loop_arg *la) {
+static int loop_body(void *p) {
+  loop_arg *la = p;
   t_rank = la->rank;
   int n = rr_get_world_size(la->g);
   char tag[64];
@@ -409,12 +378,6 @@ static int loop_body(loop_arg *la) {
   return 0;
 }
 
-static void *loop_thread(void *p) {
-  loop_arg *la = p;
-  la->rc = loop_body(la);
-  return NULL;
-}
-
 static int concurrent(int rank, void *arg) {
   (void)arg;
   t_rank = rank;
@@ -426,17 +389,17 @@ static int concurrent(int rank, void *arg) {
   T_OK(rr_new_group(world, la_, 4, 0, &a));
   T_OK(rr_new_group(world, lb, 4, 0, &b));
   loop_arg args[2] = {{a, 20, 12, 0, rank}, {b, 21, 12, 0, rank}};
-  pthread_t th[2];
+  t_thread th[2];
   int started[2] = {0, 0};
   for (int k = 0; k < 2; k++)
     if (args[k].g) {
-      T_CHECK(pthread_create(&th[k], NULL, loop_thread, &args[k]) == 0, "pthread_create");
+      T_CHECK(t_thread_start(&th[k], loop_body, &args[k]) == 0, "pthread_create");
       started[k] = 1;
     }
   loop_arg wa = {world, 22, 12, 0, rank};
   int wrc = loop_body(&wa);
   for (int k = 0; k < 2; k++)
-    if (started[k]) pthread_join(th[k], NULL);
+    if (started[k]) args[k].rc = t_thread_join(&th[k]);
   T_CHECK(wrc == 0 && args[0].rc == 0 && args[1].rc == 0,
           "concurrent use failed (world %d, A %d, B %d)", wrc, args[0].rc, args[1].rc);
   if (a) T_OK(rr_destroy_process_group(a));
@@ -664,7 +627,7 @@ static int small_all_reduce(rr_pg *pg, uint64_t s, int i, const char *tag) {
   size_t count = 1 + bits % 16;
   rr_dtype d = (rr_dtype)((bits >> 8) % RR_NUM_DTYPES);
   rr_op ops[8];
-  int nops = valid_ops(d, ops);
+  int nops = t_valid_ops(d, ops);
   rr_op op = ops[(bits >> 16) % (uint64_t)nops];
   int inplace = (bits >> 24) & 1;
   char what[64];
@@ -702,7 +665,7 @@ static int many_small(int rank, void *arg) {
       case 3: rc = g_all_gather(pg, count, d, (int)(bits >> 32) & 1, si, what); break;
       default: {
         rr_op ops[8];
-        int nops = valid_ops(d, ops);
+        int nops = t_valid_ops(d, ops);
         rc = g_reduce(pg, count, d, ops[(bits >> 40) % (uint64_t)nops], root, si, what);
       }
     }

@@ -57,10 +57,6 @@ typedef struct report {
 static report *g_rep;
 static long g_ncalls;
 
-static int is_float(rr_dtype d) {
-  return d == RR_FLOAT16 || d == RR_BFLOAT16 || d == RR_FLOAT32 || d == RR_FLOAT64;
-}
-
 static void make_call(long i, call *c, int force_kind, size_t force_count) {
   uint64_t s = t_seed();
   memset(c, 0, sizeof *c);
@@ -68,7 +64,7 @@ static void make_call(long i, call *c, int force_kind, size_t force_count) {
   c->dtype = (rr_dtype)(t_bits(s, 2, (uint64_t)i) % RR_NUM_DTYPES);
   static const rr_op float_ops[] = {RR_SUM, RR_PROD, RR_MIN, RR_MAX, RR_AVG};
   uint64_t ob = t_bits(s, 3, (uint64_t)i);
-  c->op = is_float(c->dtype) ? float_ops[ob % 5] : (rr_op)(ob % RR_NUM_OPS);
+  c->op = t_is_float(c->dtype) ? float_ops[ob % 5] : (rr_op)(ob % RR_NUM_OPS);
   uint64_t cb = t_bits(s, 4, (uint64_t)i);
   switch (cb % 10) { /* mostly small: the soak is about many calls, not many bytes */
     case 0: c->count = 0; break;

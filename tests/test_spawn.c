@@ -23,9 +23,6 @@
 
 #include "tests/harness.h"
 
-#define T_HAS(msg, sub) \
-  T_CHECK(strstr((msg), (sub)) != NULL, "message lacks '%s': %s", (sub), (msg))
-
 static char g_dir[256];
 static char g_sig_path[300]; /* DIR/sig.RANK, set before the handler is installed */
 static int g_ignore_term;    /* the worker survives SIGTERM */

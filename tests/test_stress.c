@@ -353,13 +353,6 @@ static void make_trial(trial *t, int i, int sample, int stop) {
  * data connection closed, rank 0's goodbye, and rank 3's ABORT on its control socket. The
  * group failed because rank 3 aborted it, so rank 1 must say so (RR_EABORTED, "rank 3 called
  * rr_abort"), like every other rank, not blame rank 0 for leaving. Deterministic. */
-#include <pthread.h>
-static void *abort_soon(void *pg) {
-  usleep(1000 * 1000);
-  rr_abort(pg);
-  return NULL;
-}
-
 static int cause_rank(int rank, void *arg) {
   (void)arg;
   slot *me = &g_sh->s[rank];
@@ -370,8 +363,8 @@ static int cause_rank(int rank, void *arg) {
   float *x = calloc(n, sizeof *x);
   T_CHECK(x != NULL, "out of memory");
   T_OK(rr_all_reduce(pg, x, x, n, RR_FLOAT32, RR_SUM)); /* every connection is up */
-  pthread_t th;
-  if (rank == 3) T_CHECK(pthread_create(&th, NULL, abort_soon, pg) == 0, "pthread_create");
+  t_aborter ab;
+  if (rank == 3) T_CHECK(t_abort_after(&ab, pg, 1000) == 0, "pthread_create");
   atomic_store(&me->ready, 1);
   if (rank == 2) {
     sleep(4); /* never makes the second call */
@@ -380,7 +373,7 @@ static int cause_rank(int rank, void *arg) {
     me->status = rr_all_reduce(pg, x, x, n, RR_FLOAT32, RR_SUM);
     snprintf(me->msg, sizeof me->msg, "%s", rr_last_error());
   }
-  if (rank == 3) pthread_join(th, NULL);
+  if (rank == 3) t_thread_join(&ab.thread);
   me->t_err = t_now();
   rr_destroy_process_group(pg);
   free(x);

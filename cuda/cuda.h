@@ -64,7 +64,7 @@ void rr__cuda_free(void *p);
 int rr__cuda_memcpy_async(void *dst, const void *src, size_t bytes, void *stream);
 
 /* The DDP wrapper's element work on device memory (cuda/ddp.cu), queued on `stream` (not
- * waited for); bit-identical to ddp/ddp.c's host loops (cuda/ddp_elem.cuh). dtype is the
+ * waited for); bit-identical to ddp/hooks.c's host loops (cuda/ddp_elem.cuh). dtype is the
  * gradient's (float16, bfloat16, float32, float64); wire the hook's 16-bit type.
  *   SCALE       dst[i] = src[i] * (1/world)             (dst, src: dtype)
  *   DIVIDE      dst[i] = dst[i] / world                 (src unused)

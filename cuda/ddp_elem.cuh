@@ -1,10 +1,10 @@
 /* Per-element work of the DDP wrapper on CUDA gradients (cuda/ddp.cu runs these on the
  * device), written once for the device and for a host test (tests/test_ddp_elem.c) that
- * compares them with ddp/ddp.c's host loops bit for bit. Plain C11 that is also CUDA C++,
+ * compares them with ddp/hooks.c's host loops bit for bit. Plain C11 that is also CUDA C++,
  * as cuda/reduce_elem.cuh, whose float16 / bfloat16 conversions (op.c's bit recipes) it
  * uses.
  *
- * What the host path computes, element by element (ddp/ddp.c):
+ * What the host path computes, element by element (ddp/hooks.c):
  *   scale       grad -> bucket times 1/world, in the type's op-math (float for half,
  *               bfloat16 and float; double for double), scalar rounded to it first
  *   divide      the bucket divided by world in place (torch's allreduce_hook)
@@ -71,7 +71,7 @@ RR__HD double rrd_f32_to_f64(float f) {
   return (double)f;
 }
 
-/* ddp.c's rr__f64_to_f32_odd: truncate toward zero, set the last bit when inexact, so that a
+/* ddp/hooks.c's rr__f64_to_f32_odd: truncate toward zero, set the last bit when inexact, so that a
  * second rounding to half or bfloat16 equals one direct rounding from double. */
 RR__HD float rrd_f64_to_f32_odd(double x) {
   float f = rrd_f64_to_f32(x);
@@ -120,12 +120,12 @@ RR__HD uint16_t rrd_divide_bf16(uint16_t x, float w) {
 }
 
 /* compress, second half (shared by every source type): the wire value h divided by world in
- * float, through double and back as ddp.c's rr__to16((double)(f / w), RR_FLOAT32, wire). */
+ * float, through double and back as ddp/hooks.c's rr__to16((double)(f / w), RR_FLOAT32, wire). */
 RR__HD uint16_t rrd_compress_div(uint16_t h, float w, int wire16) {
   float q = rrd_f32_div(rrd_from16(h, wire16), w);
   return rrd_to16(rrd_f64_to_f32(rrd_f32_to_f64(q)), wire16);
 }
-/* compress from each gradient type: ddp.c loads the element as double (rr__load), rounds it
+/* compress from each gradient type: ddp/hooks.c loads the element as double (rr__load), rounds it
  * to float (by round-to-odd from double), then to the wire type. */
 RR__HD uint16_t rrd_compress_f32(float x, float w, int wire16) {
   return rrd_compress_div(rrd_to16(rrd_f64_to_f32(rrd_f32_to_f64(x)), wire16), w, wire16);

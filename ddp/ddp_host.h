@@ -1,4 +1,4 @@
-/* The DDP wrapper's element loops on host buckets (ddp/ddp.c), internal (rr__ prefix, not
+/* The DDP wrapper's element loops on host buckets (ddp/hooks.c), internal (rr__ prefix, not
  * exported). Declared here only so that tests/test_ddp_elem.c can compare them bit for bit
  * with the device versions (cuda/ddp_elem.cuh, run by cuda/ddp.cu); the wrapper itself is
  * their only other caller. Buckets hold gradients of dtype d (float16, bfloat16, float32,

@@ -18,7 +18,7 @@ set_tests_properties(ddp.sampler_live PROPERTIES LABELS "ddp;sampler" TIMEOUT 15
   SKIP_RETURN_CODE 77)
 
 # The DDP wrapper's device element functions (cuda/ddp_elem.cuh, run by cuda/ddp.cu on CUDA
-# gradients) against its host loops (ddp/ddp.c), bit for bit, compiled as host C: runs on
+# gradients) against its host loops (ddp/hooks.c), bit for bit, compiled as host C: runs on
 # every machine, GPU or not, in builds with and without CUDA.
 add_executable(test_ddp_elem ${RR_TEST_DIR}/test_ddp_elem.c)
 target_link_libraries(test_ddp_elem PRIVATE ringreduce_internal)

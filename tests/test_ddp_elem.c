@@ -1,5 +1,5 @@
 /* The DDP wrapper's device element functions (cuda/ddp_elem.cuh, the code cuda/ddp.cu runs
- * on CUDA gradients) against its host loops (ddp/ddp.c), bit for bit: scaling by 1/world into
+ * on CUDA gradients) against its host loops (ddp/hooks.c), bit for bit: scaling by 1/world into
  * the bucket, the allreduce hook's division, the fp16 / bf16 hooks' compression and
  * decompression, for float16, bfloat16, float32 and float64 gradients, world sizes 1..128,
  * on random bit patterns (NaNs with payloads, infinities, subnormals, signed zeros), ordinary
@@ -146,7 +146,7 @@ static void elem(int what, void *dst, const void *src, size_t n, rr_dtype d, rr_
   }
 }
 
-/* ddp.c's host loop for the same operation. */
+/* ddp/hooks.c's host loop for the same operation. */
 static void host(int what, void *dst, const void *src, size_t n, rr_dtype d, rr_dtype wire,
                  int world) {
   switch (what) {
@@ -199,7 +199,7 @@ int main(int argc, char **argv) {
           hex(x, sizeof x, (char *)src + i * ies, ies);
           hex(r, sizeof r, (char *)ref + i * oes, oes);
           hex(g, sizeof g, (char *)got + i * oes, oes);
-          printf("FAIL %s %s gradients%s%s world %d: element %zu: input %s gives %s in ddp.c, %s "
+          printf("FAIL %s %s gradients%s%s world %d: element %zu: input %s gives %s in ddp/hooks.c, %s "
                  "in ddp_elem.cuh\n",
                  g_what[what], rr_dtype_name(d), what >= COMPRESS ? ", wire " : "",
                  what >= COMPRESS ? rr_dtype_name(wire) : "", world, i, x, r, g);

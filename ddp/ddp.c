@@ -18,7 +18,7 @@
  * helpers (scale into the bucket, divide, compress, decompress) become kernels
  * (cuda/ddp.cu, bit-identical to the host loops of ddp/hooks.c) queued on the group's CUDA
  * stream (rr_pg_set_cuda_stream; NULL: the legacy default stream). The all-reduce of a
- * device bucket is the library's own: cuda/staging.c copies it through pinned host memory
+ * device bucket is the library's own: group/staging.c copies it through pinned host memory
  * on the same stream, so it is ordered after the kernels that filled the bucket, and reduces
  * on the host with the same code as host buckets. Hence the device path gives the host
  * path's bits exactly (by design; tests/test_ddp_elem.c checks the kernels' element

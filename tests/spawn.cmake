@@ -1,4 +1,4 @@
-# rr_spawn (ring/spawn.c), torch.multiprocessing.spawn in C: success, and each failure path —
+# rr_spawn (group/spawn.c), torch.multiprocessing.spawn in C: success, and each failure path —
 # a non-zero return stops the others with SIGTERM, SIGKILL after RR_GRACE_PERIOD for one
 # that ignores SIGTERM, death by a signal, return values outside 0..255, and children of the
 # caller that rr_spawn must not reap. Each case sets RR_GRACE_PERIOD and RR_TIMEOUT itself.

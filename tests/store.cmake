@@ -1,4 +1,4 @@
-# The rendezvous store (ring/store*.c): TCP and file stores through the public API, and the
+# The rendezvous store (rendezvous/store*.c): TCP and file stores through the public API, and the
 # TCP server's wire protocol through raw sockets. Each test is its own process (argv[1]).
 set(RR_STORE_TESTS
   tcp_semantics tcp_large tcp_add_procs tcp_get_blocks tcp_get_timeout tcp_client_first

@@ -1,4 +1,4 @@
-/* rr_spawn (ring/spawn.c): success with a real collective, and every failure path — a worker
+/* rr_spawn (group/spawn.c): success with a real collective, and every failure path — a worker
  * that returns non-zero stops the others with SIGTERM; one that ignores SIGTERM is SIGKILLed
  * after RR_GRACE_PERIOD; a worker killed by a signal is reported with it; return values that
  * are not 0..255 (256, -1) still fail; and children of the caller that rr_spawn did not start

@@ -1,5 +1,5 @@
 /* White-box tests of the TCP store's server: raw sockets speaking the wire protocol of
- * ring/store.h, correctly (layout) and badly (garbage, lies in length fields, half-written
+ * rendezvous/store_proto.h, correctly (layout) and badly (garbage, lies in length fields, half-written
  * requests, clients that never send or never read). The server must close only the
  * offending client and keep serving everyone else. Also the job-token handshake hook.
  *   test_store_proto <name>   (no argument lists the tests) */

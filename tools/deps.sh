@@ -12,6 +12,7 @@ command -v ninja >/dev/null 2>&1 || need+=(ninja-build)
 command -v ip >/dev/null 2>&1 || need+=(iproute2)       # tests: several hosts in netns
 command -v python3 >/dev/null 2>&1 || need+=(python3)   # tests: JSON output check
 command -v iptables >/dev/null 2>&1 || need+=(iptables) # tests: lossy link in netns
+command -v pkg-config >/dev/null 2>&1 || need+=(pkg-config) # tests: the installed ringreduce.pc
 dpkg -s libopenblas-dev >/dev/null 2>&1 || need+=(libopenblas-dev)  # the training example
 if [ "${RR_DEPS_FUZZ:-0}" = 1 ]; then                   # CI: libFuzzer harnesses
   command -v clang >/dev/null 2>&1 || need+=(clang)

@@ -26,6 +26,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "ringreduce/version.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -34,10 +36,6 @@ extern "C" {
 #if defined(__GNUC__)
 #pragma GCC visibility push(default)
 #endif
-
-#define RR_VERSION_MAJOR 0
-#define RR_VERSION_MINOR 1
-#define RR_VERSION_PATCH 0
 
 /* ---------------------------------------------------------------------------------------------
  * Status codes. One list generates the enum, the names and the messages (as libuv's

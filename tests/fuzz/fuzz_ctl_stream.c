@@ -1,4 +1,4 @@
-/* libFuzzer harness: the control-socket stream parser of a live group (ring/comm.c,
+/* libFuzzer harness: the control-socket stream parser of a live group (transport/comm.c,
  * rr__read_ctl_msgs behind rr__comm_poll_ctl and rr__comm_wait).
  *
  * A 2-rank comm is made in-process with rr__comm_new (peer 1 is the last element of the peer

@@ -1,4 +1,4 @@
-/* libFuzzer harness: the transport's fixed-size wire decoders (ring/wire.c), the ones that
+/* libFuzzer harness: the transport's fixed-size wire decoders (ring/hdr.c, transport/comm.c, rendezvous/hello.c), the ones that
  * read bytes straight off a data or control socket.
  *
  * The first input byte picks the target, the rest is the message (zero padded or cut to

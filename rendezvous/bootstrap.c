@@ -13,10 +13,12 @@
 #include "rendezvous/bootstrap.h"
 
 #include <errno.h>
+#include <inttypes.h>
 #include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 #include <unistd.h>
 
 #include "common/bytes.h"
@@ -55,8 +57,10 @@ static void rr__hostid(char *out, size_t n) {
 static int rr__publish(const rr__boot *b, const rr__peer_info *me) {
   char key[96], val[512];
   snprintf(key, sizeof key, "rr/%s/peer/%d", b->group_id, b->rank);
-  int len = snprintf(val, sizeof val, "global=%d pid=%d nsocks=%d addr=%s host=%s",
-                     me->global_rank, me->pid, me->nsocks, me->addr, me->hostid);
+  int len = snprintf(val, sizeof val,
+                     "global=%d pid=%d nsocks=%d mode=%s nonce=%016" PRIx64 " addr=%s host=%s",
+                     me->global_rank, me->pid, me->nsocks, me->mode, me->nonce, me->addr,
+                     me->hostid);
   return rr_store_set(b->store, key, val, (size_t)len);
 }
 
@@ -66,10 +70,23 @@ static int rr__parse_info(const char *s, size_t len, rr__peer_info *p) {
   memcpy(buf, s, len);
   buf[len] = '\0';
   memset(p, 0, sizeof *p);
-  int got = sscanf(buf, "global=%d pid=%d nsocks=%d addr=%63s host=%127s", &p->global_rank,
-                   &p->pid, &p->nsocks, p->addr, p->hostid);
-  if (got != 5 || p->nsocks < 1 || p->nsocks > RR__MAX_LANES)
+  int got = sscanf(buf, "global=%d pid=%d nsocks=%d mode=%7s nonce=%16" SCNx64 " addr=%63s host=%127s",
+                   &p->global_rank, &p->pid, &p->nsocks, p->mode, &p->nonce, p->addr, p->hostid);
+  if (got != 7 || p->nsocks < 1 || p->nsocks > RR__MAX_LANES)
     return rr__set_error(RR_EPROTO, "malformed peer record '%s'", buf);
+  return RR_OK;
+}
+
+/* Every rank picks each pair's transport from the published records by one rule; a rank
+ * whose RR_TRANSPORT differs would pick another one, so say so before connecting. */
+static int rr__check_modes(const rr__boot *b, const rr__peer_info *infos) {
+  const rr__peer_info *me = &infos[b->rank];
+  for (int p = 0; p < b->size; p++)
+    if (strcmp(infos[p].mode, me->mode) != 0)
+      return rr__set_error(RR_EMISMATCH,
+                           "RR_TRANSPORT differs between the ranks: rank %d has '%s', this rank "
+                           "(%d) '%s'",
+                           infos[p].global_rank, infos[p].mode, me->global_rank, me->mode);
   return RR_OK;
 }
 
@@ -91,11 +108,18 @@ static int rr__gather(const rr__boot *b, rr__peer_info *infos) {
     int64_t left = rr__ms_left(b->deadline_ms);
     st = rr_store_wait(b->store, (const char *const *)keys, b->size, RR__MAX(RR__MIN(left, 500), 1));
     if (st != RR_OK && st != RR_ETIMEDOUT && checked && nmiss > 0) {
-      /* Rank 0, holding the store, gave up a moment before us: still say who was missing. */
-      st = rr__prefix_error(RR_ETIMEDOUT,
-                            "gave up waiting for rank%s %s to join the rendezvous (%d of %d "
-                            "arrived; then the store closed)",
-                            nmiss == 1 ? "" : "s", missing, b->size - nmiss, b->size);
+      if (rr__ms_left(b->deadline_ms) < 2000)
+        /* Rank 0, holding the store, gave up a moment before us: still say who was missing. */
+        st = rr__prefix_error(RR_ETIMEDOUT,
+                              "gave up waiting for rank%s %s to join the rendezvous (%d of %d "
+                              "arrived; then the store closed)",
+                              nmiss == 1 ? "" : "s", missing, b->size - nmiss, b->size);
+      else
+        /* Long before the deadline: the store itself failed, and that is the cause. */
+        st = rr__prefix_error(st,
+                              "the rendezvous failed while rank%s %s had not joined yet (%d of %d "
+                              "arrived)",
+                              nmiss == 1 ? "" : "s", missing, b->size - nmiss, b->size);
       break;
     }
     if (st != RR_ETIMEDOUT) break;
@@ -151,12 +175,15 @@ typedef struct rr__mesh {
   int (*fds)[1 + RR__MAX_LANES];
 } rr__mesh;
 
-/* Proof of the job token for one socket: bound to the group, both ranks and the socket, so
- * it cannot be reused for another connection. 0 without a token. */
-static uint64_t rr__greeting_proof(const rr__boot *b, int from, int to, int index) {
+/* Proof of the job token for one socket: a MAC over the group, both ranks, the socket and
+ * the acceptor's nonce of this setup (published in its record), so a greeting captured from
+ * one connection is worth nothing on another or in a later setup. 0 without a token. */
+static uint64_t rr__greeting_proof(const rr__boot *b, int from, int to, int index,
+                                   uint64_t acceptor_nonce) {
   if (!b->token_key) return 0;
-  char ctx[RR__GROUP_ID_MAX + 48];
-  int n = snprintf(ctx, sizeof ctx, "rr-hello-v1/%s/%d/%d/%d", b->group_id, from, to, index);
+  char ctx[RR__GROUP_ID_MAX + 80];
+  int n = snprintf(ctx, sizeof ctx, "rr-hello-v2/%s/%d/%d/%d/%016" PRIx64, b->group_id, from, to,
+                   index, acceptor_nonce);
   uint64_t h = rr__siphash(b->token_key, ctx, (size_t)n);
   return h ? h : 1;
 }
@@ -174,7 +201,7 @@ static int rr__connect_lower(rr__mesh *m) {
         return rr__prefix_error(st, "connecting to rank %d", b->global_ranks[p]);
       m->fds[p][k] = fd;
       rr__hello h = {.from = b->rank, .to = p, .index = k, .nsockets = m->nsock[p],
-                     .token_hash = rr__greeting_proof(b, b->rank, p, k)};
+                     .token_hash = rr__greeting_proof(b, b->rank, p, k, m->infos[p].nonce)};
       snprintf(h.group, sizeof h.group, "%s", b->group_id);
       snprintf(h.transport, sizeof h.transport, "%s", m->tp[p]->name);
       uint8_t wire[RR__HELLO_BYTES];
@@ -204,7 +231,7 @@ static int rr__file_greeting(rr__mesh *m, rr__pending *pd) {
                   h.from);
     return RR_EPROTO;
   }
-  if (h.token_hash != rr__greeting_proof(b, h.from, h.to, h.index)) {
+  if (h.token_hash != rr__greeting_proof(b, h.from, h.to, h.index, m->infos[b->rank].nonce)) {
     m->refused_token++;
     rr__set_error(RR_EPROTO, "a connection claiming to be rank %d does not hold this job's "
                   "token (another job, or RR_JOB_TOKEN differs between the ranks)",
@@ -221,9 +248,14 @@ static int rr__file_greeting(rr__mesh *m, rr__pending *pd) {
                             "chose %s with %d (RR_TRANSPORT or RR_NSOCKS differ?)",
                             b->global_ranks[p], h.transport, h.nsockets,
                             b->global_ranks[b->rank], m->tp[p]->name, m->nsock[p]);
-  else if (m->fds[p][h.index] >= 0)
-    verdict = rr__set_error(RR_EPROTO, "rank %d opened socket %d twice (two processes with "
-                            "RANK=%d?)", b->global_ranks[p], h.index, b->global_ranks[p]);
+  else if (m->fds[p][h.index] >= 0) {
+    /* The socket is taken: this is a copy of a greeting already filed (a replay, or a
+     * second process with the same rank, which the rank claims catch). Refuse it alone:
+     * the connection that came first stays. */
+    rr__set_error(RR_EPROTO, "a second connection claims to be socket %d of rank %d", h.index,
+                  b->global_ranks[p]);
+    return RR_EPROTO;
+  }
   rr__put_u32(reply + 4, (uint32_t)verdict);
   int st = rr__sock_send_all(pd->fd, reply, sizeof reply, b->deadline_ms);
   if (verdict != RR_OK) return verdict;
@@ -384,6 +416,11 @@ int rr__bootstrap(const rr__boot *b, rr__comm **out) {
   rr__peer_info me = {.global_rank = b->global_ranks[b->rank], .pid = (int)getpid(),
                       .nsocks = (int)prm->nsocks};
   rr__hostid(me.hostid, sizeof me.hostid);
+  snprintf(me.mode, sizeof me.mode, "%s", prm->transport);
+  if (getrandom(&me.nonce, sizeof me.nonce, 0) != (ssize_t)sizeof me.nonce) {
+    st = rr__set_error(RR_ESYS, "getrandom: %s", strerror(errno));
+    goto done;
+  }
   rr__addr local, bound;
   char ifname[64] = "";
   RR__CHECK_GOTO(rr__if_select(prm->socket_ifname, b->hint, &local, ifname, sizeof ifname), st,
@@ -396,6 +433,7 @@ int rr__bootstrap(const rr__boot *b, rr__comm **out) {
 
   /* 2. Everyone's records. */
   RR__CHECK_GOTO(rr__gather(b, m.infos), st, done);
+  RR__CHECK_GOTO(rr__check_modes(b, m.infos), st, done);
   for (int p = 0; p < size; p++) {
     if (p == b->rank) continue;
     m.tp[p] = rr__transport_choose(&m.infos[b->rank], &m.infos[p]);

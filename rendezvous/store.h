@@ -49,8 +49,10 @@ struct rr_store {
 };
 
 /* The constructors behind rr_store_tcp and rr_store_file (timeout_ms already > 0).
- * token: the job token sent in the handshake; the master checks that clients present the
- * same one. NULL or "" on the master accepts any client (what rr_store_tcp does today). */
+ * token: the job token. It never crosses the wire: the handshake (store_proto.h) proves it
+ * both ways with MACs over fresh nonces. A master with a token admits only clients that
+ * prove it; a client with a token talks only to a master that proves it. NULL or "": no
+ * proof is given or asked for (what rr_store_tcp does). */
 int rr__store_tcp_open(const char *host, int port, int is_master, int64_t timeout_ms,
                        const char *token, rr_store **store);
 int rr__store_file_open(const char *path, int64_t timeout_ms, rr_store **store);

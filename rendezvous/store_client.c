@@ -1,8 +1,8 @@
 /* The TCP store's client, and rr__store_tcp_open, which makes one for every process of the
  * job and, on the master, first starts the server thread (store_server.c) it talks to.
  *
- * A small pool of connections to the server, each made with connect + HELLO (the
- * job-token handshake) and used by one request at a time, so threads sharing a store never
+ * A small pool of connections to the server, each made with connect + the handshake of
+ * store_proto.h (both sides prove they hold the job token) and used by one request at a time, so threads sharing a store never
  * wait behind another thread's blocking get. Every call has a deadline: the store's timeout,
  * or a get/wait's own timeout plus RR__STORE_GRACE_MS (the server answers at the timeout;
  * the grace only matters when the master is gone). A connection the master closed marks the
@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
@@ -32,7 +33,8 @@ typedef struct rr__tcp_store {
   rr__addr addr;
   char where[RR__ADDRSTRLEN + 300]; /* "127.0.0.1:29500" or "node1:29500 (10.0.0.1)" */
   int port;
-  char *token;
+  uint8_t key[16]; /* the job token's key */
+  int have_key;    /* 0: no token, nothing to prove or check */
   rr__server *srv; /* the master's */
   pthread_mutex_t lock;
   pthread_cond_t cond;
@@ -42,36 +44,65 @@ typedef struct rr__tcp_store {
   char lost_msg[RR__ERRMSG_MAX];
 } rr__tcp_store;
 
-/* Send a HELLO on a fresh connection and check the answer. */
-static int rr__tcp_hello(rr__tcp_store *s, int fd, int64_t deadline) {
-  size_t tl = s->token ? strlen(s->token) : 0;
-  uint8_t buf[RR__STORE_HDR + 4 + RR__STORE_MAX_TOKEN];
-  rr__store_hdr h = {.magic = RR__STORE_REQ_MAGIC,
-                     .op = RR__SOP_HELLO,
-                     .nargs = 1,
-                     .body_len = (uint32_t)(4 + tl),
-                     .num = RR__STORE_VERSION};
-  rr__store_hdr_encode(&h, buf);
-  rr__put_u32(buf + RR__STORE_HDR, (uint32_t)tl);
-  if (tl) memcpy(buf + RR__STORE_HDR + 4, s->token, tl);
-  int rc = rr__sock_send_all(fd, buf, RR__STORE_HDR + 4 + tl, deadline);
+/* One handshake request (a single argument) and the header of its reply. */
+static int rr__tcp_hs(rr__tcp_store *s, int fd, uint8_t op, int64_t num, const uint8_t *arg,
+                      uint32_t len, int64_t deadline, rr__store_hdr *h) {
+  uint8_t buf[RR__STORE_HDR + 4 + RR__STORE_NONCE];
+  *h = (rr__store_hdr){.magic = RR__STORE_REQ_MAGIC, .op = op, .nargs = 1, .body_len = 4 + len,
+                       .num = num};
+  rr__store_hdr_encode(h, buf);
+  rr__put_u32(buf + RR__STORE_HDR, len);
+  memcpy(buf + RR__STORE_HDR + 4, arg, len);
+  int rc = rr__sock_send_all(fd, buf, RR__STORE_HDR + 4 + len, deadline);
   if (rc == RR_OK) rc = rr__sock_recv_all(fd, buf, RR__STORE_HDR, deadline);
   if (rc != RR_OK)
     return rr__prefix_error(rc, "handshake with the rendezvous store at %s", s->where);
-  rr__store_hdr_decode(buf, &h);
-  if (h.magic != RR__STORE_REP_MAGIC || h.op != RR__SOP_HELLO || h.body_len != 0)
+  rr__store_hdr_decode(buf, h);
+  if (h->magic != RR__STORE_REP_MAGIC || h->op != op)
     return rr__set_error(RR_EPROTO,
                          "the server at %s is not a ringreduce rendezvous store (its handshake "
                          "reply starts with 0x%08x)",
-                         s->where, (unsigned)h.magic);
+                         s->where, (unsigned)h->magic);
+  return RR_OK;
+}
+
+/* The handshake on a fresh connection (store_proto.h): our nonce, the server's nonce and
+ * proof, our proof. */
+static int rr__tcp_hello(rr__tcp_store *s, int fd, int64_t deadline) {
+  uint8_t cn[RR__STORE_NONCE], challenge[RR__STORE_NONCE + RR__STORE_MAC], mac[RR__STORE_MAC];
+  if (getrandom(cn, sizeof cn, 0) != (ssize_t)sizeof cn)
+    return rr__set_error(RR_ESYS, "getrandom: %s", strerror(errno));
+  rr__store_hdr h;
+  RR__CHECK(rr__tcp_hs(s, fd, RR__SOP_HELLO, RR__STORE_VERSION, cn, sizeof cn, deadline, &h));
   if (h.status == RR__SST_DENIED)
-    return rr__set_error(RR_EPROTO, "the rendezvous store at %s refused this client: %s", s->where,
-                         h.num != RR__STORE_VERSION ? "it speaks another protocol version"
-                                                    : "the job token does not match");
-  if (h.status != RR__SST_OK)
     return rr__set_error(RR_EPROTO,
-                         "the rendezvous store at %s answered the handshake with "
-                         "status %u",
+                         "the rendezvous store at %s refused this client: it speaks protocol "
+                         "version %" PRId64 ", this library %d",
+                         s->where, h.num, RR__STORE_VERSION);
+  if (h.status != RR__SST_OK || h.body_len != sizeof challenge)
+    return rr__set_error(RR_EPROTO,
+                         "the rendezvous store at %s answered the handshake with status %u and "
+                         "%" PRIu32 " bytes",
+                         s->where, (unsigned)h.status, h.body_len);
+  int rc = rr__sock_recv_all(fd, challenge, sizeof challenge, deadline);
+  if (rc != RR_OK)
+    return rr__prefix_error(rc, "handshake with the rendezvous store at %s", s->where);
+  rr__store_mac(s->key, 1, cn, challenge, mac);
+  if (s->have_key && !rr__store_mac_equal(mac, challenge + RR__STORE_NONCE))
+    return rr__set_error(RR_EPROTO,
+                         "the rendezvous store at %s cannot prove it holds this job's token "
+                         "(another job's store, or RR_JOB_TOKEN differs between the ranks)",
+                         s->where);
+  rr__store_mac(s->key, 2, cn, challenge, mac);
+  RR__CHECK(rr__tcp_hs(s, fd, RR__SOP_AUTH, 0, mac, sizeof mac, deadline, &h));
+  if (h.status == RR__SST_DENIED)
+    return rr__set_error(RR_EPROTO,
+                         "the rendezvous store at %s refused this client: the job token does "
+                         "not match (RR_JOB_TOKEN differs between the ranks, or none is set here)",
+                         s->where);
+  if (h.status != RR__SST_OK || h.body_len != 0)
+    return rr__set_error(RR_EPROTO,
+                         "the rendezvous store at %s answered the handshake with status %u",
                          s->where, (unsigned)h.status);
   return RR_OK;
 }
@@ -220,33 +251,54 @@ static int rr__tcp_call(rr__tcp_store *s, const char *what, uint8_t op, int64_t 
     rr__store_hdr_decode(rh, rep);
     if (rep->magic != RR__STORE_REP_MAGIC || rep->op != op || rep->status > RR__SST_MAX ||
         rep->reserved != 0 || rep->nargs != 0 || rep->body_len > RR__STORE_MAX_VALUE ||
-        (rep->body_len > 0 && (op != RR__SOP_GET || rep->status != RR__SST_OK)))
+        (rep->status == RR__SST_FAILED && rep->body_len > 1024) ||
+        (rep->body_len > 0 && rep->status != RR__SST_FAILED &&
+         (op != RR__SOP_GET || rep->status != RR__SST_OK)))
       rc = rr__set_error(RR_EPROTO,
                          "malformed reply (magic 0x%08x, opcode %u, status %u, "
                          "%" PRIu32 " bytes)",
                          (unsigned)rep->magic, (unsigned)rep->op, (unsigned)rep->status,
                          rep->body_len);
   }
+  void *got = NULL;
   if (rc == RR_OK && rep->body_len > 0) {
-    *body = malloc(rep->body_len);
-    if (!*body) {
+    got = malloc(rep->body_len);
+    if (!got) {
       rc =
           rr__set_error(RR_ENOMEM, "out of memory for a value of %" PRIu32 " bytes", rep->body_len);
     } else {
-      rc = rr__sock_recv_all(fd, *body, rep->body_len, deadline);
+      rc = rr__sock_recv_all(fd, got, rep->body_len, deadline);
       if (rc != RR_OK) {
-        free(*body);
-        *body = NULL;
+        free(got);
+        got = NULL;
       }
     }
   }
+  if (rc == RR_OK && rep->status == RR__SST_FAILED) {
+    /* The server gives up and says why; print its words, never its bytes. */
+    char why[1025];
+    size_t n = rep->body_len;
+    if (n) memcpy(why, got, n);
+    why[n] = '\0';
+    for (size_t i = 0; i < n; i++)
+      if (why[i] < 0x20 || why[i] > 0x7e) why[i] = '?';
+    free(got);
+    rc = rr__set_error(RR_EPEER, "%s: the rendezvous store at %s failed: %s", what, s->where, why);
+    rr__pool_give(s, slot, 1, 1);
+    return rc;
+  }
+  if (rc == RR_OK && body) *body = got;
+  else free(got); /* only a GET asks for a body; no other reply may carry one (checked) */
   if (rc == RR_OK) {
     if (blen) *blen = rep->body_len;
     rr__pool_give(s, slot, 0, 0);
     return RR_OK;
   }
   /* The connection is out of step now (a reply may still come): close it. */
-  if (rc == RR_EPEER) {
+  const char *failure = s->srv ? rr__srv_failure(s->srv) : NULL;
+  if (failure && (rc == RR_EPEER || rc == RR_ETIMEDOUT)) {
+    rc = rr__set_error(RR_ESYS, "%s: %s", what, failure);
+  } else if (rc == RR_EPEER) {
     char cause[256];
     snprintf(cause, sizeof cause, "%s", rr__error());
     rr__set_error(RR_EPEER, "%s: the rendezvous store at %s closed the connection (%s)", what,
@@ -258,7 +310,7 @@ static int rr__tcp_call(rr__tcp_store *s, const char *what, uint8_t op, int64_t 
                   what, s->where);
   else
     rr__prefix_error(rc, "%s: talking to the rendezvous store at %s", what, s->where);
-  rr__pool_give(s, slot, 1, rc == RR_EPEER || rc == RR_EPROTO);
+  rr__pool_give(s, slot, 1, rc == RR_EPEER || rc == RR_EPROTO || failure != NULL);
   return rc;
 }
 
@@ -405,7 +457,6 @@ static void rr__tcp_free(rr_store *st) {
   if (s->srv) rr__srv_stop(s->srv);
   pthread_cond_destroy(&s->cond);
   pthread_mutex_destroy(&s->lock);
-  free(s->token);
   free(s);
 }
 
@@ -444,9 +495,9 @@ int rr__store_tcp_open(const char *host, int port, int is_master, int64_t timeou
     return rr__set_error(RR_ESYS, "rr_store_tcp: cannot make a mutex / condition: %s", strerror(e));
   }
   int rc = RR_OK;
-  if (token && *token && !(s->token = rr__strdup(token))) {
-    rc = RR_ENOMEM;
-    goto fail;
+  if (token && *token) {
+    rr__token_key(token, s->key);
+    s->have_key = 1;
   }
   rc = rr__addr_resolve(host, port, &s->addr);
   if (rc != RR_OK) {

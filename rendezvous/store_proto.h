@@ -1,4 +1,4 @@
-/* The TCP store's wire protocol, version 1: the one thing its server (store_server.c) and
+/* The TCP store's wire protocol, version 2: the one thing its server (store_server.c) and
  * client (store_client.c) must agree on, kept apart from both so that tests and fuzzers can
  * speak it byte for byte, malformed on purpose when they want to. Limits it refers to
  * (RR__STORE_MAX_*) are the store's, in store.h.
@@ -17,25 +17,43 @@
  *                      a WAIT that timed out the index of the first key still missing.
  *
  * A request body is nargs arguments, each u32 length + bytes, filling body_len exactly.
- * Arguments: HELLO [token], SET [key, value], GET/ADD/DELETE [key], WAIT/CHECK [key...].
- * A reply body is the value (GET) or empty. Keys are 1..4096 bytes without NUL.
+ * A reply with status FAILED, to any request, carries the server's reason (text) as body.
+ * Arguments: HELLO [client nonce], AUTH [client MAC], SET [key, value], GET/ADD/DELETE
+ * [key], WAIT/CHECK [key...]. A reply body is the value (GET), the challenge (HELLO) or
+ * empty. Keys are 1..4096 bytes without NUL.
  *
- * A connection starts with HELLO (the job token; a master holding a token refuses others
- * with RR__SST_DENIED). Then one request at a time, each answered once; GET and WAIT are
- * answered when their keys exist or, with RR__SST_TIMEOUT, at their deadline. The server
- * closes a connection that breaks any rule above.
+ * The handshake proves knowledge of the job token without sending it, and makes a recorded
+ * handshake worthless (each side's MAC covers the other side's fresh nonce):
+ *
+ *   client -> HELLO  num = version, [cn: 16 random bytes]
+ *   server <- HELLO  OK, body = sn (16 random bytes) + MAC(key, server, cn, sn) (8 bytes),
+ *                    or DENIED (another protocol version; num = the server's)
+ *   client -> AUTH   [MAC(key, client, cn, sn)]   (checked by a client that holds a token:
+ *                    a store that cannot prove the token is not this job's)
+ *   server <- AUTH   OK, or DENIED (the MAC does not prove this job's token)
+ *
+ * MAC is SipHash-2-4 keyed with the token's key (common/siphash.h) over a label naming the
+ * side and both nonces; without a token the key is all zeros and nobody checks it. Until
+ * AUTH succeeds a connection may send only these two messages, each of its exact size, and
+ * must finish within the pre-authentication deadline. Then one request at a time, each
+ * answered once; GET and WAIT are answered when their keys exist or, with RR__SST_TIMEOUT,
+ * at their deadline. The server closes a connection that breaks any rule above.
  */
 #ifndef RR__RENDEZVOUS_STORE_PROTO_H_
 #define RR__RENDEZVOUS_STORE_PROTO_H_
 
 #include <stdint.h>
+#include <string.h>
 
 #include "common/bytes.h"
+#include "common/siphash.h"
 #include "rendezvous/store.h"
 
 #define RR__STORE_REQ_MAGIC 0x71535252u /* bytes 'R' 'R' 'S' 'q' */
 #define RR__STORE_REP_MAGIC 0x61535252u /* bytes 'R' 'R' 'S' 'a' */
-#define RR__STORE_VERSION 1
+#define RR__STORE_VERSION 2
+#define RR__STORE_NONCE 16 /* bytes of a handshake nonce */
+#define RR__STORE_MAC 8    /* bytes of a handshake MAC */
 #define RR__STORE_HDR 24
 
 enum {
@@ -46,7 +64,8 @@ enum {
   RR__SOP_WAIT = 5,
   RR__SOP_CHECK = 6,
   RR__SOP_DELETE = 7,
-  RR__SOP_MAX = 7
+  RR__SOP_AUTH = 8,
+  RR__SOP_MAX = 8
 };
 
 enum {
@@ -54,8 +73,9 @@ enum {
   RR__SST_TIMEOUT = 1,  /* GET / WAIT deadline passed */
   RR__SST_NOTINT = 2,   /* ADD to a value that is not an integer */
   RR__SST_OVERFLOW = 3, /* ADD would overflow int64 */
-  RR__SST_DENIED = 4,   /* HELLO: wrong job token or protocol version */
-  RR__SST_MAX = 4
+  RR__SST_DENIED = 4,   /* HELLO: another protocol version; AUTH: not this job's token */
+  RR__SST_FAILED = 5,   /* the server is giving up (the body says why); it closes next */
+  RR__SST_MAX = 5
 };
 
 typedef struct rr__store_hdr {
@@ -87,6 +107,24 @@ static inline void rr__store_hdr_decode(const uint8_t in[RR__STORE_HDR], rr__sto
   h->nargs = rr__get_u32(in + 8);
   h->body_len = rr__get_u32(in + 12);
   h->num = (int64_t)rr__get_u64(in + 16);
+}
+
+/* The handshake MAC of one side (server: 1, client: 2) over both nonces. */
+static inline void rr__store_mac(const uint8_t key[16], int side,
+                                 const uint8_t cn[RR__STORE_NONCE],
+                                 const uint8_t sn[RR__STORE_NONCE], uint8_t out[RR__STORE_MAC]) {
+  uint8_t msg[20 + 2 * RR__STORE_NONCE];
+  memcpy(msg, side == 1 ? "rr-store-v2 server: " : "rr-store-v2 client: ", 20);
+  memcpy(msg + 20, cn, RR__STORE_NONCE);
+  memcpy(msg + 20 + RR__STORE_NONCE, sn, RR__STORE_NONCE);
+  rr__put_u64(out, rr__siphash(key, msg, sizeof msg));
+}
+
+/* Compare MACs in time that does not depend on where they differ. */
+static inline int rr__store_mac_equal(const uint8_t *a, const uint8_t *b) {
+  uint8_t d = 0;
+  for (int i = 0; i < RR__STORE_MAC; i++) d |= (uint8_t)(a[i] ^ b[i]);
+  return d == 0;
 }
 
 #endif /* RR__RENDEZVOUS_STORE_PROTO_H_ */

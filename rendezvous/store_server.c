@@ -23,7 +23,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <stdatomic.h>
 #include <sys/eventfd.h>
+#include <sys/resource.h>
+#include <sys/random.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -38,10 +41,20 @@
 #define RR__SRV_BACKLOG 1024
 #define RR__SRV_BODY_CHUNK (64u << 10) /* first body allocation; doubles as bytes arrive */
 #define RR__SRV_ACCEPT_BURST 64
-/* Clients say HELLO as soon as they connect; a connection that stays silent this long, or
- * beyond this many silent ones, is a stranger holding a descriptor and is dropped. */
+/* Clients run the handshake (HELLO, AUTH) as soon as they connect. A connection that has
+ * not finished it this long after connecting, whatever it sent meanwhile, or beyond this
+ * many such connections, is a stranger holding a descriptor and is dropped. Before the
+ * handshake a connection may send only the two handshake messages, each of its exact size,
+ * so it can never make the server buffer more than their few dozen bytes. */
 #define RR__SRV_HELLO_MS 10000
 #define RR__SRV_MAX_UNGREETED 128
+/* How long accept may keep failing for lack of descriptors before the store gives up: long
+ * enough for a passing shortage, short enough that a job started with a low `ulimit -n`
+ * fails at once, naming the cause, rather than at its timeout blaming a rank that never
+ * got in. */
+#define RR__SRV_STARVE_MS 2000
+/* After giving up, how long the server still answers (with the reason) before it closes. */
+#define RR__SRV_WIND_DOWN_MS 1000
 
 typedef struct rr__sarg {
   const uint8_t *p;
@@ -50,7 +63,9 @@ typedef struct rr__sarg {
 
 typedef struct rr__sconn {
   int fd; /* -1 once closed; the slot is removed at the end of the loop */
-  int greeted;
+  int challenged; /* HELLO answered with our nonce: AUTH must come next */
+  int greeted;    /* AUTH accepted: ordinary requests from now on */
+  uint8_t cnonce[RR__STORE_NONCE], snonce[RR__STORE_NONCE];
   int64_t connected_ms;
   char peer[RR__ADDRSTRLEN];
   /* The request being read. */
@@ -76,13 +91,20 @@ struct rr__server {
   int lfd, wakefd;
   pthread_t thread;
   int64_t idle_ms; /* how long a request may take to arrive / a reply to be read */
-  char *token;     /* NULL: accept any client */
+  uint8_t key[16]; /* the job token's key (all zero without one) */
+  int have_key;    /* 0: accept any client */
   int port;
   rr__kv *kv;
   rr__sconn **conns;
   size_t nconns, conns_cap;
   struct pollfd *pfds; /* conns_cap + 2 */
   int64_t accept_pause_until;
+  /* Out of descriptors: since when (0: not starving). Past RR__SRV_STARVE_MS the store gives
+   * up and says why (failure), which the master's own client reports. */
+  int64_t starved_since;
+  char failure[256];
+  atomic_int failed;
+  int64_t failed_at; /* when the server began to wind down after failing (0: serving) */
 };
 
 /* Close a client; `abort`: with a reset, dropping whatever the kernel still queues for it
@@ -217,10 +239,15 @@ static const char *rr__srv_bad_header(const rr__sconn *c, char *why, size_t n) {
   else if (h->nargs > RR__STORE_MAX_KEYS || (uint64_t)h->nargs * 4 > h->body_len)
     snprintf(why, n, "%" PRIu32 " arguments do not fit a body of %" PRIu32 " bytes", h->nargs,
              h->body_len);
-  else if (!c->greeted && h->op != RR__SOP_HELLO)
-    snprintf(why, n, "request (opcode %u) before the HELLO handshake", (unsigned)h->op);
-  else if (c->greeted && h->op == RR__SOP_HELLO)
-    snprintf(why, n, "a second HELLO");
+  else if (!c->greeted && h->op != (c->challenged ? RR__SOP_AUTH : RR__SOP_HELLO))
+    snprintf(why, n, "request (opcode %u) before the handshake", (unsigned)h->op);
+  else if (!c->greeted &&
+           (h->nargs != 1 || h->body_len != 4u + (c->challenged ? RR__STORE_MAC : RR__STORE_NONCE)))
+    /* Checked on the header, before any of the body is read or buffered. */
+    snprintf(why, n, "a handshake message of %" PRIu32 " bytes in %" PRIu32 " argument(s)",
+             h->body_len, h->nargs);
+  else if (c->greeted && (h->op == RR__SOP_HELLO || h->op == RR__SOP_AUTH))
+    snprintf(why, n, "a second handshake");
   else
     return NULL;
   return why;
@@ -249,10 +276,11 @@ static const char *rr__srv_parse(rr__sconn *c, char *why, size_t n) {
   int arity_ok = 1, keys_from = 0, keys_to = (int)na;
   switch (h->op) {
     case RR__SOP_HELLO:
+    case RR__SOP_AUTH:
       arity_ok = na == 1;
       keys_to = 0;
-      if (arity_ok && c->args[0].len > RR__STORE_MAX_TOKEN)
-        return snprintf(why, n, "a job token of %" PRIu32 " bytes", c->args[0].len), why;
+      if (arity_ok && c->args[0].len != (h->op == RR__SOP_HELLO ? RR__STORE_NONCE : RR__STORE_MAC))
+        return snprintf(why, n, "a handshake argument of %" PRIu32 " bytes", c->args[0].len), why;
       break;
     case RR__SOP_SET:
       arity_ok = na == 2;
@@ -284,6 +312,11 @@ static const char *rr__srv_parse(rr__sconn *c, char *why, size_t n) {
 /* Run a complete request. */
 static void rr__srv_request(rr__server *srv, rr__sconn *c) {
   char why[160];
+  if (srv->failed_at) { /* winding down: whatever is asked, say why and close */
+    c->close_after_write = 1;
+    rr__srv_reply(srv, c, RR__SST_FAILED, 0, srv->failure, strlen(srv->failure));
+    return;
+  }
   if (rr__srv_parse(c, why, sizeof why)) {
     rr__srv_drop(srv, c, RR__LEVEL_WARN, "malformed request: %s", why);
     return;
@@ -295,20 +328,41 @@ static void rr__srv_request(rr__server *srv, rr__sconn *c) {
                 srv->port, c->peer, (unsigned)c->h.op, c->nargs, c->h.body_len);
   switch (c->h.op) {
     case RR__SOP_HELLO: {
-      int version_ok = c->h.num == RR__STORE_VERSION;
-      int token_ok = !srv->token ||
-                     (a[0].len == strlen(srv->token) && memcmp(a[0].p, srv->token, a[0].len) == 0);
-      if (!version_ok || !token_ok) {
-        RR__LOG_WARN(RR__SUB_STORE, "rendezvous store on port %d: refusing client %s: %s",
-                     srv->port, c->peer,
-                     !version_ok ? "it speaks another protocol version"
-                                 : "its job token does not match this job's");
+      if (c->h.num != RR__STORE_VERSION) {
+        RR__LOG_WARN(RR__SUB_STORE,
+                     "rendezvous store on port %d: refusing client %s: it speaks protocol "
+                     "version %" PRId64 ", this store %d",
+                     srv->port, c->peer, c->h.num, RR__STORE_VERSION);
         c->close_after_write = 1;
         rr__srv_reply(srv, c, RR__SST_DENIED, RR__STORE_VERSION, NULL, 0);
         return;
       }
+      uint8_t challenge[RR__STORE_NONCE + RR__STORE_MAC];
+      memcpy(c->cnonce, a[0].p, RR__STORE_NONCE);
+      if (getrandom(c->snonce, RR__STORE_NONCE, 0) != RR__STORE_NONCE) {
+        rr__srv_drop(srv, c, RR__LEVEL_WARN, "getrandom: %s", strerror(errno));
+        return;
+      }
+      memcpy(challenge, c->snonce, RR__STORE_NONCE);
+      rr__store_mac(srv->key, 1, c->cnonce, c->snonce, challenge + RR__STORE_NONCE);
+      c->challenged = 1;
+      rr__srv_reply(srv, c, RR__SST_OK, RR__STORE_VERSION, challenge, sizeof challenge);
+      return;
+    }
+    case RR__SOP_AUTH: {
+      uint8_t want[RR__STORE_MAC];
+      rr__store_mac(srv->key, 2, c->cnonce, c->snonce, want);
+      if (srv->have_key && !rr__store_mac_equal(a[0].p, want)) {
+        RR__LOG_WARN(RR__SUB_STORE,
+                     "rendezvous store on port %d: refusing client %s: it does not prove "
+                     "this job's token",
+                     srv->port, c->peer);
+        c->close_after_write = 1;
+        rr__srv_reply(srv, c, RR__SST_DENIED, 0, NULL, 0);
+        return;
+      }
       c->greeted = 1;
-      rr__srv_reply(srv, c, RR__SST_OK, RR__STORE_VERSION, NULL, 0);
+      rr__srv_reply(srv, c, RR__SST_OK, 0, NULL, 0);
       return;
     }
     case RR__SOP_SET: {
@@ -448,18 +502,26 @@ static int rr__srv_add_conn(rr__server *srv, int fd, const rr__addr *from) {
   c->fd = fd;
   c->connected_ms = rr__now_ms();
   rr__addr_str(from, c->peer, sizeof c->peer);
-  /* Too many silent connections: the oldest one makes room (a flood must not exhaust rank
-   * 0's descriptors while the job runs). */
-  size_t silent = 0, oldest = SIZE_MAX;
+  /* Too many connections without a finished handshake: one makes room (a flood must not
+   * exhaust rank 0's descriptors while the job runs). The victim is the one that has shown
+   * least: one that sent nothing before one that sent part of a HELLO, before one already
+   * answered (a real client is in that state for one round trip); the oldest of its kind,
+   * since a real client's handshake is younger than any stranger's wait. */
+  size_t silent = 0, victim = SIZE_MAX;
+  int victim_shown = 3;
   for (size_t i = 0; i < srv->nconns; i++) {
     rr__sconn *o = srv->conns[i];
     if (o->fd < 0 || o->greeted) continue;
     silent++;
-    if (oldest == SIZE_MAX || o->connected_ms < srv->conns[oldest]->connected_ms) oldest = i;
+    int shown = o->challenged ? 2 : o->hdr_got > 0 ? 1 : 0;
+    if (shown < victim_shown ||
+        (shown == victim_shown && o->connected_ms < srv->conns[victim]->connected_ms))
+      victim = i, victim_shown = shown;
   }
-  if (silent >= RR__SRV_MAX_UNGREETED && oldest != SIZE_MAX)
-    rr__srv_drop(srv, srv->conns[oldest], RR__LEVEL_WARN,
-                 "%zu connections have not said HELLO; dropping the oldest", silent);
+  if (silent >= RR__SRV_MAX_UNGREETED && victim != SIZE_MAX)
+    rr__srv_drop(srv, srv->conns[victim], RR__LEVEL_WARN,
+                 "%zu connections have not finished the handshake; dropping one that %s",
+                 silent, victim_shown == 0 ? "sent nothing" : "stalled in the handshake");
   srv->conns[srv->nconns++] = c;
   RR__LOG_TRACE(RR__SUB_STORE, "rendezvous store on port %d: client %s connected", srv->port,
                 c->peer);
@@ -477,12 +539,32 @@ static void rr__srv_accept(rr__server *srv) {
       if (errno == EINTR || errno == ECONNABORTED) continue;
       if (errno == EAGAIN || errno == EWOULDBLOCK) return;
       /* Out of descriptors or memory: the listener stays readable, so stop polling it for a
-       * moment rather than spin. */
+       * moment rather than spin; past RR__SRV_STARVE_MS give up (rr__srv_failure). */
+      int e = errno;
+      int64_t now = rr__now_ms();
+      if (e == EMFILE || e == ENFILE) {
+        if (!srv->starved_since) srv->starved_since = now;
+        if (now - srv->starved_since >= RR__SRV_STARVE_MS) {
+          struct rlimit rl;
+          char limit[64] = "";
+          if (e == EMFILE && getrlimit(RLIMIT_NOFILE, &rl) == 0)
+            snprintf(limit, sizeof limit, " (it may open %llu: ulimit -n)",
+                     (unsigned long long)rl.rlim_cur);
+          snprintf(srv->failure, sizeof srv->failure,
+                   "the process serving the rendezvous store on port %d ran out of file "
+                   "descriptors: accept: %s%s",
+                   srv->port, strerror(e), limit);
+          RR__LOG_WARN(RR__SUB_STORE, "%s; closing the store", srv->failure);
+          atomic_store(&srv->failed, 1);
+          return;
+        }
+      }
       RR__LOG_WARN(RR__SUB_STORE, "rendezvous store on port %d: accept: %s; pausing accepts 100 ms",
-                   srv->port, strerror(errno));
-      srv->accept_pause_until = rr__now_ms() + 100;
+                   srv->port, strerror(e));
+      srv->accept_pause_until = now + 100;
       return;
     }
+    srv->starved_since = 0;
     if (rr__sock_tune(fd, 0) != RR_OK || rr__srv_add_conn(srv, fd, &from) != 0) {
       RR__LOG_WARN(RR__SUB_STORE, "rendezvous store on port %d: dropping a new client: %s",
                    srv->port, rr__error()[0] ? rr__error() : "out of memory");
@@ -508,7 +590,18 @@ static int rr__srv_timers(rr__server *srv) {
         continue;
       }
     }
-    if (c->out) {
+    if (!c->greeted) {
+      /* One deadline for the whole handshake: sending a byte or a header does not buy a
+       * stranger more time. */
+      int64_t limit = RR__MIN(srv->idle_ms, RR__SRV_HELLO_MS);
+      due = c->connected_ms + limit;
+      if (due <= now) {
+        rr__srv_drop(srv, c, RR__LEVEL_WARN,
+                     "it did not complete the handshake within %.1f s of connecting",
+                     (double)limit / 1000);
+        continue;
+      }
+    } else if (c->out) {
       due = c->out_start_ms + srv->idle_ms;
       if (due <= now) {
         rr__srv_drop(srv, c, RR__LEVEL_WARN, "it has not read its reply for %.1f s",
@@ -521,13 +614,6 @@ static int rr__srv_timers(rr__server *srv) {
         rr__srv_drop(srv, c, RR__LEVEL_WARN,
                      "it sent only part of a request (%zu header and %zu body bytes) in %.1f s",
                      c->hdr_got, c->body_got, (double)srv->idle_ms / 1000);
-        continue;
-      }
-    } else if (!c->greeted) {
-      due = c->connected_ms + RR__MIN(srv->idle_ms, RR__SRV_HELLO_MS);
-      if (due <= now) {
-        rr__srv_drop(srv, c, RR__LEVEL_WARN, "it connected and said nothing for %.1f s",
-                     (double)RR__MIN(srv->idle_ms, RR__SRV_HELLO_MS) / 1000);
         continue;
       }
     } else {
@@ -557,6 +643,7 @@ static void *rr__srv_main(void *arg) {
     p[0] = (struct pollfd){.fd = srv->wakefd, .events = POLLIN};
     int paused = srv->accept_pause_until > rr__now_ms();
     p[1] = (struct pollfd){.fd = paused ? -1 : srv->lfd, .events = POLLIN};
+    if (srv->failed_at) timeout = timeout < 0 ? 100 : RR__MIN(timeout, 100);
     for (size_t i = 0; i < srv->nconns; i++) {
       rr__sconn *c = srv->conns[i];
       short ev = c->out ? POLLOUT : c->waiting ? POLLRDHUP : POLLIN;
@@ -588,8 +675,23 @@ static void *rr__srv_main(void *arg) {
       }
     }
     if (p[1].revents & POLLIN) rr__srv_accept(srv);
-  }
-  return NULL;
+    if (atomic_load(&srv->failed) && !srv->failed_at) {
+      /* Wind down for a moment: no new clients, and every request that is waiting or comes
+       * now is answered with the reason, so each rank's error names the cause rather than
+       * a closed connection. */
+      srv->failed_at = rr__now_ms();
+      close(srv->lfd);
+      srv->lfd = -1;
+      for (size_t i = 0; i < srv->nconns; i++) {
+        rr__sconn *c = srv->conns[i];
+        if (c->fd >= 0 && c->waiting) {
+          c->close_after_write = 1;
+          rr__srv_reply(srv, c, RR__SST_FAILED, 0, srv->failure, strlen(srv->failure));
+        }
+      }
+    }
+    if (srv->failed_at && rr__now_ms() - srv->failed_at >= RR__SRV_WIND_DOWN_MS) break;
+  }  return NULL;
 }
 
 static void rr__srv_destroy(rr__server *srv) {
@@ -603,7 +705,6 @@ static void rr__srv_destroy(rr__server *srv) {
   if (srv->lfd >= 0) close(srv->lfd);
   if (srv->wakefd >= 0) close(srv->wakefd);
   rr__kv_free(srv->kv);
-  free(srv->token);
   free(srv);
 }
 
@@ -628,11 +729,8 @@ int rr__srv_start(const rr__addr *bind_addr, int64_t idle_ms, const char *token,
   }
   RR__CHECK_GOTO(rr__kv_new(&srv->kv), rc, fail);
   if (token && *token) {
-    srv->token = rr__strdup(token);
-    if (!srv->token) {
-      rc = RR_ENOMEM;
-      goto fail;
-    }
+    rr__token_key(token, srv->key);
+    srv->have_key = 1;
   }
   srv->conns_cap = 16;
   srv->conns = rr__calloc(srv->conns_cap, sizeof *srv->conns);
@@ -665,6 +763,10 @@ fail:
 
 int rr__srv_port(const rr__server *srv) {
   return srv->port;
+}
+
+const char *rr__srv_failure(rr__server *srv) {
+  return atomic_load(&srv->failed) ? srv->failure : NULL;
 }
 
 void rr__srv_stop(rr__server *srv) {

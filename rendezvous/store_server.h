@@ -16,6 +16,8 @@ typedef struct rr__server rr__server;
 int rr__srv_start(const rr__addr *bind_addr, int64_t idle_ms, const char *token, rr__server **out);
 /* The port actually bound: clients on the master need it when bind_addr asked for port 0. */
 int rr__srv_port(const rr__server *srv);
+/* Why the server gave up (it ran out of descriptors), or NULL while it serves. */
+const char *rr__srv_failure(rr__server *srv);
 /* Wake the thread, join it and free everything, sockets and keys included. */
 void rr__srv_stop(rr__server *srv);
 

@@ -5,7 +5,7 @@
  * attacks every TCP port the job's processes listen on (found the way a port scanner on
  * the host would: /proc/net/tcp{,6} listeners owned by the job's pids):
  *
- *   store port (MASTER_PORT)   random bytes; HELLO with a wrong job token; requests before
+ *   store port (MASTER_PORT)   random bytes; a handshake proving a wrong job token; requests before
  *                              HELLO; half-open connections held to the end; a request cut
  *                              after a few bytes and held; bursts of 50 connections; a slow
  *                              writer (one byte per second)
@@ -17,7 +17,7 @@
  * Asserted: every rank finishes every round with exact results (integer sums), exit 0;
  * the attacker did reach the store and at least one setup listener; the refusals are in the
  * ranks' logs (RR_DEBUG_FILE, level WARN) with their reasons; with a token, the store
- * answered the wrong-token HELLO with "denied" and no wrong token was ever accepted.
+ * answered the wrong-token handshake with "denied" and no wrong token was ever accepted.
  *
  *   test_junk token      RR_JOB_TOKEN set in every rank (as rrun does)
  *   test_junk notoken    no token (the store and setup accept any well-formed peer; junk
@@ -182,26 +182,45 @@ static size_t store_req(uint8_t *out, uint8_t op, int64_t num, const char *a, co
   return o;
 }
 
-/* HELLO with a token that is not the job's (the real one is a SipHash proof, never sent). */
-static void wrong_token_hello(int port) {
-  int fd = dial(port);
-  if (fd < 0) return;
-  uint8_t b[256];
-  size_t n = store_req(b, RR__SOP_HELLO, RR__STORE_VERSION, "0123456789abcdef", NULL);
-  send_nb(fd, b, n);
+/* Receive exactly n bytes within 2 s; 0 if they did not all come. */
+static int recv_n(int fd, uint8_t *p, size_t n) {
   struct pollfd pf = {.fd = fd, .events = POLLIN};
-  uint8_t r[RR__STORE_HDR];
   size_t got = 0;
-  while (got < sizeof r && poll(&pf, 1, 2000) > 0) {
-    ssize_t k = recv(fd, r + got, sizeof r - got, 0);
+  while (got < n && poll(&pf, 1, 2000) > 0) {
+    ssize_t k = recv(fd, p + got, n - got, 0);
     if (k <= 0) break;
     got += (size_t)k;
   }
-  if (got == sizeof r) {
-    rr__store_hdr h;
-    rr__store_hdr_decode(r, &h);
-    if (h.status == RR__SST_DENIED) atomic_fetch_add(&n_denied, 1);
-    else if (g_with_token) atomic_fetch_add(&n_wrong_accepted, 1);
+  return got == n;
+}
+
+/* The whole handshake, but proving a token that is not the job's (MACs keyed with the wrong
+ * key; the real token never crosses the wire). */
+static void wrong_token_hello(int port) {
+  int fd = dial(port);
+  if (fd < 0) return;
+  uint8_t b[256], r[RR__STORE_HDR], cn[RR__STORE_NONCE], ch[RR__STORE_NONCE + RR__STORE_MAC];
+  for (size_t i = 0; i < sizeof cn; i++) cn[i] = (uint8_t)rnd();
+  rr__store_hdr h = {.magic = RR__STORE_REQ_MAGIC, .op = RR__SOP_HELLO, .nargs = 1,
+                     .body_len = 4 + RR__STORE_NONCE, .num = RR__STORE_VERSION};
+  rr__store_hdr_encode(&h, b);
+  rr__put_u32(b + RR__STORE_HDR, RR__STORE_NONCE);
+  memcpy(b + RR__STORE_HDR + 4, cn, RR__STORE_NONCE);
+  send_nb(fd, b, RR__STORE_HDR + 4 + RR__STORE_NONCE);
+  if (recv_n(fd, r, sizeof r) && recv_n(fd, ch, sizeof ch)) {
+    uint8_t key[16];
+    rr__token_key("not-the-job-token", key);
+    h = (rr__store_hdr){.magic = RR__STORE_REQ_MAGIC, .op = RR__SOP_AUTH, .nargs = 1,
+                        .body_len = 4 + RR__STORE_MAC};
+    rr__store_hdr_encode(&h, b);
+    rr__put_u32(b + RR__STORE_HDR, RR__STORE_MAC);
+    rr__store_mac(key, 2, cn, ch, b + RR__STORE_HDR + 4);
+    send_nb(fd, b, RR__STORE_HDR + 4 + RR__STORE_MAC);
+    if (recv_n(fd, r, sizeof r)) {
+      rr__store_hdr_decode(r, &h);
+      if (h.status == RR__SST_DENIED) atomic_fetch_add(&n_denied, 1);
+      else if (g_with_token) atomic_fetch_add(&n_wrong_accepted, 1);
+    }
   }
   close(fd);
 }
@@ -519,11 +538,11 @@ int main(int argc, char **argv) {
   }
   want[nw++] = (typeof(want[0])){"closing the connection of client", 1};
   want[nw++] = (typeof(want[0])){"malformed request: bad magic", 1};
-  want[nw++] = (typeof(want[0])){"request (opcode 2) before the HELLO handshake", 1};
+  want[nw++] = (typeof(want[0])){"request (opcode 2) before the handshake", 1};
   want[nw++] = (typeof(want[0])){"closed a setup connection", 1};
   want[nw++] = (typeof(want[0])){"not a ringreduce peer (bad greeting)", 1};
   if (g_with_token) {
-    want[nw++] = (typeof(want[0])){"its job token does not match this job's", 1};
+    want[nw++] = (typeof(want[0])){"it does not prove this job's token", 1};
     want[nw++] = (typeof(want[0])){"does not hold this job's token", 1};
   } else {
     want[nw++] = (typeof(want[0])){"greeting for group 'stranger.", 1};

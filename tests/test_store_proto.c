@@ -8,6 +8,7 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -16,6 +17,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "common/util.h"
 #include "rendezvous/store.h"
 #include "rendezvous/store_proto.h"
 #include "ringreduce/ringreduce.h"
@@ -163,9 +165,11 @@ static void msg_req(msg *m, uint8_t op, int64_t num, const char *const *args, in
   for (int i = 0; i < nargs; i++) msg_arg(m, args[i], (uint32_t)strlen(args[i]));
 }
 
-static void msg_hello(msg *m, const char *token) {
-  const char *a[] = {token};
-  msg_req(m, RR__SOP_HELLO, RR__STORE_VERSION, a, 1);
+/* The first handshake message: a client nonce (any bytes will do for a raw client). */
+static void msg_hello(msg *m, int64_t version) {
+  uint8_t cn[RR__STORE_NONCE] = "raw-client-nonce";
+  msg_hdr(m, RR__STORE_REQ_MAGIC, RR__SOP_HELLO, 0, 0, 1, 4 + RR__STORE_NONCE, version);
+  msg_arg(m, cn, RR__STORE_NONCE);
 }
 
 static void read_reply(int fd, rr__store_hdr *h) {
@@ -175,16 +179,31 @@ static void read_reply(int fd, rr__store_hdr *h) {
   CHECK(h->magic == RR__STORE_REP_MAGIC, "reply magic 0x%08x", (unsigned)h->magic);
 }
 
+/* A raw connection through the whole handshake of a store without a token (which checks
+ * no MAC, so an all-zero one passes). */
 static int raw_greeted(int port) {
   int fd = raw_connect(port);
   msg m = {0};
-  msg_hello(&m, "");
+  msg_hello(&m, RR__STORE_VERSION);
   CHECK(raw_send(fd, m.b, m.n) == 0, "send HELLO");
   free(m.b);
   rr__store_hdr h;
   read_reply(fd, &h);
-  CHECK(h.op == RR__SOP_HELLO && h.status == RR__SST_OK && h.num == RR__STORE_VERSION,
-        "HELLO reply: op %u status %u num %" PRId64, h.op, h.status, h.num);
+  CHECK(h.op == RR__SOP_HELLO && h.status == RR__SST_OK && h.num == RR__STORE_VERSION &&
+            h.body_len == RR__STORE_NONCE + RR__STORE_MAC,
+        "HELLO reply: op %u status %u num %" PRId64 " body %" PRIu32, h.op, h.status, h.num,
+        h.body_len);
+  uint8_t challenge[RR__STORE_NONCE + RR__STORE_MAC];
+  raw_recv(fd, challenge, sizeof challenge);
+  m = (msg){0};
+  uint8_t mac[RR__STORE_MAC] = {0};
+  msg_hdr(&m, RR__STORE_REQ_MAGIC, RR__SOP_AUTH, 0, 0, 1, 4 + RR__STORE_MAC, 0);
+  msg_arg(&m, mac, sizeof mac);
+  CHECK(raw_send(fd, m.b, m.n) == 0, "send AUTH");
+  free(m.b);
+  read_reply(fd, &h);
+  CHECK(h.op == RR__SOP_AUTH && h.status == RR__SST_OK && h.body_len == 0,
+        "AUTH reply: op %u status %u", h.op, h.status);
   return fd;
 }
 
@@ -333,7 +352,7 @@ static void build_bad(int i, msg *m) {
       msg_req(m, RR__SOP_SET, 0, (const char *const[]){"k", "v"}, 2);
       break;
     case 10: /* a second handshake */
-      msg_hello(m, "");
+      msg_hello(m, RR__STORE_VERSION);
       break;
     case 11: /* an argument length that overruns the body */
       msg_hdr(m, RR__STORE_REQ_MAGIC, RR__SOP_SET, 0, 0, 2, 20, 0);
@@ -399,21 +418,18 @@ static void test_proto_garbage(void) {
     close(fd);
     still_serving(good, i);
   }
-  /* A job token over the limit, and a client of another protocol version: refused. */
+  /* A HELLO of the wrong size (the version 1 one carried a token), and a client of another
+   * protocol version: refused. */
   int fd = raw_connect(port);
   msg q = {0};
-  char *tok = malloc(RR__STORE_MAX_TOKEN + 2);
-  memset(tok, 't', RR__STORE_MAX_TOKEN + 1);
-  tok[RR__STORE_MAX_TOKEN + 1] = '\0';
-  msg_hello(&q, tok);
-  free(tok);
+  msg_req(&q, RR__SOP_HELLO, RR__STORE_VERSION, (const char *const[]){"a v1 job-token proof"}, 1);
   raw_send(fd, q.b, q.n);
   free(q.b);
-  CHECK(raw_closed_within(fd, 3000), "an oversized token was accepted");
+  CHECK(raw_closed_within(fd, 3000), "a HELLO of the wrong size was accepted");
   close(fd);
   fd = raw_connect(port);
   q = (msg){0};
-  msg_req(&q, RR__SOP_HELLO, RR__STORE_VERSION + 1, (const char *const[]){""}, 1);
+  msg_hello(&q, RR__STORE_VERSION + 1);
   raw_send(fd, q.b, q.n);
   free(q.b);
   rr__store_hdr h;
@@ -547,10 +563,203 @@ static void test_proto_token(void) {
   rc = rr_store_tcp("127.0.0.1", port, 0, 3000, &c); /* no token */
   CHECK(rc == RR_EPROTO, "no token: %s", rr_status_name(rc));
   rr_store_free(m);
-  /* A master without a token accepts any. */
+  /* A master without a token admits clients without one; a client holding a token does
+   * not trust a store that cannot prove it (someone else's store on that port). */
   OK(rr_store_tcp("127.0.0.1", 0, 1, 3000, &m));
-  OK(rr__store_tcp_open("127.0.0.1", rr_store_port(m), 0, 3000, "anything", &c));
+  OK(rr_store_tcp("127.0.0.1", rr_store_port(m), 0, 3000, &c));
   rr_store_free(c);
+  c = (rr_store *)&c;
+  rc = rr__store_tcp_open("127.0.0.1", rr_store_port(m), 0, 3000, "anything", &c);
+  CHECK(rc == RR_EPROTO && strstr(rr_last_error(), "cannot prove it holds this job's token"),
+        "a client with a token accepted a store without one: %s: %s", rr_status_name(rc),
+        rr_last_error());
+  CHECK(c == NULL, "store not reset");
+  rr_store_free(m);
+}
+
+/* ---- attacks before authentication (docs/reliability.md, "attacks tried") ---- */
+
+static size_t resident_bytes(void) {
+  FILE *f = fopen("/proc/self/statm", "r");
+  CHECK(f != NULL, "/proc/self/statm: %s", strerror(errno));
+  unsigned long size = 0, res = 0;
+  CHECK(fscanf(f, "%lu %lu", &size, &res) == 2, "parsing /proc/self/statm");
+  fclose(f);
+  return (size_t)res * (size_t)sysconf(_SC_PAGESIZE);
+}
+
+/* Sixteen strangers without the token each announce the largest body a request may have
+ * and stream data at the store. Nothing they send may stay in the store's memory: the
+ * handshake's size is checked on its header, before any body is read. */
+static void test_proto_preauth_memory(void) {
+  rr_store *m = NULL;
+  OK(rr__store_tcp_open("127.0.0.1", 0, 1, 60000, "job-7", &m));
+  int port = rr_store_port(m);
+  enum { N = 16 };
+  const size_t per = 63u << 20, chunk = 1u << 20;
+  uint8_t *data = calloc(1, chunk);
+  CHECK(data != NULL, "calloc");
+  size_t base = resident_bytes(), peak = base;
+  int fds[N];
+  size_t sent[N] = {0};
+  int open_fds = N;
+  for (int i = 0; i < N; i++) {
+    fds[i] = raw_connect(port);
+    msg q = {0};
+    msg_hdr(&q, RR__STORE_REQ_MAGIC, RR__SOP_HELLO, 0, 0, 1, RR__STORE_MAX_BODY, RR__STORE_VERSION);
+    CHECK(raw_send(fds[i], q.b, q.n) == 0, "send header");
+    free(q.b);
+  }
+  int64_t end = now_ms() + 5000;
+  while (open_fds > 0 && now_ms() < end) {
+    for (int i = 0; i < N; i++) {
+      if (fds[i] < 0) continue;
+      ssize_t w = send(fds[i], data, RR__MIN(chunk, per - sent[i]), MSG_NOSIGNAL | MSG_DONTWAIT);
+      if (w > 0) sent[i] += (size_t)w;
+      if ((w < 0 && errno != EAGAIN && errno != EINTR) || sent[i] >= per) {
+        close(fds[i]);
+        fds[i] = -1;
+        open_fds--;
+      }
+    }
+    size_t r = resident_bytes();
+    if (r > peak) peak = r;
+    usleep(1000);
+  }
+  size_t total = 0;
+  for (int i = 0; i < N; i++) {
+    total += sent[i];
+    if (fds[i] >= 0) close(fds[i]);
+  }
+  size_t r = resident_bytes();
+  if (r > peak) peak = r;
+  printf("preauth_memory: %zu MiB pushed by %d strangers; resident %zu -> peak %zu MiB\n",
+         total >> 20, N, base >> 20, peak >> 20);
+  CHECK(peak < base + (32u << 20), "the store's process grew by %zu MiB under the attack",
+        (peak - base) >> 20);
+  free(data);
+  rr_store_free(m);
+}
+
+/* The pre-authentication deadline covers the whole handshake: a stranger that sent one
+ * byte, a whole header, or a HELLO but never its AUTH is dropped as one that said nothing
+ * is (10 s here, where the store's own timeout is 60 s). */
+static void test_proto_preauth_deadline(void) {
+  rr_store *m = NULL, *good = NULL;
+  OK(rr__store_tcp_open("127.0.0.1", 0, 1, 60000, "job-7", &m));
+  int port = rr_store_port(m);
+  OK(rr__store_tcp_open("127.0.0.1", port, 0, 5000, "job-7", &good));
+  int64_t t0 = now_ms();
+  int one_byte = raw_connect(port);
+  CHECK(raw_send(one_byte, "R", 1) == 0, "send");
+  int header = raw_connect(port);
+  msg q = {0};
+  msg_hello(&q, RR__STORE_VERSION);
+  CHECK(raw_send(header, q.b, RR__STORE_HDR) == 0, "send");
+  int no_auth = raw_connect(port);
+  CHECK(raw_send(no_auth, q.b, q.n) == 0, "send");
+  free(q.b);
+  rr__store_hdr h;
+  read_reply(no_auth, &h);
+  CHECK(h.status == RR__SST_OK, "HELLO refused: status %u", h.status);
+  still_serving(good, 0);
+  CHECK(raw_closed_within(one_byte, 13000), "a stranger that sent one byte was kept");
+  CHECK(raw_closed_within(header, 1000), "a stranger that sent a header was kept");
+  CHECK(raw_closed_within(no_auth, 1000), "a stranger that never sent AUTH was kept");
+  int64_t el = now_ms() - t0;
+  printf("preauth_deadline: all three dropped after %.1f s\n", (double)el / 1000);
+  CHECK(el >= 9000, "dropped after %" PRId64 " ms, before the 10 s deadline", el);
+  still_serving(good, 1);
+  rr_store_free(good);
+  rr_store_free(m);
+}
+
+/* A recorded handshake is worthless: a proxy records everything a real client (holding the
+ * token) sends through it, then a process without the token replays those bytes to the
+ * store and asks for the value the client set. It must get nothing but a refusal. */
+typedef struct proxy {
+  int lfd, store_port;
+  uint8_t rec[4096];
+  size_t nrec;
+} proxy;
+
+static void *proxy_main(void *arg) {
+  proxy *px = arg;
+  int c = accept(px->lfd, NULL, NULL);
+  CHECK(c >= 0, "accept: %s", strerror(errno));
+  int s = raw_connect(px->store_port);
+  uint8_t buf[4096];
+  for (;;) {
+    struct pollfd pf[2] = {{.fd = c, .events = POLLIN}, {.fd = s, .events = POLLIN}};
+    if (poll(pf, 2, 5000) <= 0) break;
+    if (pf[0].revents) {
+      ssize_t r = recv(c, buf, sizeof buf, 0);
+      if (r <= 0) break;
+      CHECK(px->nrec + (size_t)r <= sizeof px->rec, "recording overflow");
+      memcpy(px->rec + px->nrec, buf, (size_t)r);
+      px->nrec += (size_t)r;
+      if (raw_send(s, buf, (size_t)r) != 0) break;
+    }
+    if (pf[1].revents) {
+      ssize_t r = recv(s, buf, sizeof buf, 0);
+      if (r <= 0 || raw_send(c, buf, (size_t)r) != 0) break;
+    }
+  }
+  close(c);
+  close(s);
+  return NULL;
+}
+
+static void test_proto_replay(void) {
+  rr_store *m = NULL, *c = NULL;
+  OK(rr__store_tcp_open("127.0.0.1", 0, 1, 5000, "job-7", &m));
+  proxy px = {.store_port = rr_store_port(m)};
+  px.lfd = socket(AF_INET, SOCK_STREAM, 0);
+  struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+  socklen_t al = sizeof a;
+  CHECK(bind(px.lfd, (struct sockaddr *)&a, sizeof a) == 0 && listen(px.lfd, 1) == 0 &&
+            getsockname(px.lfd, (struct sockaddr *)&a, &al) == 0,
+        "proxy listen: %s", strerror(errno));
+  pthread_t t;
+  CHECK(pthread_create(&t, NULL, proxy_main, &px) == 0, "pthread_create");
+  OK(rr__store_tcp_open("127.0.0.1", ntohs(a.sin_port), 0, 5000, "job-7", &c));
+  OK(rr_store_set(c, "secret", "42", 2));
+  rr_store_free(c);
+  pthread_join(t, NULL);
+  close(px.lfd);
+  CHECK(px.nrec > 0, "nothing recorded");
+  /* The replay, then a GET of the secret as if the handshake had worked. */
+  int fd = raw_connect(px.store_port);
+  raw_send(fd, px.rec, px.nrec);
+  msg q = {0};
+  msg_req(&q, RR__SOP_GET, 1000, (const char *const[]){"secret"}, 1);
+  raw_send(fd, q.b, q.n);
+  free(q.b);
+  uint8_t got[8192];
+  size_t n = 0;
+  int64_t end = now_ms() + 3000;
+  int closed = 0;
+  while (!closed && now_ms() < end && n < sizeof got) {
+    struct pollfd pf = {.fd = fd, .events = POLLIN};
+    if (poll(&pf, 1, 100) <= 0) continue;
+    ssize_t r = recv(fd, got + n, sizeof got - n, 0);
+    if (r <= 0) closed = 1;
+    else n += (size_t)r;
+  }
+  close(fd);
+  int leaked = 0, denied = 0;
+  for (size_t o = 0; o + RR__STORE_HDR <= n;) {
+    rr__store_hdr h;
+    rr__store_hdr_decode(got + o, &h);
+    if (h.op == RR__SOP_GET && h.status == RR__SST_OK) leaked = 1;
+    if (h.status == RR__SST_DENIED) denied = 1;
+    o += RR__STORE_HDR + h.body_len;
+  }
+  printf("replay: %zu bytes replayed, %zu bytes of replies, denied %d, secret leaked %d\n",
+         px.nrec, n, denied, leaked);
+  CHECK(!leaked, "the replayed handshake let a process without the token read a key");
+  CHECK(denied && closed, "the replay was not refused and closed (denied %d closed %d)", denied,
+        closed);
   rr_store_free(m);
 }
 
@@ -561,6 +770,9 @@ static const struct {
     {"proto_wire", test_proto_wire},
     {"proto_garbage", test_proto_garbage},
     {"proto_stalls", test_proto_stalls},
+    {"proto_preauth_memory", test_proto_preauth_memory},
+    {"proto_preauth_deadline", test_proto_preauth_deadline},
+    {"proto_replay", test_proto_replay},
     {"proto_token", test_proto_token},
 };
 

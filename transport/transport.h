@@ -44,6 +44,8 @@ typedef struct rr__peer_info {
   int nsocks;                 /* TCP data sockets it wants per peer */
   char addr[RR__PEER_ADDR_MAX]; /* where it accepts connections during setup (text) */
   char hostid[128];           /* equal for ranks on one host (see bootstrap.c) */
+  char mode[8];               /* its RR_TRANSPORT: every rank must choose by the same rule */
+  uint64_t nonce;             /* fresh per group setup: greetings to it are bound to it */
 } rr__peer_info;
 
 struct rr__transport;

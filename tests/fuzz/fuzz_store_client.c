@@ -3,9 +3,12 @@
  * MASTER_PORT must not crash it, make it read past a buffer, or hang it past its deadline.
  *
  * A fake server thread in the harness accepts the client's connection, reads nothing in
- * particular, writes the fuzz input as its "replies" and half-closes. The client runs its
- * HELLO and then a fixed script of calls (get, add, check, wait, delete, set, get), each
- * parsing whatever bytes come next. Invariants: every call returns a status from the
+ * particular, writes the fuzz input (after its first byte) as its "replies" and
+ * half-closes. Byte 0, bit 0: the client holds a job token, so it checks the server's MAC
+ * in the handshake (which fuzz input cannot forge: this fuzzes that check); without one the
+ * input can pass the handshake and reach the rest. The client runs the handshake and then
+ * a fixed script of calls (get, add, check, wait, delete, set, get), each parsing whatever
+ * bytes come next. Invariants: every call returns a status from the
  * rr_status list with a message, a successful get returns a buffer of exactly the length it
  * claims, and everything is over within the store timeout (2 s) plus slack. */
 #include <errno.h>
@@ -111,6 +114,9 @@ static void status_ok(int st) {
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
+  if (size < 1) return 0;
+  const char *token = data[0] & 1 ? "client-token" : NULL;
+  data++, size--;
   listen_once();
   int stop[2];
   FZ_ASSERT(pipe2(stop, O_CLOEXEC) == 0);
@@ -119,7 +125,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   FZ_ASSERT(pthread_create(&th, NULL, fake_main, &f) == 0);
   int64_t t0 = now_ms();
   rr_store *s = NULL;
-  int st = rr__store_tcp_open("127.0.0.1", g_port, 0, 2000, "client-token", &s);
+  int st = rr__store_tcp_open("127.0.0.1", g_port, 0, 2000, token, &s);
   status_ok(st);
   if (st == RR_OK) {
     void *v = NULL;

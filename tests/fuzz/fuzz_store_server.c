@@ -1,12 +1,15 @@
 /* libFuzzer harness: the rendezvous store's server (rendezvous/store_server.c), fed arbitrary bytes
  * over a real TCP connection. The request parser (header checks, body split, arity, keys,
- * the HELLO / job-token handshake, parked GET / WAIT) is static inside the server thread,
+ * the HELLO / AUTH handshake of store_proto.h, parked GET / WAIT) is static inside the server thread,
  * so the harness runs the real server in-process and plays a client:
  *
  *   byte 0, bit 0   the server holds a job token (what rr_init_process_group does when
- *                   RR_JOB_TOKEN is set); seeds carry both the right and wrong tokens
+ *                   RR_JOB_TOKEN is set): the input's own handshake cannot prove it, so
+ *                   this fuzzes the handshake and the refusals
  *   byte 0, bit 1   send the rest in two writes with a pause between them, so the server
  *                   also sees a request cut at an arbitrary point (partial header/body)
+ *   byte 0, bit 2   the harness first makes a real handshake (proving the token when the
+ *                   server holds one), so the input reaches the requests behind it
  *   the rest        what the client sends, then it half-closes (SHUT_WR)
  *
  * For each input: connect, send, half-close, read every reply until the server closes the
@@ -153,18 +156,55 @@ static void drain(int fd) {
       FZ_ASSERT(h.op >= RR__SOP_HELLO && h.op <= RR__SOP_MAX);
       FZ_ASSERT(h.status <= RR__SST_MAX && h.reserved == 0 && h.nargs == 0);
       FZ_ASSERT(h.body_len <= RR__STORE_MAX_VALUE);
-      FZ_ASSERT(h.body_len == 0 || (h.op == RR__SOP_GET && h.status == RR__SST_OK));
+      FZ_ASSERT(h.body_len == 0 || (h.op == RR__SOP_GET && h.status == RR__SST_OK) ||
+                (h.op == RR__SOP_HELLO && h.status == RR__SST_OK &&
+                 h.body_len == RR__STORE_NONCE + RR__STORE_MAC) ||
+                h.status == RR__SST_FAILED);
       body_left = h.body_len;
     }
   }
 }
 
+/* A real client's handshake on fd, proving FZ_TOKEN (or nothing, to a server without one). */
+static void handshake(int fd, int with_token) {
+  uint8_t key[16], cn[RR__STORE_NONCE] = "fuzz-cli-nonce-", b[RR__STORE_HDR + 4 + RR__STORE_NONCE];
+  uint8_t reply[RR__STORE_HDR + RR__STORE_NONCE + RR__STORE_MAC];
+  rr__token_key(with_token ? FZ_TOKEN : "", key);
+  rr__store_hdr h = {.magic = RR__STORE_REQ_MAGIC, .op = RR__SOP_HELLO, .nargs = 1,
+                     .body_len = 4 + RR__STORE_NONCE, .num = RR__STORE_VERSION};
+  rr__store_hdr_encode(&h, b);
+  rr__put_u32(b + RR__STORE_HDR, RR__STORE_NONCE);
+  memcpy(b + RR__STORE_HDR + 4, cn, RR__STORE_NONCE);
+  send_some(fd, b, sizeof b);
+  size_t got = 0;
+  while (got < sizeof reply) {
+    ssize_t r = recv(fd, reply + got, sizeof reply - got, 0);
+    FZ_ASSERT(r > 0); /* a correct HELLO is answered */
+    got += (size_t)r;
+  }
+  h = (rr__store_hdr){.magic = RR__STORE_REQ_MAGIC, .op = RR__SOP_AUTH, .nargs = 1,
+                      .body_len = 4 + RR__STORE_MAC};
+  rr__store_hdr_encode(&h, b);
+  rr__put_u32(b + RR__STORE_HDR, RR__STORE_MAC);
+  rr__store_mac(key, 2, cn, reply + RR__STORE_HDR, b + RR__STORE_HDR + 4);
+  send_some(fd, b, RR__STORE_HDR + 4 + RR__STORE_MAC);
+  got = 0;
+  while (got < RR__STORE_HDR) {
+    ssize_t r = recv(fd, reply + got, RR__STORE_HDR - got, 0);
+    FZ_ASSERT(r > 0);
+    got += (size_t)r;
+  }
+  rr__store_hdr_decode(reply, &h);
+  FZ_ASSERT(h.op == RR__SOP_AUTH && h.status == RR__SST_OK); /* a correct proof is accepted */
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   if (size < 1) return 0;
-  int with_token = data[0] & 1, split = data[0] & 2;
+  int with_token = data[0] & 1, split = data[0] & 2, greet = data[0] & 4;
   data++, size--;
   rr_store *s = server(with_token);
   int fd = connect_to(rr_store_port(s));
+  if (greet) handshake(fd, with_token);
   if (split && size > 1) {
     size_t cut = 1 + (size_t)data[0] % (size - 1);
     send_some(fd, data, cut);

@@ -136,12 +136,24 @@ static void req2(buf *m, uint8_t op, const char *a, const char *b) {
   req(m, op, 0, 2, args, l);
 }
 
+/* The handshake of a client: HELLO with a fixed nonce, AUTH with an all-zero MAC (what a
+ * store without a token takes; a store with one refuses it). */
+static void handshake(buf *m) {
+  static const uint8_t cn[RR__STORE_NONCE] = "seed-nonce-0123";
+  uint8_t mac[RR__STORE_MAC] = {0};
+  const char *a = (const char *)cn;
+  size_t l = RR__STORE_NONCE;
+  req(m, RR__SOP_HELLO, RR__STORE_VERSION, 1, &a, &l);
+  a = (const char *)mac;
+  l = RR__STORE_MAC;
+  req(m, RR__SOP_AUTH, 0, 1, &a, &l);
+}
+
 static void seeds_store_server(void) {
-  const char *tok = "fuzz-job-token-0123456789abcdef";
   buf m;
   /* Every opcode, in order, without a token. */
   m = (buf){.n = 0}; put8(&m, 0);
-  req1(&m, RR__SOP_HELLO, RR__STORE_VERSION, "");
+  handshake(&m);
   req2(&m, RR__SOP_SET, "rr/w/peer/0", "global=0 pid=1 nsocks=1 addr=127.0.0.1:1 host=h");
   req1(&m, RR__SOP_GET, 1000, "rr/w/peer/0");
   req1(&m, RR__SOP_ADD, 3, "counter");
@@ -150,19 +162,21 @@ static void seeds_store_server(void) {
     req(&m, RR__SOP_CHECK, 0, 2, k, l); req(&m, RR__SOP_WAIT, 500, 2, k, l); }
   req1(&m, RR__SOP_DELETE, 0, "counter");
   save("store_server", "all_ops", &m);
-  /* The same with the job token, and cut in two writes. */
-  m = (buf){.n = 0}; put8(&m, 3);
-  req1(&m, RR__SOP_HELLO, RR__STORE_VERSION, tok);
+  /* With the job token, the harness making the handshake (bit 2), cut in two writes. */
+  m = (buf){.n = 0}; put8(&m, 7);
   req2(&m, RR__SOP_SET, "k", "v");
   req1(&m, RR__SOP_GET, 100, "k");
   req1(&m, RR__SOP_ADD, 9223372036854775807LL, "n");
   req1(&m, RR__SOP_ADD, 1, "n");
   save("store_server", "token_split", &m);
-  m = (buf){.n = 0}; put8(&m, 1); req1(&m, RR__SOP_HELLO, RR__STORE_VERSION, "wrong-token"); save("store_server", "token_wrong", &m);
-  m = (buf){.n = 0}; put8(&m, 0); req1(&m, RR__SOP_HELLO, 2, ""); save("store_server", "version_wrong", &m);
-  m = (buf){.n = 0}; put8(&m, 0); req1(&m, RR__SOP_HELLO, 1, ""); req1(&m, RR__SOP_GET, 60000, "never-set"); save("store_server", "get_parks", &m);
+  /* A handshake that cannot prove the token; one of the old version's shape. */
+  m = (buf){.n = 0}; put8(&m, 1); handshake(&m); req1(&m, RR__SOP_GET, 100, "k"); save("store_server", "token_wrong", &m);
+  m = (buf){.n = 0}; put8(&m, 1); req1(&m, RR__SOP_HELLO, 1, "fuzz-job-token-0123456789abcdef"); save("store_server", "token_v1", &m);
+  m = (buf){.n = 0}; put8(&m, 0); req1(&m, RR__SOP_HELLO, 3, "seed-nonce-0123"); save("store_server", "version_wrong", &m);
+  m = (buf){.n = 0}; put8(&m, 0); handshake(&m); req1(&m, RR__SOP_GET, 60000, "never-set"); save("store_server", "get_parks", &m);
   m = (buf){.n = 0}; put8(&m, 0); req2(&m, RR__SOP_SET, "k", "before hello"); save("store_server", "no_hello", &m);
-  m = (buf){.n = 0}; put8(&m, 0); req1(&m, RR__SOP_HELLO, 1, ""); req2(&m, RR__SOP_SET, "k", "not a number"); req1(&m, RR__SOP_ADD, 1, "k"); save("store_server", "add_notint", &m);
+  m = (buf){.n = 0}; put8(&m, 0); req1(&m, RR__SOP_AUTH, 0, "12345678"); save("store_server", "auth_first", &m);
+  m = (buf){.n = 0}; put8(&m, 0); handshake(&m); req2(&m, RR__SOP_SET, "k", "not a number"); req1(&m, RR__SOP_ADD, 1, "k"); save("store_server", "add_notint", &m);
 }
 
 /* ---- store replies (what a hostile server sends the client) ---- */
@@ -176,10 +190,23 @@ static void rep(buf *m, uint8_t op, uint8_t status, int64_t num, const char *bod
   if (bl) put(m, body, bl);
 }
 
+/* The server's side of the handshake: HELLO answered with a nonce and a MAC (all zero: a
+ * client without a token checks nothing), AUTH accepted. */
+static void challenge(buf *m) {
+  rr__store_hdr h = {.magic = RR__STORE_REP_MAGIC, .op = RR__SOP_HELLO, .status = RR__SST_OK,
+                     .body_len = RR__STORE_NONCE + RR__STORE_MAC, .num = RR__STORE_VERSION};
+  uint8_t w[RR__STORE_HDR + RR__STORE_NONCE + RR__STORE_MAC] = {0};
+  rr__store_hdr_encode(&h, w);
+  memcpy(w + RR__STORE_HDR, "seed-server-nonc", RR__STORE_NONCE);
+  put(m, w, sizeof w);
+  rep(m, RR__SOP_AUTH, RR__SST_OK, 0, NULL);
+}
+
 static void seeds_store_client(void) {
   buf m;
-  m = (buf){.n = 0};
-  rep(&m, RR__SOP_HELLO, RR__SST_OK, RR__STORE_VERSION, NULL);
+  /* Byte 0: bit 0 set, the client holds a token (and checks the server's MAC). */
+  m = (buf){.n = 0}; put8(&m, 0);
+  challenge(&m);
   rep(&m, RR__SOP_GET, RR__SST_OK, 0, "value-of-k1");
   rep(&m, RR__SOP_ADD, RR__SST_OK, 5, NULL);
   rep(&m, RR__SOP_CHECK, RR__SST_OK, 1, NULL);
@@ -188,8 +215,8 @@ static void seeds_store_client(void) {
   rep(&m, RR__SOP_SET, RR__SST_OK, 0, NULL);
   rep(&m, RR__SOP_GET, RR__SST_OK, 0, "abc");
   save("store_client", "all_ok", &m);
-  m = (buf){.n = 0};
-  rep(&m, RR__SOP_HELLO, RR__SST_OK, RR__STORE_VERSION, NULL);
+  m = (buf){.n = 0}; put8(&m, 0);
+  challenge(&m);
   rep(&m, RR__SOP_GET, RR__SST_TIMEOUT, 0, NULL);
   rep(&m, RR__SOP_ADD, RR__SST_OVERFLOW, 0, NULL);
   rep(&m, RR__SOP_CHECK, RR__SST_OK, 0, NULL);
@@ -198,8 +225,11 @@ static void seeds_store_client(void) {
   rep(&m, RR__SOP_SET, RR__SST_OK, 0, NULL);
   rep(&m, RR__SOP_GET, RR__SST_NOTINT, 0, NULL);
   save("store_client", "statuses", &m);
-  m = (buf){.n = 0}; rep(&m, RR__SOP_HELLO, RR__SST_DENIED, RR__STORE_VERSION, NULL); save("store_client", "denied", &m);
-  m = (buf){.n = 0}; rep(&m, RR__SOP_HELLO, RR__SST_OK, RR__STORE_VERSION, NULL);
+  m = (buf){.n = 0}; put8(&m, 0); challenge(&m); rep(&m, RR__SOP_GET, RR__SST_FAILED, 0, "the store gave up\n\x01");
+  save("store_client", "failed", &m);
+  m = (buf){.n = 0}; put8(&m, 0); rep(&m, RR__SOP_HELLO, RR__SST_DENIED, RR__STORE_VERSION, NULL); save("store_client", "denied", &m);
+  m = (buf){.n = 0}; put8(&m, 1); challenge(&m); save("store_client", "mac_wrong", &m);
+  m = (buf){.n = 0}; put8(&m, 0); challenge(&m);
   { rr__store_hdr h = {.magic = RR__STORE_REP_MAGIC, .op = RR__SOP_GET, .body_len = 1u << 20};
     uint8_t w[RR__STORE_HDR]; rr__store_hdr_encode(&h, w); put(&m, w, sizeof w); put(&m, "short", 5); }
   save("store_client", "get_body_cut", &m);

@@ -9,7 +9,8 @@ add_dependencies(rrun rrun_helper rrun_allreduce)
 
 set(RRUN_TEST_CASES
   env_nproc1 env_nproc4 env_multinode underscores standalone
-  fail_stops_others grace_kill process_group rrun_killed signalled exec_fail signals
+  fail_stops_others grace_kill process_group rrun_killed rrun_killed_grandchild stopped_worker
+  fd_exhaustion signalled exec_fail signals
   tee tee_modes leftover_writer no_zombies restart bad_flags two_nodes_local)
 foreach(case IN LISTS RRUN_TEST_CASES)
   add_test(NAME rrun_${case}

@@ -156,7 +156,7 @@ case_env_nproc4() {
   done
   [ "$(cat "$T"/env.*.0 | grep RR_JOB_TOKEN | sort -u | wc -l)" = 1 ] ||
     fail "workers got different RR_JOB_TOKENs"
-  [ "$(grep -c 'Setting OMP_NUM_THREADS environment variable for each process to be 1' \
+  [ "$(grep -c 'OMP_NUM_THREADS is unset, so every worker gets OMP_NUM_THREADS=1' \
     "$T/err")" = 1 ] || fail "the OMP_NUM_THREADS warning was not printed exactly once"
 
   # Inherited OMP_NUM_THREADS and RR_JOB_TOKEN are kept (and then there is no warning).
@@ -320,6 +320,56 @@ case_rrun_killed() {
   for f in "$T"/pid.{0,1}.0; do expect_dead "$(cat "$f")" "a worker of the killed rrun"; done
 }
 
+# rrun killed outright: what a worker started (here a shell's background child) goes too,
+# through the keeper (tools/rrun_keeper.c), not only the workers themselves.
+case_rrun_killed_grandchild() {
+  "$RRUN" --nproc-per-node 2 sh -c 'sleep 1000 & echo $! >"$1/gc.$RANK.tmp"
+    mv "$1/gc.$RANK.tmp" "$1/gc.$RANK"; wait' sh "$T" >"$T/out" 2>"$T/err" &
+  local pid=$! r
+  wait_for "$T"/gc.{0,1}
+  kill -s KILL $pid
+  wait $pid
+  for r in 0 1; do expect_dead "$(cat "$T/gc.$r")" "the child of rank $r of the killed rrun"; done
+}
+
+# A worker frozen with SIGSTOP gets SIGCONT with its SIGTERM: stopping the job takes
+# moments, not the 20 s grace period.
+case_stopped_worker() {
+  local t0 pid
+  rm -f "$T"/pid.* "$T"/sig.*
+  t0=$(now_ms)
+  timeout -s KILL 30 "$RRUN" --nproc-per-node 2 --grace-period 20 "$HELPER" "$T" \
+    '0=exit:1:500' '1=sleep' >"$T/out" 2>"$T/err" &
+  pid=$!
+  wait_for "$T"/pid.{0,1}.0
+  kill -s STOP "$(cat "$T/pid.1.0")"
+  wait $pid
+  RC=$?
+  ELAPSED=$(($(now_ms) - t0))
+  expect_rc 1
+  expect_faster 8000
+  expect_content "$T/sig.1.0" 15
+  expect_no_err "sending SIGKILL"
+  expect_gone "$T"/pid.*.0
+}
+
+# Too few file descriptors for 8 ranks (ulimit -n 16): the job fails within seconds, and the
+# ranks' errors say that the process serving the store (rank 0) ran out of descriptors,
+# instead of the timeout blaming a rank that never got in.
+case_fd_exhaustion() {
+  [ -n "$ALLREDUCE" ] || fail "no all-reduce worker given"
+  local t0
+  t0=$(now_ms)
+  (ulimit -n 16 && RR_TIMEOUT=60 timeout -s KILL 30 "$RRUN" --nproc-per-node 8 "$ALLREDUCE") \
+    >"$T/out" 2>"$T/err"
+  RC=$?
+  ELAPSED=$(($(now_ms) - t0))
+  [ "$RC" != 0 ] || fail "the job succeeded with 16 descriptors per process"
+  expect_faster 15000
+  grep -E "rank [0-7]: .*ran out of file descriptors: accept: Too many open files \(it may open 16" \
+    "$T/err" >/dev/null || fail "no rank says that the store ran out of file descriptors"
+}
+
 case_signalled() {
   rr --nproc-per-node 2 "$HELPER" "$T" '*=sleep' '1=raise:9'
   expect_rc 137
@@ -412,7 +462,7 @@ case_tee() {
   rr --nproc-per-node 3 --tee 3 "$HELPER" "$T" '*=out:100'
   expect_rc 0
   check_prefixed "$T/out" out 3 100 200000
-  grep -v '^rrun: warning: Setting OMP' "$T/err" >"$T/err.workers"
+  grep -v '^rrun: warning: OMP_NUM_THREADS is unset' "$T/err" >"$T/err.workers"
   check_prefixed "$T/err.workers" err 3 100 0
 }
 
@@ -432,7 +482,7 @@ case_tee_modes() {
   rr --nproc-per-node 2 --tee=2 "$HELPER" "$T" '*=out:5'
   expect_rc 0
   ! grep -q '^\[rank' "$T/out" || fail "--tee 2 prefixed stdout"
-  grep -v '^rrun: warning: Setting OMP' "$T/err" >"$T/err.workers"
+  grep -v '^rrun: warning: OMP_NUM_THREADS is unset' "$T/err" >"$T/err.workers"
   check_prefixed "$T/err.workers" err 2 5 0
   # No --tee: the worker writes to rrun's own stdout, byte for byte as when run directly.
   rr "$HELPER" "$T" '*=out:20'

@@ -136,9 +136,10 @@ static int setup_env(launcher *L) {
   }
   if (!getenv("OMP_NUM_THREADS") && o->nproc > 1) {
     rr__say(
-        "warning: Setting OMP_NUM_THREADS environment variable for each process to be 1 in "
-        "default, to avoid your system being overloaded, please further tune the variable "
-        "for optimal performance in your application as needed.");
+        "warning: OMP_NUM_THREADS is unset, so every worker gets OMP_NUM_THREADS=1: %d "
+        "processes each starting one thread per core would oversubscribe this machine. "
+        "Export OMP_NUM_THREADS to choose another value.",
+        o->nproc);
     if (rr__set_env("OMP_NUM_THREADS", "1")) return -1;
   }
   if (!getenv("RR_JOB_TOKEN") && o->nnodes > 1) {

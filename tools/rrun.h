@@ -94,6 +94,7 @@ typedef struct {
   int first_failed;  /* index of the first failed worker, -1 if none */
   int signal_in;     /* first signal rrun received, 0 if none */
   bool launch_error; /* rrun itself could not start a worker */
+  int keeper_fd;     /* write end of the keeper's pipe (rrun_keeper.c), -1: none */
 } launcher;
 
 /* rrun_flags.c. Exits (2, with a message) on any mistake, and for --help and --version. */
@@ -112,5 +113,12 @@ int rr__set_env(const char *name, const char *value);
 int rr__set_env_int(const char *name, long value);
 /* Runs the group, restarting it as --max-restarts allows; returns rrun's exit code. */
 int rr__run_job(launcher *L);
+
+/* rrun_keeper.c: the process that kills the workers' process groups when rrun ends, even by
+ * SIGKILL. Start it before the first worker; watch each worker's group as it starts and
+ * forget it once the worker is reaped (it stays listed while anything is left in it). */
+int rr__keeper_start(launcher *L);
+void rr__keeper_watch(launcher *L, pid_t pgid);
+void rr__keeper_forget(launcher *L, pid_t pgid);
 
 #endif /* RR__TOOLS_RRUN_H_ */

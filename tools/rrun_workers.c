@@ -181,6 +181,11 @@ static enum spawn_result spawn_worker(launcher *L, worker *w) {
     goto out;
   }
   if (pid == 0) child_main(L, pipes, report[1], parent);
+  /* The child makes its own group too; doing it here as well closes the window in which a
+   * signal to the group would miss it. EACCES: it has already exec'd, and so has its group. */
+  if (setpgid(pid, pid) != 0 && errno != EACCES && errno != ESRCH)
+    rr__say("setpgid of rank %d: %s", w->rank, strerror(errno));
+  rr__keeper_watch(L, pid);
   w->pid = pid;
   w->alive = true;
   L->live++;
@@ -213,12 +218,21 @@ out:
  * Stopping workers.
  */
 
-/* Signals the worker's process group, so processes it started get the signal too. */
+/* Signals the worker's process group, so processes it started get the signal too. A
+ * stopped process (SIGSTOP, a debugger's stop) only acts on SIGTERM once continued, so
+ * every signal but SIGKILL is followed by SIGCONT: stopping the job must not cost the
+ * whole grace period because one worker was frozen. */
 static void signal_worker(worker *w, int sig) {
   w->signalled = true;
-  if (kill(-w->pid, sig) == 0) return;
+  if (kill(-w->pid, sig) == 0) {
+    if (sig != SIGKILL) (void)kill(-w->pid, SIGCONT);
+    return;
+  }
   /* ESRCH: the worker left its group (setsid, setpgid); fall back to the process itself. */
-  if (errno == ESRCH && kill(w->pid, sig) == 0) return;
+  if (errno == ESRCH && kill(w->pid, sig) == 0) {
+    if (sig != SIGKILL) (void)kill(w->pid, SIGCONT);
+    return;
+  }
   if (errno != ESRCH) rr__say("kill rank %d (pid %d): %s", w->rank, (int)w->pid, strerror(errno));
 }
 
@@ -280,6 +294,7 @@ static void reap(launcher *L) {
     w->alive = false;
     w->status = status;
     L->live--;
+    rr__keeper_forget(L, pid);
     /* Its last lines come out before any message about it. */
     for (int s = 0; s < 2; s++) rr__stream_read(L, w, &w->out[s], true);
     bool ok = WIFEXITED(status) && WEXITSTATUS(status) == 0;
@@ -425,6 +440,9 @@ static void run_group(launcher *L) {
 
 /* Runs the group until it succeeds, is stopped by a signal, or has used its restarts. */
 int rr__run_job(launcher *L) {
+  L->keeper_fd = -1;
+  /* Without a keeper the job still runs; only a SIGKILL of rrun could then leave strays. */
+  (void)rr__keeper_start(L);
   for (;;) {
     run_group(L);
     if (L->first_failed >= 0) print_summary(L);

@@ -1,6 +1,7 @@
 #include "common/param.h"
 
 #include <errno.h>
+#include <math.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -39,23 +40,62 @@ static void rr__bad(const char *env, const char *val) {
              env, val);
 }
 
+static void rr__out_of_range(const char *env, const char *val, const char *range) {
+  if (rr__param_err[0] == '\0')
+    snprintf(rr__param_err, sizeof rr__param_err,
+             "environment variable %s='%s' is out of range (%s)", env, val, range);
+}
+
+/* A whole number (K/M/G suffixes) in [lo, hi]; sets *out and returns 1, or reports and
+ * returns 0. */
+static int rr__load_int(const char *env, const char *v, int64_t lo, int64_t hi, int64_t *out) {
+  int64_t x;
+  /* Negative values only where the range has them (RR_SPIN_US=-1 is "auto"). */
+  int neg = v[0] == '-' && lo < 0;
+  if (rr__parse_size(neg ? v + 1 : v, &x) != 0) {
+    rr__bad(env, v);
+    return 0;
+  }
+  if (neg) x = -x;
+  if (x < lo || x > hi) {
+    char range[96];
+    snprintf(range, sizeof range, "a whole number from %lld to %lld", (long long)lo,
+             (long long)hi);
+    rr__out_of_range(env, v, range);
+    return 0;
+  }
+  *out = x;
+  return 1;
+}
+
+/* A finite number of seconds in [lo, hi]: "inf", "nan" and 1e300 are refused, and so is a
+ * value that would round to 0 ms (every handshake would time out at once). */
+static int rr__load_dbl(const char *env, const char *v, double lo, double hi, double *out) {
+  char *end;
+  errno = 0;
+  double x = strtod(v, &end);
+  if (end == v || *end != '\0') {
+    rr__bad(env, v);
+    return 0;
+  }
+  if (!isfinite(x) || x < lo || x > hi || errno == ERANGE) {
+    char range[96];
+    snprintf(range, sizeof range, "a finite number of seconds from %g to %g", lo, hi);
+    rr__out_of_range(env, v, range);
+    return 0;
+  }
+  *out = x;
+  return 1;
+}
+
 static void rr__params_load(void) {
   const char *v;
-#define RR__L_INT(f, env, def, doc)                                \
-  rr__cached.f = (def);                                            \
-  if ((v = getenv(env)) != NULL && *v) {                           \
-    int64_t x;                                                     \
-    if (rr__parse_size(v, &x) == 0) rr__cached.f = x;              \
-    else rr__bad(env, v);                                          \
-  }
-#define RR__L_DBL(f, env, def, doc)                                \
-  rr__cached.f = (def);                                            \
-  if ((v = getenv(env)) != NULL && *v) {                           \
-    char *end;                                                     \
-    double x = strtod(v, &end);                                    \
-    if (end != v && *end == '\0' && x > 0) rr__cached.f = x;       \
-    else rr__bad(env, v);                                          \
-  }
+#define RR__L_INT(f, env, def, lo, hi, doc)                       \
+  rr__cached.f = (def);                                           \
+  if ((v = getenv(env)) != NULL && *v) rr__load_int(env, v, (lo), (hi), &rr__cached.f);
+#define RR__L_DBL(f, env, def, lo, hi, doc)                       \
+  rr__cached.f = (def);                                           \
+  if ((v = getenv(env)) != NULL && *v) rr__load_dbl(env, v, (lo), (hi), &rr__cached.f);
 #define RR__L_STR(f, env, def, doc) \
   rr__cached.f = ((v = getenv(env)) != NULL && *v) ? v : (def);
   RR__INT_PARAMS(RR__L_INT)
@@ -64,23 +104,6 @@ static void rr__params_load(void) {
 #undef RR__L_INT
 #undef RR__L_DBL
 #undef RR__L_STR
-  /* Ranges: refuse values that would break the wire protocol or the pipeline. */
-  if (rr__cached.nsocks < 1 || rr__cached.nsocks > 16) {
-    rr__bad("RR_NSOCKS", getenv("RR_NSOCKS"));
-    rr__cached.nsocks = 2;
-  }
-  if (rr__cached.seg_bytes < 4096 || rr__cached.seg_bytes > (64 << 20)) {
-    rr__bad("RR_SEG_BYTES", getenv("RR_SEG_BYTES"));
-    rr__cached.seg_bytes = 256 * 1024;
-  }
-  if (rr__cached.spin_us < -1 || rr__cached.spin_us > 1000000) {
-    rr__bad("RR_SPIN_US", getenv("RR_SPIN_US"));
-    rr__cached.spin_us = -1;
-  }
-  if (rr__cached.slots < 2 || rr__cached.slots > 64) {
-    rr__bad("RR_SLOTS", getenv("RR_SLOTS"));
-    rr__cached.slots = 4;
-  }
   if (strcmp(rr__cached.algo, "auto") && strcmp(rr__cached.algo, "ring") &&
       strcmp(rr__cached.algo, "rd") && strcmp(rr__cached.algo, "star")) {
     rr__bad("RR_ALGO", rr__cached.algo);

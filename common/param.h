@@ -6,20 +6,29 @@
 
 #include <stdint.h>
 
+/* XX(field, variable, default, lowest, highest, meaning). A value outside [lowest, highest],
+ * or one that does not parse, fails rr_init_process_group (and rr_spawn) with RR_EENV
+ * naming the variable and its range: a timeout of "inf" or 1e-9 s, a segment of 1 byte, are
+ * mistakes to report, not to clamp or wrap around. */
 #define RR__INT_PARAMS(XX)                                                                    \
-  XX(nsocks, "RR_NSOCKS", 2, "TCP data sockets per peer (1..16)")                           \
-  XX(seg_bytes, "RR_SEG_BYTES", 256 * 1024, "pipeline segment size in bytes")               \
-  XX(slots, "RR_SLOTS", 4, "receive segments in flight per step (2..64)")                   \
-  XX(small_bytes, "RR_SMALL_BYTES", 64 * 1024,                                              \
+  XX(nsocks, "RR_NSOCKS", 2, 1, 16, "TCP data sockets per peer")                            \
+  XX(seg_bytes, "RR_SEG_BYTES", 256 * 1024, 4096, 64 << 20, "pipeline segment size in bytes") \
+  XX(slots, "RR_SLOTS", 4, 2, 64, "receive segments in flight per step")                    \
+  XX(small_bytes, "RR_SMALL_BYTES", 64 * 1024, 0, (int64_t)1 << 40,                         \
      "all-reduce up to this many bytes uses recursive doubling (RR_ALGO=auto)")             \
-  XX(sockbuf, "RR_SOCKBUF", 4 * 1024 * 1024, "socket buffer bytes (0: kernel autotuning)") \
-  XX(spin_us, "RR_SPIN_US", -1,                                                             \
+  XX(sockbuf, "RR_SOCKBUF", 4 * 1024 * 1024, 0, 1 << 30,                                    \
+     "socket buffer bytes (0: kernel autotuning)")                                          \
+  XX(spin_us, "RR_SPIN_US", -1, -1, 1000000,                                                \
      "microseconds a blocking call polls before sleeping (unset: 50, or 100 yielding the "  \
-     "core when this host's ranks outnumber its cores)")                                                          \
-  XX(trace, "RR_TRACE", 0, "1: print one line per rank per ring step (chunks, and values when small)")
+     "core when this host's ranks outnumber its cores)")                                    \
+  XX(trace, "RR_TRACE", 0, 0, 1,                                                            \
+     "1: print one line per rank per ring step (chunks, and values when small)")
 
-#define RR__DBL_PARAMS(XX) \
-  XX(timeout_s, "RR_TIMEOUT", 1800.0, "seconds a call may take before it fails (default 30 min)")
+#define RR__DBL_PARAMS(XX)                                                                   \
+  XX(timeout_s, "RR_TIMEOUT", 1800.0, 0.001, 1e9,                                            \
+     "seconds a call may take before it fails (default 30 min)")                            \
+  XX(grace_s, "RR_GRACE_PERIOD", 30.0, 0.0, 1e6,                                             \
+     "seconds rr_spawn waits between SIGTERM and SIGKILL")
 
 #define RR__STR_PARAMS(XX)                                                                   \
   XX(debug, "RR_DEBUG", "WARN", "log level: NONE, WARN, INFO or TRACE")                     \
@@ -36,8 +45,8 @@
      "secret shared by the ranks of one job (rrun sets it); other connections are refused")
 
 typedef struct rr__params {
-#define RR__P_INT(f, env, def, doc) int64_t f;
-#define RR__P_DBL(f, env, def, doc) double f;
+#define RR__P_INT(f, env, def, lo, hi, doc) int64_t f;
+#define RR__P_DBL(f, env, def, lo, hi, doc) double f;
 #define RR__P_STR(f, env, def, doc) const char *f;
   RR__INT_PARAMS(RR__P_INT)
   RR__DBL_PARAMS(RR__P_DBL)
@@ -47,7 +56,8 @@ typedef struct rr__params {
 #undef RR__P_STR
 } rr__params;
 
-/* The cached values. Never NULL; a malformed variable leaves its default in place. */
+/* The cached values. Never NULL; a malformed or out-of-range variable leaves its default in
+ * place (and rr__params_check reports it). */
 const rr__params *rr__params_get(void);
 /* RR_OK, or RR_EENV with the last error naming the malformed variable (reported by init). */
 int rr__params_check(void);

@@ -47,7 +47,11 @@ static int rr__rank_arg(rr_pg *pg, const char *what, int global, int *group) {
   return RR_OK;
 }
 
-static int rr__validate(rr_pg *pg, rr__args *a, int root_or_peer) {
+/* *by_role is set when a failed check is one that only some ranks of a correct call make:
+ * the root's buffers of a broadcast or reduce, the in-place offset of an all-gather or
+ * reduce-scatter (which depends on the rank). */
+static int rr__validate(rr_pg *pg, rr__args *a, int root_or_peer, int *by_role) {
+  *by_role = 0;
   size_t es = rr_dtype_size(a->dtype);
   if ((int)a->dtype < 0 || a->dtype >= RR_NUM_DTYPES || es == 0)
     return rr__set_error(RR_EINVAL, "invalid dtype %d", (int)a->dtype);
@@ -87,6 +91,8 @@ static int rr__validate(rr_pg *pg, rr__args *a, int root_or_peer) {
               !(a->kind == RR__K_BROADCAST && a->root != pg->rank);
   int writes = a->kind != RR__K_SEND && a->kind != RR__K_BARRIER &&
                !(a->kind == RR__K_REDUCE && a->root != pg->rank);
+  /* Only the root reads a broadcast's sendbuf and writes a reduce's recvbuf. */
+  *by_role = a->kind == RR__K_BROADCAST || a->kind == RR__K_REDUCE;
   if (reads && in > 0 && !a->sendbuf)
     return rr__set_error(RR_EINVAL, "%s is NULL but %zu bytes are to be sent",
                          a->kind == RR__K_SEND ? "buf" : "sendbuf", in);
@@ -97,6 +103,8 @@ static int rr__validate(rr_pg *pg, rr__args *a, int root_or_peer) {
     /* In place means exactly NCCL's aliasing; any other overlap would corrupt data. */
     const char *s = a->sendbuf, *r = a->recvbuf;
     int in_place = s == r;
+    /* The in-place offset of an all-gather or reduce-scatter depends on the rank. */
+    if (a->kind == RR__K_ALL_GATHER || a->kind == RR__K_REDUCE_SCATTER) *by_role = 1;
     if (a->kind == RR__K_ALL_GATHER) in_place = s == r + (size_t)pg->rank * in;
     if (a->kind == RR__K_REDUCE_SCATTER) in_place = r == s + (size_t)pg->rank * out;
     if (a->kind == RR__K_SENDRECV) in_place = 0; /* receiving over what is being sent */
@@ -121,9 +129,16 @@ static int rr__call(rr_pg *pg, int kind, const void *sendbuf, void *recvbuf, siz
                          pg->global_ranks[pg->rank], rr__api_name(kind));
   rr__args a = {.kind = kind, .sendbuf = sendbuf, .recvbuf = recvbuf, .count = count,
                 .dtype = dtype, .op = op, .stream = rr__cuda_pg_stream(pg)};
-  int st = rr__validate(pg, &a, root_or_peer);
-  if (st != RR_OK)
-    return rr__prefix_error(st, "rank %d: %s", pg->global_ranks[pg->rank], rr__api_name(kind));
+  int by_role = 0;
+  int st = rr__validate(pg, &a, root_or_peer, &by_role);
+  if (st != RR_OK) {
+    rr__prefix_error(st, "rank %d: %s", pg->global_ranks[pg->rank], rr__api_name(kind));
+    /* The other ranks may pass all their checks and already wait in this call for ours: a
+     * refusal that only this rank's role can earn aborts the group, so they fail in this
+     * same call, naming this rank and the reason, instead of at the next call or never. */
+    if (by_role) rr__comm_abort(pg->comm, st, rr__error(), 1);
+    return st;
+  }
   return rr__pg_submit(pg, &a, async ? work : NULL);
 }
 
@@ -191,7 +206,8 @@ static int rr__sendrecv(rr_pg *pg, const void *s, size_t sn, int dst, void *r, s
   rr__args a = {.kind = RR__K_SENDRECV, .sendbuf = s, .recvbuf = r, .count = sn,
                 .recvcount = rn, .src = src, .dtype = d, .op = RR_SUM,
                 .stream = rr__cuda_pg_stream(pg)};
-  int st = rr__validate(pg, &a, dst);
+  int by_role; /* point to point has no roles: each side checks its own half */
+  int st = rr__validate(pg, &a, dst, &by_role);
   if (st != RR_OK)
     return rr__prefix_error(st, "rank %d: sendrecv", pg->global_ranks[pg->rank]);
   return rr__pg_submit(pg, &a, async ? w : NULL);

@@ -169,14 +169,12 @@ int rr_init_process_group(rr_pg **out, const rr_pg_options *opt) {
                                 NULL, 0),
                   st, fail);
   }
-  /* The job token: only a proof derived from it crosses the wire (store and greetings). */
+  /* The job token: it never crosses the wire, only MACs keyed with it (the store's
+   * handshake, the bootstrap's greetings). */
   const char *token = rr__params_get()->job_token;
-  char proof[32] = "";
   if (token[0]) {
     rr__token_key(token, pg->token_key);
     pg->have_token = 1;
-    snprintf(proof, sizeof proof, "%016llx",
-             (unsigned long long)rr__siphash(pg->token_key, "rr-store-v1", 11));
   }
   if (in.kind == RR__INIT_FILE) {
     st = rr_store_file(in.path, timeout, &pg->store);
@@ -184,7 +182,7 @@ int rr_init_process_group(rr_pg **out, const rr_pg_options *opt) {
     st = rr__addr_resolve(in.host, in.port, &pg->hint);
     if (st == RR_OK) {
       pg->have_hint = 1;
-      st = rr__store_tcp_open(in.host, in.port, in.rank == 0, timeout, proof[0] ? proof : NULL,
+      st = rr__store_tcp_open(in.host, in.port, in.rank == 0, timeout, token[0] ? token : NULL,
                               &pg->store);
     }
   }
@@ -278,9 +276,21 @@ int rr_new_group(rr_pg *parent, const int *ranks, int nranks, int64_t timeout_ms
     return st; /* the non-members' barrier then fails on the parent's deadline or abort */
   }
   atomic_fetch_add(&parent->nchildren, 1);
-  *group = pg;
   st = rr_barrier(parent);
-  return st == RR_OK ? st : rr__prefix_error(st, "rank %d: new_group", me);
+  if (st != RR_OK) {
+    /* A failed new_group leaves nothing behind: the caller gets no group to destroy, and
+     * the parent no child that would stop rr_destroy_process_group. */
+    char saved[RR__ERRMSG_MAX];
+    rr__prefix_error(st, "rank %d: new_group", me);
+    snprintf(saved, sizeof saved, "%s", rr__error());
+    /* Members that did get the group learn why it is gone on their next call with it. */
+    rr__comm_abort(pg->comm, st, saved, 1);
+    (void)rr_destroy_process_group(pg);
+    rr__copy_error(saved);
+    return st;
+  }
+  *group = pg;
+  return RR_OK;
 }
 
 int rr_destroy_process_group(rr_pg *pg) {

@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include "common/log.h"
+#include "common/param.h"
 #include "common/status.h"
 #include "common/util.h"
 #include "transport/socket.h"
@@ -66,14 +67,6 @@ static void rr__child(int rank, int nprocs, int port, int (*fn)(int, void *), vo
   _exit(rr__exit_code(rc));
 }
 
-static double rr__grace_s(void) {
-  const char *g = getenv("RR_GRACE_PERIOD");
-  char *end;
-  double v = g ? strtod(g, &end) : 30.0;
-  if (g && (end == g || !(v >= 0))) return 30.0;
-  return v > 1e9 ? 1e9 : v; /* keeps the deadline in range */
-}
-
 /* A pidfd for pid, or -1 where the kernel has none (then the caller polls). */
 static int rr__pidfd(pid_t pid) {
 #ifdef SYS_pidfd_open
@@ -98,6 +91,10 @@ int rr_spawn(int nprocs, int (*fn)(int rank, void *arg), void *arg, rr_spawn_sta
   if (status) *status = (rr_spawn_status){-1, 0, 0};
   if (nprocs < 1 || !fn)
     return rr__set_error(RR_EINVAL, "rr_spawn: need nprocs >= 1 and a function");
+  /* A bad RR_GRACE_PERIOD (or any other tunable) fails here, before any worker exists,
+   * rather than in every worker's rr_init_process_group. */
+  int pst = rr__params_check();
+  if (pst != RR_OK) return rr__prefix_error(pst, "rr_spawn");
   int port;
   RR__CHECK(rr__free_port(&port));
   pid_t *pids = rr__calloc((size_t)nprocs, sizeof *pids); /* 0 once reaped */
@@ -162,7 +159,7 @@ int rr_spawn(int nprocs, int (*fn)(int rank, void *arg), void *arg, rr_spawn_sta
       /* Stop the others: SIGTERM, a grace period, then SIGKILL. */
       for (int j = 0; j < started; j++)
         if (pids[j]) rr__signal(pids[j], SIGTERM);
-      kill_at = rr__now_ms() + (int64_t)(rr__grace_s() * 1000.0);
+      kill_at = rr__now_ms() + (int64_t)(rr__params_get()->grace_s * 1000.0);
     }
     if (live == 0) break;
     if (failed && !killed && rr__ms_left(kill_at) == 0) {

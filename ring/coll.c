@@ -24,6 +24,20 @@ typedef struct rr__hdr_sends {
   int n;
 } rr__hdr_sends;
 
+/* What to add to a mismatch message. A hint names a setting only when the calls agree on
+ * everything the user passed: different counts also pick different algorithms (recursive
+ * doubling below RR_SMALL_BYTES, which sends no segment size), and then the counts, which
+ * the message shows, are the cause. */
+static const char *rr__mismatch_hint(const rr__hdr *mine, const rr__hdr *theirs) {
+  int same_call = theirs->kind == mine->kind && theirs->count == mine->count &&
+                  theirs->dtype == mine->dtype && theirs->op == mine->op &&
+                  theirs->root == mine->root;
+  if (!same_call) return "";
+  if (theirs->algo != mine->algo) return " (RR_ALGO or RR_SMALL_BYTES differs between the ranks)";
+  if (theirs->seg_bytes != mine->seg_bytes) return " (RR_SEG_BYTES differs between the ranks)";
+  return "";
+}
+
 /* A header from a peer this call does not read from: the same call number must mean the
  * same call. (Point-to-point sends and later calls pass: they are read in their turn.) */
 static int rr__sniff_check(void *ctx, int peer, const uint8_t wire[RR__SNIFF_BYTES]) {
@@ -40,8 +54,8 @@ static int rr__sniff_check(void *ctx, int peer, const uint8_t wire[RR__SNIFF_BYT
   char a[160], b[160];
   rr__hdr_describe(m, a, sizeof a);
   rr__hdr_describe(&h, b, sizeof b);
-  return rr__set_error(RR_EMISMATCH, "mismatched calls: rank %d called %s, but rank %d called %s",
-                       rr__grank(c, c->r), a, g, b);
+  return rr__set_error(RR_EMISMATCH, "mismatched calls: rank %d called %s, but rank %d called %s%s",
+                       rr__grank(c, c->r), a, g, b, rr__mismatch_hint(m, &h));
 }
 
 /* Adaptive spinning. A spin pays when the data comes within a few microseconds: sleeping
@@ -176,11 +190,7 @@ static int rr__check_hdr_kind(rr__coll *c, int from, const uint8_t *wire, int ki
     char a[160], b[160];
     rr__describe_own(c, &mine, a, sizeof a);
     rr__hdr_describe(&h, b, sizeof b);
-    const char *hint = h.seg_bytes != mine.seg_bytes && h.kind == mine.kind
-                           ? " (RR_SEG_BYTES differs between the ranks)"
-                           : h.algo != mine.algo && h.kind == mine.kind
-                                 ? " (RR_ALGO or RR_SMALL_BYTES differs between the ranks)"
-                                 : "";
+    const char *hint = rr__mismatch_hint(&mine, &h);
     return rr__set_error(RR_EMISMATCH, "mismatched calls: rank %d called %s, but rank %d called %s%s",
                          rr__grank(c, c->r), a, g, b, hint);
   }

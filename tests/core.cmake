@@ -62,9 +62,9 @@ endforeach()
 # Bad input and faults: every rank gets a status and a message naming the rank and the
 # cause, within a bounded time.
 rr_core_test(test_fault)
-foreach(s invalid_args mismatch late_rank kill9 timeout wait_timeout destroy_early abort
+foreach(s invalid_args mismatch role_args transport_mismatch late_rank kill9 timeout wait_timeout destroy_early abort
           duplicate_rank world_mismatch port_in_use unreachable env_errors env_params
-          env_transport env_debug)
+          env_transport env_debug env_ranges)
   add_test(NAME fault_${s} COMMAND test_fault ${s})
   set_tests_properties(fault_${s} PROPERTIES TIMEOUT 120 LABELS "core;fault"
     ENVIRONMENT "RR_TIMEOUT=30;RR_GRACE_PERIOD=2;RR_TRANSPORT=tcp")

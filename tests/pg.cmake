@@ -28,6 +28,8 @@ rr_pg_test(pg_many_small_w4 120 test_pg many_small 4)
 # A non-member leaving right after new_group (failed until c7b2d46 made new_group a barrier
 # over the parent group).
 rr_pg_test(pg_early_exit_w3 60 test_pg early_exit 3)
+# A rank that dies inside new_group: an error, no group, and a destroyable parent.
+rr_pg_test(pg_dies_in_new_group_w3 60 test_pg dies_in_new_group 3)
 
 # Async work: issue/completion order, background progress, cross-thread order, handles.
 rr_core_test(test_async)

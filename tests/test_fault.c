@@ -3,8 +3,8 @@
  *
  *   test_fault <scenario>
  *
- * invalid_args, mismatch, late_rank, kill9, timeout, wait_timeout, destroy_early,
- * port_in_use, unreachable, env_errors, env_params, env_transport, env_debug, duplicate_rank,
+ * invalid_args, mismatch, role_args, transport_mismatch, late_rank, kill9, timeout, wait_timeout, destroy_early,
+ * port_in_use, unreachable, env_errors, env_params, env_transport, env_debug, env_ranges, duplicate_rank,
  * world_mismatch */
 #include <errno.h>
 #include <signal.h>
@@ -13,6 +13,7 @@
 #include <sys/socket.h>
 #include <netinet/in.h>
 #include <arpa/inet.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "tests/harness.h"
@@ -67,20 +68,27 @@ static int invalid_args(int rank, void *arg) {
 typedef struct mm_case {
   const char *name;
   const char *a, *b; /* substrings: both calls must appear in every rank's message */
+  const char *absent; /* a hint that would blame the wrong thing (NULL: none) */
 } mm_case;
 static const mm_case mm_cases[] = {
-    {"collective", "all_reduce #1", "broadcast #1"},
-    {"count", "(100 x float", "(101 x float"},
-    {"dtype", "x float,", "x double,"},
-    {"op", "float, sum", "float, max"},
-    {"root", "root 0", "root 1"},
-    {"reduce_root", "reduce #1 (100 x float, sum, root 0)", "root 2"},
-    {"seg_bytes", "RR_SEG_BYTES differs", "all_reduce"},
+    {"collective", "all_reduce #1", "broadcast #1", NULL},
+    {"count", "(100 x float", "(101 x float", NULL},
+    {"dtype", "x float,", "x double,", NULL},
+    {"op", "float, sum", "float, max", NULL},
+    {"root", "root 0", "root 1", NULL},
+    {"reduce_root", "reduce #1 (100 x float, sum, root 0)", "root 2", NULL},
+    {"seg_bytes", "RR_SEG_BYTES differs", "all_reduce", NULL},
+    /* Counts on either side of RR_SMALL_BYTES pick different algorithms: the counts are
+     * what differs, not a setting. */
+    {"small_split", "(100 x float", "(100000 x float", "differs between the ranks"},
+    /* The same call, but one rank's RR_SMALL_BYTES picks the ring. */
+    {"small_bytes", "RR_ALGO or RR_SMALL_BYTES differs", "(1000 x float", "RR_SEG_BYTES"},
 };
 
 static int mismatch(int rank, void *arg) {
   const mm_case *mc = arg;
   if (!strcmp(mc->name, "seg_bytes") && rank == 2) setenv("RR_SEG_BYTES", "8192", 1);
+  if (!strcmp(mc->name, "small_bytes") && rank == 2) setenv("RR_SMALL_BYTES", "1K", 1);
   rr_pg *pg;
   T_OK(rr_init_process_group(&pg, NULL));
   float x[101], y[101];
@@ -104,7 +112,12 @@ static int mismatch(int rank, void *arg) {
     st = rr_broadcast(pg, x, y, 100, RR_FLOAT32, odd ? 1 : 0);
   else if (!strcmp(m, "reduce_root"))
     st = rr_reduce(pg, x, y, 100, RR_FLOAT32, RR_SUM, rank == 3 ? 2 : 0);
-  else { /* seg_bytes: one rank cuts segments differently; a (segmented) ring must notice */
+  else if (!strcmp(m, "small_split") || !strcmp(m, "small_bytes")) {
+    size_t count = !strcmp(m, "small_bytes") ? 1000 : odd ? 100000 : 100;
+    float *v = calloc(count, sizeof *v);
+    st = rr_all_reduce(pg, v, v, count, RR_FLOAT32, RR_SUM);
+    free(v);
+  } else { /* seg_bytes: one rank cuts segments differently; a (segmented) ring must notice */
     float *big = calloc(1 << 18, sizeof *big);
     st = rr_all_reduce(pg, big, big, 1 << 18, RR_FLOAT32, RR_SUM);
     free(big);
@@ -115,12 +128,86 @@ static int mismatch(int rank, void *arg) {
   T_HAS(e, "mismatched calls");
   T_HAS(e, mc->a);
   T_HAS(e, mc->b);
+  if (mc->absent) T_CHECK(!strstr(e, mc->absent), "the message blames '%s': %s", mc->absent, e);
   T_CHECK(dt < 5.0, "took %.1f s to report the mismatch", dt);
   /* The group is unusable now, and says why. */
   st = rr_barrier(pg);
   T_CHECK(st == RR_EABORTED, "next call returned %s", rr_status_name(st));
   T_HAS(rr_last_error(), "mismatched calls");
   rr_destroy_process_group(pg);
+  return 0;
+}
+
+/* ---- arguments only one rank's role can get wrong: every rank fails in that call ---- */
+typedef struct role_case {
+  const char *name;
+  int bad_rank;       /* the rank whose arguments are wrong */
+  const char *reason; /* what its refusal says */
+} role_case;
+static const role_case role_cases[] = {
+    {"broadcast_root_overlap", 0, "overlap without being in place"},
+    {"reduce_root_null", 2, "recvbuf is NULL"},
+    {"all_gather_offset", 1, "in place is sendbuf == recvbuf + rank*count"},
+};
+
+static int role_args(int rank, void *arg) {
+  const role_case *rc = arg;
+  t_rank = rank;
+  rr_pg *pg;
+  T_OK(rr_init_process_group(&pg, NULL));
+  int n = rr_get_world_size(pg);
+  float buf[4 * 64] = {0};
+  T_OK(rr_barrier(pg));
+  double t0 = t_now();
+  int st;
+  const int bad = rank == rc->bad_rank;
+  if (!strcmp(rc->name, "broadcast_root_overlap")) /* the root's buffers overlap */
+    st = rr_broadcast(pg, buf, bad ? buf + 1 : buf, 64, RR_FLOAT32, 0);
+  else if (!strcmp(rc->name, "reduce_root_null")) /* only the root needs a recvbuf */
+    st = rr_reduce(pg, buf, NULL, 64, RR_FLOAT32, RR_SUM, 2);
+  else /* "in place" at offset 0, right only for rank 0 */
+    st = rr_all_gather(pg, bad ? buf : buf + rank * 64, buf, 64, RR_FLOAT32);
+  double dt = t_now() - t0;
+  const char *e = rr_last_error();
+  T_CHECK(st == RR_EINVAL, "status %s, want RR_EINVAL: %s", rr_status_name(st), e);
+  char who[64];
+  snprintf(who, sizeof who, "rank %d: %s", rc->bad_rank,
+           !strncmp(rc->name, "broadcast", 9) ? "broadcast"
+           : !strncmp(rc->name, "reduce", 6)  ? "reduce"
+                                              : "all_gather");
+  T_HAS(e, who);
+  T_HAS(e, rc->reason);
+  if (!bad) T_HAS(e, "aborted the group");
+  T_CHECK(dt < 5.0, "took %.1f s to fail", dt);
+  (void)n;
+  rr_destroy_process_group(pg);
+  return 0;
+}
+
+/* ---- ranks with different RR_TRANSPORT: init fails saying so, not "mismatched calls" ---- */
+static int transport_mismatch(int rank, void *arg) {
+  (void)arg;
+  t_rank = rank;
+  if (rank == 2) setenv("RR_TRANSPORT", "auto", 1); /* the others run with tcp (the env) */
+  rr_pg *pg = (rr_pg *)1;
+  double t0 = t_now();
+  int st = rr_init_process_group(&pg, NULL);
+  double dt = t_now() - t0;
+  const char *e = rr_last_error();
+  T_CHECK(st != RR_OK && pg == NULL, "init succeeded (%s)", rr_status_name(st));
+  T_CHECK(dt < 10.0, "took %.1f s to fail", dt);
+  T_CHECK(!strstr(e, "mismatched calls"), "blamed on mismatched calls: %s", e);
+  /* A rank that got every record says what differs; one that lost the race with rank 0
+   * (which leaves at once, taking the store) says the store went away. */
+  if (strstr(e, "RR_TRANSPORT differs between the ranks")) {
+    T_CHECK(st == RR_EMISMATCH, "status %s for a transport mismatch", rr_status_name(st));
+    T_HAS(e, "'tcp'");
+    T_HAS(e, "'auto'");
+    if (rank == 0) printf("transport_mismatch: rank 0: %s\n", e);
+  } else {
+    T_CHECK(rank != 0, "rank 0 holds every record but did not name RR_TRANSPORT: %s", e);
+    T_HAS(e, "rendezvous store");
+  }
   return 0;
 }
 
@@ -433,6 +520,83 @@ static int env_debug(void) {
   return expect_env_error("RR_DEBUG='VERBOSE'", RR_EENV);
 }
 
+/* Every numeric tunable refuses what it cannot mean, naming itself and its range: each case
+ * runs in a child (tunables are read once per process). Values at the edges are accepted. */
+static int spawn_noop(int rank, void *arg) {
+  (void)rank, (void)arg;
+  return 0;
+}
+
+static int env_range_case(const char *var, const char *val, const char *needle) {
+  pid_t p = fork();
+  if (p < 0) return 1;
+  if (p == 0) {
+    setenv(var, val, 1);
+    int st;
+    if (!strcmp(var, "RR_GRACE_PERIOD")) {
+      st = rr_spawn(1, spawn_noop, NULL, NULL);
+    } else {
+      rr_pg *pg = (rr_pg *)1;
+      st = rr_init_process_group(&pg, NULL);
+      if (pg != NULL) _exit(3);
+    }
+    const char *e = rr_last_error();
+    if (needle) { /* refused, naming the variable, the value and the range */
+      char want[128];
+      snprintf(want, sizeof want, "%s='%s' is out of range (%s", var, val, needle);
+      if (st != RR_EENV || !strstr(e, want)) {
+        printf("%s=%s: got %s '%s', want RR_EENV with '%s'\n", var, val, rr_status_name(st), e,
+               want);
+        _exit(1);
+      }
+    } else if (strstr(e, var)) { /* accepted: any later error is not about it */
+      printf("%s=%s was refused: %s\n", var, val, e);
+      _exit(1);
+    }
+    _exit(0);
+  }
+  int ws = 0;
+  if (waitpid(p, &ws, 0) != p || !WIFEXITED(ws) || WEXITSTATUS(ws) != 0) {
+    printf("FAIL: %s=%s\n", var, val);
+    return 1;
+  }
+  return 0;
+}
+
+static int env_ranges(void) {
+  unsetenv("RANK"), unsetenv("WORLD_SIZE"); /* an accepted value fails later, on RANK */
+  static const struct {
+    const char *var, *val, *range; /* range NULL: the value must be accepted */
+  } cases[] = {
+      {"RR_TIMEOUT", "inf", "a finite number of seconds from 0.001 to 1e+09"},
+      {"RR_TIMEOUT", "nan", "a finite number of seconds from 0.001 to 1e+09"},
+      {"RR_TIMEOUT", "1e300", "a finite number of seconds from 0.001 to 1e+09"},
+      {"RR_TIMEOUT", "9.3e15", "a finite number of seconds from 0.001 to 1e+09"},
+      {"RR_TIMEOUT", "1e-9", "a finite number of seconds from 0.001 to 1e+09"},
+      {"RR_TIMEOUT", "-5", "a finite number of seconds from 0.001 to 1e+09"},
+      {"RR_TIMEOUT", "0", "a finite number of seconds from 0.001 to 1e+09"},
+      {"RR_TIMEOUT", "0.001", NULL},
+      {"RR_TIMEOUT", "1e9", NULL},
+      {"RR_GRACE_PERIOD", "inf", "a finite number of seconds from 0 to 1e+06"},
+      {"RR_GRACE_PERIOD", "-1", "a finite number of seconds from 0 to 1e+06"},
+      {"RR_NSOCKS", "0", "a whole number from 1 to 16"},
+      {"RR_NSOCKS", "17", "a whole number from 1 to 16"},
+      {"RR_SEG_BYTES", "1", "a whole number from 4096 to 67108864"},
+      {"RR_SEG_BYTES", "1G", "a whole number from 4096 to 67108864"},
+      {"RR_SLOTS", "65", "a whole number from 2 to 64"},
+      {"RR_SMALL_BYTES", "2048G", "a whole number from 0 to 1099511627776"},
+      {"RR_SOCKBUF", "2G", "a whole number from 0 to 1073741824"},
+      {"RR_SPIN_US", "-2", "a whole number from -1 to 1000000"},
+      {"RR_TRACE", "2", "a whole number from 0 to 1"},
+      {"RR_SPIN_US", "-1", NULL},
+      {"RR_SMALL_BYTES", "0", NULL},
+  };
+  int bad = 0;
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
+    bad |= env_range_case(cases[i].var, cases[i].val, cases[i].range);
+  return bad;
+}
+
 int main(int argc, char **argv) {
   if (argc < 2) {
     fprintf(stderr, "usage: %s <scenario>\n", argv[0]);
@@ -453,6 +617,17 @@ int main(int argc, char **argv) {
     }
     return bad;
   }
+  if (!strcmp(s, "role_args")) {
+    int bad = 0;
+    for (size_t i = 0; i < sizeof role_cases / sizeof role_cases[0]; i++) {
+      printf("role_args: %s\n", role_cases[i].name);
+      fflush(stdout);
+      if (t_run(3, role_args, (void *)&role_cases[i], NULL, 60, codes, sigs)) return 1;
+      bad |= t_exits_ok(3, codes, sigs, role_cases[i].name);
+    }
+    return bad;
+  }
+  if (!strcmp(s, "transport_mismatch")) return t_run_all(3, transport_mismatch, NULL, 60, s);
   if (!strcmp(s, "late_rank")) {
     setenv("RR_TIMEOUT", "2", 1);
     return t_run_all(4, late_rank, NULL, 60, s);
@@ -526,6 +701,7 @@ int main(int argc, char **argv) {
   if (!strcmp(s, "env_params")) return env_params();
   if (!strcmp(s, "env_transport")) return env_transport();
   if (!strcmp(s, "env_debug")) return env_debug();
+  if (!strcmp(s, "env_ranges")) return env_ranges();
   fprintf(stderr, "unknown scenario %s\n", s);
   return 2;
 }

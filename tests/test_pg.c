@@ -4,7 +4,7 @@
  * against an exact (integers) or float64 (floats, tolerance in harness.h) reference on
  * random non-zero data that each rank regenerates for all the others.
  *
- *   test_pg <subgroups|nested|concurrent|errors|timeout|many_small|early_exit> <world>
+ *   test_pg <subgroups|nested|concurrent|errors|timeout|many_small|early_exit|dies_in_new_group> <world>
  *
  * Data inside a group: the stream of group rank q under a seed derived from the group's
  * tag, so a result built from the wrong group, the wrong member or the wrong root fails. */
@@ -620,6 +620,30 @@ static int early_exit(int rank, void *arg) {
 }
 
 /* ---------------------------------------------------------------------------------------
+ * dies_in_new_group: rank 2 (not a member of {0,1}) dies right after joining the world,
+ * before the barrier over the parent that ends rr_new_group. The members must get an
+ * error and no group, and the world must still be destroyable (not refused for a child
+ * that was never handed out). */
+static int dies_in_new_group(int rank, void *arg) {
+  (void)arg;
+  t_rank = rank;
+  rr_pg *world;
+  T_OK(rr_init_process_group(&world, NULL));
+  if (rank == 2) _exit(0); /* gone without a goodbye: the others' barrier cannot complete */
+  const int l[] = {0, 1};
+  rr_pg *g = (rr_pg *)1;
+  int st = rr_new_group(world, l, 2, 0, &g);
+  T_CHECK(st == RR_EPEER, "new_group returned %s: %s", rr_status_name(st), rr_last_error());
+  T_CHECK(g == NULL, "new_group failed but handed out a group");
+  T_HAS(rr_last_error(), "new_group");
+  T_HAS(rr_last_error(), "lost rank 2");
+  st = rr_destroy_process_group(world);
+  T_CHECK(st != RR_ESTATE, "destroying the world was refused: %s", rr_last_error());
+  T_HAS(rr_last_error(), "lost rank 2");
+  return 0;
+}
+
+/* ---------------------------------------------------------------------------------------
  * many_small: 1,000 back-to-back all-reduces of 1-16 elements (random dtype, op, placement)
  * then 1,000 calls mixing all-reduce, broadcast, barrier, all-gather and reduce. */
 static int small_all_reduce(rr_pg *pg, uint64_t s, int i, const char *tag) {
@@ -683,7 +707,7 @@ static int many_small(int rank, void *arg) {
 
 int main(int argc, char **argv) {
   if (argc < 3) {
-    fprintf(stderr, "usage: %s <subgroups|nested|concurrent|errors|timeout|many_small|early_exit> <world>\n",
+    fprintf(stderr, "usage: %s <subgroups|nested|concurrent|errors|timeout|many_small|early_exit|dies_in_new_group> <world>\n",
             argv[0]);
     return 2;
   }
@@ -696,6 +720,7 @@ int main(int argc, char **argv) {
                            : !strcmp(s, "timeout")    ? timeouts
                            : !strcmp(s, "many_small") ? many_small
                            : !strcmp(s, "early_exit") ? early_exit
+                           : !strcmp(s, "dies_in_new_group") ? dies_in_new_group
                                                       : NULL;
   if (!fn || world < 1) {
     fprintf(stderr, "unknown scenario %s\n", s);

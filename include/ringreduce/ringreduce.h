@@ -49,7 +49,7 @@ extern "C" {
   XX(ESYS, -3, "system call failed")                                                          \
   XX(ETIMEDOUT, -4, "timed out")                                                              \
   XX(EPEER, -5, "a peer failed or closed its connection")                                     \
-  XX(EMISMATCH, -6, "ranks called mismatched collectives")                                    \
+  XX(EMISMATCH, -6, "ranks made mismatched calls or use different settings")                 \
   XX(EPROTO, -7, "protocol error: unexpected data on a connection")                           \
   XX(EABORTED, -8, "the group was aborted")                                                   \
   XX(ENOTSUP, -9, "operation not supported")                                                  \
@@ -153,8 +153,11 @@ int rr_get_group_rank(const rr_pg *pg, int global_rank);
 
 /* Make a subgroup of `parent` from global ranks `ranks` (any order; duplicates are an
  * error). Every rank of `parent` must call it, in the same order, with the same list, as
- * torch's new_group; it ends with a barrier over the parent. Members get a group (ranks sorted: group rank = index in the sorted
- * list); non-members get *group == NULL and RR_OK. timeout_ms == 0 inherits the parent's. */
+ * torch's new_group; it ends with a barrier over the parent. Members get a group (ranks
+ * sorted: group rank = index in the sorted list); non-members get *group == NULL and RR_OK.
+ * On any error *group is NULL and nothing stays attached to the parent (a rank that dies
+ * before the final barrier fails the call on the others). timeout_ms == 0 inherits the
+ * parent's. */
 int rr_new_group(rr_pg *parent, const int *ranks, int nranks, int64_t timeout_ms, rr_pg **group);
 
 /* Change the deadline of the group's later calls (milliseconds, > 0). */
@@ -181,8 +184,13 @@ int rr_abort(rr_pg *pg);
  * All ranks end with bit-identical results. A call whose arguments differ from the other
  * ranks' (collective, count, dtype, op, root) fails on every rank with RR_EMISMATCH, and
  * rr_last_error() shows both calls. Arguments that are invalid locally fail with RR_EINVAL
- * and send nothing. Any other failure (a dead peer, a timeout) aborts the group: that call
- * and every later call on it return an error naming the rank and the cause.
+ * and send nothing; the group stays usable. One kind of invalid argument is the exception:
+ * a check that only some ranks of a correct call make (the root's buffers of a broadcast
+ * or reduce, the in-place offset of an all_gather or reduce_scatter, which depends on the
+ * rank). The other ranks may already wait in that call, so such a refusal also aborts the
+ * group: every rank fails in that same call with the refusing rank's reason. Any other
+ * failure (a dead peer, a timeout) aborts the group: that call and every later call on it
+ * return an error naming the rank and the cause.
  */
 int rr_all_reduce(rr_pg *pg, const void *sendbuf, void *recvbuf, size_t count, rr_dtype dtype,
                   rr_op op);

@@ -27,14 +27,15 @@
 #define RR__SPAWN_WAKE_MS 1000
 #define RR__SPAWN_POLL_MS 10
 
-/* A free port on loopback: bind port 0 and read what the kernel picked. */
-static int rr__free_port(int *port) {
+/* The job's store port on loopback, bound and listening here: rank 0 serves the store on
+ * this very socket (RR_STORE_LISTEN_FD), so no other process can take the port between our
+ * choice of it and rank 0's start, as it could when the port was only probed and released
+ * (two rr_spawn jobs at once then met on one port). */
+static int rr__store_listener(int *fd, int *port) {
   rr__addr a, bound;
-  int fd;
   RR__CHECK(rr__addr_resolve("127.0.0.1", 0, &a));
-  RR__CHECK(rr__sock_listen(&a, 1, 1, &fd, &bound));
+  RR__CHECK(rr__sock_listen(&a, 1024, 1, fd, &bound));
   *port = rr__addr_port(&bound);
-  if (close(fd) != 0) return rr__set_error(RR_ESYS, "rr_spawn: close: %s", strerror(errno));
   return RR_OK;
 }
 
@@ -44,8 +45,8 @@ static int rr__exit_code(int rc) {
   return rc == 0 ? 0 : rc >= 1 && rc <= 255 ? rc : 1;
 }
 
-static void rr__child(int rank, int nprocs, int port, int (*fn)(int, void *), void *arg,
-                      pid_t parent, const struct pollfd *pfd) {
+static void rr__child(int rank, int nprocs, int port, int lfd, int (*fn)(int, void *),
+                      void *arg, pid_t parent, const struct pollfd *pfd) {
   /* Die with the parent, even if it is killed before it can stop us. */
   if (prctl(PR_SET_PDEATHSIG, SIGKILL) != 0 || getppid() != parent) _exit(125);
   /* The pidfds of the workers started before this one are the parent's business. */
@@ -59,6 +60,15 @@ static void rr__child(int rank, int nprocs, int port, int (*fn)(int, void *), vo
   setenv("WORLD_SIZE", v, 1);
   setenv("LOCAL_WORLD_SIZE", v, 1);
   snprintf(v, sizeof v, "%d", port);
+  /* Rank 0 serves the store on the listener; nobody else keeps it open (a copy held by
+   * another worker would keep the port answering after rank 0 died). */
+  if (rank == 0) {
+    char f[16];
+    snprintf(f, sizeof f, "%d", lfd);
+    setenv("RR_STORE_LISTEN_FD", f, 1);
+  } else if (close(lfd) != 0) {
+    _exit(125);
+  }
   setenv("MASTER_PORT", v, 1);
   setenv("MASTER_ADDR", "127.0.0.1", 1);
   fflush(NULL);
@@ -95,8 +105,8 @@ int rr_spawn(int nprocs, int (*fn)(int rank, void *arg), void *arg, rr_spawn_sta
    * rather than in every worker's rr_init_process_group. */
   int pst = rr__params_check();
   if (pst != RR_OK) return rr__prefix_error(pst, "rr_spawn");
-  int port;
-  RR__CHECK(rr__free_port(&port));
+  int port, lfd;
+  RR__CHECK(rr__store_listener(&lfd, &port));
   pid_t *pids = rr__calloc((size_t)nprocs, sizeof *pids); /* 0 once reaped */
   struct pollfd *pfd = rr__calloc((size_t)nprocs, sizeof *pfd);
   if (!pids || !pfd) {
@@ -113,11 +123,12 @@ int rr_spawn(int nprocs, int (*fn)(int rank, void *arg), void *arg, rr_spawn_sta
       st = rr__set_error(RR_ESYS, "rr_spawn: fork: %s", strerror(errno));
       break;
     }
-    if (p == 0) rr__child(started, nprocs, port, fn, arg, parent, pfd);
+    if (p == 0) rr__child(started, nprocs, port, lfd, fn, arg, parent, pfd);
     pids[started] = p;
     pfd[started] = (struct pollfd){.fd = rr__pidfd(p), .events = POLLIN};
     if (pfd[started].fd < 0) have_pidfds = 0;
   }
+  if (close(lfd) != 0) RR__LOG_WARN(RR__SUB_INIT, "rr_spawn: close: %s", strerror(errno));
   int live = started, failed = st != RR_OK, killed = 0;
   int64_t kill_at = 0;
   if (failed) { /* could not start them all: the ones started would wait for the rest */

@@ -8,8 +8,10 @@
  * the grace only matters when the master is gone). A connection the master closed marks the
  * whole store lost: later calls fail at once with RR_EPEER instead of retrying. */
 #include <errno.h>
+#include <fcntl.h>
 #include <inttypes.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -63,6 +65,15 @@ static int rr__tcp_hs(rr__tcp_store *s, int fd, uint8_t op, int64_t num, const u
                          "the server at %s is not a ringreduce rendezvous store (its handshake "
                          "reply starts with 0x%08x)",
                          s->where, (unsigned)h->magic);
+  if (h->status == RR__SST_FAILED && h->body_len <= 1024) {
+    /* The store is giving up and says why (its words, never its bytes). */
+    char why[1025];
+    rc = rr__sock_recv_all(fd, why, h->body_len, deadline);
+    why[rc == RR_OK ? h->body_len : 0] = '\0';
+    for (uint32_t i = 0; i < h->body_len && rc == RR_OK; i++)
+      if (why[i] < 0x20 || why[i] > 0x7e) why[i] = '?';
+    return rr__set_error(RR_EPEER, "the rendezvous store at %s failed: %s", s->where, why);
+  }
   return RR_OK;
 }
 
@@ -471,6 +482,32 @@ static const rr__store_ops rr__tcp_ops = {
     .free = rr__tcp_free,
 };
 
+/* A listening socket on `port` that a launcher bound before starting this process and
+ * handed down (RR_STORE_LISTEN_FD, rr_spawn does): serving on it leaves no moment in which
+ * another process could take the port between the launcher's choice and this bind. Taken
+ * once per process, and only when it really is a listener on that port; -1 otherwise. */
+static int rr__inherited_listener(int port) {
+  static atomic_int taken;
+  const char *v = getenv("RR_STORE_LISTEN_FD");
+  if (!v || !*v || port <= 0 || atomic_exchange(&taken, 1)) return -1;
+  char *end;
+  long fd = strtol(v, &end, 10);
+  int listening = 0;
+  socklen_t ol = sizeof listening;
+  rr__addr a;
+  memset(&a, 0, sizeof a);
+  a.len = sizeof a.ss;
+  if (*end || fd < 3 || fd > 1 << 20 ||
+      getsockopt((int)fd, SOL_SOCKET, SO_ACCEPTCONN, &listening, &ol) != 0 || !listening ||
+      getsockname((int)fd, (struct sockaddr *)&a.ss, &a.len) != 0 || rr__addr_port(&a) != port) {
+    RR__LOG_INFO(RR__SUB_STORE, "RR_STORE_LISTEN_FD=%s is not a listener on port %d; binding it",
+                 v, port);
+    return -1;
+  }
+  if (fcntl((int)fd, F_SETFD, FD_CLOEXEC) != 0) return -1;
+  return (int)fd;
+}
+
 int rr__store_tcp_open(const char *host, int port, int is_master, int64_t timeout_ms,
                        const char *token, rr_store **store) {
   *store = NULL;
@@ -520,7 +557,8 @@ int rr__store_tcp_open(const char *host, int port, int is_master, int64_t timeou
       any.len = sizeof *a4;
     }
     rr__addr_set_port(&any, port);
-    RR__CHECK_GOTO(rr__srv_start(&any, timeout_ms, token, &s->srv), rc, fail);
+    RR__CHECK_GOTO(rr__srv_start(&any, timeout_ms, token, rr__inherited_listener(port), &s->srv),
+                   rc, fail);
     rr__addr_set_port(&s->addr, rr__srv_port(s->srv));
   }
   s->port = rr__addr_port(&s->addr);

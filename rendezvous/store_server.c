@@ -544,7 +544,7 @@ static void rr__srv_accept(rr__server *srv) {
       int64_t now = rr__now_ms();
       if (e == EMFILE || e == ENFILE) {
         if (!srv->starved_since) srv->starved_since = now;
-        if (now - srv->starved_since >= RR__SRV_STARVE_MS) {
+        if (!srv->failed_at && now - srv->starved_since >= RR__SRV_STARVE_MS) {
           struct rlimit rl;
           char limit[64] = "";
           if (e == EMFILE && getrlimit(RLIMIT_NOFILE, &rl) == 0)
@@ -676,12 +676,11 @@ static void *rr__srv_main(void *arg) {
     }
     if (p[1].revents & POLLIN) rr__srv_accept(srv);
     if (atomic_load(&srv->failed) && !srv->failed_at) {
-      /* Wind down for a moment: no new clients, and every request that is waiting or comes
-       * now is answered with the reason, so each rank's error names the cause rather than
-       * a closed connection. */
+      /* Wind down for a moment: every request that is waiting or comes now, a new client's
+       * HELLO included, is answered with the reason and its connection closed, so each
+       * rank's error names the cause rather than a closed connection. The descriptors so
+       * freed let the clients still in the listen queue in, to hear it too. */
       srv->failed_at = rr__now_ms();
-      close(srv->lfd);
-      srv->lfd = -1;
       for (size_t i = 0; i < srv->nconns; i++) {
         rr__sconn *c = srv->conns[i];
         if (c->fd >= 0 && c->waiting) {
@@ -708,13 +707,26 @@ static void rr__srv_destroy(rr__server *srv) {
   free(srv);
 }
 
-int rr__srv_start(const rr__addr *bind_addr, int64_t idle_ms, const char *token, rr__server **out) {
+int rr__srv_start(const rr__addr *bind_addr, int64_t idle_ms, const char *token, int lfd,
+                  rr__server **out) {
   rr__server *srv = rr__calloc(1, sizeof *srv);
-  if (!srv) return RR_ENOMEM;
+  if (!srv) {
+    if (lfd >= 0) close(lfd);
+    return RR_ENOMEM;
+  }
   srv->lfd = srv->wakefd = -1;
   srv->idle_ms = idle_ms;
   rr__addr bound;
-  int rc = rr__sock_listen(bind_addr, RR__SRV_BACKLOG, 1, &srv->lfd, &bound);
+  int rc = RR_OK;
+  if (lfd >= 0) {
+    srv->lfd = lfd;
+    memset(&bound, 0, sizeof bound);
+    bound.len = sizeof bound.ss;
+    if (getsockname(lfd, (struct sockaddr *)&bound.ss, &bound.len) != 0)
+      rc = rr__set_error(RR_ESYS, "getsockname of the inherited listener: %s", strerror(errno));
+  } else {
+    rc = rr__sock_listen(bind_addr, RR__SRV_BACKLOG, 1, &srv->lfd, &bound);
+  }
   if (rc != RR_OK) {
     rr__srv_destroy(srv);
     return rr__prefix_error(rc, "cannot serve the rendezvous store on port %d",

@@ -10,10 +10,12 @@
 
 typedef struct rr__server rr__server;
 
-/* Listen on bind_addr (port 0: the kernel picks one) and start the thread. idle_ms bounds
- * how long a client may stall mid-request or leave its reply unread; a NULL or empty token
- * lets any client in. Sets the last error on failure. */
-int rr__srv_start(const rr__addr *bind_addr, int64_t idle_ms, const char *token, rr__server **out);
+/* Listen on bind_addr (port 0: the kernel picks one), or serve on lfd when it is >= 0 (a
+ * listening socket a launcher bound and handed down, taken over also on failure), and
+ * start the thread. idle_ms bounds how long a client may stall mid-request or leave its
+ * reply unread; a NULL or empty token lets any client in. Sets the last error on failure. */
+int rr__srv_start(const rr__addr *bind_addr, int64_t idle_ms, const char *token, int lfd,
+                  rr__server **out);
 /* The port actually bound: clients on the master need it when bind_addr asked for port 0. */
 int rr__srv_port(const rr__server *srv);
 /* Why the server gave up (it ran out of descriptors), or NULL while it serves. */

@@ -39,6 +39,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "common/siphash.h"
 #include "rendezvous/store_proto.h"
 #include "rendezvous/bootstrap.h"
 #include "ring/hdr.h"
@@ -365,12 +366,22 @@ static int listeners(int r, int *ports, int max) {
 
 static void boot_attack(int port, int rank) {
   junk(port);
-  /* Forged greetings: to this rank, from a higher one, for each guessable group id. */
-  for (int g = 0; g < 8 && rank + 1 < W; g++) {
+  /* Forged greetings: to this rank, from a higher one, for each guessable group id. With a
+   * token, also greetings whose proof is right for another setup of the same group and
+   * ranks, as a recording would be: the earlier form of the proof (no nonce), and the
+   * current one bound to another nonce than this listener's. Both must be refused. */
+  uint8_t key[16];
+  rr__token_key(g_token, key);
+  for (int g = 0; g < 8 * 3 && rank + 1 < W; g++) {
+    char ctx[160];
+    int n = g % 3 == 1 ? snprintf(ctx, sizeof ctx, "rr-hello-v1/w.%d/%d/%d/0", g / 3, rank + 1, rank)
+                       : snprintf(ctx, sizeof ctx, "rr-hello-v2/w.%d/%d/%d/0/%016llx", g / 3,
+                                  rank + 1, rank, (unsigned long long)rnd());
+    uint64_t recorded = rr__siphash(key, ctx, (size_t)n);
     rr__hello h = {.from = rank + 1, .to = rank, .index = 0, .nsockets = 2,
-                   .token_hash = rnd() | 1};
-    if (g_with_token) snprintf(h.group, sizeof h.group, "w.%d", g);
-    else snprintf(h.group, sizeof h.group, "stranger.%d", g); /* no token: only foreign ids */
+                   .token_hash = g % 3 == 0 || !g_with_token ? rnd() | 1 : recorded};
+    if (g_with_token) snprintf(h.group, sizeof h.group, "w.%d", g / 3);
+    else snprintf(h.group, sizeof h.group, "stranger.%d", g / 3); /* no token: only foreign ids */
     snprintf(h.transport, sizeof h.transport, "tcp");
     uint8_t wire[RR__HELLO_BYTES];
     rr__hello_encode(&h, wire);

@@ -9,6 +9,7 @@
  * Workers write files into a fresh directory: ready.R once their SIGTERM handler is
  * installed, sig.R with the number of a SIGTERM they received, pid.R with their pid. Each
  * case sets RR_GRACE_PERIOD (and RR_TIMEOUT) itself, so its expectations are exact. */
+#include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
@@ -17,6 +18,7 @@
 #include <string.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -380,13 +382,57 @@ static int case_unrelated_child(void) {
   return 0;
 }
 
+/* The store's port is held from before the workers start: rank 0 gets the listening socket
+ * (RR_STORE_LISTEN_FD, already listening on MASTER_PORT, so nobody else could bind it in
+ * between), the others get none, and the job runs on it. Then two jobs at once, 20 times:
+ * each must get its own port and finish. */
+static int listener_rank(int rank, void *arg) {
+  (void)arg;
+  t_rank = rank;
+  const char *fd = getenv("RR_STORE_LISTEN_FD"), *port = getenv("MASTER_PORT");
+  if (rank == 0) {
+    T_CHECK(fd != NULL, "rank 0 got no listener");
+    int listening = 0;
+    socklen_t ol = sizeof listening;
+    struct sockaddr_in a;
+    socklen_t al = sizeof a;
+    T_CHECK(getsockopt(atoi(fd), SOL_SOCKET, SO_ACCEPTCONN, &listening, &ol) == 0 && listening,
+            "RR_STORE_LISTEN_FD=%s is not a listening socket", fd);
+    T_CHECK(getsockname(atoi(fd), (struct sockaddr *)&a, &al) == 0 &&
+                ntohs(a.sin_port) == atoi(port),
+            "the listener is not on MASTER_PORT=%s", port);
+  } else {
+    T_CHECK(fd == NULL, "rank %d got RR_STORE_LISTEN_FD=%s", rank, fd);
+  }
+  return success_rank(rank, NULL);
+}
+
+static int case_store_listener(void) {
+  set_env("RR_TIMEOUT", "30");
+  int rc = rr_spawn(3, listener_rank, NULL, NULL);
+  T_CHECK(rc == RR_OK, "rr_spawn returned %s: %s", rr_status_name(rc), rr_last_error());
+  for (int round = 0; round < 20; round++) {
+    pid_t p = fork();
+    T_CHECK(p >= 0, "fork: %s", strerror(errno));
+    int mine = rr_spawn(3, success_rank, NULL, NULL);
+    if (p == 0) _exit(mine == RR_OK ? 0 : 1);
+    int ws = 0;
+    T_CHECK(waitpid(p, &ws, 0) == p, "waitpid");
+    T_CHECK(mine == RR_OK && WIFEXITED(ws) && WEXITSTATUS(ws) == 0,
+            "round %d: two rr_spawn jobs at once: %s / child exit %d: %s", round,
+            rr_status_name(mine), WIFEXITED(ws) ? WEXITSTATUS(ws) : -1, rr_last_error());
+  }
+  return 0;
+}
+
 int main(int argc, char **argv) {
   static const struct {
     const char *name;
     int (*fn)(void);
   } cases[] = {{"success", case_success},       {"fail_code", case_fail_code},
                {"grace_kill", case_grace_kill}, {"signal", case_signal},
-               {"exit_codes", case_exit_codes}, {"unrelated_child", case_unrelated_child}};
+               {"exit_codes", case_exit_codes}, {"unrelated_child", case_unrelated_child},
+               {"store_listener", case_store_listener}};
   if (argc == 2)
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
       if (strcmp(argv[1], cases[i].name) == 0) {
@@ -395,7 +441,9 @@ int main(int argc, char **argv) {
         printf("%s: %s\n", argv[1], rc == 0 ? "PASS" : "FAIL");
         return rc;
       }
-  fprintf(stderr, "usage: %s <success|fail_code|grace_kill|signal|exit_codes|unrelated_child>\n",
+  fprintf(stderr,
+          "usage: %s <success|fail_code|grace_kill|signal|exit_codes|unrelated_child|"
+          "store_listener>\n",
           argv[0]);
   return 2;
 }

@@ -99,10 +99,8 @@ struct rr__server {
   size_t nconns, conns_cap;
   struct pollfd *pfds; /* conns_cap + 2 */
   int64_t accept_pause_until;
-  /* Out of descriptors: since when (0: not starving). Past RR__SRV_STARVE_MS the store gives
-   * up and says why (failure), which the master's own client reports. */
-  int64_t starved_since;
-  char failure[256];
+  int64_t starved_since; /* accepts failing for lack of descriptors since (0: they work) */
+  char failure[256];     /* why the store gave up (rr__srv_failure), once `failed` is set */
   atomic_int failed;
   int64_t failed_at; /* when the server began to wind down after failing (0: serving) */
 };

@@ -12,6 +12,7 @@
 
 #include "cuda/reduce_elem.cuh"
 #include "ring/op.h"
+#include "tests/elem_fill.h"
 
 static uint64_t g_state = 0x9e3779b97f4a7c15ull;
 static uint64_t rnd(void) { /* splitmix64 */
@@ -25,10 +26,6 @@ static uint64_t rnd(void) { /* splitmix64 */
  * so that NaN-free arithmetic (and its rounding) is well covered too. */
 static void fill(void *buf, size_t n, rr_dtype d) {
   size_t es = rr_dtype_size(d);
-  static const uint16_t h_special[] = {0x0000, 0x8000, 0x7c00, 0xfc00, 0x7e00, 0x7c01, 0xfe55,
-                                       0x0001, 0x03ff, 0x0400, 0x7bff, 0x3c00, 0x3c01, 0xbc00};
-  static const uint16_t bf_special[] = {0x0000, 0x8000, 0x7f80, 0xff80, 0x7fc0, 0x7f81, 0xffc5,
-                                        0x0001, 0x007f, 0x0080, 0x7f7f, 0x3f80, 0x3f81, 0xbf80};
   static const uint32_t f_special[] = {0x00000000u, 0x80000000u, 0x7f800000u, 0xff800000u,
                                        0x7fc00000u, 0x7f800001u, 0xffc12345u, 0x00000001u,
                                        0x007fffffu, 0x00800000u, 0x7f7fffffu, 0x3f800000u};
@@ -43,16 +40,12 @@ static void fill(void *buf, size_t n, rr_dtype d) {
     char *p = (char *)buf + i * es;
     switch (d) {
       case RR_FLOAT16: {
-        uint16_t v = kind < 8 ? (uint16_t)r
-                     : kind < 10 ? h_special[(r >> 16) % (sizeof h_special / 2)]
-                                 : rr__float_to_half((float)((int)(r % 4097) - 2048) / 8.0f);
+        uint16_t v = t_elem_f16(r);
         memcpy(p, &v, 2);
         break;
       }
       case RR_BFLOAT16: {
-        uint16_t v = kind < 8 ? (uint16_t)r
-                     : kind < 10 ? bf_special[(r >> 16) % (sizeof bf_special / 2)]
-                                 : rr__float_to_bf16((float)((int)(r % 65537) - 32768) / 16.0f);
+        uint16_t v = t_elem_bf16(r);
         memcpy(p, &v, 2);
         break;
       }

@@ -22,37 +22,37 @@ constexpr int kBlocksPerSm = 4;
 constexpr int kUnroll = 4;
 
 // The reduction of one element pair. `d` is AVG's divisor (unused otherwise).
-#define RR_FUNCTOR(name, T, D, expr)                                  \
+#define RR__FUNCTOR(name, T, D, expr)                                  \
   struct name {                                                       \
     D d;                                                              \
     __device__ __forceinline__ T operator()(T x, T y) const { return expr; } \
   };
 
-#define RR_INT_FUNCTORS(tag, T, D)                            \
-  RR_FUNCTOR(tag##_sum, T, D, rre_##tag##_sum(x, y))          \
-  RR_FUNCTOR(tag##_prod, T, D, rre_##tag##_prod(x, y))        \
-  RR_FUNCTOR(tag##_min, T, D, rre_##tag##_min(x, y))          \
-  RR_FUNCTOR(tag##_max, T, D, rre_##tag##_max(x, y))          \
-  RR_FUNCTOR(tag##_avg, T, D, rre_##tag##_avg(x, y, d))       \
-  RR_FUNCTOR(tag##_band, T, D, rre_##tag##_band(x, y))        \
-  RR_FUNCTOR(tag##_bor, T, D, rre_##tag##_bor(x, y))          \
-  RR_FUNCTOR(tag##_bxor, T, D, rre_##tag##_bxor(x, y))
+#define RR__INT_FUNCTORS(tag, T, D)                            \
+  RR__FUNCTOR(tag##_sum, T, D, rre_##tag##_sum(x, y))          \
+  RR__FUNCTOR(tag##_prod, T, D, rre_##tag##_prod(x, y))        \
+  RR__FUNCTOR(tag##_min, T, D, rre_##tag##_min(x, y))          \
+  RR__FUNCTOR(tag##_max, T, D, rre_##tag##_max(x, y))          \
+  RR__FUNCTOR(tag##_avg, T, D, rre_##tag##_avg(x, y, d))       \
+  RR__FUNCTOR(tag##_band, T, D, rre_##tag##_band(x, y))        \
+  RR__FUNCTOR(tag##_bor, T, D, rre_##tag##_bor(x, y))          \
+  RR__FUNCTOR(tag##_bxor, T, D, rre_##tag##_bxor(x, y))
 
-#define RR_FLT_FUNCTORS(tag, T, D)                            \
-  RR_FUNCTOR(tag##_sum, T, D, rre_##tag##_sum(x, y))          \
-  RR_FUNCTOR(tag##_prod, T, D, rre_##tag##_prod(x, y))        \
-  RR_FUNCTOR(tag##_min, T, D, rre_##tag##_min(x, y))          \
-  RR_FUNCTOR(tag##_max, T, D, rre_##tag##_max(x, y))          \
-  RR_FUNCTOR(tag##_avg, T, D, rre_##tag##_avg(x, y, d))
+#define RR__FLT_FUNCTORS(tag, T, D)                            \
+  RR__FUNCTOR(tag##_sum, T, D, rre_##tag##_sum(x, y))          \
+  RR__FUNCTOR(tag##_prod, T, D, rre_##tag##_prod(x, y))        \
+  RR__FUNCTOR(tag##_min, T, D, rre_##tag##_min(x, y))          \
+  RR__FUNCTOR(tag##_max, T, D, rre_##tag##_max(x, y))          \
+  RR__FUNCTOR(tag##_avg, T, D, rre_##tag##_avg(x, y, d))
 
-RR_INT_FUNCTORS(i8, int8_t, double)
-RR_INT_FUNCTORS(u8, uint8_t, double)
-RR_INT_FUNCTORS(i32, int32_t, double)
-RR_INT_FUNCTORS(i64, int64_t, int64_t)
-RR_FLT_FUNCTORS(f16, uint16_t, float)
-RR_FLT_FUNCTORS(bf16, uint16_t, float)
-RR_FLT_FUNCTORS(f32, float, float)
-RR_FLT_FUNCTORS(f64, double, double)
+RR__INT_FUNCTORS(i8, int8_t, double)
+RR__INT_FUNCTORS(u8, uint8_t, double)
+RR__INT_FUNCTORS(i32, int32_t, double)
+RR__INT_FUNCTORS(i64, int64_t, int64_t)
+RR__FLT_FUNCTORS(f16, uint16_t, float)
+RR__FLT_FUNCTORS(bf16, uint16_t, float)
+RR__FLT_FUNCTORS(f32, float, float)
+RR__FLT_FUNCTORS(f64, double, double)
 
 template <typename T>
 union Vec {
@@ -172,13 +172,13 @@ cudaError_t dispatch_common(int op, int avg_div, void *dst, void *dst2, const vo
   return cudaSuccess;
 }
 
-#define RR_DISPATCH_FLT(tag, T, D)                                                          \
+#define RR__DISPATCH_FLT(tag, T, D)                                                          \
   dispatch_common<T, tag##_sum, tag##_prod, tag##_min, tag##_max, tag##_avg, D>(          \
       op, avg_div, dst, dst2, a, b, n, s, what, &handled)
 
-#define RR_DISPATCH_INT(tag, T, D)                                                          \
+#define RR__DISPATCH_INT(tag, T, D)                                                          \
   [&]() -> cudaError_t {                                                                    \
-    cudaError_t r = RR_DISPATCH_FLT(tag, T, D);                                             \
+    cudaError_t r = RR__DISPATCH_FLT(tag, T, D);                                             \
     if (handled) return r;                                                                  \
     handled = 1;                                                                            \
     switch (op) {                                                                           \
@@ -207,14 +207,14 @@ extern "C" int rr__cuda_reduce_launch(void *dst, void *dst2, const void *a, cons
   *what = "";
   if (!rr__cuda_reduce_supported(dtype, op)) return (int)cudaErrorInvalidValue;
   switch (dtype) {
-    case RR_INT8: e = RR_DISPATCH_INT(i8, int8_t, double); break;
-    case RR_UINT8: e = RR_DISPATCH_INT(u8, uint8_t, double); break;
-    case RR_INT32: e = RR_DISPATCH_INT(i32, int32_t, double); break;
-    case RR_INT64: e = RR_DISPATCH_INT(i64, int64_t, int64_t); break;
-    case RR_FLOAT16: e = RR_DISPATCH_FLT(f16, uint16_t, float); break;
-    case RR_BFLOAT16: e = RR_DISPATCH_FLT(bf16, uint16_t, float); break;
-    case RR_FLOAT32: e = RR_DISPATCH_FLT(f32, float, float); break;
-    case RR_FLOAT64: e = RR_DISPATCH_FLT(f64, double, double); break;
+    case RR_INT8: e = RR__DISPATCH_INT(i8, int8_t, double); break;
+    case RR_UINT8: e = RR__DISPATCH_INT(u8, uint8_t, double); break;
+    case RR_INT32: e = RR__DISPATCH_INT(i32, int32_t, double); break;
+    case RR_INT64: e = RR__DISPATCH_INT(i64, int64_t, int64_t); break;
+    case RR_FLOAT16: e = RR__DISPATCH_FLT(f16, uint16_t, float); break;
+    case RR_BFLOAT16: e = RR__DISPATCH_FLT(bf16, uint16_t, float); break;
+    case RR_FLOAT32: e = RR__DISPATCH_FLT(f32, float, float); break;
+    case RR_FLOAT64: e = RR__DISPATCH_FLT(f64, double, double); break;
   }
   if (!handled) {
     *what = "reduce dispatch";

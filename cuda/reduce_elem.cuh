@@ -78,7 +78,7 @@ RR__HD double rre_f64_avg(double x, double y, double d) {
 }
 
 /* float16 / bfloat16: widen, compute in float32, round once. */
-#define RRE_HALF_OPS(tag, TOF, FROMF)                                                           \
+#define RR__E_HALF_OPS(tag, TOF, FROMF)                                                           \
   RR__HD uint16_t rre_##tag##_sum(uint16_t x, uint16_t y) {                                   \
     return FROMF(rre_f32_sum(TOF(x), TOF(y)));                                                \
   }                                                                                           \
@@ -94,11 +94,11 @@ RR__HD double rre_f64_avg(double x, double y, double d) {
   RR__HD uint16_t rre_##tag##_avg(uint16_t x, uint16_t y, float d) {                          \
     return FROMF(rre_f32_avg(TOF(x), TOF(y), d));                                             \
   }
-RRE_HALF_OPS(f16, rr__half_to_float, rr__float_to_half)
-RRE_HALF_OPS(bf16, rr__bf16_to_float, rr__float_to_bf16)
+RR__E_HALF_OPS(f16, rr__half_to_float, rr__float_to_half)
+RR__E_HALF_OPS(bf16, rr__bf16_to_float, rr__float_to_bf16)
 
 /* ---- integers ---- */
-#define RRE_INT_OPS(tag, T, U)                                                       \
+#define RR__E_INT_OPS(tag, T, U)                                                       \
   RR__HD T rre_##tag##_sum(T x, T y) { return (T)((U)x + (U)y); }                    \
   RR__HD T rre_##tag##_prod(T x, T y) { return (T)((U)x * (U)y); }                   \
   RR__HD T rre_##tag##_min(T x, T y) { return x < y ? x : y; }                       \
@@ -107,10 +107,10 @@ RRE_HALF_OPS(bf16, rr__bf16_to_float, rr__float_to_bf16)
   RR__HD T rre_##tag##_bor(T x, T y) { return (T)(x | y); }                          \
   RR__HD T rre_##tag##_bxor(T x, T y) { return (T)(x ^ y); }
 /* uint8 products wrap in unsigned int: uint8 * uint8 promotes to int, and 255 * 255 fits. */
-RRE_INT_OPS(i8, int8_t, uint8_t)
-RRE_INT_OPS(u8, uint8_t, uint32_t)
-RRE_INT_OPS(i32, int32_t, uint32_t)
-RRE_INT_OPS(i64, int64_t, uint64_t)
+RR__E_INT_OPS(i8, int8_t, uint8_t)
+RR__E_INT_OPS(u8, uint8_t, uint32_t)
+RR__E_INT_OPS(i32, int32_t, uint32_t)
+RR__E_INT_OPS(i64, int64_t, uint64_t)
 
 /* AVG of integers: as op.c, 8/32-bit quotients in double (exact, truncating), int64 as
  * integers. */

@@ -3,8 +3,10 @@
  * group's queue (group/work.c). A bad argument fails here, on this rank, with RR_EINVAL. */
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 
 #include "common/status.h"
+#include "common/util.h"
 #include "group/pg.h"
 #include "ring/op.h"
 
@@ -15,6 +17,10 @@ static const char *rr__api_name(int kind) {
     case RR__K_ALL_GATHER: return "all_gather";
     case RR__K_BROADCAST: return "broadcast";
     case RR__K_REDUCE: return "reduce";
+    case RR__K_GATHER: return "gather";
+    case RR__K_SCATTER: return "scatter";
+    case RR__K_ALL_TO_ALL: return "all_to_all";
+    case RR__K_ALL_TO_ALLV: return "all_to_allv";
     case RR__K_BARRIER: return "barrier";
     case RR__K_SEND: return "send";
     case RR__K_SENDRECV: return "sendrecv";
@@ -47,6 +53,56 @@ static int rr__rank_arg(rr_pg *pg, const char *what, int global, int *group) {
   return RR_OK;
 }
 
+/* One side of an all_to_allv: every block's end must be addressable. Sets *total (elements
+ * over all blocks) and the span [*lo, *hi) in bytes from the buffer's start that the
+ * non-empty blocks cover (0, 0 when all are empty). */
+static int rr__check_blocks(const rr_pg *pg, const char *cname, const size_t *counts,
+                            const char *dname, const size_t *displs, size_t es, size_t *total,
+                            size_t *lo, size_t *hi) {
+  if (!counts || !displs) return rr__set_error(RR_EINVAL, "%s or %s is NULL", cname, dname);
+  const size_t limit = SIZE_MAX / es / 2;
+  *total = *lo = *hi = 0;
+  for (int j = 0; j < pg->size; j++) {
+    if (counts[j] > limit || displs[j] > limit - counts[j] || *total > limit - counts[j])
+      return rr__set_error(RR_EINVAL,
+                           "%s[%d] = %zu at %s[%d] = %zu overflows the addressable size",
+                           cname, j, counts[j], dname, j, displs[j]);
+    *total += counts[j];
+    if (!counts[j]) continue;
+    size_t a = displs[j] * es, b = (displs[j] + counts[j]) * es;
+    if (*hi == 0 || a < *lo) *lo = a;
+    if (b > *hi) *hi = b;
+  }
+  return RR_OK;
+}
+
+/* No element of an all_to_allv's recvbuf may be written by two blocks: which one wins
+ * would depend on timing. Sorting the blocks by displacement leaves only neighbours to
+ * compare. */
+typedef struct rr__span { size_t lo, hi; int rank; } rr__span;
+static int rr__span_cmp(const void *x, const void *y) {
+  const rr__span *a = x, *b = y;
+  return a->lo < b->lo ? -1 : a->lo > b->lo;
+}
+static int rr__check_recv_disjoint(const rr_pg *pg, const size_t *counts, const size_t *displs) {
+  rr__span *sp = rr__calloc((size_t)pg->size, sizeof *sp);
+  if (!sp) return RR_ENOMEM;
+  int m = 0, st = RR_OK;
+  for (int j = 0; j < pg->size; j++)
+    if (counts[j]) sp[m++] = (rr__span){displs[j], displs[j] + counts[j], j};
+  qsort(sp, (size_t)m, sizeof *sp, rr__span_cmp);
+  for (int k = 1; k < m && st == RR_OK; k++)
+    if (sp[k].lo < sp[k - 1].hi)
+      st = rr__set_error(RR_EINVAL,
+                         "recvbuf blocks %d and %d overlap (rdispls[%d] = %zu with %zu "
+                         "elements reaches past rdispls[%d] = %zu): an element would be "
+                         "written twice",
+                         sp[k - 1].rank, sp[k].rank, sp[k - 1].rank, sp[k - 1].lo,
+                         sp[k - 1].hi - sp[k - 1].lo, sp[k].rank, sp[k].lo);
+  free(sp);
+  return st;
+}
+
 /* *by_role is set when a failed check is one that only some ranks of a correct call make:
  * the root's buffers of a broadcast or reduce, the in-place offset of an all-gather or
  * reduce-scatter (which depends on the rank). */
@@ -64,7 +120,8 @@ static int rr__validate(rr_pg *pg, rr__args *a, int root_or_peer, int *by_role) 
                          rr_dtype_name(a->dtype));
   a->root = -1;
   a->peer = -1;
-  if (a->kind == RR__K_BROADCAST || a->kind == RR__K_REDUCE)
+  if (a->kind == RR__K_BROADCAST || a->kind == RR__K_REDUCE || a->kind == RR__K_GATHER ||
+      a->kind == RR__K_SCATTER)
     RR__CHECK(rr__rank_arg(pg, "root", root_or_peer, &a->root));
   if (a->kind == RR__K_SEND || a->kind == RR__K_RECV || a->kind == RR__K_SENDRECV) {
     RR__CHECK(rr__rank_arg(pg, a->kind == RR__K_SENDRECV ? "dst" : "peer", root_or_peer, &a->peer));
@@ -82,24 +139,38 @@ static int rr__validate(rr_pg *pg, rr__args *a, int root_or_peer, int *by_role) 
       return rr__set_error(RR_EINVAL, "recvcount %zu overflows the addressable size", a->recvcount);
   }
 
-  /* Sizes of what is read and written, in bytes. */
-  size_t n = (size_t)pg->size, in = a->count * es, out = a->count * es;
+  /* Sizes of what is read and written, in bytes from the buffers' starts. An all_to_allv's
+   * blocks may leave the start of a buffer unused: only [in_lo, in) and [out_lo, out) must
+   * not overlap. */
+  size_t n = (size_t)pg->size, in = a->count * es, out = a->count * es, in_lo = 0, out_lo = 0;
+  if (a->kind == RR__K_ALL_TO_ALLV) {
+    RR__CHECK(rr__check_blocks(pg, "sendcounts", a->sendcounts, "sdispls", a->sdispls, es,
+                               &a->count, &in_lo, &in));
+    RR__CHECK(rr__check_blocks(pg, "recvcounts", a->recvcounts, "rdispls", a->rdispls, es,
+                               &a->recvcount, &out_lo, &out));
+    RR__CHECK(rr__check_recv_disjoint(pg, a->recvcounts, a->rdispls));
+  }
   if (a->kind == RR__K_SENDRECV) out = a->recvcount * es;
-  if (a->kind == RR__K_ALL_GATHER) out = in * n;
-  if (a->kind == RR__K_REDUCE_SCATTER) in = out * n;
+  if (a->kind == RR__K_ALL_GATHER || a->kind == RR__K_GATHER) out = in * n;
+  if (a->kind == RR__K_REDUCE_SCATTER || a->kind == RR__K_SCATTER) in = out * n;
+  if (a->kind == RR__K_ALL_TO_ALL) in = out = in * n;
+  const int rooted = a->kind == RR__K_BROADCAST || a->kind == RR__K_REDUCE ||
+                     a->kind == RR__K_GATHER || a->kind == RR__K_SCATTER;
+  const int is_root = a->root == pg->rank;
   int reads = a->kind != RR__K_RECV && a->kind != RR__K_BARRIER &&
-              !(a->kind == RR__K_BROADCAST && a->root != pg->rank);
+              !((a->kind == RR__K_BROADCAST || a->kind == RR__K_SCATTER) && !is_root);
   int writes = a->kind != RR__K_SEND && a->kind != RR__K_BARRIER &&
-               !(a->kind == RR__K_REDUCE && a->root != pg->rank);
-  /* Only the root reads a broadcast's sendbuf and writes a reduce's recvbuf. */
-  *by_role = a->kind == RR__K_BROADCAST || a->kind == RR__K_REDUCE;
+               !((a->kind == RR__K_REDUCE || a->kind == RR__K_GATHER) && !is_root);
+  /* Only the root reads the sendbuf of a broadcast or scatter, and writes the recvbuf of a
+   * reduce or gather: a rooted call's buffers are checked differently on each side. */
+  *by_role = rooted;
   if (reads && in > 0 && !a->sendbuf)
     return rr__set_error(RR_EINVAL, "%s is NULL but %zu bytes are to be sent",
                          a->kind == RR__K_SEND ? "buf" : "sendbuf", in);
   if (writes && out > 0 && !a->recvbuf)
     return rr__set_error(RR_EINVAL, "%s is NULL but %zu bytes are to be received",
                          a->kind == RR__K_RECV ? "buf" : "recvbuf", out);
-  if (reads && writes && in > 0) {
+  if (reads && writes && in > 0 && a->recvbuf) {
     /* In place means exactly NCCL's aliasing; any other overlap would corrupt data. */
     const char *s = a->sendbuf, *r = a->recvbuf;
     int in_place = s == r;
@@ -107,39 +178,56 @@ static int rr__validate(rr_pg *pg, rr__args *a, int root_or_peer, int *by_role) 
     if (a->kind == RR__K_ALL_GATHER || a->kind == RR__K_REDUCE_SCATTER) *by_role = 1;
     if (a->kind == RR__K_ALL_GATHER) in_place = s == r + (size_t)pg->rank * in;
     if (a->kind == RR__K_REDUCE_SCATTER) in_place = r == s + (size_t)pg->rank * out;
-    if (a->kind == RR__K_SENDRECV) in_place = 0; /* receiving over what is being sent */
-    if (!in_place && rr__overlap(s, in, r, out))
+    /* Both buffers are the root's here: its own block is the one that may alias. */
+    if (a->kind == RR__K_GATHER) in_place = s == r + (size_t)a->root * in;
+    if (a->kind == RR__K_SCATTER) in_place = r == s + (size_t)a->root * out;
+    /* Receiving over what is still to be sent. */
+    if (a->kind == RR__K_SENDRECV || a->kind == RR__K_ALL_TO_ALL || a->kind == RR__K_ALL_TO_ALLV)
+      in_place = 0;
+    if (!in_place && rr__overlap(s + in_lo, in - in_lo, r + out_lo, out - out_lo))
       return rr__set_error(RR_EINVAL,
                            "sendbuf and recvbuf overlap without being in place (in place is "
                            "%s)",
                            a->kind == RR__K_ALL_GATHER       ? "sendbuf == recvbuf + rank*count"
                            : a->kind == RR__K_REDUCE_SCATTER ? "recvbuf == sendbuf + rank*count"
+                           : a->kind == RR__K_GATHER         ? "sendbuf == recvbuf + root*count"
+                           : a->kind == RR__K_SCATTER        ? "recvbuf == sendbuf + root*count"
                            : a->kind == RR__K_SENDRECV       ? "not possible for sendrecv"
+                           : a->kind == RR__K_ALL_TO_ALL     ? "not possible for all_to_all"
+                           : a->kind == RR__K_ALL_TO_ALLV    ? "not possible for all_to_allv"
                                                              : "sendbuf == recvbuf");
   }
   return RR_OK;
 }
 
-static int rr__call(rr_pg *pg, int kind, const void *sendbuf, void *recvbuf, size_t count,
-                    rr_dtype dtype, rr_op op, int root_or_peer, rr_work **work, int async) {
+/* Check a call this rank built and queue it (or run it now). `a` holds the caller's
+ * arguments; the stream is added here. */
+static int rr__submit(rr_pg *pg, rr__args *a, int root_or_peer, rr_work **work, int async) {
   if (async && work) *work = NULL;
-  if (!pg) return rr__set_error(RR_EINVAL, "%s: the process group is NULL", rr__api_name(kind));
+  if (!pg) return rr__set_error(RR_EINVAL, "%s: the process group is NULL", rr__api_name(a->kind));
   if (async && !work)
     return rr__set_error(RR_EINVAL, "rank %d: %s_async: work is NULL",
-                         pg->global_ranks[pg->rank], rr__api_name(kind));
-  rr__args a = {.kind = kind, .sendbuf = sendbuf, .recvbuf = recvbuf, .count = count,
-                .dtype = dtype, .op = op, .stream = rr__cuda_pg_stream(pg)};
+                         pg->global_ranks[pg->rank], rr__api_name(a->kind));
+  a->stream = rr__cuda_pg_stream(pg);
   int by_role = 0;
-  int st = rr__validate(pg, &a, root_or_peer, &by_role);
+  int st = rr__validate(pg, a, root_or_peer, &by_role);
   if (st != RR_OK) {
-    rr__prefix_error(st, "rank %d: %s", pg->global_ranks[pg->rank], rr__api_name(kind));
+    rr__prefix_error(st, "rank %d: %s", pg->global_ranks[pg->rank], rr__api_name(a->kind));
     /* The other ranks may pass all their checks and already wait in this call for ours: a
      * refusal that only this rank's role can earn aborts the group, so they fail in this
-     * same call, naming this rank and the reason, instead of at the next call or never. */
+     * same call, naming this rank and the reason, instead of at the next call or never.
+     * (Point to point has no roles: each side checks its own half.) */
     if (by_role) rr__comm_abort(pg->comm, st, rr__error(), 1);
     return st;
   }
-  return rr__pg_submit(pg, &a, async ? work : NULL);
+  return rr__pg_submit(pg, a, async ? work : NULL);
+}
+
+static int rr__call(rr_pg *pg, int kind, const void *sendbuf, void *recvbuf, size_t count,
+                    rr_dtype dtype, rr_op op, int root_or_peer, rr_work **work, int async) {
+  rr__args a = {.kind = kind, .sendbuf = sendbuf, .recvbuf = recvbuf, .count = count,
+                .dtype = dtype, .op = op};
+  return rr__submit(pg, &a, root_or_peer, work, async);
 }
 
 /* The public calls. */
@@ -177,6 +265,42 @@ int rr_reduce_async(rr_pg *pg, const void *s, void *r, size_t n, rr_dtype d, rr_
                     rr_work **w) {
   return rr__call(pg, RR__K_REDUCE, s, r, n, d, op, root, w, 1);
 }
+int rr_gather(rr_pg *pg, const void *s, void *r, size_t n, rr_dtype d, int root) {
+  return rr__call(pg, RR__K_GATHER, s, r, n, d, RR_SUM, root, NULL, 0);
+}
+int rr_gather_async(rr_pg *pg, const void *s, void *r, size_t n, rr_dtype d, int root,
+                    rr_work **w) {
+  return rr__call(pg, RR__K_GATHER, s, r, n, d, RR_SUM, root, w, 1);
+}
+int rr_scatter(rr_pg *pg, const void *s, void *r, size_t n, rr_dtype d, int root) {
+  return rr__call(pg, RR__K_SCATTER, s, r, n, d, RR_SUM, root, NULL, 0);
+}
+int rr_scatter_async(rr_pg *pg, const void *s, void *r, size_t n, rr_dtype d, int root,
+                     rr_work **w) {
+  return rr__call(pg, RR__K_SCATTER, s, r, n, d, RR_SUM, root, w, 1);
+}
+int rr_all_to_all(rr_pg *pg, const void *s, void *r, size_t n, rr_dtype d) {
+  return rr__call(pg, RR__K_ALL_TO_ALL, s, r, n, d, RR_SUM, -1, NULL, 0);
+}
+int rr_all_to_all_async(rr_pg *pg, const void *s, void *r, size_t n, rr_dtype d, rr_work **w) {
+  return rr__call(pg, RR__K_ALL_TO_ALL, s, r, n, d, RR_SUM, -1, w, 1);
+}
+
+static int rr__all_to_allv(rr_pg *pg, const void *s, const size_t *sc, const size_t *sd, void *r,
+                           const size_t *rc, const size_t *rd, rr_dtype d, rr_work **w,
+                           int async) {
+  rr__args a = {.kind = RR__K_ALL_TO_ALLV, .sendbuf = s, .recvbuf = r, .sendcounts = sc,
+                .sdispls = sd, .recvcounts = rc, .rdispls = rd, .dtype = d, .op = RR_SUM};
+  return rr__submit(pg, &a, -1, w, async);
+}
+int rr_all_to_allv(rr_pg *pg, const void *s, const size_t *sc, const size_t *sd, void *r,
+                   const size_t *rc, const size_t *rd, rr_dtype d) {
+  return rr__all_to_allv(pg, s, sc, sd, r, rc, rd, d, NULL, 0);
+}
+int rr_all_to_allv_async(rr_pg *pg, const void *s, const size_t *sc, const size_t *sd, void *r,
+                         const size_t *rc, const size_t *rd, rr_dtype d, rr_work **w) {
+  return rr__all_to_allv(pg, s, sc, sd, r, rc, rd, d, w, 1);
+}
 int rr_barrier(rr_pg *pg) {
   return rr__call(pg, RR__K_BARRIER, NULL, NULL, 0, RR_UINT8, RR_SUM, -1, NULL, 0);
 }
@@ -198,19 +322,9 @@ int rr_recv_async(rr_pg *pg, void *buf, size_t n, rr_dtype d, int peer, rr_work 
 
 static int rr__sendrecv(rr_pg *pg, const void *s, size_t sn, int dst, void *r, size_t rn,
                         int src, rr_dtype d, rr_work **w, int async) {
-  if (async && w) *w = NULL;
-  if (!pg) return rr__set_error(RR_EINVAL, "sendrecv: the process group is NULL");
-  if (async && !w)
-    return rr__set_error(RR_EINVAL, "rank %d: sendrecv_async: work is NULL",
-                         pg->global_ranks[pg->rank]);
   rr__args a = {.kind = RR__K_SENDRECV, .sendbuf = s, .recvbuf = r, .count = sn,
-                .recvcount = rn, .src = src, .dtype = d, .op = RR_SUM,
-                .stream = rr__cuda_pg_stream(pg)};
-  int by_role; /* point to point has no roles: each side checks its own half */
-  int st = rr__validate(pg, &a, dst, &by_role);
-  if (st != RR_OK)
-    return rr__prefix_error(st, "rank %d: sendrecv", pg->global_ranks[pg->rank]);
-  return rr__pg_submit(pg, &a, async ? w : NULL);
+                .recvcount = rn, .src = src, .dtype = d, .op = RR_SUM};
+  return rr__submit(pg, &a, dst, w, async);
 }
 int rr_sendrecv(rr_pg *pg, const void *s, size_t sn, int dst, void *r, size_t rn, int src,
                 rr_dtype d) {

@@ -49,19 +49,37 @@ void rr__cuda_pg_free(rr_pg *pg) {
   pg->cuda_host_bytes = 0;
 }
 
-/* What a call reads and writes, in bytes (as rr__validate computes them). */
+/* The bytes from a buffer's start to the end of its last non-empty block (all_to_allv). */
+static size_t rr__blocks_end(const rr_pg *pg, const size_t *counts, const size_t *displs,
+                             size_t es) {
+  size_t end = 0;
+  for (int j = 0; j < pg->size; j++)
+    if (counts[j]) end = RR__MAX(end, (displs[j] + counts[j]) * es);
+  return end;
+}
+
+/* What a call reads and writes, in bytes from each buffer's start (as rr__validate computes
+ * them). *gaps is set when the call writes only parts of [recvbuf, recvbuf + out): an
+ * all_to_allv's blocks need not tile its recvbuf. */
 static void rr__io(const rr_pg *pg, const rr__args *a, size_t *in, size_t *out, int *reads,
-                   int *writes) {
+                   int *writes, int *gaps) {
   size_t es = rr_dtype_size(a->dtype), n = (size_t)pg->size;
   *in = a->count * es;
   *out = a->count * es;
+  *gaps = a->kind == RR__K_ALL_TO_ALLV;
+  if (a->kind == RR__K_ALL_TO_ALLV) {
+    *in = rr__blocks_end(pg, a->sendcounts, a->sdispls, es);
+    *out = rr__blocks_end(pg, a->recvcounts, a->rdispls, es);
+  }
   if (a->kind == RR__K_SENDRECV) *out = a->recvcount * es;
-  if (a->kind == RR__K_ALL_GATHER) *out = *in * n;
-  if (a->kind == RR__K_REDUCE_SCATTER) *in = *out * n;
+  if (a->kind == RR__K_ALL_GATHER || a->kind == RR__K_GATHER) *out = *in * n;
+  if (a->kind == RR__K_REDUCE_SCATTER || a->kind == RR__K_SCATTER) *in = *out * n;
+  if (a->kind == RR__K_ALL_TO_ALL) *in = *out = *in * n;
+  const int is_root = a->root == pg->rank;
   *reads = a->kind != RR__K_RECV && a->kind != RR__K_BARRIER &&
-           !(a->kind == RR__K_BROADCAST && a->root != pg->rank);
+           !((a->kind == RR__K_BROADCAST || a->kind == RR__K_SCATTER) && !is_root);
   *writes = a->kind != RR__K_SEND && a->kind != RR__K_BARRIER &&
-            !(a->kind == RR__K_REDUCE && a->root != pg->rank);
+            !((a->kind == RR__K_REDUCE || a->kind == RR__K_GATHER) && !is_root);
   if (!*reads || !a->sendbuf) *in = 0;
   if (!*writes || !a->recvbuf) *out = 0;
 }
@@ -84,16 +102,16 @@ static int rr__stage_fail(rr_pg *pg, const rr__args *a, int st, const char *what
 
 int rr__pg_device_call(const rr_pg *pg, const rr__args *a) {
   size_t in, out;
-  int reads, writes;
-  rr__io(pg, a, &in, &out, &reads, &writes);
+  int reads, writes, gaps;
+  rr__io(pg, a, &in, &out, &reads, &writes, &gaps);
   return (in > 0 && rr__cuda_is_device_ptr(a->sendbuf)) ||
          (out > 0 && rr__cuda_is_device_ptr(a->recvbuf));
 }
 
 int rr__pg_run_staged(rr_pg *pg, const rr__args *a, int64_t timeout_ms) {
   size_t in, out;
-  int reads, writes;
-  rr__io(pg, a, &in, &out, &reads, &writes);
+  int reads, writes, gaps;
+  rr__io(pg, a, &in, &out, &reads, &writes, &gaps);
   int sdevice = -1, rdevice = -1;
   int sdev = in > 0 && rr__cuda_ptr_device(a->sendbuf, &sdevice);
   int rdev = out > 0 && rr__cuda_ptr_device(a->recvbuf, &rdevice);
@@ -148,6 +166,13 @@ int rr__pg_run_staged(rr_pg *pg, const rr__args *a, int64_t timeout_ms) {
   if (sdev) {
     st = rr__cuda_memcpy_sync(host + soff, s, in, a->stream);
     if (st != RR_OK) what = "copying the send buffer from the device";
+  }
+  /* The whole receive range goes back to the device: where the call writes only parts of
+   * it, the host copy must start as the device's, so the parts between come back
+   * unchanged. (When joint, this may copy bytes of the send range again: the same ones.) */
+  if (st == RR_OK && rdev && gaps) {
+    st = rr__cuda_memcpy_sync(host + roff, r, out, a->stream);
+    if (st != RR_OK) what = "copying the receive buffer from the device";
   }
   if (st == RR_OK) {
     st = rr__pg_run_host(pg, &h, timeout_ms);

@@ -21,7 +21,27 @@ static void rr__work_unref(rr_work *w) {
   if (atomic_fetch_sub(&w->refs, 1) != 1) return;
   pthread_mutex_destroy(&w->mu);
   pthread_cond_destroy(&w->cv);
+  free(w->args.owned);
   free(w);
+}
+
+/* A queued call may run after its caller has returned and reused its arrays (an async
+ * all_to_allv), so the work takes a copy of the per-rank counts and displacements and
+ * frees it with itself. Calls that run at once read the caller's arrays. */
+static int rr__work_own_counts(rr_work *w, int size) {
+  rr__args *a = &w->args;
+  if (a->kind != RR__K_ALL_TO_ALLV) return RR_OK;
+  const size_t n = (size_t)size;
+  size_t *p = rr__calloc(4 * n, sizeof *p);
+  if (!p) return RR_ENOMEM;
+  const size_t *from[4] = {a->sendcounts, a->sdispls, a->recvcounts, a->rdispls};
+  for (int i = 0; i < 4; i++) memcpy(p + (size_t)i * n, from[i], n * sizeof *p);
+  a->sendcounts = p;
+  a->sdispls = p + n;
+  a->recvcounts = p + 2 * n;
+  a->rdispls = p + 3 * n;
+  a->owned = p;
+  return RR_OK;
 }
 
 static void rr__work_finish(rr_work *w, int status) {
@@ -64,6 +84,11 @@ static int rr__enqueue(rr_pg *pg, const rr__args *a, rr_work **out) {
   if (!w) return RR_ENOMEM;
   w->pg = pg;
   w->args = *a;
+  w->args.owned = NULL;
+  if (rr__work_own_counts(w, pg->size) != RR_OK) {
+    free(w);
+    return RR_ENOMEM;
+  }
   atomic_init(&w->refs, 2);
   pthread_condattr_t ca;
   pthread_condattr_init(&ca);

@@ -38,6 +38,42 @@ static const char *rr__mismatch_hint(const rr__hdr *mine, const rr__hdr *theirs)
   return "";
 }
 
+/* Do two headers describe the same call? (`from` and `aux` are compared where they matter,
+ * by the caller.) */
+static int rr__same_call(const rr__hdr *a, const rr__hdr *b) {
+  return a->kind == b->kind && a->seq == b->seq && a->count == b->count &&
+         a->dtype == b->dtype && a->op == b->op && a->algo == b->algo && a->root == b->root &&
+         a->seg_bytes == b->seg_bytes;
+}
+
+int rr__coll_pair_mismatch(rr__coll *c, int from, uint64_t sent, uint64_t expected) {
+  const char *dt = rr_dtype_name(c->a->dtype);
+  int me = rr__grank(c, c->r), g = rr__grank(c, from);
+  return rr__set_error(RR_EMISMATCH,
+                       "mismatched calls: all_to_allv #%llu: rank %d sends %llu x %s to rank %d "
+                       "(its sendcounts[%d]), but rank %d expects %llu x %s from rank %d (its "
+                       "recvcounts[%d])",
+                       (unsigned long long)c->hdr.seq, g, (unsigned long long)sent, dt, me, c->r,
+                       me, (unsigned long long)expected, dt, g, from);
+}
+
+/* `theirs` came from `from` and differs from `mine`: when the two are all_to_allv calls
+ * that differ in the pair's count alone, the message names the pair; otherwise both calls. */
+static int rr__mismatch(rr__coll *c, int from, const rr__hdr *mine, const rr__hdr *theirs,
+                        const char *own_desc) {
+  if (mine->kind == RR__K_ALL_TO_ALLV && theirs->kind == RR__K_ALL_TO_ALLV) {
+    rr__hdr same = *theirs;
+    same.count = mine->count;
+    if (rr__same_call(&same, mine))
+      return rr__coll_pair_mismatch(c, from, theirs->count, mine->count);
+  }
+  char b[160];
+  rr__hdr_describe(theirs, b, sizeof b);
+  return rr__set_error(RR_EMISMATCH, "mismatched calls: rank %d called %s, but rank %d called %s%s",
+                       rr__grank(c, c->r), own_desc, rr__grank(c, from), b,
+                       rr__mismatch_hint(mine, theirs));
+}
+
 /* A header from a peer this call does not read from: the same call number must mean the
  * same call. (Point-to-point sends and later calls pass: they are read in their turn.) */
 static int rr__sniff_check(void *ctx, int peer, const uint8_t wire[RR__SNIFF_BYTES]) {
@@ -46,16 +82,18 @@ static int rr__sniff_check(void *ctx, int peer, const uint8_t wire[RR__SNIFF_BYT
   rr__hdr h;
   if (rr__hdr_decode(wire, &h) != RR_OK) return rr__prefix_error(RR_EPROTO, "from rank %d", g);
   if (h.kind == RR__K_SEND || h.seq != c->hdr.seq) return RR_OK;
-  const rr__hdr *m = &c->hdr;
-  int same_kind = h.kind == m->kind || h.kind == RR__K_ACK;
-  if (same_kind && h.count == m->count && h.dtype == m->dtype && h.op == m->op &&
-      h.algo == m->algo && h.root == m->root && h.seg_bytes == m->seg_bytes)
-    return RR_OK;
-  char a[160], b[160];
-  rr__hdr_describe(m, a, sizeof a);
-  rr__hdr_describe(&h, b, sizeof b);
-  return rr__set_error(RR_EMISMATCH, "mismatched calls: rank %d called %s, but rank %d called %s%s",
-                       rr__grank(c, c->r), a, g, b, rr__mismatch_hint(m, &h));
+  /* Compare with the call as this peer should see it: a completion notice passes for the
+   * call it completes, and an all_to_allv header carries the count of its own pair (what
+   * the peer sends here), which may rightly differ from every other pair's. */
+  rr__hdr m = c->hdr;
+  if (m.kind == RR__K_ALL_TO_ALLV)
+    m.count = h.kind == RR__K_ACK ? h.count : c->a->recvcounts[peer];
+  if (h.kind == RR__K_ACK) m.kind = RR__K_ACK;
+  if (rr__same_call(&h, &m)) return RR_OK;
+  rr__hdr own = m;
+  own.kind = c->hdr.kind; /* this rank's call, not the notice it was compared as */
+  char a[160];
+  return rr__mismatch(c, peer, &m, &h, rr__hdr_describe(&own, a, sizeof a));
 }
 
 /* Adaptive spinning. A spin pays when the data comes within a few microseconds: sleeping
@@ -183,18 +221,9 @@ static int rr__check_hdr_kind(rr__coll *c, int from, const uint8_t *wire, int ki
   if (rr__hdr_decode(wire, &h) != RR_OK) return rr__prefix_error(RR_EPROTO, "from rank %d", g);
   rr__hdr mine = c->hdr;
   mine.kind = (uint8_t)kind;
-  if (h.kind != mine.kind || h.seq != mine.seq || h.count != mine.count ||
-      h.dtype != mine.dtype || h.op != mine.op || h.algo != mine.algo ||
-      h.root != mine.root || h.seg_bytes != mine.seg_bytes || h.aux != mine.aux ||
-      h.from != from) {
-    char a[160], b[160];
-    rr__describe_own(c, &mine, a, sizeof a);
-    rr__hdr_describe(&h, b, sizeof b);
-    const char *hint = rr__mismatch_hint(&mine, &h);
-    return rr__set_error(RR_EMISMATCH, "mismatched calls: rank %d called %s, but rank %d called %s%s",
-                         rr__grank(c, c->r), a, g, b, hint);
-  }
-  return RR_OK;
+  if (rr__same_call(&h, &mine) && h.aux == mine.aux && h.from == from) return RR_OK;
+  char a[160];
+  return rr__mismatch(c, from, &mine, &h, rr__describe_own(c, &mine, a, sizeof a));
 }
 
 int rr__coll_post_hdr(rr__coll *c, int from, rr__req *r, uint8_t *wire) {
@@ -241,8 +270,9 @@ static int rr__choose_all_reduce(rr__coll *c) {
 
 static int rr__dispatch(rr__coll *c) {
   const rr__args *a = c->a;
+  /* all_to_allv places its one block by displacement: its algorithm handles one rank. */
   if (c->n == 1 && a->kind != RR__K_SEND && a->kind != RR__K_RECV &&
-      a->kind != RR__K_SENDRECV) {
+      a->kind != RR__K_SENDRECV && a->kind != RR__K_ALL_TO_ALLV) {
     rr__local_copy(c);
     return RR_OK;
   }
@@ -255,6 +285,10 @@ static int rr__dispatch(rr__coll *c) {
     case RR__K_ALL_GATHER: return rr__all_gather_ring(c);
     case RR__K_BROADCAST: return rr__broadcast_chain(c);
     case RR__K_REDUCE: return rr__reduce_chain(c);
+    case RR__K_GATHER: return rr__gather_linear(c);
+    case RR__K_SCATTER: return rr__scatter_linear(c);
+    case RR__K_ALL_TO_ALL: return rr__all_to_all_pairwise(c);
+    case RR__K_ALL_TO_ALLV: return rr__all_to_allv_pairwise(c);
     case RR__K_BARRIER: return rr__barrier_dissem(c);
     case RR__K_SEND: return rr__send_p2p(c);
     case RR__K_RECV: return rr__recv_p2p(c);
@@ -279,7 +313,8 @@ void rr__coll_begin(rr__coll *c) {
   h->from = c->r;
   /* Only calls that cut data into segments need the same segment size on both sides. */
   if (a->kind != RR__K_BARRIER) h->seg_bytes = (uint32_t)cs->seg_bytes;
-  h->count = a->count;
+  /* all_to_allv sets the count of each pair as its headers go and are checked. */
+  h->count = a->kind == RR__K_ALL_TO_ALLV ? 0 : a->count;
   switch (a->kind) {
     case RR__K_SEND:
       h->seq = cs->p2p_sent[a->peer]++;
@@ -296,7 +331,10 @@ void rr__coll_begin(rr__coll *c) {
       h->algo = a->kind == RR__K_ALL_REDUCE  ? (uint8_t)rr__choose_all_reduce(c)
                 : a->kind == RR__K_BARRIER   ? RR__ALGO_DISSEM
                 : a->kind == RR__K_BROADCAST || a->kind == RR__K_REDUCE ? RR__ALGO_CHAIN
-                                                                       : RR__ALGO_RING;
+                : a->kind == RR__K_GATHER || a->kind == RR__K_SCATTER   ? RR__ALGO_LINEAR
+                : a->kind == RR__K_ALL_TO_ALL || a->kind == RR__K_ALL_TO_ALLV
+                    ? RR__ALGO_PAIRWISE
+                    : RR__ALGO_RING;
       if (h->algo == RR__ALGO_RD) h->seg_bytes = 0; /* recursive doubling sends whole buffers */
   }
 }
@@ -326,6 +364,9 @@ const char *rr__coll_describe(const rr__coll *c, char *desc, size_t n) {
     snprintf(desc, n, "sendrecv (%zu x %s to rank %d, %zu from rank %d)", a->count,
              rr_dtype_name(a->dtype), rr__grank(c, a->peer), a->recvcount,
              rr__grank(c, a->src));
+  else if (a->kind == RR__K_ALL_TO_ALLV) /* the header holds one pair's count at a time */
+    snprintf(desc, n, "all_to_allv #%llu (%s, %zu sent and %zu received in all)",
+             (unsigned long long)c->hdr.seq, rr_dtype_name(a->dtype), a->count, a->recvcount);
   else
     rr__hdr_describe(&c->hdr, desc, n);
   return desc;

@@ -22,13 +22,20 @@ typedef struct rr__args {
   int kind; /* enum rr__kind; RR__K_SEND is a send, RR__K_RECV a recv */
   const void *sendbuf;
   void *recvbuf;
-  size_t count; /* elements: per rank for all_gather / reduce_scatter, else the buffer */
+  /* elements: one rank's block for all_gather / reduce_scatter / gather / scatter /
+   * all_to_all, the total sent for all_to_allv (messages only), else the buffer */
+  size_t count;
   rr_dtype dtype;
   rr_op op;
   int root; /* group rank, -1 if none */
   int peer; /* group rank for send / recv; the destination of a sendrecv */
   int src;  /* the source of a sendrecv */
-  size_t recvcount; /* of a sendrecv */
+  size_t recvcount; /* of a sendrecv; all_to_allv: the total received (messages only) */
+  /* all_to_allv: [size] each, in elements, indexed by group rank. A call that runs at once
+   * reads the caller's arrays; a queued one may outlive them, so its work points these
+   * into `owned`, a copy it frees with itself (group/work.c). */
+  const size_t *sendcounts, *sdispls, *recvcounts, *rdispls;
+  void *owned;
   void *stream;     /* the group's: cudaStream_t of the call (device buffers; ring/ ignores it) */
 } rr__args;
 
@@ -124,6 +131,9 @@ int rr__coll_check_hdr(rr__coll *c, int from, const uint8_t *wire);
  * valid (`from`), so no rank returns success from a call another rank rejected. */
 int rr__coll_send_ack(rr__coll *c, int to);
 int rr__coll_recv_ack(rr__coll *c, int from);
+/* all_to_allv: the pair from -> this rank disagrees on its size (`sent` elements on the
+ * sender's side, `expected` on ours): RR_EMISMATCH naming the pair and both counts. */
+int rr__coll_pair_mismatch(rr__coll *c, int from, uint64_t sent, uint64_t expected);
 /* Block (progressing every lane) until r completes; `peer` is who we wait for. */
 int rr__coll_wait(rr__coll *c, rr__req *r, int peer);
 /* Sleep once in the comm's wait; a timeout becomes a message naming `peer`. */
@@ -221,6 +231,10 @@ int rr__reduce_scatter_ring(rr__coll *c);
 int rr__all_gather_ring(rr__coll *c);
 int rr__broadcast_chain(rr__coll *c);
 int rr__reduce_chain(rr__coll *c);
+int rr__gather_linear(rr__coll *c);
+int rr__scatter_linear(rr__coll *c);
+int rr__all_to_all_pairwise(rr__coll *c);
+int rr__all_to_allv_pairwise(rr__coll *c);
 int rr__barrier_dissem(rr__coll *c);
 int rr__send_p2p(rr__coll *c);
 int rr__recv_p2p(rr__coll *c);

@@ -10,9 +10,10 @@
 #define RR__HDR_VERSION 1
 
 const char *rr__kind_name(int kind) {
-  static const char *names[RR__K_COUNT] = {"none",      "all_reduce", "reduce_scatter",
-                                           "all_gather", "broadcast",  "reduce",
-                                           "barrier",   "send/recv",  "completion"};
+  static const char *names[RR__K_COUNT] = {
+      "none",    "all_reduce", "reduce_scatter", "all_gather", "broadcast",  "reduce",
+      "barrier", "send/recv",  "completion",     "gather",     "scatter",    "all_to_all",
+      "all_to_allv"};
   return kind >= 0 && kind < RR__K_COUNT ? names[kind] : "unknown";
 }
 
@@ -23,6 +24,8 @@ static const char *rr__algo_name(int algo) {
     case RR__ALGO_CHAIN: return "chain";
     case RR__ALGO_DISSEM: return "dissemination";
     case RR__ALGO_STAR: return "star";
+    case RR__ALGO_LINEAR: return "linear";
+    case RR__ALGO_PAIRWISE: return "pairwise";
     default: return "-";
   }
 }
@@ -92,6 +95,19 @@ const char *rr__hdr_describe(const rr__hdr *h, char *buf, size_t n) {
     case RR__K_ALL_GATHER:
       snprintf(buf, n, "all_gather #%llu (%llu x %s)", (unsigned long long)h->seq,
                (unsigned long long)h->count, dt);
+      break;
+    case RR__K_GATHER:
+    case RR__K_SCATTER:
+      snprintf(buf, n, "%s #%llu (%llu x %s per rank, root %d)", rr__kind_name(h->kind),
+               (unsigned long long)h->seq, (unsigned long long)h->count, dt, h->root);
+      break;
+    case RR__K_ALL_TO_ALL:
+      snprintf(buf, n, "all_to_all #%llu (%llu x %s per rank)", (unsigned long long)h->seq,
+               (unsigned long long)h->count, dt);
+      break;
+    case RR__K_ALL_TO_ALLV: /* the count is that of one pair: the sender's to the receiver */
+      snprintf(buf, n, "all_to_allv #%llu (%s, %llu on this pair)", (unsigned long long)h->seq,
+               dt, (unsigned long long)h->count);
       break;
     case RR__K_BARRIER:
       snprintf(buf, n, "barrier #%llu", (unsigned long long)h->seq);

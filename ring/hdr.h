@@ -22,12 +22,16 @@ enum rr__kind {
   RR__K_REDUCE,
   RR__K_BARRIER,
   RR__K_SEND, /* a send, as seen by the matching recv */
-  RR__K_ACK,  /* completion notice of a rooted collective */
+  RR__K_ACK,  /* completion notice of a rooted collective (and of all_to_allv) */
+  RR__K_GATHER,
+  RR__K_SCATTER,
+  RR__K_ALL_TO_ALL,
+  RR__K_ALL_TO_ALLV, /* count is per pair: what the sender sends to the receiver */
   RR__K_COUNT
 };
 
 enum rr__algo { RR__ALGO_NONE = 0, RR__ALGO_RING, RR__ALGO_RD, RR__ALGO_CHAIN, RR__ALGO_DISSEM,
-                RR__ALGO_STAR };
+                RR__ALGO_STAR, RR__ALGO_LINEAR, RR__ALGO_PAIRWISE };
 
 #define RR__HDR_BYTES 48
 typedef struct rr__hdr {

@@ -15,7 +15,8 @@ rr_core_test(test_coll)
 # memory); tests/shm.cmake runs the same matrix over shm.
 set(RR_TEST_ENV "RR_TIMEOUT=60;RR_GRACE_PERIOD=2;RR_TRANSPORT=tcp")
 
-foreach(coll all_reduce reduce_scatter all_gather broadcast reduce sendrecv barrier)
+foreach(coll all_reduce reduce_scatter all_gather broadcast reduce gather scatter all_to_all
+             all_to_allv sendrecv barrier)
   foreach(w 1 2 3 4 5 6 7 8)
     add_test(NAME coll_${coll}_w${w} COMMAND test_coll ${coll} ${w})
     set_tests_properties(coll_${coll}_w${w} PROPERTIES TIMEOUT 300 LABELS "core;coll"
@@ -41,14 +42,16 @@ foreach(w 2 3 5)
   set_tests_properties(coll_all_reduce_star_shm_w${w} PROPERTIES TIMEOUT 300 LABELS "core;coll"
     ENVIRONMENT "${RR_TEST_ENV};RR_ALGO=star")
 endforeach()
-foreach(coll all_reduce reduce_scatter all_gather broadcast reduce sendrecv)
+foreach(coll all_reduce reduce_scatter all_gather broadcast reduce gather scatter all_to_all
+             all_to_allv sendrecv)
   add_test(NAME coll_${coll}_lanes_w5 COMMAND test_coll ${coll} 5)
   set_tests_properties(coll_${coll}_lanes_w5 PROPERTIES TIMEOUT 300 LABELS "core;coll"
     ENVIRONMENT "${RR_TEST_ENV};RR_NSOCKS=3;RR_SEG_BYTES=4096;RR_SLOTS=2;RR_ALGO=ring")
 endforeach()
 
 # 64 MiB buffers.
-foreach(coll all_reduce reduce_scatter all_gather broadcast reduce sendrecv)
+foreach(coll all_reduce reduce_scatter all_gather broadcast reduce gather scatter all_to_all
+             all_to_allv sendrecv)
   add_test(NAME coll_${coll}_64MiB_w4 COMMAND test_coll ${coll} 4 large)
   set_tests_properties(coll_${coll}_64MiB_w4 PROPERTIES TIMEOUT 300 LABELS "core;coll;large"
     ENVIRONMENT "${RR_TEST_ENV}")
@@ -62,10 +65,15 @@ endforeach()
 # Bad input and faults: every rank gets a status and a message naming the rank and the
 # cause, within a bounded time.
 rr_core_test(test_fault)
-foreach(s invalid_args mismatch role_args transport_mismatch late_rank kill9 timeout wait_timeout destroy_early abort
-          duplicate_rank world_mismatch port_in_use unreachable env_errors env_params
-          env_transport env_debug env_ranges)
-  add_test(NAME fault_${s} COMMAND test_fault ${s})
+rr_core_test(test_fault_args)
+foreach(s invalid_args mismatch role_args coll_args transport_mismatch late_rank kill9 timeout
+          wait_timeout destroy_early abort duplicate_rank world_mismatch port_in_use unreachable
+          env_errors env_params env_transport env_debug env_ranges)
+  set(exe test_fault)
+  if(s MATCHES "^(invalid_args|mismatch|role_args|coll_args)$")
+    set(exe test_fault_args)
+  endif()
+  add_test(NAME fault_${s} COMMAND ${exe} ${s})
   set_tests_properties(fault_${s} PROPERTIES TIMEOUT 120 LABELS "core;fault"
     ENVIRONMENT "RR_TIMEOUT=30;RR_GRACE_PERIOD=2;RR_TRANSPORT=tcp")
 endforeach()

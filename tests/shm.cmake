@@ -33,7 +33,8 @@ add_test(NAME shm_leak COMMAND test_shm leak)
 set_tests_properties(shm_leak PROPERTIES TIMEOUT 300 LABELS "shm" ENVIRONMENT "${RR_SHM_ENV}")
 
 # The collective matrix over shm.
-foreach(coll all_reduce reduce_scatter all_gather broadcast reduce sendrecv barrier)
+foreach(coll all_reduce reduce_scatter all_gather broadcast reduce gather scatter all_to_all
+             all_to_allv sendrecv barrier)
   foreach(w 2 3 4 8)
     add_test(NAME shm_coll_${coll}_w${w} COMMAND test_coll ${coll} ${w})
     set_tests_properties(shm_coll_${coll}_w${w} PROPERTIES TIMEOUT 300 LABELS "shm;coll"
@@ -42,7 +43,8 @@ foreach(coll all_reduce reduce_scatter all_gather broadcast reduce sendrecv barr
 endforeach()
 # Tiny segments (so slots of 4 KiB), two slots, and more sockets asked for (shm keeps one
 # lane): messages cut over slots, rings full all the time.
-foreach(coll all_reduce reduce_scatter all_gather broadcast reduce sendrecv)
+foreach(coll all_reduce reduce_scatter all_gather broadcast reduce gather scatter all_to_all
+             all_to_allv sendrecv)
   add_test(NAME shm_coll_${coll}_small_w5 COMMAND test_coll ${coll} 5)
   set_tests_properties(shm_coll_${coll}_small_w5 PROPERTIES TIMEOUT 300 LABELS "shm;coll"
     ENVIRONMENT "${RR_SHM_ENV};RR_NSOCKS=2;RR_SEG_BYTES=4096;RR_SLOTS=2")
@@ -53,14 +55,19 @@ foreach(algo ring rd)
     ENVIRONMENT "${RR_SHM_ENV};RR_NSOCKS=2;RR_SEG_BYTES=4096;RR_SLOTS=2;RR_ALGO=${algo}")
 endforeach()
 # 64 MiB buffers.
-foreach(coll all_reduce reduce_scatter all_gather broadcast reduce sendrecv)
+foreach(coll all_reduce reduce_scatter all_gather broadcast reduce gather scatter all_to_all
+             all_to_allv sendrecv)
   add_test(NAME shm_coll_${coll}_64MiB_w4 COMMAND test_coll ${coll} 4 large)
   set_tests_properties(shm_coll_${coll}_64MiB_w4 PROPERTIES TIMEOUT 300 LABELS "shm;coll;large"
     ENVIRONMENT "${RR_SHM_ENV}")
 endforeach()
 # Faults over shm: a killed rank, mismatched calls (found by peeking at headers).
 foreach(s kill9 mismatch destroy_early abort)
-  add_test(NAME shm_fault_${s} COMMAND test_fault ${s})
+  set(exe test_fault)
+  if(s STREQUAL "mismatch")
+    set(exe test_fault_args)
+  endif()
+  add_test(NAME shm_fault_${s} COMMAND ${exe} ${s})
   set_tests_properties(shm_fault_${s} PROPERTIES TIMEOUT 120 LABELS "shm;fault"
     ENVIRONMENT "RR_TIMEOUT=30;RR_GRACE_PERIOD=2;RR_TRANSPORT=auto")
 endforeach()

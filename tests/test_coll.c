@@ -5,11 +5,13 @@
  * on all ranks are compared bit for bit through a hash all-gather, outputs that must stay
  * untouched are checked, and out-of-place inputs must come back unchanged.
  *
- *   test_coll <all_reduce|reduce_scatter|all_gather|broadcast|reduce|sendrecv|barrier>
- *             <world> [matrix|large]
+ *   test_coll <all_reduce|reduce_scatter|all_gather|broadcast|reduce|gather|scatter|
+ *              all_to_all|all_to_allv|sendrecv|barrier> <world> [matrix|large]
  *
  * matrix: counts 0, 1, 7, world-1, world+1 with every combination, and 1,000,003 with
- * every dtype (two ops each, rotating); large: 64 MiB of float32 and of int32. */
+ * every dtype (two ops each, rotating); large: 64 MiB of float32 and of int32. all_to_all
+ * and all_to_allv have no in-place form: their second placement is the _async call. For
+ * all_to_allv the count sets the scale of random per-pair counts (zeros among them). */
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -136,6 +138,166 @@ static int case_reduce(rr_pg *pg, size_t count, rr_dtype d, rr_op op, int inplac
   return 0;
 }
 
+/* Bytes of buf[from, to) that are not the fill pattern: a rank's buffer the call may not
+ * touch, or what lies between the blocks of one. */
+static size_t untouched(const char *buf, size_t from, size_t to) {
+  size_t wrong = 0;
+  for (size_t i = from; i < to; i++) wrong += (unsigned char)buf[i] != 0xa5;
+  return wrong;
+}
+
+/* The root gets block q from rank q. Out of place, the other ranks pass no recvbuf; in
+ * place, every rank passes one with its own block at its offset, and outside the root
+ * nothing in it may change. */
+static int case_gather(rr_pg *pg, size_t count, rr_dtype d, int inplace, int root, uint64_t seed) {
+  int n = rr_get_world_size(pg), r = rr_get_rank(pg);
+  size_t es = rr_dtype_size(d), blk = count * es, all = blk * (size_t)n;
+  char *dst = NULL, *src;
+  if (inplace || r == root) {
+    dst = t_alloc(all);
+    memset(dst, 0xa5, all);
+  }
+  src = inplace ? dst + (size_t)r * blk : t_alloc(blk);
+  t_fill(src, count, d, RR_SUM, seed, r, 0);
+  T_OK(rr_gather(pg, src, dst, count, d, rr_get_global_rank(pg, root)));
+  char what[96];
+  snprintf(what, sizeof what, "gather %s count %zu root %d", inplace ? "in place" : "out of place", count, root);
+  size_t wrong = t_check_copied(src, count, d, RR_SUM, seed, r, 0, "gather input (must be unchanged)");
+  if (r == root) {
+    for (int q = 0; q < n; q++) wrong += t_check_copied(dst + (size_t)q * blk, count, d, RR_SUM, seed, q, 0, what);
+  } else if (inplace) { /* a non-root's recvbuf: everything but its own block still the fill */
+    wrong += untouched(dst, 0, (size_t)r * blk) + untouched(dst, (size_t)(r + 1) * blk, all);
+  }
+  if (!inplace) free(src);
+  free(dst);
+  T_CHECK(!wrong, "%s: %zu wrong elements", what, wrong);
+  return 0;
+}
+
+/* Rank r gets block r of the root's sendbuf. Out of place, the other ranks pass no
+ * sendbuf; in place, each passes a sendbuf around its recvbuf whose other blocks must stay
+ * as they were. */
+static int case_scatter(rr_pg *pg, size_t count, rr_dtype d, int inplace, int root, uint64_t seed) {
+  int n = rr_get_world_size(pg), r = rr_get_rank(pg);
+  size_t es = rr_dtype_size(d), blk = count * es, all = blk * (size_t)n;
+  char *src = NULL, *dst;
+  if (inplace || r == root) {
+    src = t_alloc(all);
+    memset(src, 0xa5, all);
+    if (r == root) t_fill(src, count * (size_t)n, d, RR_SUM, seed, root, 0);
+  }
+  dst = inplace ? src + (size_t)r * blk : t_alloc(blk);
+  if (!inplace) memset(dst, 0xa5, blk);
+  T_OK(rr_scatter(pg, src, dst, count, d, rr_get_global_rank(pg, root)));
+  char what[96];
+  snprintf(what, sizeof what, "scatter %s count %zu root %d", inplace ? "in place" : "out of place", count, root);
+  size_t wrong = t_check_copied(dst, count, d, RR_SUM, seed, root, (size_t)r * count, what);
+  if (r == root)
+    wrong += t_check_copied(src, count * (size_t)n, d, RR_SUM, seed, root, 0, "scatter input (must be unchanged)");
+  else if (inplace)
+    wrong += untouched(src, 0, (size_t)r * blk) + untouched(src, (size_t)(r + 1) * blk, all);
+  if (!inplace) free(dst);
+  free(src);
+  T_CHECK(!wrong, "%s: %zu wrong elements", what, wrong);
+  return 0;
+}
+
+/* Block j of rank i's input (its elements j*count...) lands as block i of rank j's output.
+ * `async` runs the _async form. */
+static int case_all_to_all(rr_pg *pg, size_t count, rr_dtype d, int async, uint64_t seed) {
+  int n = rr_get_world_size(pg), r = rr_get_rank(pg);
+  size_t es = rr_dtype_size(d), blk = count * es, all = blk * (size_t)n;
+  char *src = t_alloc(all), *dst = t_alloc(all);
+  t_fill(src, count * (size_t)n, d, RR_SUM, seed, r, 0);
+  memset(dst, 0xa5, all);
+  if (async) {
+    rr_work *w;
+    T_OK(rr_all_to_all_async(pg, src, dst, count, d, &w));
+    T_OK(rr_work_wait(w, 0));
+    rr_work_free(w);
+  } else {
+    T_OK(rr_all_to_all(pg, src, dst, count, d));
+  }
+  char what[96];
+  snprintf(what, sizeof what, "all_to_all%s count %zu", async ? " (async)" : "", count);
+  size_t wrong = t_check_copied(src, count * (size_t)n, d, RR_SUM, seed, r, 0, "all_to_all input (must be unchanged)");
+  for (int q = 0; q < n; q++)
+    wrong += t_check_copied(dst + (size_t)q * blk, count, d, RR_SUM, seed, q, (size_t)r * count, what);
+  free(src);
+  free(dst);
+  T_CHECK(!wrong, "%s: %zu wrong elements", what, wrong);
+  return 0;
+}
+
+/* all_to_allv's layout, which every rank can work out for every rank from the seed: the
+ * count of pair i -> j (zero about one time in five, else up to twice `count` / n rounded
+ * up, so a rank moves about `count` elements in all), and where the blocks lie: in an order
+ * of their own on each side, with gaps of up to two elements before each. */
+static size_t a2av_count(uint64_t seed, int n, size_t count, int i, int j) {
+  if (count == 0) return 0;
+  uint64_t b = t_bits(seed, 101, (uint64_t)i * (uint64_t)n + (uint64_t)j);
+  size_t most = (2 * count + (size_t)n - 1) / (size_t)n;
+  return b % 5 == 0 ? 0 : 1 + (size_t)((b >> 8) % most);
+}
+
+/* Rank `rank`'s counts and displacements on one side (send: to each j; recv: from each i);
+ * returns the elements its buffer spans. */
+static size_t a2av_layout(uint64_t seed, int n, size_t count, int rank, int send, size_t *counts,
+                          size_t *displs) {
+  size_t at = 0;
+  for (int k = 0; k < n; k++) {
+    int j = send ? n - 1 - k : (rank + k) % n; /* the block placed k-th */
+    counts[j] = send ? a2av_count(seed, n, count, rank, j) : a2av_count(seed, n, count, j, rank);
+    at += t_bits(seed, send ? 102 : 103, (uint64_t)rank * (uint64_t)n + (uint64_t)k) % 3;
+    displs[j] = at;
+    at += counts[j];
+  }
+  return at;
+}
+
+static int case_all_to_allv(rr_pg *pg, size_t count, rr_dtype d, int async, uint64_t seed) {
+  int n = rr_get_world_size(pg), r = rr_get_rank(pg);
+  size_t es = rr_dtype_size(d);
+  size_t *sc = t_alloc(4 * (size_t)n * sizeof *sc), *sd = sc + n, *rc = sc + 2 * n, *rd = sc + 3 * n;
+  size_t *peer = t_alloc(2 * (size_t)n * sizeof *peer); /* a sender's counts and displacements */
+  size_t sspan = a2av_layout(seed, n, count, r, 1, sc, sd);
+  size_t rspan = a2av_layout(seed, n, count, r, 0, rc, rd);
+  char *src = t_alloc(sspan * es), *dst = t_alloc(rspan * es);
+  t_fill(src, sspan, d, RR_SUM, seed, r, 0);
+  memset(dst, 0xa5, rspan * es);
+  if (async) { /* the arrays are the caller's only until the call returns */
+    rr_work *w;
+    T_OK(rr_all_to_allv_async(pg, src, sc, sd, dst, rc, rd, d, &w));
+    size_t *keep = t_alloc(4 * (size_t)n * sizeof *keep);
+    memcpy(keep, sc, 4 * (size_t)n * sizeof *keep);
+    memset(sc, 0xff, 4 * (size_t)n * sizeof *sc);
+    free(sc);
+    sc = keep, sd = sc + n, rc = sc + 2 * n, rd = sc + 3 * n;
+    T_OK(rr_work_wait(w, 0));
+    rr_work_free(w);
+  } else {
+    T_OK(rr_all_to_allv(pg, src, sc, sd, dst, rc, rd, d));
+  }
+  char what[96];
+  snprintf(what, sizeof what, "all_to_allv%s count %zu", async ? " (async)" : "", count);
+  size_t wrong = t_check_copied(src, sspan, d, RR_SUM, seed, r, 0, "all_to_allv input (must be unchanged)");
+  size_t at = 0;
+  for (int k = 0; k < n; k++) { /* in the order the blocks lie, checking the gaps too */
+    int q = (r + k) % n;
+    wrong += untouched(dst, at * es, rd[q] * es);
+    a2av_layout(seed, n, count, q, 1, peer, peer + n);
+    T_CHECK(peer[r] == rc[q], "layout: rank %d sends %zu, rank %d expects %zu", q, peer[r], r, rc[q]);
+    wrong += t_check_copied(dst + rd[q] * es, rc[q], d, RR_SUM, seed, q, peer[n + r], what);
+    at = rd[q] + rc[q];
+  }
+  free(peer);
+  free(sc);
+  free(src);
+  free(dst);
+  T_CHECK(!wrong, "%s: %zu wrong elements", what, wrong);
+  return 0;
+}
+
 /* Ring shift with sendrecv, then blocking send/recv in pairs, then ordering of several
  * messages between one pair. */
 static int case_sendrecv(rr_pg *pg, size_t count, rr_dtype d, uint64_t seed) {
@@ -232,6 +394,10 @@ static int body(int rank, void *arg) {
       else if (!strcmp(c, "broadcast")) fails += case_broadcast(pg, count, ds[k], inplace, (k + 1) % n, s);
       else if (!strcmp(c, "reduce")) fails += case_reduce(pg, count, ds[k], os[k], inplace, (k + 1) % n, s);
       else if (!strcmp(c, "sendrecv")) fails += case_sendrecv(pg, count, ds[k], s);
+      else if (!strcmp(c, "gather")) fails += case_gather(pg, per, ds[k], inplace, (k + 1) % n, s);
+      else if (!strcmp(c, "scatter")) fails += case_scatter(pg, per, ds[k], inplace, (k + 1) % n, s);
+      else if (!strcmp(c, "all_to_all")) fails += case_all_to_all(pg, per, ds[k], k, s);
+      else if (!strcmp(c, "all_to_allv")) fails += case_all_to_allv(pg, per, ds[k], k, s);
       cases++;
     }
   } else {
@@ -254,15 +420,25 @@ static int body(int rank, void *arg) {
           for (int inplace = 0; inplace < 2; inplace++) {
             if (big && inplace != (di + oi) % 2) continue;
             uint64_t s = seed + (uint64_t)cases * 7919;
-            int nroots = (!strcmp(c, "broadcast") || !strcmp(c, "reduce")) ? n : 1;
+            int nroots = (!strcmp(c, "broadcast") || !strcmp(c, "reduce") ||
+                          !strcmp(c, "gather") || !strcmp(c, "scatter")) ? n : 1;
             for (int root = 0; root < nroots; root++) {
-              if (big && root != (di + oi) % n) continue;
+              /* A big count runs at one root per (dtype, op), rotating. all_to_all(v) have
+               * no root and run it for every dtype; the other unrooted calls keep only the
+               * (dtype, op) pairs whose rotation lands on 0. */
+              int rotates = nroots > 1 || strncmp(c, "all_to_all", 10) != 0;
+              if (big && rotates && root != (di + oi) % n) continue;
               if (!strcmp(c, "all_reduce")) fails += case_all_reduce(pg, count, d, ops[oi], inplace, s);
               else if (!strcmp(c, "reduce_scatter")) fails += case_reduce_scatter(pg, count, d, ops[oi], inplace, s);
               else if (!strcmp(c, "all_gather")) fails += case_all_gather(pg, count, d, inplace, s);
               else if (!strcmp(c, "broadcast")) fails += case_broadcast(pg, count, d, inplace, root, s);
               else if (!strcmp(c, "reduce")) fails += case_reduce(pg, count, d, ops[oi], inplace, root, s);
               else if (!strcmp(c, "sendrecv")) { if (!inplace) fails += case_sendrecv(pg, count, d, s); }
+              else if (!strcmp(c, "gather")) fails += case_gather(pg, count, d, inplace, root, s);
+              else if (!strcmp(c, "scatter")) fails += case_scatter(pg, count, d, inplace, root, s);
+              /* No in-place form: the second placement runs the _async call instead. */
+              else if (!strcmp(c, "all_to_all")) fails += case_all_to_all(pg, count, d, inplace, s);
+              else if (!strcmp(c, "all_to_allv")) fails += case_all_to_allv(pg, count, d, inplace, s);
               else T_FAIL("unknown collective %s", c);
               cases++;
               if (fails) goto out; /* the first failure is the informative one */

@@ -1,11 +1,14 @@
-/* Bad input and faults. Each scenario asserts what every rank sees: the status, that the
- * message names the rank and the cause, and that it arrives within a bounded time.
+/* Faults: dead, late, slow and duplicate ranks, and a wrong environment. Each scenario
+ * asserts what every rank sees: the status, that the message names the rank and the cause,
+ * and that it arrives within a bounded time.
  *
  *   test_fault <scenario>
  *
- * invalid_args, mismatch, role_args, transport_mismatch, late_rank, kill9, timeout, wait_timeout, destroy_early,
- * port_in_use, unreachable, env_errors, env_params, env_transport, env_debug, env_ranges, duplicate_rank,
- * world_mismatch */
+ * transport_mismatch, late_rank, kill9, timeout, wait_timeout, destroy_early, abort,
+ * port_in_use, unreachable, env_errors, env_params, env_transport, env_debug, env_ranges,
+ * duplicate_rank, world_mismatch
+ *
+ * Bad arguments and mismatched calls: test_fault_args.c. */
 #include <errno.h>
 #include <signal.h>
 #include <stdlib.h>
@@ -17,172 +20,6 @@
 #include <unistd.h>
 
 #include "tests/harness.h"
-
-/* ---- invalid arguments: refused locally, nothing sent, the group stays usable ---- */
-static int invalid_args(int rank, void *arg) {
-  (void)arg;
-  rr_pg *pg;
-  T_OK(rr_init_process_group(&pg, NULL));
-  int n = rr_get_world_size(pg);
-  float buf[64] = {0};
-  for (int i = 0; i < 64; i++) buf[i] = (float)(rank + 1);
-  struct { int st; const char *needle; } cases[12];
-  int k = 0;
-  rr_work *w = (rr_work *)1;
-  cases[k++] = (typeof(cases[0])){rr_all_reduce(pg, NULL, buf, 10, RR_FLOAT32, RR_SUM), "sendbuf is NULL"};
-  cases[k++] = (typeof(cases[0])){rr_all_reduce(pg, buf, NULL, 10, RR_FLOAT32, RR_SUM), "recvbuf is NULL"};
-  cases[k++] = (typeof(cases[0])){rr_all_reduce(pg, buf, buf, 10, (rr_dtype)99, RR_SUM), "dtype"};
-  cases[k++] = (typeof(cases[0])){rr_all_reduce(pg, buf, buf, 10, RR_FLOAT32, RR_BAND), "band"};
-  cases[k++] = (typeof(cases[0])){rr_all_reduce(pg, buf, buf, 10, RR_FLOAT32, (rr_op)42), "op"};
-  cases[k++] = (typeof(cases[0])){rr_broadcast(pg, buf, buf, 10, RR_FLOAT32, n + 3), "out of range"};
-  cases[k++] = (typeof(cases[0])){rr_reduce(pg, buf, buf, 10, RR_FLOAT32, RR_SUM, -1), "out of range"};
-  cases[k++] = (typeof(cases[0])){rr_all_reduce(pg, buf, buf, SIZE_MAX / 2, RR_FLOAT32, RR_SUM), "overflows"};
-  cases[k++] = (typeof(cases[0])){rr_all_reduce(pg, buf, buf + 1, 10, RR_FLOAT32, RR_SUM), "overlap"};
-  cases[k++] = (typeof(cases[0])){rr_send(pg, buf, 10, RR_FLOAT32, rank), "oneself"};
-  cases[k++] = (typeof(cases[0])){rr_all_reduce_async(pg, buf, buf, 10, RR_FLOAT32, RR_SUM, NULL), "work is NULL"};
-  cases[k++] = (typeof(cases[0])){rr_all_reduce_async(pg, NULL, buf, 10, RR_FLOAT32, RR_SUM, &w), "sendbuf is NULL"};
-  T_CHECK(w == NULL, "a refused async call must leave *work NULL");
-  char who[32];
-  snprintf(who, sizeof who, "rank %d", rank);
-  for (int i = 0; i < k; i++) {
-    T_CHECK(cases[i].st == RR_EINVAL, "case %d: status %s, want RR_EINVAL", i, rr_status_name(cases[i].st));
-  }
-  /* The messages (re-run each to read its text; the last error is per call). */
-  rr_all_reduce(pg, NULL, buf, 10, RR_FLOAT32, RR_SUM);
-  T_HAS(rr_last_error(), who);
-  T_HAS(rr_last_error(), "all_reduce");
-  T_HAS(rr_last_error(), "sendbuf is NULL");
-  rr_all_reduce(pg, buf, buf, 10, RR_FLOAT32, RR_BAND);
-  T_HAS(rr_last_error(), "band");
-  rr_broadcast(pg, buf, buf, 10, RR_FLOAT32, n + 3);
-  T_HAS(rr_last_error(), "root");
-  /* Nothing was sent: the next valid call is the first one every rank sees. */
-  T_OK(rr_all_reduce(pg, buf, buf, 64, RR_FLOAT32, RR_SUM));
-  for (int i = 0; i < 64; i++)
-    T_CHECK(buf[i] == (float)(n * (n + 1) / 2), "element %d is %g after invalid calls", i, buf[i]);
-  T_OK(rr_destroy_process_group(pg));
-  return 0;
-}
-
-/* ---- mismatched calls: every rank fails, and every message shows both calls ---- */
-typedef struct mm_case {
-  const char *name;
-  const char *a, *b; /* substrings: both calls must appear in every rank's message */
-  const char *absent; /* a hint that would blame the wrong thing (NULL: none) */
-} mm_case;
-static const mm_case mm_cases[] = {
-    {"collective", "all_reduce #1", "broadcast #1", NULL},
-    {"count", "(100 x float", "(101 x float", NULL},
-    {"dtype", "x float,", "x double,", NULL},
-    {"op", "float, sum", "float, max", NULL},
-    {"root", "root 0", "root 1", NULL},
-    {"reduce_root", "reduce #1 (100 x float, sum, root 0)", "root 2", NULL},
-    {"seg_bytes", "RR_SEG_BYTES differs", "all_reduce", NULL},
-    /* Counts on either side of RR_SMALL_BYTES pick different algorithms: the counts are
-     * what differs, not a setting. */
-    {"small_split", "(100 x float", "(100000 x float", "differs between the ranks"},
-    /* The same call, but one rank's RR_SMALL_BYTES picks the ring. */
-    {"small_bytes", "RR_ALGO or RR_SMALL_BYTES differs", "(1000 x float", "RR_SEG_BYTES"},
-};
-
-static int mismatch(int rank, void *arg) {
-  const mm_case *mc = arg;
-  if (!strcmp(mc->name, "seg_bytes") && rank == 2) setenv("RR_SEG_BYTES", "8192", 1);
-  if (!strcmp(mc->name, "small_bytes") && rank == 2) setenv("RR_SMALL_BYTES", "1K", 1);
-  rr_pg *pg;
-  T_OK(rr_init_process_group(&pg, NULL));
-  float x[101], y[101];
-  double z[100];
-  for (int i = 0; i < 101; i++) x[i] = (float)i;
-  for (int i = 0; i < 100; i++) z[i] = i;
-  T_OK(rr_barrier(pg)); /* call #0 matches everywhere */
-  double t0 = t_now();
-  int st;
-  const char *m = mc->name;
-  int odd = rank >= 2; /* ranks 2 and 3 make the other call */
-  if (!strcmp(m, "collective"))
-    st = odd ? rr_broadcast(pg, x, y, 100, RR_FLOAT32, 0) : rr_all_reduce(pg, x, y, 100, RR_FLOAT32, RR_SUM);
-  else if (!strcmp(m, "count"))
-    st = rr_all_reduce(pg, x, y, odd ? 101 : 100, RR_FLOAT32, RR_SUM);
-  else if (!strcmp(m, "dtype"))
-    st = odd ? rr_all_reduce(pg, z, z, 100, RR_FLOAT64, RR_SUM) : rr_all_reduce(pg, x, y, 100, RR_FLOAT32, RR_SUM);
-  else if (!strcmp(m, "op"))
-    st = rr_all_reduce(pg, x, y, 100, RR_FLOAT32, odd ? RR_MAX : RR_SUM);
-  else if (!strcmp(m, "root"))
-    st = rr_broadcast(pg, x, y, 100, RR_FLOAT32, odd ? 1 : 0);
-  else if (!strcmp(m, "reduce_root"))
-    st = rr_reduce(pg, x, y, 100, RR_FLOAT32, RR_SUM, rank == 3 ? 2 : 0);
-  else if (!strcmp(m, "small_split") || !strcmp(m, "small_bytes")) {
-    size_t count = !strcmp(m, "small_bytes") ? 1000 : odd ? 100000 : 100;
-    float *v = calloc(count, sizeof *v);
-    st = rr_all_reduce(pg, v, v, count, RR_FLOAT32, RR_SUM);
-    free(v);
-  } else { /* seg_bytes: one rank cuts segments differently; a (segmented) ring must notice */
-    float *big = calloc(1 << 18, sizeof *big);
-    st = rr_all_reduce(pg, big, big, 1 << 18, RR_FLOAT32, RR_SUM);
-    free(big);
-  }
-  double dt = t_now() - t0;
-  const char *e = rr_last_error();
-  T_CHECK(st == RR_EMISMATCH, "status %s, want RR_EMISMATCH: %s", rr_status_name(st), e);
-  T_HAS(e, "mismatched calls");
-  T_HAS(e, mc->a);
-  T_HAS(e, mc->b);
-  if (mc->absent) T_CHECK(!strstr(e, mc->absent), "the message blames '%s': %s", mc->absent, e);
-  T_CHECK(dt < 5.0, "took %.1f s to report the mismatch", dt);
-  /* The group is unusable now, and says why. */
-  st = rr_barrier(pg);
-  T_CHECK(st == RR_EABORTED, "next call returned %s", rr_status_name(st));
-  T_HAS(rr_last_error(), "mismatched calls");
-  rr_destroy_process_group(pg);
-  return 0;
-}
-
-/* ---- arguments only one rank's role can get wrong: every rank fails in that call ---- */
-typedef struct role_case {
-  const char *name;
-  int bad_rank;       /* the rank whose arguments are wrong */
-  const char *reason; /* what its refusal says */
-} role_case;
-static const role_case role_cases[] = {
-    {"broadcast_root_overlap", 0, "overlap without being in place"},
-    {"reduce_root_null", 2, "recvbuf is NULL"},
-    {"all_gather_offset", 1, "in place is sendbuf == recvbuf + rank*count"},
-};
-
-static int role_args(int rank, void *arg) {
-  const role_case *rc = arg;
-  t_rank = rank;
-  rr_pg *pg;
-  T_OK(rr_init_process_group(&pg, NULL));
-  int n = rr_get_world_size(pg);
-  float buf[4 * 64] = {0};
-  T_OK(rr_barrier(pg));
-  double t0 = t_now();
-  int st;
-  const int bad = rank == rc->bad_rank;
-  if (!strcmp(rc->name, "broadcast_root_overlap")) /* the root's buffers overlap */
-    st = rr_broadcast(pg, buf, bad ? buf + 1 : buf, 64, RR_FLOAT32, 0);
-  else if (!strcmp(rc->name, "reduce_root_null")) /* only the root needs a recvbuf */
-    st = rr_reduce(pg, buf, NULL, 64, RR_FLOAT32, RR_SUM, 2);
-  else /* "in place" at offset 0, right only for rank 0 */
-    st = rr_all_gather(pg, bad ? buf : buf + rank * 64, buf, 64, RR_FLOAT32);
-  double dt = t_now() - t0;
-  const char *e = rr_last_error();
-  T_CHECK(st == RR_EINVAL, "status %s, want RR_EINVAL: %s", rr_status_name(st), e);
-  char who[64];
-  snprintf(who, sizeof who, "rank %d: %s", rc->bad_rank,
-           !strncmp(rc->name, "broadcast", 9) ? "broadcast"
-           : !strncmp(rc->name, "reduce", 6)  ? "reduce"
-                                              : "all_gather");
-  T_HAS(e, who);
-  T_HAS(e, rc->reason);
-  if (!bad) T_HAS(e, "aborted the group");
-  T_CHECK(dt < 5.0, "took %.1f s to fail", dt);
-  (void)n;
-  rr_destroy_process_group(pg);
-  return 0;
-}
 
 /* ---- ranks with different RR_TRANSPORT: init fails saying so, not "mismatched calls" ---- */
 static int transport_mismatch(int rank, void *arg) {
@@ -604,29 +441,6 @@ int main(int argc, char **argv) {
   }
   const char *s = argv[1];
   int codes[8], sigs[8];
-  if (!strcmp(s, "invalid_args")) {
-    return t_run_all(3, invalid_args, NULL, 60, s);
-  }
-  if (!strcmp(s, "mismatch")) {
-    int bad = 0;
-    for (size_t i = 0; i < sizeof mm_cases / sizeof mm_cases[0]; i++) {
-      printf("mismatch: %s\n", mm_cases[i].name);
-      fflush(stdout);
-      if (t_run(4, mismatch, (void *)&mm_cases[i], NULL, 60, codes, sigs)) return 1;
-      bad |= t_exits_ok(4, codes, sigs, mm_cases[i].name);
-    }
-    return bad;
-  }
-  if (!strcmp(s, "role_args")) {
-    int bad = 0;
-    for (size_t i = 0; i < sizeof role_cases / sizeof role_cases[0]; i++) {
-      printf("role_args: %s\n", role_cases[i].name);
-      fflush(stdout);
-      if (t_run(3, role_args, (void *)&role_cases[i], NULL, 60, codes, sigs)) return 1;
-      bad |= t_exits_ok(3, codes, sigs, role_cases[i].name);
-    }
-    return bad;
-  }
   if (!strcmp(s, "transport_mismatch")) return t_run_all(3, transport_mismatch, NULL, 60, s);
   if (!strcmp(s, "late_rank")) {
     setenv("RR_TIMEOUT", "2", 1);

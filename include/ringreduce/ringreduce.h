@@ -185,12 +185,12 @@ int rr_abort(rr_pg *pg);
  * ranks' (collective, count, dtype, op, root) fails on every rank with RR_EMISMATCH, and
  * rr_last_error() shows both calls. Arguments that are invalid locally fail with RR_EINVAL
  * and send nothing; the group stays usable. One kind of invalid argument is the exception:
- * a check that only some ranks of a correct call make (the root's buffers of a broadcast
- * or reduce, the in-place offset of an all_gather or reduce_scatter, which depends on the
- * rank). The other ranks may already wait in that call, so such a refusal also aborts the
- * group: every rank fails in that same call with the refusing rank's reason. Any other
- * failure (a dead peer, a timeout) aborts the group: that call and every later call on it
- * return an error naming the rank and the cause.
+ * a check that only some ranks of a correct call make (the root's buffers of a broadcast,
+ * reduce, gather or scatter, the in-place offset of an all_gather or reduce_scatter, which
+ * depends on the rank). The other ranks may already wait in that call, so such a refusal
+ * also aborts the group: every rank fails in that same call with the refusing rank's
+ * reason. Any other failure (a dead peer, a timeout) aborts the group: that call and every
+ * later call on it return an error naming the rank and the cause.
  */
 int rr_all_reduce(rr_pg *pg, const void *sendbuf, void *recvbuf, size_t count, rr_dtype dtype,
                   rr_op op);
@@ -206,6 +206,28 @@ int rr_broadcast(rr_pg *pg, const void *sendbuf, void *recvbuf, size_t count, rr
 /* The root gets the reduction in recvbuf; other ranks' recvbuf is not touched (may be NULL). */
 int rr_reduce(rr_pg *pg, const void *sendbuf, void *recvbuf, size_t count, rr_dtype dtype,
               rr_op op, int root);
+/* The root's recvbuf receives world_size * count elements, block r from (group) rank r;
+ * other ranks' recvbuf is not touched (may be NULL). In place at the root when
+ * sendbuf == recvbuf + root_group_rank * count. */
+int rr_gather(rr_pg *pg, const void *sendbuf, void *recvbuf, size_t count, rr_dtype dtype,
+              int root);
+/* The root's sendbuf holds world_size * count elements; every rank (the root too) receives
+ * block r in recvbuf. Other ranks' sendbuf is not read (may be NULL). In place at the root
+ * when recvbuf == sendbuf + root_group_rank * count. */
+int rr_scatter(rr_pg *pg, const void *sendbuf, void *recvbuf, size_t count, rr_dtype dtype,
+               int root);
+/* Block j (count elements) of sendbuf goes to rank j; recvbuf's block i comes from rank i.
+ * Both hold world_size * count elements and must not overlap. */
+int rr_all_to_all(rr_pg *pg, const void *sendbuf, void *recvbuf, size_t count, rr_dtype dtype);
+/* MPI_Alltoallv: sendcounts[j] elements from sendbuf + sdispls[j] go to rank j, and
+ * recvcounts[i] elements from rank i land at recvbuf + rdispls[i] (arrays of world_size,
+ * in elements, indexed by group rank). sendcounts[j] on rank i must equal recvcounts[i] on
+ * rank j: where a pair disagrees, every rank fails with RR_EMISMATCH naming the pair and
+ * both counts. The arrays are copied when the call is made. Receive blocks must not overlap
+ * each other, nor the send blocks. */
+int rr_all_to_allv(rr_pg *pg, const void *sendbuf, const size_t *sendcounts,
+                   const size_t *sdispls, void *recvbuf, const size_t *recvcounts,
+                   const size_t *rdispls, rr_dtype dtype);
 int rr_barrier(rr_pg *pg);
 /* Point to point: matched in order between each pair of ranks. Calls on a group run in
  * issue order, so a send completes before a later recv starts: two ranks that both send a
@@ -231,6 +253,15 @@ int rr_broadcast_async(rr_pg *pg, const void *sendbuf, void *recvbuf, size_t cou
                        rr_dtype dtype, int root, rr_work **work);
 int rr_reduce_async(rr_pg *pg, const void *sendbuf, void *recvbuf, size_t count, rr_dtype dtype,
                     rr_op op, int root, rr_work **work);
+int rr_gather_async(rr_pg *pg, const void *sendbuf, void *recvbuf, size_t count, rr_dtype dtype,
+                    int root, rr_work **work);
+int rr_scatter_async(rr_pg *pg, const void *sendbuf, void *recvbuf, size_t count,
+                     rr_dtype dtype, int root, rr_work **work);
+int rr_all_to_all_async(rr_pg *pg, const void *sendbuf, void *recvbuf, size_t count,
+                        rr_dtype dtype, rr_work **work);
+int rr_all_to_allv_async(rr_pg *pg, const void *sendbuf, const size_t *sendcounts,
+                         const size_t *sdispls, void *recvbuf, const size_t *recvcounts,
+                         const size_t *rdispls, rr_dtype dtype, rr_work **work);
 int rr_barrier_async(rr_pg *pg, rr_work **work);
 int rr_send_async(rr_pg *pg, const void *buf, size_t count, rr_dtype dtype, int peer,
                   rr_work **work);

@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 #include <time.h>
 
 #include "common/log.h"
@@ -136,6 +137,32 @@ static int rr__check_world(rr_pg *pg, const rr__init_info *in) {
   return RR_OK;
 }
 
+/* On the caller's store without RR_JOB_TOKEN: rank 0 makes a token for this group and
+ * shares it through the store, so the setup greetings still prove membership (as good as
+ * the store's own protection, which is the framework's). */
+static int rr__store_token(rr_pg *pg) {
+  char hex[33];
+  if (pg->rank == 0) {
+    uint8_t raw[16];
+    if (getrandom(raw, sizeof raw, 0) != (ssize_t)sizeof raw)
+      return rr__set_error(RR_ESYS, "getrandom: %s", strerror(errno));
+    for (int i = 0; i < 16; i++) snprintf(hex + 2 * i, 3, "%02x", raw[i]);
+    RR__CHECK(rr_store_set(pg->store, "rr/w/token", hex, 32));
+  } else {
+    void *v = NULL;
+    size_t len = 0;
+    RR__CHECK(rr_store_get(pg->store, "rr/w/token", &v, &len));
+    int ok = len == 32;
+    if (ok) memcpy(hex, v, 32);
+    free(v);
+    if (!ok) return rr__set_error(RR_EPROTO, "the group's token in the store has %zu bytes", len);
+  }
+  hex[32] = '\0';
+  rr__token_key(hex, pg->token_key);
+  pg->have_token = 1;
+  return RR_OK;
+}
+
 int rr_init_process_group(rr_pg **out, const rr_pg_options *opt) {
   if (!out) return rr__set_error(RR_EINVAL, "init_process_group: pg is NULL");
   *out = NULL;
@@ -164,7 +191,8 @@ int rr_init_process_group(rr_pg **out, const rr_pg_options *opt) {
    * RR_SOCKET_IFNAME fails here with its own message instead of as store trouble elsewhere. */
   {
     rr__addr probe, hint;
-    int have = in.kind != RR__INIT_FILE && rr__addr_resolve(in.host, in.port, &hint) == RR_OK;
+    int have = in.kind != RR__INIT_FILE && in.host[0] &&
+               rr__addr_resolve(in.host, in.port, &hint) == RR_OK;
     RR__CHECK_GOTO(rr__if_select(rr__params_get()->socket_ifname, have ? &hint : NULL, &probe,
                                 NULL, 0),
                   st, fail);
@@ -176,9 +204,15 @@ int rr_init_process_group(rr_pg **out, const rr_pg_options *opt) {
     rr__token_key(token, pg->token_key);
     pg->have_token = 1;
   }
-  if (in.kind == RR__INIT_FILE) {
+  if (in.kind == RR__INIT_STORE) {
+    pg->store = opt->store;
+    if (in.host[0] && rr__addr_resolve(in.host, 0, &pg->hint) == RR_OK) pg->have_hint = 1;
+    st = pg->have_token ? RR_OK : rr__store_token(pg);
+  } else if (in.kind == RR__INIT_FILE) {
+    pg->own_store = 1;
     st = rr_store_file(in.path, timeout, &pg->store);
   } else {
+    pg->own_store = 1;
     st = rr__addr_resolve(in.host, in.port, &pg->hint);
     if (st == RR_OK) {
       pg->have_hint = 1;
@@ -199,7 +233,7 @@ int rr_init_process_group(rr_pg **out, const rr_pg_options *opt) {
 fail:
   rr__prefix_error(st, "rank %d: init_process_group", in.rank);
   if (pg) {
-    rr_store_free(pg->store);
+    if (pg->own_store) rr_store_free(pg->store);
     rr__pg_free(pg);
   }
   return st;
@@ -315,7 +349,7 @@ int rr_destroy_process_group(rr_pg *pg) {
   char saved[RR__ERRMSG_MAX];
   snprintf(saved, sizeof saved, "%s", rr__error());
   if (pg->parent) atomic_fetch_sub(&pg->parent->nchildren, 1);
-  if (pg->world == pg) rr_store_free(pg->store);
+  if (pg->world == pg && pg->own_store) rr_store_free(pg->store);
   rr__pg_free(pg);
   if (st != RR_OK) rr__copy_error(saved);
   return st;

@@ -33,6 +33,7 @@ struct rr_pg {
   int64_t timeout_ms;
   atomic_llong timeout_override; /* rr_pg_set_timeout; 0 = none */
   rr_store *store;               /* the world's; subgroups borrow it */
+  int own_store;                 /* made by init (freed with the world), not the caller's */
   rr__addr hint;                 /* master address, to pick an interface */
   int have_hint;
   int local_rank, local_size, device;

@@ -124,7 +124,19 @@ int rr__init_parse(const rr_pg_options *opt, rr__init_info *in) {
   const char *q = strchr(m, '?');
   size_t body_len = q ? (size_t)(q - m) : strlen(m);
 
-  if (!strncmp(m, "env://", 6)) {
+  if (opt && opt->store) {
+    /* The caller's store carries the rendezvous (rr_pg_options.store): no init method. */
+    in->kind = RR__INIT_STORE;
+    if (opt->world_size <= 0)
+      return rr__set_error(RR_EINVAL, "a group on the caller's store (rr_pg_options.store) needs "
+                           "rank and world_size in rr_pg_options");
+    in->rank = opt->rank;
+    in->world_size = opt->world_size;
+    in->source = "options";
+    /* MASTER_ADDR, when a launcher set it, still says which interface reaches the others. */
+    const char *addr = getenv("MASTER_ADDR");
+    if (addr && *addr && strlen(addr) < sizeof in->host) snprintf(in->host, sizeof in->host, "%s", addr);
+  } else if (!strncmp(m, "env://", 6)) {
     in->kind = RR__INIT_ENV;
     if (opt && opt->world_size > 0) {
       in->rank = opt->rank;
@@ -158,7 +170,7 @@ int rr__init_parse(const rr_pg_options *opt, rr__init_info *in) {
                          "unknown init_method '%s' (env://, tcp://host:port, file:///path)", m);
   }
 
-  if (in->kind != RR__INIT_ENV) {
+  if (in->kind != RR__INIT_ENV && in->kind != RR__INIT_STORE) {
     if (opt && opt->world_size > 0) {
       in->rank = opt->rank;
       in->world_size = opt->world_size;

@@ -3,7 +3,7 @@
 
 #include "ringreduce/ringreduce.h"
 
-enum { RR__INIT_ENV = 1, RR__INIT_TCP, RR__INIT_FILE };
+enum { RR__INIT_ENV = 1, RR__INIT_TCP, RR__INIT_FILE, RR__INIT_STORE };
 
 typedef struct rr__init_info {
   int kind;

@@ -3,7 +3,7 @@
  * %p, and timeout_ms in the options. Each rank is a process of t_run with its own
  * environment; each checks its rank, the group's size and a collective's exact result.
  *
- *   test_init <tcp|file|options|slurm|ompi|ipv6|debug_file|timeout_opt> */
+ *   test_init <tcp|file|options|slurm|ompi|ipv6|debug_file|timeout_opt|store_callbacks> */
 #include <dirent.h>
 #include <errno.h>
 #include <netinet/in.h>
@@ -312,6 +312,97 @@ static int timeout_rank(int rank, void *p) {
   return 0;
 }
 
+/* ---- rr_pg_options.store: the rendezvous on the caller's store, through callbacks ---- */
+/* The callbacks wrap a real TCP store (as a framework's store would be wrapped) and count
+ * what the library asked of it; "fail_get" makes every get fail as a broken store would. */
+typedef struct cb_ctx {
+  rr_store *inner;
+  int calls, fail_get, freed;
+} cb_ctx;
+
+static int cb_set(void *c, const char *k, const void *v, size_t n) {
+  ((cb_ctx *)c)->calls++;
+  return rr_store_set(((cb_ctx *)c)->inner, k, v, n);
+}
+static int cb_get(void *c, const char *k, int64_t timeout_ms, rr_store_value *out) {
+  cb_ctx *x = c;
+  x->calls++;
+  if (x->fail_get) return rr_store_fail(RR_EPEER, "the framework's store is gone");
+  void *v = NULL;
+  size_t n = 0;
+  (void)timeout_ms;
+  int st = rr_store_get(x->inner, k, &v, &n);
+  if (st == RR_OK) st = rr_store_value_set(out, v, n);
+  free(v);
+  return st;
+}
+static int cb_add(void *c, const char *k, int64_t d, int64_t *r) {
+  ((cb_ctx *)c)->calls++;
+  return rr_store_add(((cb_ctx *)c)->inner, k, d, r);
+}
+static int cb_wait(void *c, const char *const *k, int n, int64_t timeout_ms) {
+  ((cb_ctx *)c)->calls++;
+  return rr_store_wait(((cb_ctx *)c)->inner, k, n, timeout_ms);
+}
+static int cb_del(void *c, const char *k, int *deleted) {
+  ((cb_ctx *)c)->calls++;
+  return rr_store_delete(((cb_ctx *)c)->inner, k, deleted);
+}
+static void cb_free(void *c) { ((cb_ctx *)c)->freed++; }
+
+static int callbacks_rank(int rank, void *p) {
+  iarg *a = p;
+  clear_rank_env();
+  unsetenv("MASTER_ADDR"); /* nothing but the options and the store */
+  unsetenv("MASTER_PORT");
+  cb_ctx ctx = {.fail_get = a->phase && rank == 1};
+  T_OK(rr_store_tcp("127.0.0.1", a->port, rank == 0, 10000, &ctx.inner));
+  rr_store_callbacks cb = {&ctx, cb_set, cb_get, cb_add, cb_wait, NULL, cb_del, cb_free};
+  rr_store *st = NULL;
+  T_OK(rr_store_from_callbacks(&cb, 10000, &st));
+  rr_pg_options opt;
+  rr_pg_options_init(&opt);
+  opt.store = st;
+  rr_pg *pg = (rr_pg *)1;
+  T_CHECK(rr_init_process_group(&pg, &opt) == RR_EINVAL && pg == NULL,
+          "a store without rank and world_size was accepted");
+  T_HAS(rr_last_error(), "rank and world_size");
+  opt.rank = rank;
+  opt.world_size = a->world;
+  opt.timeout_ms = 5000;
+  if (a->phase) { /* rank 1's get fails: it says so, naming the callback and the key */
+    int rc = rr_init_process_group(&pg, &opt);
+    T_CHECK(rc != RR_OK && pg == NULL, "init succeeded with a failing store");
+    if (rank == 1) {
+      T_CHECK(rc == RR_EPEER, "status %s", rr_status_name(rc));
+      T_HAS(rr_last_error(), "store callback get of key 'rr/w/");
+      T_HAS(rr_last_error(), "the framework's store is gone");
+    }
+  } else {
+    T_OK(rr_init_process_group(&pg, &opt));
+    if (check_group(pg, rank, a->world, 30)) return 1;
+    T_OK(rr_destroy_process_group(pg));
+    T_CHECK(ctx.calls >= 3, "the library made %d store calls through the callbacks", ctx.calls);
+    /* The store is the caller's: still usable after the group is gone, freed only by it. */
+    T_CHECK(ctx.freed == 0, "destroying the group freed the caller's store");
+    T_OK(rr_store_add(st, "after", 1, &(int64_t){0}));
+  }
+  rr_store_free(st);
+  T_CHECK(ctx.freed == 1, "rr_store_free did not call the free callback once (%d)", ctx.freed);
+  /* Rank 0 serves the inner store: leave last, once everyone is done with it. */
+  int64_t done = 0;
+  T_OK(rr_store_add(ctx.inner, "done", 1, &done));
+  if (rank == 0) {
+    const char *k = "all_done";
+    if (done == a->world) T_OK(rr_store_set(ctx.inner, k, "1", 1));
+    T_OK(rr_store_wait(ctx.inner, &k, 1, 0));
+  } else if (done == a->world) {
+    T_OK(rr_store_set(ctx.inner, "all_done", "1", 1));
+  }
+  rr_store_free(ctx.inner);
+  return 0;
+}
+
 /* Remove leftovers of this run under /tmp (files named <tag>*). */
 static void cleanup_tmp(const char *tag) {
   DIR *d = opendir("/tmp");
@@ -328,7 +419,7 @@ static void cleanup_tmp(const char *tag) {
 
 int main(int argc, char **argv) {
   if (argc < 2) {
-    fprintf(stderr, "usage: %s <tcp|file|options|slurm|ompi|ipv6|debug_file|timeout_opt>\n", argv[0]);
+    fprintf(stderr, "usage: %s <tcp|file|options|slurm|ompi|ipv6|debug_file|timeout_opt|store_callbacks>\n", argv[0]);
     return 2;
   }
   const char *s = argv[1];
@@ -362,6 +453,11 @@ int main(int argc, char **argv) {
   } else if (!strcmp(s, "debug_file")) {
     a.world = 2;
     rc = t_run_all(2, debug_file_rank, &a, 45, NULL);
+  } else if (!strcmp(s, "store_callbacks")) {
+    rc = t_run_all(3, callbacks_rank, &a, 45, NULL);
+    a.phase = 1;
+    a.port = t_free_port();
+    if (!rc) rc = t_run_all(3, callbacks_rank, &a, 45, NULL);
   } else if (!strcmp(s, "timeout_opt")) {
     rc = t_run_all(3, timeout_rank, &a, 45, NULL);
     a.phase = 1;

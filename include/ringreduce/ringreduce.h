@@ -125,9 +125,13 @@ typedef struct rr_pg_options {
   int64_t timeout_ms;
   /* CUDA device of this rank: -1 picks $LOCAL_RANK (or 0). Unused without CUDA. */
   int device;
+  /* Rendezvous through this store instead of the init method's (e.g. one made with
+   * rr_store_from_callbacks around a framework's store); rank and world_size must then be
+   * given. Not taken over: it must outlive the group. */
+  struct rr_store *store;
 } rr_pg_options;
 
-#define RR_PG_OPTIONS_INIT {NULL, 0, 0, 0, -1}
+#define RR_PG_OPTIONS_INIT {NULL, 0, 0, 0, -1, NULL}
 void rr_pg_options_init(rr_pg_options *opt);
 
 /* Join the job: rendezvous through the store named by the init method, then connect to
@@ -307,6 +311,30 @@ int rr_store_wait(rr_store *store, const char *const *keys, int nkeys, int64_t t
 int rr_store_check(rr_store *store, const char *const *keys, int nkeys, int *exists);
 int rr_store_delete(rr_store *store, const char *key, int *deleted);
 void rr_store_free(rr_store *store);
+
+/* A store whose operations are the caller's: a framework's own store (torch's TCPStore or
+ * PrefixStore) can carry the rendezvous, so a job needs no second port. Each callback
+ * returns RR_OK or a negative status (RR_ETIMEDOUT when a get or wait ran out of time),
+ * after rr_store_fail() to say why. Arguments reach the callbacks checked (keys 1..4096
+ * bytes without NUL). get and wait may block up to timeout_ms; get hands the value over with
+ * rr_store_value_set. ctx is passed back untouched; free (may be NULL) is called once, by
+ * rr_store_free. check may be NULL (then it is done as a wait with the shortest timeout). */
+typedef struct rr_store_value rr_store_value;
+typedef struct rr_store_callbacks {
+  void *ctx;
+  int (*set)(void *ctx, const char *key, const void *value, size_t len);
+  int (*get)(void *ctx, const char *key, int64_t timeout_ms, rr_store_value *out);
+  int (*add)(void *ctx, const char *key, int64_t delta, int64_t *result);
+  int (*wait)(void *ctx, const char *const *keys, int nkeys, int64_t timeout_ms);
+  int (*check)(void *ctx, const char *const *keys, int nkeys, int *exists);
+  int (*del)(void *ctx, const char *key, int *deleted);
+  void (*free)(void *ctx);
+} rr_store_callbacks;
+int rr_store_from_callbacks(const rr_store_callbacks *cb, int64_t timeout_ms, rr_store **store);
+/* In a get callback: the value found (copied). */
+int rr_store_value_set(rr_store_value *out, const void *data, size_t len);
+/* In a callback: say why it fails; returns status, for `return rr_store_fail(st, "...")`. */
+int rr_store_fail(int status, const char *message);
 
 /* ---------------------------------------------------------------------------------------------
  * rr_spawn: torch.multiprocessing.spawn in C. Forks nprocs workers on this host; each gets

@@ -63,11 +63,11 @@ static void rr__env_local(rr__init_info *in) {
   in->local_rank = -1;
   in->local_world_size = -1;
   for (size_t i = 0; i < 3 && in->local_rank < 0; i++) {
-    int v, f;
+    int v = 0, f = 0;
     if (rr__env_int(lr[i], 0, INT_MAX - 1, &v, &f) == RR_OK && f) in->local_rank = v;
   }
   for (size_t i = 0; i < 3 && in->local_world_size < 0; i++) {
-    int v, f;
+    int v = 0, f = 0;
     if (rr__env_int(lw[i], 1, INT_MAX, &v, &f) == RR_OK && f) in->local_world_size = v;
   }
   rr__clear_error();

@@ -623,7 +623,7 @@ static int rr__shm_connect(const rr__peer_info *self, const rr__peer_info *peer,
     snprintf(mine.name, sizeof mine.name, "@ringreduce-shm/%d/%d/%016llx", self->pid, peer->pid,
              (unsigned long long)nonce);
     struct sockaddr_un sa;
-    socklen_t sl;
+    socklen_t sl = 0;
     RR__CHECK_GOTO(rr__shm_sockaddr(mine.name, &sa, &sl), st, fail);
     lfd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
     if (lfd < 0) {
@@ -670,7 +670,7 @@ static int rr__shm_connect(const rr__peer_info *self, const rr__peer_info *peer,
     }
   } else {
     struct sockaddr_un sa;
-    socklen_t sl;
+    socklen_t sl = 0;
     RR__CHECK_GOTO(rr__shm_sockaddr(theirs.name, &sa, &sl), st, fail);
     sock = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
     if (sock < 0) {

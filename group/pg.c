@@ -163,12 +163,13 @@ static int rr__store_token(rr_pg *pg) {
   return RR_OK;
 }
 
-int rr_init_process_group(rr_pg **out, const rr_pg_options *opt) {
+/* store: the caller's, for the rendezvous (rr_init_process_group_on_store), or NULL. */
+static int rr__init(rr_pg **out, const rr_pg_options *opt, rr_store *store) {
   if (!out) return rr__set_error(RR_EINVAL, "init_process_group: pg is NULL");
   *out = NULL;
   RR__CHECK(rr__params_check());
   rr__init_info in;
-  int st = rr__init_parse(opt, &in);
+  int st = rr__init_parse(opt, store != NULL, &in);
   if (st != RR_OK) return rr__prefix_error(st, "init_process_group");
   rr__log_set_rank(in.rank);
   int64_t timeout = opt && opt->timeout_ms > 0
@@ -205,7 +206,7 @@ int rr_init_process_group(rr_pg **out, const rr_pg_options *opt) {
     pg->have_token = 1;
   }
   if (in.kind == RR__INIT_STORE) {
-    pg->store = opt->store;
+    pg->store = store;
     if (in.host[0] && rr__addr_resolve(in.host, 0, &pg->hint) == RR_OK) pg->have_hint = 1;
     st = pg->have_token ? RR_OK : rr__store_token(pg);
   } else if (in.kind == RR__INIT_FILE) {
@@ -237,6 +238,18 @@ fail:
     rr__pg_free(pg);
   }
   return st;
+}
+
+int rr_init_process_group(rr_pg **out, const rr_pg_options *opt) {
+  return rr__init(out, opt, NULL);
+}
+
+int rr_init_process_group_on_store(rr_pg **out, const rr_pg_options *opt, rr_store *store) {
+  if (!store) {
+    if (out) *out = NULL;
+    return rr__set_error(RR_EINVAL, "init_process_group_on_store: store is NULL");
+  }
+  return rr__init(out, opt, store);
 }
 
 static int rr__cmp_int(const void *a, const void *b) {

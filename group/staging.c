@@ -43,6 +43,8 @@ int rr_pg_set_cuda_stream(rr_pg *pg, void *stream) {
   return RR_OK;
 }
 
+int rr_cuda_built(void) { return rr__cuda_built(); }
+
 void rr__cuda_pg_free(rr_pg *pg) {
   rr__cuda_host_free(pg->cuda_host);
   pg->cuda_host = NULL;

@@ -117,19 +117,20 @@ static int rr__parse_hostport(const char *s, size_t n, rr__init_info *in) {
   return RR_OK;
 }
 
-int rr__init_parse(const rr_pg_options *opt, rr__init_info *in) {
+int rr__init_parse(const rr_pg_options *opt, int on_store, rr__init_info *in) {
   memset(in, 0, sizeof *in);
   const char *m = opt && opt->init_method ? opt->init_method : "env://";
   int have_rank = 0, have_world = 0;
   const char *q = strchr(m, '?');
   size_t body_len = q ? (size_t)(q - m) : strlen(m);
 
-  if (opt && opt->store) {
-    /* The caller's store carries the rendezvous (rr_pg_options.store): no init method. */
+  if (on_store) {
+    /* The caller's store carries the rendezvous (rr_init_process_group_on_store). */
     in->kind = RR__INIT_STORE;
-    if (opt->world_size <= 0)
-      return rr__set_error(RR_EINVAL, "a group on the caller's store (rr_pg_options.store) needs "
-                           "rank and world_size in rr_pg_options");
+    if (!opt || opt->world_size <= 0)
+      return rr__set_error(RR_EINVAL, "a group on the caller's store "
+                           "(rr_init_process_group_on_store) needs rank and world_size in "
+                           "rr_pg_options");
     in->rank = opt->rank;
     in->world_size = opt->world_size;
     in->source = "options";

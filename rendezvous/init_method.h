@@ -15,7 +15,8 @@ typedef struct rr__init_info {
   const char *source;               /* where rank/world came from, for messages */
 } rr__init_info;
 
-/* Resolve the init method of opt (NULL: env://) into rank, world size and rendezvous. */
-int rr__init_parse(const rr_pg_options *opt, rr__init_info *info);
+/* Resolve the init method of opt (NULL: env://) into rank, world size and rendezvous; with
+ * on_store, the caller's store carries the rendezvous and opt only rank and world size. */
+int rr__init_parse(const rr_pg_options *opt, int on_store, rr__init_info *info);
 
 #endif /* RR__RING_INIT_METHOD_H_ */

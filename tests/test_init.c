@@ -312,7 +312,7 @@ static int timeout_rank(int rank, void *p) {
   return 0;
 }
 
-/* ---- rr_pg_options.store: the rendezvous on the caller's store, through callbacks ---- */
+/* ---- rr_init_process_group_on_store: the rendezvous on the caller's store, through callbacks ---- */
 /* The callbacks wrap a real TCP store (as a framework's store would be wrapped) and count
  * what the library asked of it; "fail_get" makes every get fail as a broken store would. */
 typedef struct cb_ctx {
@@ -362,16 +362,19 @@ static int callbacks_rank(int rank, void *p) {
   T_OK(rr_store_from_callbacks(&cb, 10000, &st));
   rr_pg_options opt;
   rr_pg_options_init(&opt);
-  opt.store = st;
   rr_pg *pg = (rr_pg *)1;
-  T_CHECK(rr_init_process_group(&pg, &opt) == RR_EINVAL && pg == NULL,
+  T_CHECK(rr_init_process_group_on_store(&pg, &opt, st) == RR_EINVAL && pg == NULL,
           "a store without rank and world_size was accepted");
   T_HAS(rr_last_error(), "rank and world_size");
+  pg = (rr_pg *)1;
+  T_CHECK(rr_init_process_group_on_store(&pg, &opt, NULL) == RR_EINVAL && pg == NULL,
+          "a NULL store was accepted");
+  T_HAS(rr_last_error(), "store is NULL");
   opt.rank = rank;
   opt.world_size = a->world;
   opt.timeout_ms = 5000;
   if (a->phase) { /* rank 1's get fails: it says so, naming the callback and the key */
-    int rc = rr_init_process_group(&pg, &opt);
+    int rc = rr_init_process_group_on_store(&pg, &opt, st);
     T_CHECK(rc != RR_OK && pg == NULL, "init succeeded with a failing store");
     if (rank == 1) {
       T_CHECK(rc == RR_EPEER, "status %s", rr_status_name(rc));
@@ -379,7 +382,7 @@ static int callbacks_rank(int rank, void *p) {
       T_HAS(rr_last_error(), "the framework's store is gone");
     }
   } else {
-    T_OK(rr_init_process_group(&pg, &opt));
+    T_OK(rr_init_process_group_on_store(&pg, &opt, st));
     if (check_group(pg, rank, a->world, 30)) return 1;
     T_OK(rr_destroy_process_group(pg));
     T_CHECK(ctx.calls >= 3, "the library made %d store calls through the callbacks", ctx.calls);

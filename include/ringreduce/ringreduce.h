@@ -125,13 +125,9 @@ typedef struct rr_pg_options {
   int64_t timeout_ms;
   /* CUDA device of this rank: -1 picks $LOCAL_RANK (or 0). Unused without CUDA. */
   int device;
-  /* Rendezvous through this store instead of the init method's (e.g. one made with
-   * rr_store_from_callbacks around a framework's store); rank and world_size must then be
-   * given. Not taken over: it must outlive the group. */
-  struct rr_store *store;
 } rr_pg_options;
 
-#define RR_PG_OPTIONS_INIT {NULL, 0, 0, 0, -1, NULL}
+#define RR_PG_OPTIONS_INIT {NULL, 0, 0, 0, -1}
 void rr_pg_options_init(rr_pg_options *opt);
 
 /* Join the job: rendezvous through the store named by the init method, then connect to
@@ -173,6 +169,10 @@ int rr_pg_set_timeout(rr_pg *pg, int64_t timeout_ms);
  * is in the buffers when a blocking call (or rr_work_wait) returns. The stream is captured
  * when each call is made. RR_ENOTSUP in a build without CUDA (docs/cuda.md). */
 int rr_pg_set_cuda_stream(rr_pg *pg, void *stream);
+/* 1 when this build of the library takes CUDA device buffers (configured with CUDA), 0 when
+ * it does not; whether a GPU is present is another question, answered when a call sees a
+ * device pointer. Language bindings use it to say which devices they serve. */
+int rr_cuda_built(void);
 
 /* Abort the group, from any thread: the running call and every pending and later call on it
  * return RR_EABORTED promptly, and the peers are told (their calls fail too, naming this
@@ -335,6 +335,12 @@ int rr_store_from_callbacks(const rr_store_callbacks *cb, int64_t timeout_ms, rr
 int rr_store_value_set(rr_store_value *out, const void *data, size_t len);
 /* In a callback: say why it fails; returns status, for `return rr_store_fail(st, "...")`. */
 int rr_store_fail(int status, const char *message);
+
+/* Join a job whose rendezvous runs through `store` (any of the above; e.g. one made with
+ * rr_store_from_callbacks around a framework's store) instead of an init method's. opt must
+ * give rank and world_size (its init_method is not used). The store stays the caller's and
+ * must outlive the group. Otherwise as rr_init_process_group. */
+int rr_init_process_group_on_store(rr_pg **pg, const rr_pg_options *opt, rr_store *store);
 
 /* ---------------------------------------------------------------------------------------------
  * rr_spawn: torch.multiprocessing.spawn in C. Forks nprocs workers on this host; each gets

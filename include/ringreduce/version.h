@@ -17,7 +17,7 @@
 #define RINGREDUCE_VERSION_H_
 
 #define RR_VERSION_MAJOR 0
-#define RR_VERSION_MINOR 1
+#define RR_VERSION_MINOR 2
 #define RR_VERSION_PATCH 0
 
 /* Spelled out from the numbers rather than written again, so it cannot drift from them. */
@@ -39,7 +39,7 @@ extern "C" {
 #pragma GCC visibility push(default)
 #endif
 
-/* The loaded library's RR_VERSION_STRING ("0.1.0"). Static storage, never NULL. */
+/* The loaded library's RR_VERSION_STRING ("0.2.0"). Static storage, never NULL. */
 const char *rr_version(void);
 /* The loaded library's RR_VERSION_NUM. */
 int rr_version_num(void);

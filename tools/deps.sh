@@ -14,6 +14,13 @@ command -v python3 >/dev/null 2>&1 || need+=(python3)   # tests: JSON output che
 command -v iptables >/dev/null 2>&1 || need+=(iptables) # tests: lossy link in netns
 command -v pkg-config >/dev/null 2>&1 || need+=(pkg-config) # tests: the installed ringreduce.pc
 dpkg -s libopenblas-dev >/dev/null 2>&1 || need+=(libopenblas-dev)  # the training example
+# tests/run.sh: torch for the PyTorch backend's tests (tests/python.cmake). Debian's package
+# installs into /usr/bin/python3, the interpreter the tests use; the quick start skips it.
+if [ "${RR_DEPS_TORCH:-0}" = 1 ]; then
+  /usr/bin/python3 -c "import torch" >/dev/null 2>&1 || need+=(python3-torch)
+  /usr/bin/python3 -m pip --version >/dev/null 2>&1 || need+=(python3-pip)  # the package's install test
+  /usr/bin/python3 -c "import setuptools" >/dev/null 2>&1 || need+=(python3-setuptools)
+fi
 if [ "${RR_DEPS_FUZZ:-0}" = 1 ]; then                   # CI: libFuzzer harnesses
   command -v clang >/dev/null 2>&1 || need+=(clang)
   dpkg -s libclang-rt-14-dev >/dev/null 2>&1 || need+=(libclang-rt-14-dev)

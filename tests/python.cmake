@@ -1,0 +1,49 @@
+# The PyTorch backend (python/ringreduce): torch.distributed on "ringreduce" checked against
+# gloo in the same job (tests/python/). Run them with `ctest -L torch`. They need torch for
+# RR_TORCH_PYTHON (Debian's python3-torch installs into /usr/bin/python3, which is not always
+# the python3 first on PATH); without it each test exits 77 and ctest lists it as skipped.
+# tools/deps.sh installs python3-torch when RR_DEPS_TORCH=1 (tests/run.sh sets it).
+#
+# The package is the one in this source tree (PYTHONPATH) and loads the library this build
+# made (RINGREDUCE_LIBRARY), so no install step runs first. Each rank is a process that
+# imports torch (1-2 s idle, far more on a loaded machine), hence the generous limits. One
+# intra-op thread per rank: 2-4 ranks share the machine's cores with the other tests.
+set(RR_TORCH_PYTHON /usr/bin/python3 CACHE FILEPATH "Python with torch for the torch tests")
+set(rr_torch_env
+  "PYTHONPATH=${CMAKE_SOURCE_DIR}/python"
+  "RINGREDUCE_LIBRARY=$<TARGET_FILE:ringreduce>"
+  "OMP_NUM_THREADS=1"
+  "PYTHONDONTWRITEBYTECODE=1")
+set(rr_py ${RR_TEST_DIR}/python)
+
+function(rr_torch_test name timeout)
+  add_test(NAME torch.${name} COMMAND ${RR_TORCH_PYTHON} ${ARGN})
+  set_tests_properties(torch.${name} PROPERTIES LABELS torch TIMEOUT ${timeout}
+    SKIP_RETURN_CODE 77 ENVIRONMENT "${rr_torch_env}")
+endfunction()
+
+# Every collective, dtype, op and root against gloo and a float64 reference.
+# (tests/python/torch_cuda.py, CUDA tensors, runs on a GPU machine: tests/gpu/run.sh.)
+foreach(w 1 2 3 4)
+  rr_torch_test(collectives_w${w} 300 ${rr_py}/torch_collectives.py ${w})
+endforeach()
+# torch's own DistributedDataParallel, trained beside a gloo copy.
+foreach(case plain fp16_hook bf16_hook unused no_sync syncbn)
+  rr_torch_test(ddp_${case} 240 ${rr_py}/torch_ddp.py ${case} 3)
+endforeach()
+# Failures as a torch user meets them: a killed rank, mismatched calls, a refused dtype,
+# and 20 init/destroy rounds that must give back every descriptor and thread.
+foreach(case kill9 mismatch dtype lifecycle)
+  rr_torch_test(faults_${case} 240 ${rr_py}/torch_faults.py ${case})
+endforeach()
+# The tutorial (examples/torch_digits.py) under each way users start it, against gloo.
+rr_torch_test(tutorial_spawn 600 ${rr_py}/torch_tutorial.py spawn 2)
+rr_torch_test(tutorial_torchrun_w2 600 ${rr_py}/torch_tutorial.py torchrun 2)
+rr_torch_test(tutorial_torchrun_w4 600 ${rr_py}/torch_tutorial.py torchrun 4)
+rr_torch_test(tutorial_rrun 600 ${rr_py}/torch_tutorial.py rrun 4 $<TARGET_FILE:rrun>)
+# The package installed with pip (which builds the C library itself), used from outside the
+# source tree. Up to a minute of compiling on 2 cores.
+add_test(NAME torch.pip_install
+  COMMAND bash ${rr_py}/test_pip_install.sh ${CMAKE_SOURCE_DIR} ${RR_TORCH_PYTHON})
+set_tests_properties(torch.pip_install PROPERTIES LABELS torch TIMEOUT 600
+  SKIP_RETURN_CODE 77 ENVIRONMENT "OMP_NUM_THREADS=1;PYTHONDONTWRITEBYTECODE=1")

@@ -13,7 +13,9 @@
 #      held-out accuracy >= 90% after 5 epochs, ranks bit-identical after every step);
 #   2. the host tests of the kernels' element functions (cuda_elem_vs_op, ddp.elem_vs_host);
 #   3. compute-sanitizer memcheck (and racecheck on the kernel test) on small runs;
-#   4. reduce_kernel_perf (kernel GB/s beside cudaMemcpy D2D, same run) and all_reduce_perf
+#   4. the PyTorch backend (tests/python): CUDA tensors through every collective and a DDP
+#      step against gloo on the CPU (torch_cuda.py), and the CPU torch tests on torch 2.x;
+#   5. reduce_kernel_perf (kernel GB/s beside cudaMemcpy D2D, same run) and all_reduce_perf
 #      on device buffers (--mem cuda) with 2 ranks on the one GPU; the DDP example's step
 #      time on the GPU and on the CPU (examples/bench_ddp.sh, world 1/2/4, with and without
 #      communication) for docs/performance.md.
@@ -70,6 +72,21 @@ if [ -x "$cs" ]; then
     "$dir/bin/mlp_digits" --spawn 1 --device cuda --epochs 1 --checkpoint "" --comm-iters 1
 else
   echo "FAILED: compute-sanitizer not found"; fail=1
+fi
+
+step "PyTorch backend: CUDA tensors, and the CPU torch tests on this machine's torch (2.x)"
+# python3 here has PyTorch 2.x with CUDA: torch_cuda.py puts every collective on CUDA
+# tensors (current and side stream) and a DDP step against gloo on the CPU; the CPU tests
+# check the backend on torch 2.x (CI checks Debian's 1.13).
+pyenv=(env PYTHONPATH="$PWD/python" RINGREDUCE_LIBRARY="$PWD/$dir/libringreduce.so" OMP_NUM_THREADS=1)
+if python3 -c "import torch" 2>/dev/null; then
+  run "${pyenv[@]}" python3 tests/python/torch_cuda.py 2
+  run "${pyenv[@]}" python3 tests/python/torch_collectives.py 3
+  run "${pyenv[@]}" python3 tests/python/torch_ddp.py plain 2
+  run "${pyenv[@]}" python3 tests/python/torch_ddp.py syncbn 2
+  run "${pyenv[@]}" python3 tests/python/torch_faults.py kill9
+else
+  echo "FAILED: no torch for python3 on the GPU machine"; fail=1
 fi
 
 if [ $quick = 0 ]; then

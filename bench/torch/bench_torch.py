@@ -1,0 +1,265 @@
+"""torch.distributed on "ringreduce" against torch's own "gloo" backend, in one job.
+
+    /usr/bin/python3 bench/torch/bench_torch.py coll WORLD OUT.jsonl [--sizes 8,1K,...] [--rounds 3]
+    /usr/bin/python3 bench/torch/bench_torch.py ddp WORLD OUT.jsonl --model cnn|mlp [--rounds 3]
+    /usr/bin/python3 bench/torch/bench_torch.py report DIR   # DIR/*.jsonl, DIR/c/*.json -> tables
+
+Both start WORLD ranks with torch.multiprocessing; each rank's default group is ringreduce
+(RR_TRANSPORT picks its transport) and it makes a gloo group of the same ranks beside it, so
+both backends run in the same processes, on the same data, with the machine in the same
+state. Work alternates between them, the order swapped every round, and the tables take the
+median round. Rank 0 appends one JSON line per measurement to OUT.jsonl; bench/torch/run.sh
+runs the set and writes the tables.
+
+coll: dist.all_reduce (float32 sum, in place, as DDP calls it) per size: warm-up, then
+  back-to-back calls for about 0.2 s between barriers; the time per call is the slowest
+  rank's mean, and busbw = size / time * 2(n-1)/n as nccl-tests counts it. Each size's
+  result is checked once per backend: rank r adds r+1 everywhere, every element must be
+  exactly n(n+1)/2.
+ddp: torch's DistributedDataParallel training step (zero_grad, forward, backward, SGD step)
+  on three copies of one model, identically initialised: wrapped on ringreduce, wrapped on
+  gloo, and not wrapped at all (no communication: the floor). Milliseconds per step, the
+  slowest rank's mean over STEPS steps."""
+
+import argparse
+import datetime
+import json
+import os
+import statistics
+import sys
+import time
+
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+import torch.nn as nn
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
+
+
+def parse_size(s):
+    mult = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
+    return int(s[:-1]) * mult[s[-1]] if s[-1] in mult else int(s)
+
+
+def slowest(x, group):
+    """The largest value of x over the ranks (a gloo call, outside anything timed)."""
+    t = torch.tensor([x], dtype=torch.float64)
+    dist.all_reduce(t, op=dist.ReduceOp.MAX, group=group)
+    return t.item()
+
+
+def coll_rank(rank, world, args, gloo):
+    groups = {"ringreduce": None, "gloo": gloo}
+    for size in args.sizes:
+        n = max(size // 4, 1)
+        t = torch.rand(n)
+        per = {name: [] for name in groups}
+        iters = None
+        for rnd in range(args.rounds):
+            order = list(groups) if rnd % 2 == 0 else list(groups)[::-1]
+            for name in order:
+                g = groups[name]
+                for _ in range(2):
+                    dist.all_reduce(t, group=g)
+                if iters is None:  # about 0.2 s per measurement, from the first warm-up
+                    dist.barrier(group=gloo)
+                    t0 = time.perf_counter()
+                    dist.all_reduce(t, group=g)
+                    once = slowest(time.perf_counter() - t0, gloo)
+                    iters = int(min(max(0.2 / max(once, 1e-7), 3), 2000))
+                dist.barrier(group=g)
+                t0 = time.perf_counter()
+                for _ in range(iters):
+                    dist.all_reduce(t, group=g)
+                per[name].append(slowest((time.perf_counter() - t0) / iters, gloo))
+                t.mul_(0)  # keep values bounded: repeated sums of rand grow by n each call
+                t.add_(torch.rand(n))
+        for name, g in groups.items():
+            c = torch.full((n,), float(rank + 1))
+            dist.all_reduce(c, group=g)
+            wrong = int((c != world * (world + 1) / 2).sum().item())
+            sec = statistics.median(per[name])
+            if rank == 0:
+                row = {"kind": "coll", "backend": name, "world": world, "size": n * 4,
+                       "transport": os.environ.get("RR_TRANSPORT", "default"),
+                       "iters": iters, "rounds": per[name], "time_us": sec * 1e6,
+                       "algbw_GBps": n * 4 / sec / 1e9,
+                       "busbw_GBps": n * 4 / sec / 1e9 * 2 * (world - 1) / world,
+                       "wrong": wrong}
+                with open(args.out, "a") as f:
+                    f.write(json.dumps(row) + "\n")
+
+
+def make_model(kind):
+    if kind == "cnn":  # the tutorial's network (examples/torch_digits.py), 9.6k parameters
+        sys.path.insert(0, os.path.join(ROOT, "examples"))
+        from torch_digits import Net
+        return Net(), lambda: torch.randn(32, 1, 8, 8), 10
+    # An MLP of about 9.4M parameters (36 MiB of float32 gradients): several buckets.
+    dims = [1024, 2048, 2048, 1024, 1024]
+    layers = []
+    for a, b in zip(dims, dims[1:]):
+        layers += [nn.Linear(a, b), nn.ReLU()]
+    return nn.Sequential(*layers[:-1]), lambda: torch.randn(64, 1024), 1024
+
+
+def ddp_rank(rank, world, args, gloo):
+    import copy
+    torch.manual_seed(0)
+    base, batch, _ = make_model(args.model)
+    nparams = sum(p.numel() for p in base.parameters())
+    variants = {
+        "ringreduce": nn.parallel.DistributedDataParallel(copy.deepcopy(base)),
+        "gloo": nn.parallel.DistributedDataParallel(copy.deepcopy(base), process_group=gloo),
+        "no-comm": copy.deepcopy(base),
+    }
+    opts = {k: torch.optim.SGD(m.parameters(), lr=1e-3) for k, m in variants.items()}
+    torch.manual_seed(1 + rank)
+    x = batch()
+
+    def step(name):
+        m, o = variants[name], opts[name]
+        o.zero_grad()
+        m(x).square().mean().backward()
+        o.step()
+
+    per = {k: [] for k in variants}
+    for rnd in range(args.rounds):
+        order = list(variants) if rnd % 2 == 0 else list(variants)[::-1]
+        for name in order:
+            for _ in range(2):
+                step(name)
+            dist.barrier(group=gloo)
+            t0 = time.perf_counter()
+            for _ in range(args.steps):
+                step(name)
+            per[name].append(slowest((time.perf_counter() - t0) / args.steps, gloo))
+    if rank == 0:
+        with open(args.out, "a") as f:
+            for name, v in per.items():
+                f.write(json.dumps({"kind": "ddp", "model": args.model, "params": nparams,
+                                    "backend": name, "world": world, "steps": args.steps,
+                                    "transport": os.environ.get("RR_TRANSPORT", "default"),
+                                    "rounds": v, "ms": statistics.median(v) * 1e3}) + "\n")
+
+
+def entry(rank, world, args):
+    sys.path.insert(0, os.path.join(ROOT, "python"))
+    import ringreduce.torch  # noqa: F401 (registers the backend)
+    torch.set_num_threads(1)  # the ranks share the machine's cores
+    timeout = datetime.timedelta(seconds=600)
+    dist.init_process_group("ringreduce", rank=rank, world_size=world, timeout=timeout)
+    gloo = dist.new_group(backend="gloo", timeout=timeout)
+    (coll_rank if args.mode == "coll" else ddp_rank)(rank, world, args, gloo)
+    dist.barrier(group=gloo)
+    dist.destroy_process_group()
+
+
+def fmt_size(b):
+    for unit, k in (("G", 30), ("M", 20), ("K", 10)):
+        if b >= 1 << k and b % (1 << k) == 0:
+            return f"{b >> k}{unit}"
+    return str(b)
+
+
+def report(d):
+    """DIR/results.jsonl (coll and ddp lines) and DIR/c/*.json (all_reduce_perf -J of the same
+    run) -> DIR/table.md and DIR/busbw_w{2,4}.dat for bench/torch/busbw.gp."""
+    rows = [json.loads(line) for line in open(os.path.join(d, "results.jsonl"))]
+    c = {}
+    cdir = os.path.join(d, "c")
+    for name in sorted(os.listdir(cdir)) if os.path.isdir(cdir) else []:
+        j = json.load(open(os.path.join(cdir, name)))
+        transport = name.split("_")[1]
+        for r in j["rows"]:  # torch's all_reduce works in place: compare with that column
+            c[(j["options"]["nranks"], transport, r["size"])] = r["in_place"]
+    out = []
+    coll = [r for r in rows if r["kind"] == "coll"]
+    wrong = sum(r["wrong"] for r in coll) + sum(v["wrong"] for v in c.values())
+    for world in sorted({r["world"] for r in coll}):
+        out.append(f"### all_reduce, world {world}: time per call (us) and busbw (GB/s)\n")
+        out.append("| size | gloo | ringreduce shm | ringreduce tcp | rr shm / gloo | rr tcp / gloo "
+                   "| C shm | C tcp | torch shm / C shm | torch tcp / C tcp |")
+        out.append("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+        dat = []
+        for size in sorted({r["size"] for r in coll if r["world"] == world}):
+            def get(backend, transport):
+                for r in coll:
+                    if (r["world"], r["size"], r["backend"]) == (world, size, backend) and \
+                            (backend == "gloo" or r["transport"] == transport):
+                        return r
+                return None
+            # gloo ran beside both ringreduce transports: its median of the two launches.
+            gl = [r for r in coll if (r["world"], r["size"], r["backend"]) == (world, size, "gloo")]
+            g_us = statistics.median(r["time_us"] for r in gl) if gl else None
+            rs, rt = get("ringreduce", "default"), get("ringreduce", "tcp")
+            cs, ct = c.get((world, "default", size)), c.get((world, "tcp", size))
+
+            def cell(us):
+                if us is None:
+                    return "-"
+                bw = size / us / 1e3 * 2 * (world - 1) / world
+                return f"{us:.1f} / {bw:.3f}"
+
+            def ratio(a, b):
+                return f"{a / b:.2f}x" if a and b else "-"
+            r_s, r_t = (rs or {}).get("time_us"), (rt or {}).get("time_us")
+            c_s, c_t = (cs or {}).get("time_us"), (ct or {}).get("time_us")
+            out.append(f"| {fmt_size(size)} | {cell(g_us)} | {cell(r_s)} | {cell(r_t)} | "
+                       f"{ratio(g_us, r_s)} | {ratio(g_us, r_t)} | {cell(c_s)} | {cell(c_t)} | "
+                       f"{ratio(r_s, c_s)} | {ratio(r_t, c_t)} |")
+            bw = [size / us / 1e3 * 2 * (world - 1) / world if us else float("nan")
+                  for us in (g_us, r_s, r_t, c_s, c_t)]
+            dat.append(f"{size} " + " ".join(f"{v:.6g}" for v in bw))
+        out.append("")
+        with open(os.path.join(d, f"busbw_w{world}.dat"), "w") as f:
+            f.write("# size gloo rr_shm rr_tcp C_shm C_tcp (busbw GB/s)\n" + "\n".join(dat) + "\n")
+    out.append(f"Wrong elements over every checked call: {wrong}.\n")
+    ddp = [r for r in rows if r["kind"] == "ddp"]
+    if ddp:
+        out.append("### DDP training step (ms, slowest rank, median round)\n")
+        out.append("| model | params | world | transport | no-comm | gloo | ringreduce "
+                   "| gloo / ringreduce | ringreduce / no-comm |")
+        out.append("|---|---:|---:|---|---:|---:|---:|---:|---:|")
+        keys = sorted({(r["model"], r["params"], r["world"], r["transport"]) for r in ddp})
+        for k in keys:
+            v = {r["backend"]: r["ms"] for r in ddp
+                 if (r["model"], r["params"], r["world"], r["transport"]) == k}
+            out.append(f"| {k[0]} | {k[1]:,} | {k[2]} | {k[3]} | {v['no-comm']:.3f} | "
+                       f"{v['gloo']:.3f} | {v['ringreduce']:.3f} | "
+                       f"{v['gloo'] / v['ringreduce']:.2f}x | {v['ringreduce'] / v['no-comm']:.2f}x |")
+        out.append("")
+    with open(os.path.join(d, "table.md"), "w") as f:
+        f.write("\n".join(out))
+    print("\n".join(out))
+
+
+def main():
+    if len(sys.argv) == 3 and sys.argv[1] == "report":
+        report(sys.argv[2])
+        return
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("mode", choices=["coll", "ddp"])
+    ap.add_argument("world", type=int)
+    ap.add_argument("out")
+    ap.add_argument("--sizes", default="8,128,2K,32K,512K,2M,8M,32M,128M,256M")
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--model", choices=["cnn", "mlp"], default="cnn")
+    ap.add_argument("--steps", type=int, default=0, help="timed steps per round "
+                    "(default: 200 for cnn, 10 for mlp)")
+    args = ap.parse_args()
+    args.sizes = [parse_size(s) for s in args.sizes.split(",")]
+    args.steps = args.steps or (200 if args.model == "cnn" else 10)
+    os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
+    if "MASTER_PORT" not in os.environ:
+        import socket
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            os.environ["MASTER_PORT"] = str(s.getsockname()[1])
+    mp.spawn(entry, args=(args.world, args), nprocs=args.world, join=True)
+
+
+if __name__ == "__main__":
+    main()

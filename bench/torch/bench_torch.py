@@ -93,7 +93,7 @@ def coll_rank(rank, world, args, gloo):
 
 
 def make_model(kind):
-    if kind == "cnn":  # the tutorial's network (examples/torch_digits.py), 9.6k parameters
+    if kind == "cnn":  # the tutorial's network (examples/torch_digits.py), 6.1k parameters
         sys.path.insert(0, os.path.join(ROOT, "examples"))
         from torch_digits import Net
         return Net(), lambda: torch.randn(32, 1, 8, 8), 10

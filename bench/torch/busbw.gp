@@ -9,6 +9,7 @@ set ylabel 'busbw (GB/s)'
 set key top left font ',9'
 set grid
 set format x '%.0b%B'
+set format y '%g'
 set multiplot layout 1,2
 do for [w in "2 4"] {
   set title sprintf('torch dist.all_reduce, float32 sum, world %s (one host)', w)

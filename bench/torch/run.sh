@@ -44,7 +44,7 @@ mkdir -p "$OUT/c"
 {
   echo "date: $(date -u +%Y-%m-%dT%H:%M:%SZ)"
   echo "commit: $(git rev-parse --short HEAD)$(git diff --quiet HEAD -- . 2>/dev/null || echo ' (+ uncommitted changes)')"
-  echo "cpus: $(nproc); $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2-)"
+  echo "cpus: $(getconf _NPROCESSORS_ONLN); $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2-)"
   echo "torch: $($PY -c 'import torch; print(torch.__version__)'); python: $($PY -V 2>&1)"
   echo "load before: $(cut -d' ' -f1-3 /proc/loadavg)"
 } > "$OUT/env.txt"

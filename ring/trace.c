@@ -25,6 +25,7 @@
 #include <math.h>
 #include <pthread.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
 #include <time.h>
@@ -238,10 +239,10 @@ static void rr__jhead(rr__jbuf *j, const rr__coll *c, const char *ev) {
 }
 
 static void rr__jwrite(rr__jbuf *j) {
-  static int warned;
+  static atomic_int warned; /* calls of several groups may trace at once */
   if (j->over || j->n + 2 > sizeof j->b) {
-    if (!warned) RR__LOG_WARN(RR__SUB_COLL, "RR_TRACE: a record did not fit its buffer; dropped");
-    warned = 1;
+    if (!atomic_exchange(&warned, 1))
+      RR__LOG_WARN(RR__SUB_COLL, "RR_TRACE: a record did not fit its buffer; dropped");
     return;
   }
   j->b[j->n++] = '}';

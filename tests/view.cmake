@@ -12,3 +12,8 @@ set_tests_properties(view_errors PROPERTIES TIMEOUT 60 LABELS "view")
 add_test(NAME view_browser COMMAND bash ${RR_TEST_DIR}/test_view_browser.sh $<TARGET_FILE:rrun>
   $<TARGET_FILE:ring_demo> ${PROJECT_SOURCE_DIR}/tools/ringreduce-view ${CMAKE_BINARY_DIR}/view-shots)
 set_tests_properties(view_browser PROPERTIES TIMEOUT 300 LABELS "view" SKIP_RETURN_CODE 77)
+# The lesson's pages from one command (the benchmark half needs root and a minute: not here).
+add_test(NAME view_lesson COMMAND bash ${PROJECT_SOURCE_DIR}/tools/lesson.sh --no-bench
+  --build ${CMAKE_BINARY_DIR} --out ${CMAKE_BINARY_DIR}/lesson)
+set_tests_properties(view_lesson PROPERTIES TIMEOUT 60 LABELS "view"
+  PASS_REGULAR_EXPRESSION "ring: buffer S = 32 B; rank 0: 48 B out / 48 B in.*star: buffer S = 32 B; rank 0: 96 B out / 96 B in.*file://.*/ring.html.*file://.*/star.html")

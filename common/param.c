@@ -113,6 +113,13 @@ static void rr__params_load(void) {
     rr__bad("RR_TRANSPORT", rr__cached.transport);
     rr__cached.transport = "auto";
   }
+  /* RR_TRACE is 0, 1 or a file path; a number other than 0 and 1 is a mistake (a level
+   * that does not exist), not a file to create in the working directory. */
+  v = rr__cached.trace;
+  if (v[strspn(v, "0123456789")] == '\0' && strcmp(v, "0") && strcmp(v, "1")) {
+    rr__out_of_range("RR_TRACE", v, "0, 1 or a file path for JSON lines");
+    rr__cached.trace = "0";
+  }
   /* A misspelt level would otherwise silence the log (the one place a user looks). */
   if (strcasecmp(rr__cached.debug, "NONE") && strcasecmp(rr__cached.debug, "WARN") &&
       strcasecmp(rr__cached.debug, "INFO") && strcasecmp(rr__cached.debug, "TRACE")) {

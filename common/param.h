@@ -20,9 +20,7 @@
      "socket buffer bytes (0: kernel autotuning)")                                          \
   XX(spin_us, "RR_SPIN_US", -1, -1, 1000000,                                                \
      "microseconds a blocking call polls before sleeping (unset: 50, or 100 yielding the "  \
-     "core when this host's ranks outnumber its cores)")                                    \
-  XX(trace, "RR_TRACE", 0, 0, 1,                                                            \
-     "1: print one line per rank per ring step (chunks, and values when small)")
+     "core when this host's ranks outnumber its cores)")
 
 #define RR__DBL_PARAMS(XX)                                                                   \
   XX(timeout_s, "RR_TIMEOUT", 1800.0, 0.001, 1e9,                                            \
@@ -42,7 +40,10 @@
   XX(transport, "RR_TRANSPORT", "auto",                                                       \
      "auto picks per peer (shared memory on one host); tcp forces sockets")                   \
   XX(job_token, "RR_JOB_TOKEN", "",                                                          \
-     "secret shared by the ranks of one job (rrun sets it); other connections are refused")
+     "secret shared by the ranks of one job (rrun sets it); other connections are refused") \
+  XX(trace, "RR_TRACE", "0",                                                                 \
+     "1: one text line per rank per step on stderr; a file path: one JSON line per rank "   \
+     "per step appended to it (ring/trace.c, tools/ringreduce-view)")
 
 typedef struct rr__params {
 #define RR__P_INT(f, env, def, lo, hi, doc) int64_t f;

@@ -49,21 +49,41 @@ static int rr__rd_swap(rr__coll *c, int to, const void *out, int from, void *in,
   return RR_OK;
 }
 
-/* buf = op(lower, upper) with operands in rank order. */
 /* buf = (lower rank's data) op (higher rank's data): the same operand order on both ranks of
- * a pair, so both end with the same bits. */
-static void rr__rd_combine(rr__coll *c, char *buf, const char *theirs, int mine_is_lower) {
+ * a pair, so both end with the same bits. `mine`, when not NULL, receives buf's values
+ * before the combination (for the trace; the call has at most RR__TRACE_CAPTURE elements). */
+static void rr__rd_combine(rr__coll *c, char *buf, const char *theirs, int mine_is_lower,
+                           unsigned char *mine) {
   const rr__args *a = c->a;
-  const int show = rr__trace_on() && a->count <= RR__TRACE_VALUES;
-  unsigned char mine[RR__TRACE_VALUES * 8];
-  if (show) memcpy(mine, buf, a->count * c->esize);
+  if (mine) memcpy(mine, buf, a->count * c->esize);
   if (mine_is_lower)
     rr__reduce(buf, buf, theirs, a->count, a->dtype, a->op, 0);
   else
     rr__reduce(buf, theirs, buf, a->count, a->dtype, a->op, 0);
-  if (show)
+  if (mine && a->count <= RR__TRACE_VALUES)
     rr__trace_reduce(c, mine_is_lower ? (const void *)mine : theirs,
                      mine_is_lower ? (const void *)theirs : mine, buf, a->count);
+}
+
+/* RR_TRACE file: one step record for a swap with `to` and/or `from` (-1: none) and what
+ * followed it: a combination (own: buf before it, got: what arrived) or, receiving only the
+ * result, a copy. Values are given when the call is small (own NULL otherwise). */
+static void rr__rd_trace(rr__coll *c, const char *phase, int to, int from, const void *own,
+                         const void *got, const void *buf, int64_t t0) {
+  const size_t count = c->a->count;
+  const int reduce = to >= 0 && from >= 0 ? 1 : from >= 0 && got != buf;
+  rr__step st = reduce ? rr__step_send_recv_reduce(to, NULL, count, from, (void *)buf, own,
+                                                   count, 0)
+                       : rr__step_send_recv(to, NULL, count, from, (void *)buf, count);
+  st.schunk = to >= 0 ? 0 : -1, st.rchunk = from >= 0 ? 0 : -1;
+  st.phase = phase;
+  rr__trace_cap cap = {.t0_ns = t0};
+  if (own) {
+    cap.sent = own; /* a swap sends what the buffer held before it */
+    if (reduce) cap.own = own, cap.got = got, cap.res = buf;
+    else cap.res = buf;
+  }
+  rr__trace_step(c, &st, &cap);
 }
 
 int rr__all_reduce_rd(rr__coll *c) {
@@ -73,6 +93,14 @@ int rr__all_reduce_rd(rr__coll *c) {
   char *tmp;
   RR__CHECK(rr__coll_scratch(c, bytes, (void **)&tmp));
   if (bytes && buf != c->a->sendbuf) memcpy(buf, c->a->sendbuf, bytes);
+  /* The trace keeps the buffer before each combination: the text lines of a call of up to
+   * RR__TRACE_VALUES elements, file records of up to RR__TRACE_CAPTURE. */
+  const int json = rr__trace_json();
+  unsigned char mine_buf[RR__TRACE_CAPTURE * 8];
+  unsigned char *mine = NULL;
+  if (c->a->count <= (json ? RR__TRACE_CAPTURE : rr__trace_on() ? RR__TRACE_VALUES : 0))
+    mine = mine_buf;
+  int64_t t0 = json ? rr__trace_clock() : 0;
 
   int p = 1;
   while (p * 2 <= n) p *= 2;
@@ -83,11 +111,14 @@ int rr__all_reduce_rd(rr__coll *c) {
   RR__WHERE(c, "recursive doubling: pairing up (n=%d)", n);
   if (r < 2 * rem) {
     if (r % 2 == 0) {
+      if (mine) memcpy(mine, buf, bytes);
       RR__CHECK(rr__rd_swap(c, r + 1, buf, -1, NULL, bytes));
+      if (json) rr__rd_trace(c, "pair-up", r + 1, -1, mine, NULL, buf, t0);
       newrank = -1;
     } else {
       RR__CHECK(rr__rd_swap(c, -1, NULL, r - 1, tmp, bytes));
-      rr__rd_combine(c, buf, tmp, 0);
+      rr__rd_combine(c, buf, tmp, 0, mine);
+      if (json) rr__rd_trace(c, "pair-up", -1, r - 1, mine, tmp, buf, t0);
       newrank = r / 2;
     }
   } else {
@@ -101,19 +132,26 @@ int rr__all_reduce_rd(rr__coll *c) {
       const int partner = pn < rem ? pn * 2 + 1 : pn + rem;
       RR__WHERE(c, "recursive doubling round %d with rank %d",
                round + 1, rr__grank(c, partner));
+      if (json) t0 = rr__trace_clock();
       RR__CHECK(rr__rd_swap(c, partner, buf, partner, tmp, bytes));
-      rr__rd_combine(c, buf, tmp, newrank < pn);
+      rr__rd_combine(c, buf, tmp, newrank < pn, mine);
+      /* AVG divides once, after the last round (and the trace shows the quotient). */
+      if (mask << 1 >= p && c->a->op == RR_AVG) rr__avg_scale(buf, c->a->count, c->a->dtype, n);
+      if (json) rr__rd_trace(c, "rounds", partner, partner, mine, tmp, buf, t0);
     }
-    if (c->a->op == RR_AVG) rr__avg_scale(buf, c->a->count, c->a->dtype, n);
   }
 
   /* Hand the result back to the ranks that sat out. */
   RR__WHERE(c, "recursive doubling: returning results");
+  if (json) t0 = rr__trace_clock();
   if (r < 2 * rem) {
-    if (r % 2 == 1)
+    if (r % 2 == 1) {
       RR__CHECK(rr__rd_swap(c, r - 1, buf, -1, NULL, bytes));
-    else
+      if (json) rr__rd_trace(c, "return", r - 1, -1, mine ? buf : NULL, NULL, buf, t0);
+    } else {
       RR__CHECK(rr__rd_swap(c, -1, NULL, r + 1, buf, bytes));
+      if (json) rr__rd_trace(c, "return", -1, r + 1, mine ? buf : NULL, buf, buf, t0);
+    }
   }
   return RR_OK;
 }

@@ -391,11 +391,14 @@ int rr__coll_exec(rr__coll *c) {
   sends.n = 0;
   c->sends = &sends;
   rr__comm_new_call(c->cm);
+  const int trace = rr__trace_json();
+  if (trace) rr__trace_begin(c);
   int st = rr__dispatch(c);
   /* Wait until our headers left: their buffers live in this frame. */
   for (int i = 0; st == RR_OK && i < sends.n; i++)
     st = rr__coll_wait(c, &sends.req[i], sends.peer[i]);
   c->sends = NULL;
+  if (trace) rr__trace_end(c, st);
   return st;
 }
 

@@ -77,6 +77,8 @@ typedef struct rr__coll {
   int where_arg[3];
   size_t seg_at, seg_total; /* the segment a pipelined step waits for (0 total: none) */
   struct rr__hdr_sends *sends; /* header messages of this call still to be flushed */
+  int trace_step;              /* RR_TRACE: steps of this call traced so far */
+  int64_t trace_t0;            /* RR_TRACE file: the call's start on the wall clock */
 } rr__coll;
 
 /* The global rank of group rank r, for messages and traces. */
@@ -162,8 +164,10 @@ typedef struct rr__step {
   size_t rcount;
   const void *own;    /* the local operand of a reduction (may equal rbuf) */
   int avg_div;        /* > 0: the last reduction of an AVG divides by this */
-  /* Labels only, for RR_TRACE and messages: the chunk numbers sent and received (-1: none). */
+  /* Labels only, for RR_TRACE and messages: the chunk numbers sent and received (-1: none),
+   * and the phase of the algorithm when ring/trace.c cannot tell it from the call (NULL). */
   int schunk, rchunk;
+  const char *phase;
 } rr__step;
 
 /* send: `count` elements of buf to `to`. */
@@ -212,16 +216,35 @@ static inline rr__step rr__step_recv_reduce_send(int from, const void *own, size
  * overwrite anything this one was sending. */
 int rr__pipe_step(rr__coll *c, const rr__step *st);
 
-/* ---- the teaching trace, RR_TRACE=1 (ring/trace.c) ---- */
+/* ---- the teaching trace (ring/trace.c) ----
+ * RR_TRACE=1: a text line per rank per step on stderr. RR_TRACE=<path>: JSON lines
+ * appended to that file, a "begin" and an "end" record per rank and call and a "step"
+ * record per rank and step (the fields: docs/ring.md, "The trace file"). */
 
-/* Is the trace on? (Read once from the environment.) */
+/* Is either on? Is it the file? (Read once from the environment.) */
 int rr__trace_on(void);
-/* The trace shows values only for chunks this small. */
+int rr__trace_json(void);
+/* Text lines show values only for chunks this small; file records for chunks up to
+ * RR__TRACE_CAPTURE elements (which also bounds the copies a traced step keeps). */
 #define RR__TRACE_VALUES 8
-/* One line for a finished step; own / got hold the operands of a small reduction (or NULL). */
-void rr__trace_step(rr__coll *c, const rr__step *st, const void *own, const void *got);
-/* One line for a whole-buffer reduction "x op y = result" of n <= RR__TRACE_VALUES. */
+#define RR__TRACE_CAPTURE 64
+/* The wall clock in nanoseconds, for step records. */
+int64_t rr__trace_clock(void);
+/* What a traced step kept of its data (NULL: not kept): the operands of a small reduction
+ * (`own` before it, `got` as received), what a reduction forwarded from a staging slot
+ * produced (`res`), and what was sent, copied before the step began (`sent`). */
+typedef struct rr__trace_cap {
+  int64_t t0_ns; /* rr__trace_clock() when the step began */
+  const void *own, *got, *res, *sent;
+} rr__trace_cap;
+/* A finished step: a text line or a file record. Counts the call's steps either way. */
+void rr__trace_step(rr__coll *c, const rr__step *st, const rr__trace_cap *cap);
+/* Text only: a whole-buffer reduction "x op y = result" of n <= RR__TRACE_VALUES. */
 void rr__trace_reduce(rr__coll *c, const void *x, const void *y, const void *result, size_t n);
+/* File only: the call's begin record (with its input when small) and end record (with
+ * its status and, when it succeeded and is small, its output). */
+void rr__trace_begin(rr__coll *c);
+void rr__trace_end(rr__coll *c, int status);
 
 /* ---- the algorithms, one file each ---- */
 int rr__all_reduce_ring(rr__coll *c);

@@ -56,11 +56,21 @@ int rr__pipe_step(rr__coll *c, const rr__step *st) {
 
   if (forward && (st->scount != st->rcount || st->to < 0 || st->from < 0))
     return rr__set_error(RR_EINVAL, "internal: a forwarding step needs equal sizes");
-  /* The trace shows a small reduction's operands: keep them before they are overwritten. */
+  /* The trace shows a small reduction's operands and what a small send carried: keep them
+   * before they are overwritten. */
   const int trace = rr__trace_on();
-  const int trace_values = trace && slotted && st->rcount <= RR__TRACE_VALUES && st->own;
-  unsigned char own_copy[RR__TRACE_VALUES * 8], got_copy[RR__TRACE_VALUES * 8];
-  if (trace_values) memcpy(own_copy, st->own, st->rcount * es);
+  const int trace_values = trace && slotted && st->rcount <= RR__TRACE_CAPTURE && st->own;
+  unsigned char own_copy[RR__TRACE_CAPTURE * 8], got_copy[RR__TRACE_CAPTURE * 8];
+  unsigned char res_copy[RR__TRACE_CAPTURE * 8], sent_copy[RR__TRACE_CAPTURE * 8];
+  rr__trace_cap cap = {0};
+  if (trace) {
+    cap.t0_ns = rr__trace_clock();
+    if (trace_values) memcpy(own_copy, st->own, st->rcount * es);
+    if (st->to >= 0 && st->sbuf && st->scount <= RR__TRACE_CAPTURE) {
+      memcpy(sent_copy, st->sbuf, st->scount * es);
+      cap.sent = sent_copy;
+    }
+  }
 
   for (;;) {
     int busy = 0;
@@ -110,6 +120,8 @@ int rr__pipe_step(rr__coll *c, const rr__step *st) {
         if (trace_values) memcpy(got_copy + off * es, slot, n * es);
         rr__reduce(dst, (const char *)st->own + off * es, slot, n, c->a->dtype, c->a->op,
                    st->avg_div);
+        /* A chain's reduction lives in the slot only until the slot is reused. */
+        if (trace_values && !st->rbuf) memcpy(res_copy + off * es, dst, n * es);
       }
       rd++;
       busy = 1;
@@ -123,7 +135,13 @@ int rr__pipe_step(rr__coll *c, const rr__step *st) {
     }
   }
   c->seg_total = 0;
-  if (trace) rr__trace_step(c, st, trace_values ? own_copy : NULL, trace_values ? got_copy : NULL);
+  if (trace) {
+    if (trace_values) {
+      cap.own = own_copy, cap.got = got_copy;
+      cap.res = st->rbuf ? st->rbuf : res_copy;
+    }
+    rr__trace_step(c, st, &cap);
+  }
   RR__LOG_TRACE(RR__SUB_COLL, "%s: sent chunk %d (%zu elems) to rank %d, got chunk %d (%zu elems) from rank %d%s",
            rr__coll_where(c), st->schunk, st->to >= 0 ? st->scount : 0,
            st->to >= 0 ? rr__grank(c, st->to) : -1, st->rchunk,

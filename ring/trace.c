@@ -1,38 +1,104 @@
-/* RR_TRACE=1: the teaching trace. One line per rank per step of every algorithm, saying
+/* RR_TRACE: the teaching trace, in two forms.
+ *
+ * RR_TRACE=1 prints one text line per rank per step of every algorithm on stderr, saying
  * which chunk went to whom and, when a chunk is small, the values before and after the
- * reduction, so a learner can follow the ring on a 4-rank run of 8 numbers
- * (docs/ring.md walks through one). Kept out of the step engine so that pipe.c reads as
- * the data path alone; nothing here can fail a call. */
+ * reduction, so a learner can follow the ring on a 4-rank run of 8 numbers (docs/ring.md
+ * walks through one).
+ *
+ * RR_TRACE=<path> appends JSON lines to that file instead, for tools/ringreduce-view to
+ * draw: per rank and call a "begin" record (the call, the group, the input values), one
+ * "step" record per step (what was sent to whom and received from whom, the chunk, its
+ * element and byte ranges, whether it was reduced, the operands and result when the chunk
+ * has at most RR__TRACE_CAPTURE elements, and the step's start and end on the wall clock)
+ * and an "end" record (status, output values). docs/ring.md, "The trace file", lists the
+ * fields. Every rank of a host may append to one file: each record is one write() on an
+ * O_APPEND descriptor, which a local file system places whole at the end of the file
+ * (Linux holds the file's lock for the length of the write), so records never interleave
+ * mid-line. On a network file system appends of two hosts can mix; give each host its own
+ * file there (the viewer merges several files by time).
+ *
+ * Kept out of the step engine so that pipe.c reads as the data path alone; nothing here can
+ * fail a call: a file that cannot be opened is reported once, as a warning, and no trace is
+ * written. */
+#include <errno.h>
+#include <fcntl.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "common/half.h"
+#include "common/log.h"
 #include "common/param.h"
 #include "common/util.h"
 #include "ring/coll.h"
 
-int rr__trace_on(void) { return rr__params_get()->trace != 0; }
+enum { RR__TRACE_OFF, RR__TRACE_TEXT, RR__TRACE_FILE };
+static int rr__trace_mode;
+static int rr__trace_fd = -1;
+static pthread_once_t rr__trace_once = PTHREAD_ONCE_INIT;
+
+/* RR_TRACE was checked with the other tunables (common/param.c): 0, 1 or a path. */
+static void rr__trace_load(void) {
+  const char *v = rr__params_get()->trace;
+  if (!strcmp(v, "0")) return;
+  if (!strcmp(v, "1")) {
+    rr__trace_mode = RR__TRACE_TEXT;
+    return;
+  }
+  rr__trace_fd = open(v, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+  if (rr__trace_fd < 0) {
+    RR__LOG_WARN(RR__SUB_COLL,
+                 "RR_TRACE=%s: cannot open it for appending (%s); no trace is written", v,
+                 strerror(errno));
+    return;
+  }
+  rr__trace_mode = RR__TRACE_FILE;
+}
+
+static int rr__trace_get(void) {
+  pthread_once(&rr__trace_once, rr__trace_load);
+  return rr__trace_mode;
+}
+
+int rr__trace_on(void) { return rr__trace_get() != RR__TRACE_OFF; }
+int rr__trace_json(void) { return rr__trace_get() == RR__TRACE_FILE; }
+
+int64_t rr__trace_clock(void) {
+  struct timespec ts;
+  /* The wall clock, so that records of ranks on different hosts merge by time (as well as
+   * their clocks agree); a step's duration is short enough for a clock step not to matter. */
+  if (clock_gettime(CLOCK_REALTIME, &ts) != 0) return 0;
+  return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+/* Element i of buf as a double (every dtype fits one for display). */
+static double rr__trace_elem(const void *buf, size_t i, rr_dtype d) {
+  const char *p = (const char *)buf + i * rr_dtype_size(d);
+  switch (d) {
+    case RR_INT8: return *(const int8_t *)p;
+    case RR_UINT8: return *(const uint8_t *)p;
+    case RR_INT32: { int32_t x; memcpy(&x, p, 4); return x; }
+    case RR_INT64: { int64_t x; memcpy(&x, p, 8); return (double)x; }
+    case RR_FLOAT16: { uint16_t x; memcpy(&x, p, 2); return rr__half_to_float(x); }
+    case RR_BFLOAT16: { uint16_t x; memcpy(&x, p, 2); return rr__bf16_to_float(x); }
+    case RR_FLOAT32: { float x; memcpy(&x, p, 4); return x; }
+    default: { double x; memcpy(&x, p, 8); return x; }
+  }
+}
+
+/* ---- RR_TRACE=1: text lines on stderr ---- */
 
 /* Up to n values as "{1 2 3}"; returns the characters written (cut at cap - 1). */
 static int rr__trace_values(char *out, size_t cap, const void *buf, size_t n, rr_dtype d) {
   size_t o = 0;
   o += (size_t)snprintf(out + o, cap - o, "{");
-  for (size_t i = 0; i < n && o < cap; i++) {
-    const char *p = (const char *)buf + i * rr_dtype_size(d);
-    double v;
-    switch (d) {
-      case RR_INT8: v = *(const int8_t *)p; break;
-      case RR_UINT8: v = *(const uint8_t *)p; break;
-      case RR_INT32: { int32_t x; memcpy(&x, p, 4); v = x; break; }
-      case RR_INT64: { int64_t x; memcpy(&x, p, 8); v = (double)x; break; }
-      case RR_FLOAT16: { uint16_t x; memcpy(&x, p, 2); v = rr__half_to_float(x); break; }
-      case RR_BFLOAT16: { uint16_t x; memcpy(&x, p, 2); v = rr__bf16_to_float(x); break; }
-      case RR_FLOAT32: { float x; memcpy(&x, p, 4); v = x; break; }
-      default: { double x; memcpy(&x, p, 8); v = x; }
-    }
-    o += (size_t)snprintf(out + o, cap - o, "%s%g", i ? " " : "", v);
-  }
+  for (size_t i = 0; i < n && o < cap; i++)
+    o += (size_t)snprintf(out + o, cap - o, "%s%g", i ? " " : "", rr__trace_elem(buf, i, d));
   if (o < cap) o += (size_t)snprintf(out + o, cap - o, "}");
   return (int)RR__MIN(o, cap - 1);
 }
@@ -44,13 +110,14 @@ static int rr__trace_prefix(const rr__coll *c, char *line, size_t cap) {
 }
 
 /* One write per line, so lines of different ranks never interleave mid-line. */
-static void rr__trace_write(char *line, size_t cap, int o) {
+static void rr__trace_write(int fd, char *line, size_t cap, int o) {
   if (o >= (int)cap - 1) o = (int)cap - 2;
   line[o++] = '\n';
-  if (write(STDERR_FILENO, line, (size_t)o) < 0) { /* tracing must never fail a call */ }
+  if (write(fd, line, (size_t)o) < 0) { /* tracing must never fail a call */ }
 }
 
 void rr__trace_reduce(rr__coll *c, const void *x, const void *y, const void *result, size_t n) {
+  if (rr__trace_get() != RR__TRACE_TEXT) return;
   char line[640];
   const rr_dtype d = c->a->dtype;
   int o = rr__trace_prefix(c, line, sizeof line);
@@ -60,10 +127,11 @@ void rr__trace_reduce(rr__coll *c, const void *x, const void *y, const void *res
   o += rr__trace_values(line + o, sizeof line - (size_t)o, y, n, d);
   o += snprintf(line + o, sizeof line - (size_t)o, " = ");
   o += rr__trace_values(line + o, sizeof line - (size_t)o, result, n, d);
-  rr__trace_write(line, sizeof line, o);
+  rr__trace_write(STDERR_FILENO, line, sizeof line, o);
 }
 
-void rr__trace_step(rr__coll *c, const rr__step *st, const void *own, const void *got) {
+static void rr__trace_text_step(rr__coll *c, const rr__step *st, const void *own,
+                                const void *got) {
   char line[640];
   const rr_dtype d = c->a->dtype;
   int o = rr__trace_prefix(c, line, sizeof line);
@@ -86,5 +154,260 @@ void rr__trace_step(rr__coll *c, const rr__step *st, const void *own, const void
       if (st->avg_div) o += snprintf(line + o, sizeof line - (size_t)o, " (sum / %d)", st->avg_div);
     }
   }
-  rr__trace_write(line, sizeof line, o);
+  rr__trace_write(STDERR_FILENO, line, sizeof line, o);
+}
+
+/* ---- RR_TRACE=<path>: JSON lines ---- */
+
+/* A record is built in a fixed buffer; one that does not fit (it cannot: values are capped
+ * at RR__TRACE_CAPTURE per array) is dropped whole rather than written cut. */
+typedef struct rr__jbuf {
+  char b[16384];
+  size_t n;
+  int over;
+} rr__jbuf;
+
+static void rr__jput(rr__jbuf *j, const char *fmt, ...) RR__PRINTF(2, 3);
+static void rr__jput(rr__jbuf *j, const char *fmt, ...) {
+  if (j->over) return;
+  va_list ap;
+  va_start(ap, fmt);
+  int k = vsnprintf(j->b + j->n, sizeof j->b - j->n, fmt, ap);
+  va_end(ap);
+  if (k < 0 || (size_t)k >= sizeof j->b - j->n) {
+    j->over = 1;
+    return;
+  }
+  j->n += (size_t)k;
+}
+
+/* A JSON string; the texts traced are our own (names, "reduce-scatter step 1/3"), but a
+ * quote or a control character must still not break the line. */
+static void rr__jstr(rr__jbuf *j, const char *key, const char *s) {
+  rr__jput(j, ",\"%s\":\"", key);
+  for (; *s; s++) {
+    unsigned char ch = (unsigned char)*s;
+    if (ch == '"' || ch == '\\') rr__jput(j, "\\%c", ch);
+    else if (ch < 0x20) rr__jput(j, "\\u%04x", ch);
+    else rr__jput(j, "%c", ch);
+  }
+  rr__jput(j, "\"");
+}
+
+/* "key":[v, ...]: integers exactly, floating point with enough digits to read back the same
+ * value (9 for float32 and narrower, 17 for double); NaN and infinities, which JSON lacks,
+ * as the strings "nan", "inf", "-inf". */
+static void rr__jvalues(rr__jbuf *j, const char *key, const void *buf, size_t n, rr_dtype d) {
+  rr__jput(j, ",\"%s\":[", key);
+  for (size_t i = 0; i < n; i++) {
+    const char *sep = i ? "," : "";
+    const char *p = (const char *)buf + i * rr_dtype_size(d);
+    if (d == RR_INT64) {
+      int64_t x;
+      memcpy(&x, p, 8);
+      rr__jput(j, "%s%lld", sep, (long long)x);
+      continue;
+    }
+    double v = rr__trace_elem(buf, i, d);
+    if (isnan(v)) rr__jput(j, "%s\"nan\"", sep);
+    else if (isinf(v)) rr__jput(j, "%s\"%sinf\"", sep, v < 0 ? "-" : "");
+    else rr__jput(j, d == RR_FLOAT64 ? "%s%.17g" : "%s%.9g", sep, v);
+  }
+  rr__jput(j, "]");
+}
+
+static const char *rr__trace_algo(int algo) {
+  switch (algo) {
+    case RR__ALGO_RING: return "ring";
+    case RR__ALGO_RD: return "rd";
+    case RR__ALGO_CHAIN: return "chain";
+    case RR__ALGO_DISSEM: return "dissemination";
+    case RR__ALGO_STAR: return "star";
+    case RR__ALGO_LINEAR: return "linear";
+    case RR__ALGO_PAIRWISE: return "pairwise";
+    default: return "p2p";
+  }
+}
+
+/* {"v":1,"ev":...,"coll":...,"seq":...,"algo":...,"rank":...,"grank":...,"n":... */
+static void rr__jhead(rr__jbuf *j, const rr__coll *c, const char *ev) {
+  rr__jput(j, "{\"v\":1,\"ev\":\"%s\"", ev);
+  rr__jstr(j, "coll", rr__kind_name(c->hdr.kind));
+  rr__jput(j, ",\"seq\":%llu", (unsigned long long)c->hdr.seq);
+  rr__jstr(j, "algo", rr__trace_algo(c->hdr.algo));
+  rr__jput(j, ",\"rank\":%d,\"grank\":%d,\"n\":%d", rr__grank(c, c->r), c->r, c->n);
+}
+
+static void rr__jwrite(rr__jbuf *j) {
+  static atomic_int warned; /* calls of several groups may trace at once */
+  if (j->over || j->n + 2 > sizeof j->b) {
+    if (!atomic_exchange(&warned, 1))
+      RR__LOG_WARN(RR__SUB_COLL, "RR_TRACE: a record did not fit its buffer; dropped");
+    return;
+  }
+  j->b[j->n++] = '}';
+  j->b[j->n++] = '\n';
+  if (write(rr__trace_fd, j->b, j->n) < 0) { /* tracing must never fail a call */ }
+}
+
+/* Whole-buffer algorithms move chunk 0; the ring kinds cut the buffer into chunks (blocks
+ * of `count` for reduce-scatter, all-gather and the linear and pairwise kinds). -1: the
+ * step's placement is not known here (all_to_allv places blocks by displacement). */
+static long long rr__trace_off(const rr__coll *c, int chunk) {
+  const size_t count = c->a->count;
+  switch (c->hdr.kind) {
+    case RR__K_ALL_REDUCE:
+      return c->hdr.algo == RR__ALGO_RING ? (long long)rr__chunk_off(count, c->n, chunk) : 0;
+    case RR__K_REDUCE_SCATTER:
+    case RR__K_ALL_GATHER:
+    case RR__K_GATHER:
+    case RR__K_SCATTER:
+    case RR__K_ALL_TO_ALL: return (long long)((size_t)chunk * count);
+    case RR__K_ALL_TO_ALLV: return -1;
+    default: return 0;
+  }
+}
+
+static int rr__trace_whole(const rr__coll *c) {
+  const int k = c->hdr.kind;
+  return (k == RR__K_ALL_REDUCE && c->hdr.algo != RR__ALGO_RING) || k == RR__K_BROADCAST ||
+         k == RR__K_REDUCE || k == RR__K_SEND;
+}
+
+static const char *rr__trace_phase(const rr__coll *c, const rr__step *st) {
+  if (st->phase) return st->phase;
+  switch (c->hdr.kind) {
+    case RR__K_ALL_REDUCE:
+      if (c->hdr.algo == RR__ALGO_STAR) /* the root gathers by receiving, the others by sending */
+        return (c->r == 0 ? st->from >= 0 : st->to >= 0) ? "gather" : "broadcast";
+      return c->trace_step < c->n - 1 ? "reduce-scatter" : "all-gather";
+    case RR__K_REDUCE_SCATTER: return "reduce-scatter";
+    case RR__K_ALL_GATHER: return "all-gather";
+    case RR__K_BROADCAST: return "broadcast";
+    case RR__K_REDUCE: return "reduce";
+    case RR__K_GATHER: return "gather";
+    case RR__K_SCATTER: return "scatter";
+    case RR__K_ALL_TO_ALL:
+    case RR__K_ALL_TO_ALLV: return "exchange";
+    default: return "p2p";
+  }
+}
+
+/* "key":{"to"/"from":group rank,"to_rank"/"from_rank":global rank,"chunk","off","count","bytes" */
+static void rr__jside(rr__jbuf *j, const rr__coll *c, const char *key, const char *who,
+                      int peer, int chunk, size_t count) {
+  if (rr__trace_whole(c)) chunk = 0;
+  long long off = chunk >= 0 ? rr__trace_off(c, chunk) : 0;
+  rr__jput(j, ",\"%s\":{\"%s\":%d,\"%s_rank\":%d,\"chunk\":%d,\"count\":%zu", key, who, peer, who,
+           rr__grank(c, peer), chunk, count);
+  if (off >= 0)
+    rr__jput(j, ",\"off\":%lld,\"bytes\":[%llu,%llu]", off, (unsigned long long)off * c->esize,
+             (unsigned long long)(off + (long long)count) * c->esize);
+}
+
+static void rr__trace_json_step(rr__coll *c, const rr__step *st, const rr__trace_cap *cap) {
+  rr__jbuf j;
+  j.n = 0, j.over = 0;
+  const rr_dtype d = c->a->dtype;
+  const int reduce = st->kind == RR__STEP_REDUCE || st->kind == RR__STEP_FWD_REDUCE;
+  const int forward = st->kind == RR__STEP_FWD_COPY || st->kind == RR__STEP_FWD_REDUCE;
+  /* What arrived (a copy) or what the reduction made. */
+  const void *res = cap->res ? cap->res
+                    : (!reduce && st->rbuf && st->rcount <= RR__TRACE_CAPTURE) ? st->rbuf
+                                                                                : NULL;
+  rr__jhead(&j, c, "step");
+  rr__jput(&j, ",\"step\":%d", c->trace_step);
+  rr__jstr(&j, "phase", rr__trace_phase(c, st));
+  rr__jstr(&j, "where", rr__coll_where(c));
+  rr__jput(&j, ",\"t0_ns\":%lld,\"t1_ns\":%lld", (long long)cap->t0_ns,
+           (long long)rr__trace_clock());
+  if (forward) rr__jput(&j, ",\"forward\":true");
+  if (st->to >= 0) {
+    rr__jside(&j, c, "send", "to", st->to, st->schunk, st->scount);
+    /* A chain link sends on what it received (and, reducing, what it made of it). */
+    const void *sent = forward ? res : cap->sent;
+    if (sent && st->scount <= RR__TRACE_CAPTURE) rr__jvalues(&j, "values", sent, st->scount, d);
+    rr__jput(&j, "}");
+  }
+  if (st->from >= 0) {
+    rr__jside(&j, c, "recv", "from", st->from, st->rchunk, st->rcount);
+    rr__jput(&j, ",\"reduce\":%s", reduce ? "true" : "false");
+    if (reduce) rr__jstr(&j, "op", rr_op_name(c->a->op));
+    if (st->avg_div) rr__jput(&j, ",\"avg_div\":%d", st->avg_div);
+    if (reduce && cap->own && cap->got) {
+      rr__jvalues(&j, "own", cap->own, st->rcount, d);
+      rr__jvalues(&j, "got", cap->got, st->rcount, d);
+    }
+    if (res && st->rcount <= RR__TRACE_CAPTURE) rr__jvalues(&j, "values", res, st->rcount, d);
+    rr__jput(&j, "}");
+  }
+  rr__jwrite(&j);
+}
+
+void rr__trace_step(rr__coll *c, const rr__step *st, const rr__trace_cap *cap) {
+  const int mode = rr__trace_get();
+  if (mode == RR__TRACE_TEXT) rr__trace_text_step(c, st, cap->own, cap->got);
+  else if (mode == RR__TRACE_FILE) rr__trace_json_step(c, st, cap);
+  c->trace_step++;
+}
+
+/* The elements a call reads (in) and writes (out) on this rank, when they are defined:
+ * only the root reads a broadcast's input and writes a reduce's output. 0: none. */
+static size_t rr__trace_in(const rr__coll *c) {
+  const rr__args *a = c->a;
+  switch (c->hdr.kind) {
+    case RR__K_ALL_REDUCE:
+    case RR__K_ALL_GATHER:
+    case RR__K_REDUCE: return a->count;
+    case RR__K_REDUCE_SCATTER: return a->count * (size_t)c->n;
+    case RR__K_BROADCAST: return c->r == a->root ? a->count : 0;
+    default: return 0;
+  }
+}
+static size_t rr__trace_out(const rr__coll *c) {
+  const rr__args *a = c->a;
+  switch (c->hdr.kind) {
+    case RR__K_ALL_REDUCE:
+    case RR__K_REDUCE_SCATTER:
+    case RR__K_BROADCAST: return a->count;
+    case RR__K_ALL_GATHER: return a->count * (size_t)c->n;
+    case RR__K_REDUCE: return c->r == a->root ? a->count : 0;
+    default: return 0;
+  }
+}
+
+void rr__trace_begin(rr__coll *c) {
+  if (rr__trace_get() != RR__TRACE_FILE) return;
+  const rr__args *a = c->a;
+  rr__jbuf j;
+  j.n = 0, j.over = 0;
+  c->trace_t0 = rr__trace_clock();
+  rr__jhead(&j, c, "begin");
+  rr__jput(&j, ",\"t_ns\":%lld,\"pid\":%ld", (long long)c->trace_t0, (long)getpid());
+  rr__jput(&j, ",\"ranks\":[");
+  for (int q = 0; q < c->n; q++) rr__jput(&j, "%s%d", q ? "," : "", rr__grank(c, q));
+  rr__jput(&j, "]");
+  rr__jstr(&j, "dtype", rr_dtype_name(a->dtype));
+  rr__jstr(&j, "op", rr_op_name(a->op));
+  rr__jput(&j, ",\"count\":%zu,\"root\":%d", a->count, a->root);
+  size_t in = rr__trace_in(c);
+  rr__jput(&j, ",\"in_count\":%zu", in);
+  if (in && in <= RR__TRACE_CAPTURE && a->sendbuf) rr__jvalues(&j, "in", a->sendbuf, in, a->dtype);
+  rr__jwrite(&j);
+}
+
+void rr__trace_end(rr__coll *c, int status) {
+  if (rr__trace_get() != RR__TRACE_FILE) return;
+  rr__jbuf j;
+  j.n = 0, j.over = 0;
+  int64_t t = rr__trace_clock();
+  rr__jhead(&j, c, "end");
+  rr__jput(&j, ",\"t_ns\":%lld,\"dur_ns\":%lld,\"steps\":%d", (long long)t,
+           (long long)(t - c->trace_t0), c->trace_step);
+  rr__jstr(&j, "status", rr_status_name(status));
+  size_t out = status == RR_OK ? rr__trace_out(c) : 0;
+  rr__jput(&j, ",\"out_count\":%zu", out);
+  if (out && out <= RR__TRACE_CAPTURE && c->a->recvbuf)
+    rr__jvalues(&j, "out", c->a->recvbuf, out, c->a->dtype);
+  rr__jwrite(&j);
 }

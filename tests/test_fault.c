@@ -424,7 +424,7 @@ static int env_ranges(void) {
       {"RR_SMALL_BYTES", "2048G", "a whole number from 0 to 1099511627776"},
       {"RR_SOCKBUF", "2G", "a whole number from 0 to 1073741824"},
       {"RR_SPIN_US", "-2", "a whole number from -1 to 1000000"},
-      {"RR_TRACE", "2", "a whole number from 0 to 1"},
+      {"RR_TRACE", "2", "0, 1 or a file path for JSON lines"},
       {"RR_SPIN_US", "-1", NULL},
       {"RR_SMALL_BYTES", "0", NULL},
   };

@@ -14,6 +14,11 @@ command -v python3 >/dev/null 2>&1 || need+=(python3)   # tests: JSON output che
 command -v iptables >/dev/null 2>&1 || need+=(iptables) # tests: lossy link in netns
 command -v pkg-config >/dev/null 2>&1 || need+=(pkg-config) # tests: the installed ringreduce.pc
 dpkg -s libopenblas-dev >/dev/null 2>&1 || need+=(libopenblas-dev)  # the training example
+# tests/run.sh: headless Chromium for the pages of tools/ringreduce-view (tests/view.cmake);
+# the quick start skips it (about 100 MB), as it skips torch.
+if [ "${RR_DEPS_VIEW:-0}" = 1 ]; then
+  command -v chromium >/dev/null 2>&1 || need+=(chromium)
+fi
 # tests/run.sh: torch for the PyTorch backend's tests (tests/python.cmake). Debian's package
 # installs into /usr/bin/python3, the interpreter the tests use; the quick start skips it.
 if [ "${RR_DEPS_TORCH:-0}" = 1 ]; then

@@ -39,6 +39,18 @@ int rr_pg_set_cuda_stream(rr_pg *pg, void *stream) {
                          "rank %d: rr_pg_set_cuda_stream: this build of ringreduce has no CUDA "
                          "support (configure with -DRR_CUDA=ON; see docs/cuda.md)",
                          pg->global_ranks[pg->rank]);
+  /* The copies run on the group's worker thread, where cudaStreamPerThread would name the
+   * worker's own default stream, ordered with nothing the caller queued (CUDA Runtime API,
+   * "Stream synchronization behavior": the per-thread default stream belongs to the thread
+   * that uses the handle). cudaStreamLegacy is one stream per device, shared by every
+   * thread: it is the same as NULL and allowed. */
+  if (stream == RR__CUDA_STREAM_PER_THREAD)
+    return rr__set_error(RR_EINVAL,
+                         "rank %d: rr_pg_set_cuda_stream: cudaStreamPerThread is refused: the "
+                         "group's calls may run on its worker thread, where that handle names "
+                         "another stream; pass the stream itself (e.g. torch's current stream) "
+                         "or NULL for the legacy default stream",
+                         pg->global_ranks[pg->rank]);
   atomic_store(&pg->cuda_stream, stream);
   return RR_OK;
 }
@@ -102,12 +114,18 @@ static int rr__stage_fail(rr_pg *pg, const rr__args *a, int st, const char *what
   return st;
 }
 
+/* Device memory, or managed memory (which the host reads as it is, but only once the
+ * stream's kernels have written it). */
+static int rr__cuda_buffer(const void *p) {
+  int t = rr__cuda_ptr_type(p, NULL);
+  return t == RR__CUDA_MEM_DEVICE || t == RR__CUDA_MEM_MANAGED;
+}
+
 int rr__pg_device_call(const rr_pg *pg, const rr__args *a) {
   size_t in, out;
   int reads, writes, gaps;
   rr__io(pg, a, &in, &out, &reads, &writes, &gaps);
-  return (in > 0 && rr__cuda_is_device_ptr(a->sendbuf)) ||
-         (out > 0 && rr__cuda_is_device_ptr(a->recvbuf));
+  return (in > 0 && rr__cuda_buffer(a->sendbuf)) || (out > 0 && rr__cuda_buffer(a->recvbuf));
 }
 
 int rr__pg_run_staged(rr_pg *pg, const rr__args *a, int64_t timeout_ms) {
@@ -117,7 +135,14 @@ int rr__pg_run_staged(rr_pg *pg, const rr__args *a, int64_t timeout_ms) {
   int sdevice = -1, rdevice = -1;
   int sdev = in > 0 && rr__cuda_ptr_device(a->sendbuf, &sdevice);
   int rdev = out > 0 && rr__cuda_ptr_device(a->recvbuf, &rdevice);
-  if (!sdev && !rdev) return rr__pg_run_host(pg, a, timeout_ms);
+  if (!sdev && !rdev) {
+    /* Managed memory: the host reads and writes it directly, once the work queued on the
+     * call's stream before the call (a kernel writing it) is done. Kernels queued after the
+     * call see the host's writes (the call returns after them). */
+    int st = rr__cuda_stream_sync(a->stream);
+    if (st != RR_OK) return rr__stage_fail(pg, a, st, "waiting for the stream (managed buffer)");
+    return rr__pg_run_host(pg, a, timeout_ms);
+  }
 
   if (sdev && rdev && sdevice != rdevice) {
     rr__set_error(RR_EINVAL, "sendbuf is on CUDA device %d but recvbuf on device %d", sdevice,
@@ -153,8 +178,7 @@ int rr__pg_run_staged(rr_pg *pg, const rr__args *a, int64_t timeout_ms) {
     pg->cuda_host_bytes = 0;
     st = rr__cuda_host_alloc(&pg->cuda_host, (size_t)total);
     if (st != RR_OK) {
-      int ignored = -1;
-      (void)rr__cuda_set_device(prev, &ignored);
+      rr__cuda_restore_device(prev);
       return rr__stage_fail(pg, a, st, "allocating pinned host memory");
     }
     pg->cuda_host_bytes = (size_t)total;
@@ -183,8 +207,9 @@ int rr__pg_run_staged(rr_pg *pg, const rr__args *a, int64_t timeout_ms) {
       if (st != RR_OK) what = "copying the result to the device";
     }
   }
-  int pst = -1;
-  if (prev >= 0 && prev != device) (void)rr__cuda_set_device(prev, &pst);
+  /* Restoring never touches the error text (it clears its own failure), and it happens only
+   * where the previous device already had a context (rr__cuda_set_device). */
+  rr__cuda_restore_device(prev);
   /* A failed collective has its message and abort from rr__pg_run_host already. */
   if (st != RR_OK && what) return rr__stage_fail(pg, a, st, what);
   return st;

@@ -57,7 +57,21 @@ int rr_pg_set_cuda_stream(rr_pg *pg, void *stream) {
 
 int rr_cuda_built(void) { return rr__cuda_built(); }
 
+/* The pinned buffer may still be read by the last call's copy back: wait for it before the
+ * buffer is written or freed. */
+static int rr__host_idle(rr_pg *pg) {
+  if (!pg->cuda_host_busy) return RR_OK;
+  int st = rr__cuda_stream_sync(pg->cuda_host_busy);
+  pg->cuda_host_busy = NULL;
+  return st;
+}
+
 void rr__cuda_pg_free(rr_pg *pg) {
+  (void)rr__host_idle(pg);
+  for (int d = 0; d < RR__CUDA_MAX_DEVICES; d++) {
+    rr__cuda_stream_destroy(pg->cuda_copy[d]);
+    pg->cuda_copy[d] = NULL;
+  }
   rr__cuda_host_free(pg->cuda_host);
   pg->cuda_host = NULL;
   pg->cuda_host_bytes = 0;
@@ -128,6 +142,64 @@ int rr__pg_device_call(const rr_pg *pg, const rr__args *a) {
   return (in > 0 && rr__cuda_buffer(a->sendbuf)) || (out > 0 && rr__cuda_buffer(a->recvbuf));
 }
 
+/* The device of a call's device buffers, or -1 when it has none (host or managed only). */
+static int rr__call_device(const rr_pg *pg, const rr__args *a) {
+  size_t in, out;
+  int reads, writes, gaps, d = -1;
+  rr__io(pg, a, &in, &out, &reads, &writes, &gaps);
+  if (in > 0 && rr__cuda_ptr_device(a->sendbuf, &d)) return d;
+  if (out > 0 && rr__cuda_ptr_device(a->recvbuf, &d)) return d;
+  return -1;
+}
+
+void rr__cuda_pg_release(rr__args *a) {
+  rr__cuda_event_destroy(a->cuda_ready);
+  rr__cuda_event_destroy(a->cuda_done);
+  a->cuda_ready = a->cuda_done = NULL;
+}
+
+int rr__cuda_pg_prepare(rr_pg *pg, rr__args *a) {
+  a->cuda_ready = a->cuda_done = NULL;
+  if (!rr__cuda_available()) return RR_OK;
+  int device = rr__call_device(pg, a);
+  if (device < 0) return RR_OK;
+  /* Events belong to a device, and cudaEventRecord wants the stream's: the buffers'. */
+  int prev = -1;
+  int st = rr__cuda_set_device(device, &prev);
+  if (st == RR_OK) st = rr__cuda_event_create(&a->cuda_ready);
+  if (st == RR_OK) st = rr__cuda_event_create(&a->cuda_done);
+  if (st == RR_OK) st = rr__cuda_event_record(a->cuda_ready, a->stream);
+  rr__cuda_restore_device(prev);
+  if (st != RR_OK) {
+    rr__cuda_pg_release(a);
+    char what[96];
+    snprintf(what, sizeof what, "ordering the call after its stream (CUDA device %d)", device);
+    return rr__stage_fail(pg, a, st, what);
+  }
+  return RR_OK;
+}
+
+int rr__cuda_pg_finish(const rr_pg *pg, const rr__args *a, int blocking) {
+  if (!a->cuda_done) return RR_OK;
+  int st = blocking ? rr__cuda_event_sync(a->cuda_done)
+                    : rr__cuda_stream_wait_event(a->stream, a->cuda_done);
+  if (st != RR_OK)
+    rr__prefix_error(st, "rank %d: %s", pg->global_ranks[pg->rank],
+                     blocking ? "waiting for the result's copy to the device"
+                              : "ordering the call's stream after the result's copy");
+  return st;
+}
+
+/* The stream the staging copies go on: the group's own for the device (made once), which
+ * waits for the call's stream through cuda_ready; without events, the call's stream. */
+static int rr__copy_stream(rr_pg *pg, const rr__args *a, int device, void **s) {
+  *s = a->stream;
+  if (!a->cuda_ready || device >= RR__CUDA_MAX_DEVICES) return RR_OK;
+  if (!pg->cuda_copy[device]) RR__CHECK(rr__cuda_stream_create(&pg->cuda_copy[device]));
+  *s = pg->cuda_copy[device];
+  return rr__cuda_stream_wait_event(*s, a->cuda_ready);
+}
+
 int rr__pg_run_staged(rr_pg *pg, const rr__args *a, int64_t timeout_ms) {
   size_t in, out;
   int reads, writes, gaps;
@@ -172,6 +244,13 @@ int rr__pg_run_staged(rr_pg *pg, const rr__args *a, int64_t timeout_ms) {
   int prev = -1;
   int st = rr__cuda_set_device(device, &prev);
   if (st != RR_OK) return rr__stage_fail(pg, a, st, "selecting the buffers' device");
+  void *cs = NULL;
+  st = rr__copy_stream(pg, a, device, &cs);
+  if (st == RR_OK) st = rr__host_idle(pg);
+  if (st != RR_OK) {
+    rr__cuda_restore_device(prev);
+    return rr__stage_fail(pg, a, st, "ordering the copies after the call's stream");
+  }
   if (total > pg->cuda_host_bytes) {
     rr__cuda_host_free(pg->cuda_host);
     pg->cuda_host = NULL;
@@ -190,20 +269,27 @@ int rr__pg_run_staged(rr_pg *pg, const rr__args *a, int64_t timeout_ms) {
 
   const char *what = NULL;
   if (sdev) {
-    st = rr__cuda_memcpy_sync(host + soff, s, in, a->stream);
+    st = rr__cuda_memcpy_sync(host + soff, s, in, cs);
     if (st != RR_OK) what = "copying the send buffer from the device";
   }
   /* The whole receive range goes back to the device: where the call writes only parts of
    * it, the host copy must start as the device's, so the parts between come back
    * unchanged. (When joint, this may copy bytes of the send range again: the same ones.) */
   if (st == RR_OK && rdev && gaps) {
-    st = rr__cuda_memcpy_sync(host + roff, r, out, a->stream);
+    st = rr__cuda_memcpy_sync(host + roff, r, out, cs);
     if (st != RR_OK) what = "copying the receive buffer from the device";
   }
   if (st == RR_OK) {
     st = rr__pg_run_host(pg, &h, timeout_ms);
-    if (st == RR_OK && rdev) {
-      st = rr__cuda_memcpy_sync(r, host + roff, out, a->stream);
+    if (st == RR_OK && rdev && a->cuda_done) {
+      /* Not waited for here: cuda_done tells the caller (rr__cuda_pg_finish), and the next
+       * call waits before it writes the pinned buffer again (rr__host_idle). */
+      st = rr__cuda_memcpy_async(r, host + roff, out, cs);
+      if (st == RR_OK) pg->cuda_host_busy = cs;
+      if (st == RR_OK) st = rr__cuda_event_record(a->cuda_done, cs);
+      if (st != RR_OK) what = "copying the result to the device";
+    } else if (st == RR_OK && rdev) {
+      st = rr__cuda_memcpy_sync(r, host + roff, out, cs);
       if (st != RR_OK) what = "copying the result to the device";
     }
   }

@@ -48,6 +48,9 @@ foreach(t noctx workerctx ipc perthread)
   set_tests_properties(cuda_${t} PROPERTIES LABELS "cuda" TIMEOUT 120 SKIP_RETURN_CODE 77
     ENVIRONMENT "${RR_CUDA_TEST_ENV}")
 endforeach()
+add_test(NAME cuda_nosync_w2 COMMAND test_cuda nosync 2)
+set_tests_properties(cuda_nosync_w2 PROPERTIES LABELS "cuda" TIMEOUT 300 SKIP_RETURN_CODE 77
+  ENVIRONMENT "${RR_CUDA_TEST_ENV}")
 add_test(NAME cuda_managed_w2 COMMAND test_cuda managed 2)
 set_tests_properties(cuda_managed_w2 PROPERTIES LABELS "cuda" TIMEOUT 300 SKIP_RETURN_CODE 77
   ENVIRONMENT "${RR_CUDA_TEST_ENV}")
@@ -74,6 +77,9 @@ foreach(w 1 2)
   rr_fake_test(stream_w${w} stream ${w})
 endforeach()
 rr_fake_test(managed_w2 managed 2)
+rr_fake_test(nosync_w2 nosync 2)
+set_tests_properties(cudafake.nosync_w2 PROPERTIES
+  ENVIRONMENT "${RR_FAKE_ENV};RR_FAKE_CUDA_DELAY_US=50000")
 foreach(t noctx workerctx ipc perthread)
   rr_fake_test(${t} ${t})
 endforeach()

@@ -22,6 +22,11 @@
  *                                          chain of copies and then a memset write the buffer
  *                                          on the stream before the call; the result is read
  *                                          after the wait, on the same stream
+ *   test_cuda [--fake] nosync <world>      an async call waits for its stream's earlier work
+ *                                          with an event, not a stream synchronisation: the
+ *                                          stream's later work (a wait for a slow gate) is
+ *                                          still pending when rr_work_wait returns; the
+ *                                          stream's work after the wait sees the result
  *   test_cuda [--fake] managed <world>     the same with a managed buffer and a blocking call
  *                                          (cuda-review 3: managed memory is read by the
  *                                          host, after the stream's work)
@@ -305,7 +310,8 @@ static int stream_case(rr_pg *pg, int rank, int world, int managed) {
   else
     buf = dalloc(bytes);
   int32_t *h = malloc(bytes);
-  for (int iter = 0; iter < 3; iter++) {
+  /* More rounds on the fake: each is a draw of its random delays. */
+  for (int iter = 0; iter < (g_fake ? 8 : 3); iter++) {
     C_OK(memset_async(buf, 0, bytes, s));
     /* Work that takes a while, then the write the call must see. */
     for (int k = 0; k < 8; k++) C_OK(memcpy_async(y, x, slow, s));
@@ -339,6 +345,54 @@ static int stream_case(rr_pg *pg, int rank, int world, int managed) {
   return 0;
 }
 
+/* An async call waits for its stream's work queued before it, not after it (an event, not a
+ * stream synchronisation), and the stream's work queued after rr_work_wait sees the result.
+ * After the call the stream waits for a gate that a second stream records behind a long
+ * chain (fake: 40 operations of RR_FAKE_CUDA_DELAY_US = 50 ms; GPU: 3000 copies of 512
+ * MiB, about 1 s): when rr_work_wait returns the gate must still be pending (the call did
+ * not synchronise the whole stream). */
+static int nosync_case(rr_pg *pg, int rank, int world) {
+  void *s, *s2, *gate;
+  C_OK(stream_create(&s, 1));
+  C_OK(stream_create(&s2, 1));
+  C_OK(event_create(&gate, RR__CUDA_EVENT_DISABLE_TIMING));
+  T_OK(rr_pg_set_cuda_stream(pg, s));
+  const size_t count = 1u << 16, bytes = count * 4;
+  const size_t slow = g_fake ? 4u << 20 : 512u << 20;
+  const int chain = g_fake ? 40 : 3000;
+  char *buf = dalloc(bytes), *x = dalloc(slow), *y = dalloc(slow);
+  int32_t *h = malloc(bytes);
+  for (int iter = 0; iter < 2; iter++) {
+    C_OK(memset_async(buf, rank + 1 + iter, bytes, s));
+    rr_work *w;
+    T_OK(rr_all_reduce_async(pg, buf, buf, count, RR_INT32, RR_SUM, &w));
+    for (int k = 0; k < chain; k++) C_OK(memcpy_async(y, x, slow, s2));
+    C_OK(event_record(gate, s2));
+    C_OK(stream_wait_event(s, gate)); /* work after the call that waits a long time */
+    T_OK(rr_work_wait(w, 0));
+    rr_work_free(w);
+    int q = cu->event_query(gate);
+    T_CHECK(q == RR__CUDA_ERR_NOT_READY,
+            "iteration %d: the gate behind the call was already passed (query %d): the call "
+            "synchronised its whole stream instead of waiting for an event", iter, q);
+    C_OK(memcpy_async(h, buf, bytes, s));
+    C_OK(stream_sync(s));
+    int32_t want = memset_sum(world, iter);
+    for (size_t i = 0; i < count; i++)
+      T_CHECK(h[i] == want, "iteration %d element %zu: %d, want %d", iter, i, h[i], want);
+    T_OK(rr_barrier(pg));
+  }
+  T_OK(rr_pg_set_cuda_stream(pg, NULL));
+  C_OK(free(buf));
+  C_OK(free(x));
+  C_OK(free(y));
+  C_OK(event_destroy(gate));
+  C_OK(stream_destroy(s));
+  C_OK(stream_destroy(s2));
+  free(h);
+  return 0;
+}
+
 static int coll_rank(int rank, void *arg) {
   const cargs *ca = arg;
   t_rank = rank;
@@ -365,6 +419,8 @@ static int coll_rank(int rank, void *arg) {
     if (all_reduce_case(pg, (64u << 20) / 4, RR_INT32, RR_SUM, 1, seed)) return 1;
   } else if (!strcmp(ca->what, "stream")) {
     if (stream_case(pg, rank, ca->world, 0)) return 1;
+  } else if (!strcmp(ca->what, "nosync")) {
+    if (nosync_case(pg, rank, ca->world)) return 1;
   } else if (!strcmp(ca->what, "managed")) {
     if (stream_case(pg, rank, ca->world, 1)) return 1;
   } else if (!strcmp(ca->what, "perthread")) {
@@ -579,10 +635,10 @@ int main(int argc, char **argv) {
   cargs ca = {argc > 2 ? atoi(argv[2]) : 2, what};
   if (!strcmp(what, "perthread")) ca.world = 1;
   if (ca.world < 1 || (strcmp(what, "coll") && strcmp(what, "large") && strcmp(what, "stream") &&
-                       strcmp(what, "managed") && strcmp(what, "perthread"))) {
+                       strcmp(what, "nosync") && strcmp(what, "managed") && strcmp(what, "perthread"))) {
     fprintf(stderr,
             "usage: test_cuda [--fake] ptr|kernel|noctx|workerctx|ipc|perthread|"
-            "coll W|large W|stream W|managed W\n");
+            "coll W|large W|stream W|nosync W|managed W\n");
     return 2;
   }
   if (spawn(ca.world, coll_rank, &ca)) return 1;

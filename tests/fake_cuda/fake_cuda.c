@@ -20,7 +20,7 @@
  * Streams (PG, "Asynchronous Concurrent Execution", "Streams"; Runtime API "Stream
  * synchronization behavior").
  *   - Every stream has a worker thread; copies, memsets and kernels are queued and run later,
- *     in the stream's order, after a delay (RR_FAKE_CUDA_DELAY_US, default 200 us per
+ *     in the stream's order, after a delay (RR_FAKE_CUDA_DELAY_US: a random 0 to 2x that, default 1 ms, per
  *     operation), so a result read without waiting is the old data, and TSan sees the race.
  *   - cudaMemcpyAsync / cudaMemsetAsync return before the copy is done, for every kind of
  *     memory (stricter than the runtime, whose pageable-memory copies may be synchronous:
@@ -113,6 +113,9 @@ typedef struct fevent {
   fevshm *sh;
   int fd;         /* interprocess: the memfd of sh */
   int ipc_opened; /* opened from another process's handle */
+  int refs; /* the handle, and each queued operation that reads sh (F.mu) */
+  struct fstream *rec_s; /* local events: the stream and position of the last record */
+  uint64_t rec_seq;
 } fevent;
 
 struct fstream;
@@ -132,6 +135,7 @@ typedef struct fop {
   size_t n;
   int dtype, op, div, ddp_kind, wire, world, value;
   fevshm *ev;
+  struct fevent *hold; /* an event this operation keeps alive until it ran */
   uint64_t gen, seq;
   fdep *deps;
   int ndeps;
@@ -294,8 +298,23 @@ static void f_exec(const fop *o) {
   }
 }
 
+/* Drop a reference to an event; the last one frees it. F.mu held. */
+static void f_event_unref(struct fevent *ev) {
+  if (--ev->refs > 0) return;
+  if (ev->fd >= 0 || ev->ipc_opened) {
+    munmap(ev->sh, f_round(sizeof(fevshm)));
+    if (ev->fd >= 0) close(ev->fd);
+  } else {
+    free(ev->sh);
+  }
+  free(ev);
+}
+
 static void *f_worker(void *arg) {
   fstream *s = arg;
+  /* Each operation waits a random 0..2x RR_FAKE_CUDA_DELAY_US before it runs, so work on
+   * two streams finishes in either order: an ordering the caller forgot shows up. */
+  unsigned seed = (unsigned)(uintptr_t)s ^ (unsigned)getpid();
   pthread_mutex_lock(&F.mu);
   for (;;) {
     while (!s->head && !s->dead) pthread_cond_wait(&F.cv, &F.mu);
@@ -304,12 +323,13 @@ static void *f_worker(void *arg) {
     while (!f_deps_met(o)) f_wait_locked();
     pthread_mutex_unlock(&F.mu);
     if (F.delay_us > 0 && o->kind != OP_WAIT && o->kind != OP_RECORD)
-      usleep((useconds_t)F.delay_us);
+      usleep((useconds_t)(rand_r(&seed) % (2 * F.delay_us + 1)));
     f_exec(o);
     pthread_mutex_lock(&F.mu);
     s->head = o->next;
     if (!s->head) s->tail = NULL;
     s->done = o->seq;
+    if (o->hold) f_event_unref(o->hold);
     free(o->deps);
     free(o);
     pthread_cond_broadcast(&F.cv);
@@ -716,7 +736,7 @@ static int f_event_create(void **event, unsigned flags) {
     return fail(RR__CUDA_ERR_INVALID_VALUE);
   fevent *ev = calloc(1, sizeof *ev);
   if (!ev) return fail(RR__CUDA_ERR_MEMORY_ALLOCATION);
-  *ev = (fevent){.magic = F_MAGIC, .flags = flags, .device = t_dev, .fd = -1};
+  *ev = (fevent){.magic = F_MAGIC, .flags = flags, .device = t_dev, .fd = -1, .refs = 1};
   if (flags & RR__CUDA_EVENT_INTERPROCESS) {
     /* Its state in shared memory, so another process can wait for it. */
     ev->fd = memfd_create("rr_fake_cuda_event", MFD_CLOEXEC);
@@ -743,20 +763,12 @@ static int f_event_destroy(void *event) {
   if (e) return e;
   fevent *ev = f_event(event);
   if (!ev) return fail(RR__CUDA_ERR_INVALID_HANDLE);
-  /* cudaEventDestroy returns at once; a pending record still completes. So the state of
-   * a local event stays allocated while its record is queued: wait for it here. */
+  /* cudaEventDestroy returns at once, even with a record or a wait still queued: those keep
+   * the event's state alive until they ran. */
   pthread_mutex_lock(&F.mu);
-  while (atomic_load(&ev->sh->done) < atomic_load(&ev->sh->recorded) && !ev->ipc_opened)
-    f_wait_locked();
-  pthread_mutex_unlock(&F.mu);
   ev->magic = 0;
-  if (ev->fd >= 0 || ev->ipc_opened) {
-    munmap(ev->sh, f_round(sizeof(fevshm)));
-    if (ev->fd >= 0) close(ev->fd);
-  } else {
-    free(ev->sh);
-  }
-  free(ev);
+  f_event_unref(ev);
+  pthread_mutex_unlock(&F.mu);
   return 0;
 }
 
@@ -780,8 +792,11 @@ static int f_event_record(void *event, void *stream) {
     return fail(RR__CUDA_ERR_MEMORY_ALLOCATION);
   }
   o->ev = ev->sh;
+  o->hold = ev;
+  ev->refs++;
   o->gen = atomic_fetch_add(&ev->sh->recorded, 1) + 1;
   e = f_enqueue(s, o, NULL);
+  if (e == 0) ev->rec_s = s, ev->rec_seq = o->seq; /* o is still queued: F.mu is held */
   pthread_mutex_unlock(&F.mu);
   return e;
 }
@@ -801,7 +816,16 @@ static int f_stream_wait_event(void *stream, void *event) {
     pthread_mutex_unlock(&F.mu);
     return fail(s ? RR__CUDA_ERR_MEMORY_ALLOCATION : err);
   }
-  fdep d = {.ev = ev->sh, .gen = atomic_load(&ev->sh->recorded)};
+  /* A local event: wait for its record's place in its stream (the event may be destroyed
+   * before the wait runs, as the runtime allows). Another process's: its shared state. */
+  fdep d = {0};
+  if (ev->ipc_opened) {
+    d = (fdep){.ev = ev->sh, .gen = atomic_load(&ev->sh->recorded)};
+    o->hold = ev;
+    ev->refs++;
+  }
+  else if (ev->rec_s)
+    d = (fdep){.s = ev->rec_s, .seq = ev->rec_seq};
   e = f_enqueue(s, o, &d);
   pthread_mutex_unlock(&F.mu);
   return e;
@@ -966,7 +990,8 @@ static int f_ipc_open_event_handle(void **event, const rr__cuda_ipc_handle *in) 
                  .device = h.device,
                  .sh = sh,
                  .fd = -1,
-                 .ipc_opened = 1};
+                 .ipc_opened = 1,
+                 .refs = 1};
   *event = ev;
   return 0;
 }
@@ -1068,7 +1093,7 @@ static const rr__cuda_api rr__fake = {
 const rr__cuda_api *rr_fake_cuda(int devices) {
   F.ndev = devices < 1 ? 1 : devices > F_MAX_DEV ? F_MAX_DEV : devices;
   const char *d = getenv("RR_FAKE_CUDA_DELAY_US");
-  F.delay_us = d ? atol(d) : 200;
+  F.delay_us = d ? atol(d) : 1000;
   return &rr__fake;
 }
 

@@ -89,6 +89,8 @@ int rr__pg_device_call(const rr_pg *pg, const rr__args *a);
 int rr__pg_run_staged(rr_pg *pg, const rr__args *a, int64_t timeout_ms);
 /* The group's CUDA stream (NULL: the legacy default stream), captured when a call is made. */
 void *rr__cuda_pg_stream(rr_pg *pg);
+/* rr_pg_options.device: check it and make it current on the calling thread. */
+int rr__cuda_pg_use_device(int device, int rank);
 /* Free the group's CUDA resources (pinned staging memory, copy streams). */
 void rr__cuda_pg_free(rr_pg *pg);
 /* At submission, on the caller's thread: for a call with device buffers, make its events and

@@ -57,6 +57,15 @@ int rr_pg_set_cuda_stream(rr_pg *pg, void *stream) {
 
 int rr_cuda_built(void) { return rr__cuda_built(); }
 
+int rr__cuda_pg_use_device(int device, int rank) {
+  int d = -1, prev = -1;
+  int st = rr__cuda_pick_device(device, -1, &d);
+  if (st == RR_OK) st = rr__cuda_set_device(d, &prev); /* kept: not restored */
+  if (st != RR_OK)
+    return rr__prefix_error(st, "rank %d: rr_pg_options.device = %d", rank, device);
+  return RR_OK;
+}
+
 /* The pinned buffer may still be read by the last call's copy back: wait for it before the
  * buffer is written or freed. */
 static int rr__host_idle(rr_pg *pg) {

@@ -43,7 +43,7 @@ foreach(w 1 2)
   set_tests_properties(cuda_stream_w${w} PROPERTIES LABELS "cuda" TIMEOUT 300
     SKIP_RETURN_CODE 77 ENVIRONMENT "${RR_CUDA_TEST_ENV}")
 endforeach()
-foreach(t noctx workerctx ipc perthread)
+foreach(t noctx workerctx pgdevice ipc perthread)
   add_test(NAME cuda_${t} COMMAND test_cuda ${t})
   set_tests_properties(cuda_${t} PROPERTIES LABELS "cuda" TIMEOUT 120 SKIP_RETURN_CODE 77
     ENVIRONMENT "${RR_CUDA_TEST_ENV}")
@@ -80,7 +80,7 @@ rr_fake_test(managed_w2 managed 2)
 rr_fake_test(nosync_w2 nosync 2)
 set_tests_properties(cudafake.nosync_w2 PROPERTIES
   ENVIRONMENT "${RR_FAKE_ENV};RR_FAKE_CUDA_DELAY_US=50000")
-foreach(t noctx workerctx ipc perthread)
+foreach(t noctx workerctx pgdevice ipc perthread)
   rr_fake_test(${t} ${t})
 endforeach()
 

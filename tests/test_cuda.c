@@ -39,6 +39,9 @@
  *   test_cuda [--fake] workerctx           an async call on a buffer of device 1 creates no
  *                                          context on device 0 (cuda-review 1; needs 2
  *                                          devices, skipped with one)
+ *   test_cuda [--fake] pgdevice            rr_pg_options.device: one past the last device is
+ *                                          refused (RR_EINVAL), the last one is made current
+ *                                          (cuda-review 5)
  *   test_cuda [--fake] ipc                 the IPC contract the fake encodes, checked on the
  *                                          real runtime too: a memory handle opened in its
  *                                          own process fails, in another process maps the
@@ -487,6 +490,26 @@ static int workerctx_rank(int rank, void *arg) {
   return 0;
 }
 
+/* ---- rr_pg_options.device ---- */
+
+static int pgdevice_rank(int rank, void *arg) {
+  (void)arg;
+  t_rank = rank;
+  int n = rr__cuda_device_count(), want = n - 1, cur = -1;
+  rr_pg *pg = NULL;
+  rr_pg_options opt = RR_PG_OPTIONS_INIT;
+  opt.device = n; /* one past the last */
+  int st = rr_init_process_group(&pg, &opt);
+  T_CHECK(st == RR_EINVAL, "device %d of %d: %s", n, n, rr_status_name(st));
+  T_HAS(rr_last_error(), "rr_pg_options.device");
+  opt.device = want;
+  T_OK(rr_init_process_group(&pg, &opt));
+  C_OK(get_device(&cur));
+  T_CHECK(cur == want, "rr_pg_options.device = %d, but device %d is current", want, cur);
+  T_OK(rr_destroy_process_group(pg));
+  return 0;
+}
+
 /* ---- ipc ---- */
 
 static int ipc_rank(int rank, void *arg) {
@@ -627,6 +650,11 @@ int main(int argc, char **argv) {
     printf("workerctx: ok\n");
     return 0;
   }
+  if (!strcmp(what, "pgdevice")) {
+    if (spawn(1, pgdevice_rank, NULL)) return 1;
+    printf("pgdevice: ok\n");
+    return 0;
+  }
   if (!strcmp(what, "ipc")) {
     if (spawn(2, ipc_rank, NULL)) return 1;
     printf("ipc: ok\n");
@@ -637,7 +665,7 @@ int main(int argc, char **argv) {
   if (ca.world < 1 || (strcmp(what, "coll") && strcmp(what, "large") && strcmp(what, "stream") &&
                        strcmp(what, "nosync") && strcmp(what, "managed") && strcmp(what, "perthread"))) {
     fprintf(stderr,
-            "usage: test_cuda [--fake] ptr|kernel|noctx|workerctx|ipc|perthread|"
+            "usage: test_cuda [--fake] ptr|kernel|noctx|workerctx|pgdevice|ipc|perthread|"
             "coll W|large W|stream W|nosync W|managed W\n");
     return 2;
   }

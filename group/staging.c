@@ -1,17 +1,22 @@
 /* Device buffers in every collective: stage through pinned host memory.
  *
- * group/run.c sends a call here only when one of its buffers is CUDA device memory
- * (rr__pg_device_call); host calls never pass through. In a build without CUDA that check
- * is two calls to stubs that return 0; with CUDA but no driver, one flag read.
+ * group/run.c sends a call here only when one of its buffers is CUDA device (or managed)
+ * memory (rr__pg_device_call); host calls never pass through. Without a CUDA table, or
+ * with CUDA but no driver, that check is one flag read.
  *
- * A device buffer is copied into the group's pinned host buffer (cudaHostAlloc, grow-only,
- * freed with the group), ordered on the stream captured when the call was made (so kernels
- * queued before the call have written it), the host collective runs on the copy, and the
- * result is copied back and waited for: when the call returns (or rr_work_wait does) the
- * result is in the device buffer. In-place calls stay in place: when the send and receive
- * ranges of one device buffer overlap (NCCL's aliasing for all_gather / reduce_scatter
- * included) they are staged as one range with the same offsets, so rr__pg_run_host sees
- * the same aliasing the user passed.
+ * Order with the caller's stream, by events (docs/cuda.md, "Streams"): at submission, on
+ * the caller's thread, rr__cuda_pg_prepare records cuda_ready on the call's stream. Here a
+ * device buffer is copied into the group's pinned host buffer (cudaHostAlloc, grow-only,
+ * freed with the group) on the group's copy stream for the device, after cuda_ready (so
+ * kernels queued before the call have written it, and nothing queued after it is waited
+ * for); the host collective runs on the copy; the result is copied back on the copy stream
+ * and cuda_done recorded, not waited for here: a blocking call waits for it on the host,
+ * rr_work_wait makes the call's stream wait for it. Managed buffers are read by the host as
+ * they are, after a synchronisation of the call's stream.
+ *
+ * In-place calls stay in place: when the send and receive ranges of one device buffer
+ * overlap (NCCL's aliasing for all_gather / reduce_scatter included) they are staged as one
+ * range with the same offsets, so rr__pg_run_host sees the same aliasing the user passed.
  *
  * This is the correct-everywhere path (any GPU, any transport, several ranks per GPU). The
  * faster ones the design leaves room for, from cuda/cuda.h's launcher: reducing received

@@ -377,7 +377,8 @@ static int nosync_case(rr_pg *pg, int rank, int world) {
     int q = cu->event_query(gate);
     T_CHECK(q == RR__CUDA_ERR_NOT_READY,
             "iteration %d: the gate behind the call was already passed (query %d): the call "
-            "synchronised its whole stream instead of waiting for an event", iter, q);
+            "synchronised its whole stream instead of waiting for an event",
+            iter, q);
     C_OK(memcpy_async(h, buf, bytes, s));
     C_OK(stream_sync(s));
     int32_t want = memset_sum(world, iter);
@@ -662,8 +663,9 @@ int main(int argc, char **argv) {
   }
   cargs ca = {argc > 2 ? atoi(argv[2]) : 2, what};
   if (!strcmp(what, "perthread")) ca.world = 1;
-  if (ca.world < 1 || (strcmp(what, "coll") && strcmp(what, "large") && strcmp(what, "stream") &&
-                       strcmp(what, "nosync") && strcmp(what, "managed") && strcmp(what, "perthread"))) {
+  if (ca.world < 1 ||
+      (strcmp(what, "coll") && strcmp(what, "large") && strcmp(what, "stream") &&
+       strcmp(what, "nosync") && strcmp(what, "managed") && strcmp(what, "perthread"))) {
     fprintf(stderr,
             "usage: test_cuda [--fake] ptr|kernel|noctx|workerctx|pgdevice|ipc|perthread|"
             "coll W|large W|stream W|nosync W|managed W\n");

@@ -20,8 +20,8 @@
  * Streams (PG, "Asynchronous Concurrent Execution", "Streams"; Runtime API "Stream
  * synchronization behavior").
  *   - Every stream has a worker thread; copies, memsets and kernels are queued and run later,
- *     in the stream's order, after a delay (RR_FAKE_CUDA_DELAY_US: a random 0 to 2x that, default 1 ms, per
- *     operation), so a result read without waiting is the old data, and TSan sees the race.
+ *     in the stream's order, after a delay (RR_FAKE_CUDA_DELAY_US: a random 0 to 2x that, default 1
+ * ms, per operation), so a result read without waiting is the old data, and TSan sees the race.
  *   - cudaMemcpyAsync / cudaMemsetAsync return before the copy is done, for every kind of
  *     memory (stricter than the runtime, whose pageable-memory copies may be synchronous:
  *     the library must never rely on that).
@@ -111,9 +111,9 @@ typedef struct fevent {
   unsigned flags;
   int device;
   fevshm *sh;
-  int fd;         /* interprocess: the memfd of sh */
-  int ipc_opened; /* opened from another process's handle */
-  int refs; /* the handle, and each queued operation that reads sh (F.mu) */
+  int fd;                /* interprocess: the memfd of sh */
+  int ipc_opened;        /* opened from another process's handle */
+  int refs;              /* the handle, and each queued operation that reads sh (F.mu) */
   struct fstream *rec_s; /* local events: the stream and position of the last record */
   uint64_t rec_seq;
 } fevent;
@@ -823,8 +823,7 @@ static int f_stream_wait_event(void *stream, void *event) {
     d = (fdep){.ev = ev->sh, .gen = atomic_load(&ev->sh->recorded)};
     o->hold = ev;
     ev->refs++;
-  }
-  else if (ev->rec_s)
+  } else if (ev->rec_s)
     d = (fdep){.s = ev->rec_s, .seq = ev->rec_seq};
   e = f_enqueue(s, o, &d);
   pthread_mutex_unlock(&F.mu);

@@ -93,6 +93,8 @@ void rr__cuda_event_destroy(void *event);
 int rr__cuda_event_record(void *event, void *stream);
 int rr__cuda_stream_wait_event(void *stream, void *event);
 int rr__cuda_event_sync(void *event);
+/* 1 when the event's work is done, 0 when not yet, or an RR_ status (error set). */
+int rr__cuda_event_done(void *event);
 
 /* The DDP wrapper's element work on device memory (cuda/ddp.cu), queued on `stream` (not
  * waited for); bit-identical to ddp/hooks.c's host loops (cuda/ddp_elem.cuh). dtype is the

@@ -264,6 +264,15 @@ int rr__cuda_event_sync(void *event) {
   return RR_OK;
 }
 
+int rr__cuda_event_done(void *event) {
+  const rr__cuda_api *api = rr__cu();
+  if (!api) return rr__no_cuda("cudaEventQuery");
+  int e = api->event_query(event);
+  if (e == 0) return 1;
+  if (e == RR__CUDA_ERR_NOT_READY) return 0;
+  return rr__cuda_fail(e, "cudaEventQuery");
+}
+
 int rr__cuda_ddp(int kind, void *dst, const void *src, size_t n, rr_dtype dtype, rr_dtype wire,
                  int world, void *stream) {
   const rr__cuda_api *api = rr__cu();

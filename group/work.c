@@ -10,6 +10,7 @@
 
 #include "common/status.h"
 #include "common/util.h"
+#include "cuda/cuda.h"
 #include "group/pg.h"
 
 static int64_t rr__call_timeout(rr_pg *pg) {
@@ -225,6 +226,13 @@ int rr_work_test(rr_work *w) {
   int st = w->done ? w->status : RR_INPROGRESS;
   if (st < 0) rr__copy_error(w->error);
   pthread_mutex_unlock(&w->mu);
+  /* Device buffers: complete once the copy back is, so that a caller who saw completion
+   * here (and may never call rr_work_wait) finds the result in the buffer. */
+  if (st == RR_OK && w->args.cuda_done) {
+    int d = rr__cuda_event_done(w->args.cuda_done);
+    if (d == 0) return RR_INPROGRESS;
+    if (d < 0) return d;
+  }
   return st;
 }
 

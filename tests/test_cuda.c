@@ -21,7 +21,9 @@
  *   test_cuda [--fake] stream <world>      async all_reduce ordered on a user stream: a slow
  *                                          chain of copies and then a memset write the buffer
  *                                          on the stream before the call; the result is read
- *                                          after the wait, on the same stream
+ *                                          after rr_work_wait on the same stream, or (odd
+ *                                          rounds) on the legacy stream once rr_work_test
+ *                                          reported completion
  *   test_cuda [--fake] nosync <world>      an async call waits for its stream's earlier work
  *                                          with an event, not a stream synchronisation: the
  *                                          stream's later work (a wait for a slow gate) is
@@ -323,7 +325,7 @@ static int stream_case(rr_pg *pg, int rank, int world, int managed) {
       /* Blocking: returns with the result in the buffer; the host reads it directly. */
       T_OK(rr_all_reduce(pg, buf, buf, count, RR_INT32, RR_SUM));
       memcpy(h, buf, bytes);
-    } else {
+    } else if (iter % 2 == 0) {
       rr_work *w;
       T_OK(rr_all_reduce_async(pg, buf, buf, count, RR_INT32, RR_SUM, &w));
       T_OK(rr_work_wait(w, 0));
@@ -331,6 +333,16 @@ static int stream_case(rr_pg *pg, int rank, int world, int managed) {
       /* Read after: on the same stream. */
       C_OK(memcpy_async(h, buf, bytes, s));
       C_OK(stream_sync(s));
+    } else {
+      /* Completion seen by rr_work_test, no rr_work_wait: the result is in the buffer, for
+       * a read on any stream (here the legacy one, not ordered with the call's). */
+      rr_work *w;
+      T_OK(rr_all_reduce_async(pg, buf, buf, count, RR_INT32, RR_SUM, &w));
+      int st;
+      while ((st = rr_work_test(w)) == RR_INPROGRESS) usleep(100);
+      T_OK(st);
+      rr_work_free(w);
+      T_CHECK(!cu_copy(h, buf, bytes), "download");
     }
     int32_t want = memset_sum(world, iter);
     for (size_t i = 0; i < count; i++)

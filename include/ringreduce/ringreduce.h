@@ -170,9 +170,10 @@ int rr_pg_set_timeout(rr_pg *pg, int64_t timeout_ms);
  * NULL, the default, means the legacy default stream), as torch's current stream: work
  * queued on it before a call is finished before the call reads its buffers (the call waits
  * for an event recorded on it at submission, not for the whole stream). The result is in
- * the buffers when a blocking call returns; after rr_work_wait of an async call, work
- * queued on the stream sees it (the stream waits for the call's copy back; read it from
- * the host after synchronising the stream). The stream is captured when each call is made.
+ * the buffers when a blocking call returns, and when rr_work_test reports an async call
+ * complete; after rr_work_wait, work queued on the stream sees it (the stream waits for
+ * the call's copy back: read it from the host after synchronising the stream, as with
+ * torch's work.wait()). The stream is captured when each call is made.
  * cudaStreamPerThread is refused (RR_EINVAL: the call may run on another thread).
  * RR_ENOTSUP in a build without CUDA (docs/cuda.md). */
 int rr_pg_set_cuda_stream(rr_pg *pg, void *stream);

@@ -43,7 +43,8 @@
  *   - A handle is for the base of a device allocation.
  *   - Opening a handle in the process that exported it fails (the documentation says the
  *     handle comes "from another process"; the runtime answers cudaErrorDeviceUninitialized,
- *     "invalid device context"; tests/gpu/run.sh's fake_contract step checks the real one).
+ *     "invalid device context"; test_cuda ipc, tests/gpu/run.sh's probe step, checks the
+ *     real runtime).
  *   - Opening the same handle twice in one process returns the same pointer and counts
  *     references; cudaIpcCloseMemHandle unmaps at the last close.
  * Contexts (PG, "Initialization"; cudaSetDevice since CUDA 12.0).

@@ -1,11 +1,12 @@
 /* The library's CUDA layer, as plain C (internal: rr__ prefix, not exported).
  *
- * Built with CUDA (RR_HAVE_CUDA=1, see docs/cuda.md) these talk to the CUDA runtime, which
- * is linked statically: a library built with CUDA still loads and runs on a machine with no
- * driver or no GPU, where rr__cuda_available() is 0 and every pointer is host memory.
- * Built without CUDA the same functions are stubs: nothing is a device pointer (a device
- * pointer passed to a collective is then read as host memory and faults: such a build cannot
- * tell), and the calls that need CUDA fail with RR_ENOTSUP "built without CUDA".
+ * Every CUDA call goes through one table (cuda/api.h). Built with CUDA (RR_HAVE_CUDA=1, see
+ * docs/cuda.md) the table is the CUDA runtime, linked statically: a library built with CUDA
+ * still loads and runs on a machine with no driver or no GPU, where rr__cuda_available() is
+ * 0 and every pointer is host memory. Built without CUDA there is no table: nothing is a
+ * device pointer (a device pointer passed to a collective is then read as host memory and
+ * faults: such a build cannot tell), and the calls that need CUDA fail with RR_ENOTSUP
+ * "built without CUDA". Tests may install the host fake instead (rr__cuda_use_api).
  *
  * Every function that fails sets the last error (rr_last_error) naming the CUDA call and
  * cudaGetErrorString's text, and returns RR_ECUDA (or RR_ENOTSUP / RR_EINVAL). */
@@ -14,13 +15,22 @@
 
 #include <stddef.h>
 
+#include "cuda/api.h"
 #include "ringreduce/ringreduce.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
 
-/* 1 when this build has CUDA compiled in (whether or not a GPU is present). */
+/* Tests only: use `api` instead of the real runtime. Must come
+ * before the first CUDA question of the process (RR_ESTATE after it). Hidden in the shared
+ * library; reached through the internal static library. */
+int rr__cuda_use_api(const rr__cuda_api *api);
+/* The table's name ("CUDA runtime", the fake's, or "none"). */
+const char *rr__cuda_api_name(void);
+
+/* 1 when this process has a CUDA table: the build has CUDA compiled in (whether or not a GPU
+ * is present), or a test installed the fake. */
 int rr__cuda_built(void);
 
 /* Lazy, once per process: 1 when the CUDA runtime found a driver and at least one device.
@@ -32,19 +42,29 @@ int rr__cuda_device_count(void);
 
 /* 1 when p is device memory (cudaMalloc, cudaMallocAsync, IPC-mapped), 0 for anything else:
  * host memory, pinned host memory, managed memory (host-accessible, used as it is), NULL, or
- * no CUDA at all. It asks the driver only once this process has a CUDA context (device
- * memory cannot exist before one), so CPU-only programs never create a context. Never
- * fails; any CUDA error it meets is cleared. *device (may be NULL) gets the pointer's
- * device, or -1. */
+ * no CUDA at all. It creates no context (the real table asks the driver, see cuda/real.c),
+ * so CPU-only programs never create one. Never fails; any CUDA error it meets is cleared.
+ * *device (may be NULL) gets the pointer's device, or -1. */
 int rr__cuda_is_device_ptr(const void *p);
 int rr__cuda_ptr_device(const void *p, int *device);
+/* What p is: RR__CUDA_MEM_DEVICE (and *device), RR__CUDA_MEM_MANAGED (cudaMallocManaged:
+ * host-accessible, but written by kernels in stream order), or RR__CUDA_MEM_HOST /
+ * RR__CUDA_MEM_UNREGISTERED (also for NULL and without CUDA). Never fails, as above. */
+int rr__cuda_ptr_type(const void *p, int *device);
+/* 1 when device's primary context is initialised, 0 when not, -1 when the driver cannot
+ * tell (or there is no CUDA). Creates none. */
+int rr__cuda_primary_ctx_active(int device);
 
 /* The device a rank uses: `option` when >= 0, else LOCAL_RANK modulo the device count
  * (several ranks may share one GPU), else 0. RR_ENOTSUP without CUDA. */
 int rr__cuda_pick_device(int option, int local_rank, int *device);
 
-/* Make `device` current on this thread, returning the one that was (to restore). */
+/* Make `device` current on this thread. *previous gets the device to give back to
+ * rr__cuda_restore_device afterwards, or -1 when nothing is to be restored: the previous
+ * device's context does not exist (a thread that never chose a device, such as the group's
+ * worker; restoring would create a context there). */
 int rr__cuda_set_device(int device, int *previous);
+void rr__cuda_restore_device(int previous);
 
 /* Page-locked host memory, usable by every device (cudaHostAlloc, portable). */
 int rr__cuda_host_alloc(void **p, size_t bytes);
@@ -62,6 +82,19 @@ void rr__cuda_free(void *p);
 
 /* Queue a copy of bytes (any direction) on `stream`; not waited for. */
 int rr__cuda_memcpy_async(void *dst, const void *src, size_t bytes, void *stream);
+
+/* A non-blocking stream (not ordered with the legacy default stream) on the current device. */
+int rr__cuda_stream_create(void **stream);
+void rr__cuda_stream_destroy(void *stream);
+/* Events without timing, on the current device: record on a stream, make a stream wait for
+ * one, wait for one on the host. */
+int rr__cuda_event_create(void **event);
+void rr__cuda_event_destroy(void *event);
+int rr__cuda_event_record(void *event, void *stream);
+int rr__cuda_stream_wait_event(void *stream, void *event);
+int rr__cuda_event_sync(void *event);
+/* 1 when the event's work is done, 0 when not yet, or an RR_ status (error set). */
+int rr__cuda_event_done(void *event);
 
 /* The DDP wrapper's element work on device memory (cuda/ddp.cu), queued on `stream` (not
  * waited for); bit-identical to ddp/hooks.c's host loops (cuda/ddp_elem.cuh). dtype is the
@@ -82,13 +115,14 @@ int rr__cuda_ddp(int kind, void *dst, const void *src, size_t n, rr_dtype dtype,
 int rr__cuda_reduce(void *dst, void *dst2, const void *a, const void *b, size_t n, rr_dtype dtype,
                     rr_op op, int avg_div, void *stream);
 
-/* ---- implemented in cuda/reduce.cu (nvcc); called by cuda/runtime.c only ---- */
+/* 1 when reduce.cu has a kernel for (dtype, op) (the same pairs as rr__op_check). */
+int rr__cuda_reduce_supported(int dtype, int op);
+
+/* ---- implemented in cuda/reduce.cu (nvcc); the real table's reduce entry ---- */
 /* Launches the kernel; returns a cudaError_t and, on failure, the call that failed. */
 int rr__cuda_reduce_launch(void *dst, void *dst2, const void *a, const void *b, size_t n,
                            int dtype, int op, int avg_div, void *stream, const char **what);
-/* 1 when reduce.cu has a kernel for (dtype, op) (the same pairs as rr__op_check). */
-int rr__cuda_reduce_supported(int dtype, int op);
-/* ---- implemented in cuda/ddp.cu (nvcc); called by cuda/runtime.c only ---- */
+/* ---- implemented in cuda/ddp.cu (nvcc); the real table's ddp entry ---- */
 int rr__cuda_ddp_launch(int kind, void *dst, const void *src, size_t n, int dtype, int wire,
                         int world, void *stream, const char **what);
 

@@ -7,8 +7,8 @@
 // every pointer is 16-byte aligned, then the scalar tail; without alignment it is all scalar.
 // The grid is sized from the device's SM count (4 blocks of 512 threads per SM at most).
 //
-// Plain C entry points (extern "C", cuda/cuda.h): rr__cuda_reduce_launch,
-// rr__cuda_reduce_supported. Error text is formatted by cuda/runtime.c.
+// Plain C entry point (extern "C", cuda/cuda.h): rr__cuda_reduce_launch, the real CUDA
+// table's reduce entry (cuda/real.c). Error text is formatted by cuda/runtime.c.
 #include <cuda_runtime.h>
 #include <stdint.h>
 
@@ -191,12 +191,6 @@ cudaError_t dispatch_common(int op, int avg_div, void *dst, void *dst2, const vo
   }()
 
 }  // namespace
-
-extern "C" int rr__cuda_reduce_supported(int dtype, int op) {
-  if (dtype < 0 || dtype >= RR_NUM_DTYPES || op < 0 || op >= RR_NUM_OPS) return 0;
-  int integer = dtype == RR_INT8 || dtype == RR_UINT8 || dtype == RR_INT32 || dtype == RR_INT64;
-  return op <= RR_AVG || integer;
-}
 
 extern "C" int rr__cuda_reduce_launch(void *dst, void *dst2, const void *a, const void *b,
                                       size_t n, int dtype, int op, int avg_div, void *stream,

@@ -1,38 +1,81 @@
-/* The CUDA runtime layer (cuda/cuda.h): lazy initialisation, pointer detection, device
- * choice, pinned memory, copies and the reduction launcher, each CUDA call checked and its
- * failure turned into "<call>: <cudaGetErrorString> (<cudaGetErrorName>)".
+/* The library's CUDA layer (cuda/cuda.h) over the CUDA table (cuda/api.h): lazy
+ * initialisation, pointer detection, device choice, pinned memory, copies, streams, events
+ * and the kernel launchers, each call checked and its failure turned into
+ * "<call>: <error string> (<error name>)".
  *
- * Built without CUDA (RR_HAVE_CUDA undefined) this file is the stubs: no device, no device
- * pointers, and the calls that need CUDA fail with RR_ENOTSUP.
- *
- * Pointer detection. cudaPointerGetAttributes initialises the runtime and may create a
- * context on the current device (hundreds of MB of GPU memory per process), which a CPU-only
- * program on a GPU machine must not pay on every collective. So the driver's
- * cuPointerGetAttributes is used, fetched through cudaGetDriverEntryPointByVersion (no
- * libcuda link: the runtime is static and the library loads without a driver); it needs no
- * context. If that entry point is missing, cudaPointerGetAttributes is asked instead, but
- * only once some device's primary context is active (device memory from cudaMalloc cannot
- * exist before one). */
+ * The table is the real runtime's (cuda/real.c) in a build with CUDA, none in a build
+ * without (then nothing is a device pointer and the calls that need CUDA fail with
+ * RR_ENOTSUP), or, in tests only, the host fake installed with rr__cuda_use_api before the
+ * first CUDA question (tests/fake_cuda/). This file makes no CUDA call of its own. */
 #include "cuda/cuda.h"
 
 #include <pthread.h>
 #include <stdatomic.h>
-#include <stdint.h>
 #include <stdio.h>
 #include <string.h>
 
 #include "common/status.h"
+#include "cuda/api.h"
 
-int rr__cuda_built(void) {
-#ifdef RR_HAVE_CUDA
-  return 1;
-#else
-  return 0;
-#endif
+static pthread_once_t rr__table_once = PTHREAD_ONCE_INIT;
+static pthread_once_t rr__cuda_once = PTHREAD_ONCE_INIT;
+static const rr__cuda_api *rr__api_override; /* set by rr__cuda_use_api (tests) */
+static atomic_int rr__api_fixed;             /* the table was chosen: no more overrides */
+static const rr__cuda_api *rr__api;          /* the table in use, or NULL */
+static int rr__ndev;                         /* 0: no table, no driver, or no device */
+
+/* Choosing the table makes no CUDA call: a process may ask rr__cuda_built and then fork. */
+static void rr__table_init(void) {
+  atomic_store(&rr__api_fixed, 1);
+  rr__api = rr__api_override ? rr__api_override : rr__cuda_real_api();
 }
 
-#ifndef RR_HAVE_CUDA
-/* ---- stubs ---------------------------------------------------------------------------- */
+/* The first CUDA call of the process (it starts the driver: no fork after it). */
+static void rr__cuda_init(void) {
+  pthread_once(&rr__table_once, rr__table_init);
+  int n = 0;
+  if (rr__api && rr__api->device_count(&n) != 0) {
+    /* No driver, a driver older than this runtime, or no device: the CPU path is all. */
+    rr__api->clear_error();
+    n = 0;
+  }
+  rr__ndev = n > 0 ? n : 0;
+}
+
+int rr__cuda_use_api(const rr__cuda_api *api) {
+  if (atomic_load(&rr__api_fixed))
+    return rr__set_error(RR_ESTATE,
+                         "rr__cuda_use_api: the CUDA table is already in use (install "
+                         "the fake before the first CUDA call)");
+  rr__api_override = api;
+  return RR_OK;
+}
+
+/* The table, initialised; NULL when this build has none. */
+static const rr__cuda_api *rr__cu(void) {
+  pthread_once(&rr__cuda_once, rr__cuda_init);
+  return rr__api;
+}
+
+int rr__cuda_built(void) {
+  pthread_once(&rr__table_once, rr__table_init);
+  return rr__api != NULL;
+}
+
+int rr__cuda_available(void) {
+  pthread_once(&rr__cuda_once, rr__cuda_init);
+  return rr__ndev > 0;
+}
+
+int rr__cuda_device_count(void) {
+  return rr__cuda_available() ? rr__ndev : 0;
+}
+
+const char *rr__cuda_api_name(void) {
+  pthread_once(&rr__table_once, rr__table_init);
+  const rr__cuda_api *api = rr__api;
+  return api ? api->name : "none";
+}
 
 static int rr__no_cuda(const char *what) {
   return rr__set_error(RR_ENOTSUP,
@@ -41,175 +84,54 @@ static int rr__no_cuda(const char *what) {
                        what);
 }
 
-int rr__cuda_available(void) { return 0; }
-int rr__cuda_device_count(void) { return 0; }
-int rr__cuda_is_device_ptr(const void *p) { (void)p; return 0; }
-int rr__cuda_ptr_device(const void *p, int *device) {
-  (void)p;
-  if (device) *device = -1;
-  return 0;
-}
-int rr__cuda_pick_device(int option, int local_rank, int *device) {
-  (void)option, (void)local_rank;
-  if (device) *device = -1;
-  return rr__no_cuda("choosing a CUDA device");
-}
-int rr__cuda_set_device(int device, int *previous) {
-  (void)device;
-  if (previous) *previous = -1;
-  return rr__no_cuda("cudaSetDevice");
-}
-int rr__cuda_host_alloc(void **p, size_t bytes) {
-  (void)bytes;
-  *p = NULL;
-  return rr__no_cuda("cudaHostAlloc");
-}
-void rr__cuda_host_free(void *p) { (void)p; }
-int rr__cuda_memcpy_sync(void *dst, const void *src, size_t bytes, void *stream) {
-  (void)dst, (void)src, (void)bytes, (void)stream;
-  return rr__no_cuda("cudaMemcpyAsync");
-}
-int rr__cuda_stream_sync(void *stream) {
-  (void)stream;
-  return rr__no_cuda("cudaStreamSynchronize");
-}
-int rr__cuda_reduce(void *dst, void *dst2, const void *a, const void *b, size_t n, rr_dtype dtype,
-                    rr_op op, int avg_div, void *stream) {
-  (void)dst, (void)dst2, (void)a, (void)b, (void)n, (void)dtype, (void)op, (void)avg_div,
-      (void)stream;
-  return rr__no_cuda("the CUDA reduction kernel");
-}
-int rr__cuda_malloc(void **p, size_t bytes) {
-  (void)bytes;
-  *p = NULL;
-  return rr__no_cuda("cudaMalloc");
-}
-void rr__cuda_free(void *p) { (void)p; }
-int rr__cuda_memcpy_async(void *dst, const void *src, size_t bytes, void *stream) {
-  (void)dst, (void)src, (void)bytes, (void)stream;
-  return rr__no_cuda("cudaMemcpyAsync");
-}
-int rr__cuda_ddp(int kind, void *dst, const void *src, size_t n, rr_dtype dtype, rr_dtype wire,
-                 int world, void *stream) {
-  (void)kind, (void)dst, (void)src, (void)n, (void)dtype, (void)wire, (void)world, (void)stream;
-  return rr__no_cuda("the CUDA DDP kernels");
-}
-
-#else /* RR_HAVE_CUDA */
-/* ---- CUDA ----------------------------------------------------------------------------- */
-
-#include <cuda.h> /* driver types only; the driver is reached through the runtime */
-#include <cuda_runtime_api.h>
-
-static int rr__cuda_fail(cudaError_t e, const char *call) {
+static int rr__cuda_fail(int e, const char *call) {
+  const rr__cuda_api *api = rr__cu();
   /* A non-sticky error would otherwise be reported again by the next unrelated call. */
-  (void)cudaGetLastError();
-  return rr__set_error(RR_ECUDA, "%s: %s (%s)", call, cudaGetErrorString(e),
-                       cudaGetErrorName(e));
+  api->clear_error();
+  return rr__set_error(RR_ECUDA, "%s: %s (%s)", call, api->error_string(e), api->error_name(e));
 }
 
-#define RR__CU(call)                                              \
-  do {                                                            \
-    cudaError_t rr__e_ = (call);                                  \
-    if (rr__e_ != cudaSuccess) return rr__cuda_fail(rr__e_, #call); \
+/* Run a table entry; on failure set the error naming `what` and return RR_ECUDA. Without a
+ * table, RR_ENOTSUP. */
+#define RR__CU(what, call)                               \
+  do {                                                   \
+    const rr__cuda_api *cu_ = rr__cu();                  \
+    if (!cu_) return rr__no_cuda(what);                  \
+    int rr__e_ = cu_->call;                              \
+    if (rr__e_ != 0) return rr__cuda_fail(rr__e_, what); \
   } while (0)
 
-typedef CUresult (*rr__pfn_ptr_attrs)(unsigned int, CUpointer_attribute *, void **, CUdeviceptr);
-typedef CUresult (*rr__pfn_ctx_state)(CUdevice, unsigned int *, int *);
-
-static pthread_once_t rr__cuda_once = PTHREAD_ONCE_INIT;
-static int rr__ndev;                     /* 0: no driver, no device, or init failed */
-static rr__pfn_ptr_attrs rr__ptr_attrs;  /* cuPointerGetAttributes, or NULL */
-static rr__pfn_ctx_state rr__ctx_state;  /* cuDevicePrimaryCtxGetState, or NULL */
-static atomic_int rr__ctx_seen;          /* a primary context was seen active */
-
-static void *rr__entry(const char *sym) {
-  void *fn = NULL;
-  enum cudaDriverEntryPointQueryResult q = cudaDriverEntryPointSymbolNotFound;
-  cudaError_t e = cudaGetDriverEntryPointByVersion(sym, &fn, 12000, cudaEnableDefault, &q);
-  if (e != cudaSuccess || q != cudaDriverEntryPointSuccess) {
-    (void)cudaGetLastError();
-    return NULL;
+int rr__cuda_ptr_type(const void *p, int *device) {
+  if (device) *device = -1;
+  if (!p || !rr__cuda_available()) return RR__CUDA_MEM_UNREGISTERED;
+  int type = 0, dev = -1;
+  if (rr__api->ptr_attrs(p, &type, &dev) != 0) {
+    rr__api->clear_error(); /* host memory unknown to CUDA, on old drivers */
+    return RR__CUDA_MEM_UNREGISTERED;
   }
-  return fn;
-}
-
-static void rr__cuda_init(void) {
-  int n = 0;
-  cudaError_t e = cudaGetDeviceCount(&n);
-  if (e != cudaSuccess) {
-    /* No driver, a driver older than this runtime, or no device: the CPU path is all. */
-    (void)cudaGetLastError();
-    n = 0;
-  }
-  rr__ndev = n > 0 ? n : 0;
-  if (rr__ndev > 0) {
-    rr__ptr_attrs = (rr__pfn_ptr_attrs)rr__entry("cuPointerGetAttributes");
-    rr__ctx_state = (rr__pfn_ctx_state)rr__entry("cuDevicePrimaryCtxGetState");
-  }
-}
-
-int rr__cuda_available(void) {
-  pthread_once(&rr__cuda_once, rr__cuda_init);
-  return rr__ndev > 0;
-}
-
-int rr__cuda_device_count(void) { return rr__cuda_available() ? rr__ndev : 0; }
-
-/* May cudaPointerGetAttributes be asked without creating a context? */
-static int rr__some_context_active(void) {
-  if (atomic_load_explicit(&rr__ctx_seen, memory_order_relaxed)) return 1;
-  if (!rr__ctx_state) return 1; /* cannot tell: ask anyway (documented) */
-  for (int d = 0; d < rr__ndev; d++) {
-    unsigned flags = 0;
-    int active = 0;
-    if (rr__ctx_state((CUdevice)d, &flags, &active) == CUDA_SUCCESS && active) {
-      atomic_store_explicit(&rr__ctx_seen, 1, memory_order_relaxed);
-      return 1;
-    }
-  }
-  return 0;
+  if (type == RR__CUDA_MEM_DEVICE && device) *device = dev;
+  return type;
 }
 
 int rr__cuda_ptr_device(const void *p, int *device) {
-  if (device) *device = -1;
-  if (!p || !rr__cuda_available()) return 0;
-  if (rr__ptr_attrs) {
-    CUpointer_attribute at[3] = {CU_POINTER_ATTRIBUTE_MEMORY_TYPE,
-                                 CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL,
-                                 CU_POINTER_ATTRIBUTE_IS_MANAGED};
-    unsigned int mtype = 0;
-    int ordinal = -1;
-    unsigned int managed = 0; /* the driver writes a bool-sized flag; zeroed so any width reads */
-    void *out[3] = {&mtype, &ordinal, &managed};
-    if (rr__ptr_attrs(3, at, out, (CUdeviceptr)(uintptr_t)p) != CUDA_SUCCESS) return 0;
-    if (mtype != CU_MEMORYTYPE_DEVICE || managed) return 0;
-    if (device) *device = ordinal;
-    return 1;
-  }
-  if (!rr__some_context_active()) return 0;
-  struct cudaPointerAttributes at;
-  memset(&at, 0, sizeof at);
-  cudaError_t e = cudaPointerGetAttributes(&at, p);
-  if (e != cudaSuccess) {
-    (void)cudaGetLastError(); /* host memory unknown to CUDA, on old drivers */
-    return 0;
-  }
-  if (at.type != cudaMemoryTypeDevice) return 0;
-  if (device) *device = at.device;
-  return 1;
+  /* Managed memory is host-accessible: used as it is, ordered on the stream (staging.c). */
+  return rr__cuda_ptr_type(p, device) == RR__CUDA_MEM_DEVICE;
 }
 
-int rr__cuda_is_device_ptr(const void *p) { return rr__cuda_ptr_device(p, NULL); }
+int rr__cuda_is_device_ptr(const void *p) {
+  return rr__cuda_ptr_device(p, NULL);
+}
 
 int rr__cuda_pick_device(int option, int local_rank, int *device) {
   *device = -1;
+  if (!rr__cuda_built()) return rr__no_cuda("choosing a CUDA device");
   if (!rr__cuda_available())
-    return rr__set_error(RR_ECUDA, "no CUDA device: the CUDA runtime found no usable driver or GPU");
+    return rr__set_error(RR_ECUDA,
+                         "no CUDA device: the CUDA runtime found no usable driver or GPU");
   if (option >= 0) {
     if (option >= rr__ndev)
-      return rr__set_error(RR_EINVAL, "CUDA device %d requested, but this machine has %d",
-                           option, rr__ndev);
+      return rr__set_error(RR_EINVAL, "CUDA device %d requested, but this machine has %d", option,
+                           rr__ndev);
     *device = option;
   } else {
     /* Ranks beyond the device count share devices round-robin (tests run 4 ranks on one). */
@@ -218,49 +140,74 @@ int rr__cuda_pick_device(int option, int local_rank, int *device) {
   return RR_OK;
 }
 
+int rr__cuda_primary_ctx_active(int device) {
+  const rr__cuda_api *api = rr__cu();
+  int active = 0;
+  if (!api || !rr__cuda_available()) return 0;
+  if (api->primary_ctx_active(device, &active) != 0) {
+    api->clear_error();
+    return -1;
+  }
+  return active;
+}
+
 int rr__cuda_set_device(int device, int *previous) {
   int cur = -1;
-  RR__CU(cudaGetDevice(&cur));
-  if (previous) *previous = cur;
-  if (cur != device) RR__CU(cudaSetDevice(device));
+  *previous = -1;
+  RR__CU("cudaGetDevice", get_device(&cur));
+  if (cur == device) return RR_OK;
+  /* Since CUDA 12, cudaSetDevice initialises the device's primary context at once. A thread
+   * that never chose a device (the group's worker) reports device 0: "restoring" it would
+   * create a context on GPU 0 in every rank (hundreds of MiB each), and fail in
+   * exclusive-process mode. So the previous device is restored only where its context
+   * already exists (or where the driver cannot tell us). */
+  if (rr__cuda_primary_ctx_active(cur) != 0) *previous = cur;
+  RR__CU("cudaSetDevice", set_device(device));
   return RR_OK;
+}
+
+void rr__cuda_restore_device(int previous) {
+  if (previous < 0) return;
+  const rr__cuda_api *api = rr__cu();
+  if (api && api->set_device(previous) != 0) api->clear_error();
 }
 
 int rr__cuda_host_alloc(void **p, size_t bytes) {
   *p = NULL;
-  if (bytes == 0) bytes = 1;
-  cudaError_t e = cudaHostAlloc(p, bytes, cudaHostAllocPortable);
-  if (e != cudaSuccess) {
+  const rr__cuda_api *api = rr__cu();
+  if (!api) return rr__no_cuda("cudaHostAlloc");
+  int e = api->host_alloc(p, bytes ? bytes : 1);
+  if (e != 0) {
     *p = NULL;
     rr__cuda_fail(e, "cudaHostAlloc");
-    char what[64];
-    snprintf(what, sizeof what, "pinned staging buffer of %zu bytes", bytes);
-    return rr__prefix_error(RR_ECUDA, "%s", what);
+    return rr__prefix_error(RR_ECUDA, "pinned staging buffer of %zu bytes", bytes);
   }
   return RR_OK;
 }
 
 void rr__cuda_host_free(void *p) {
-  if (p && cudaFreeHost(p) != cudaSuccess) (void)cudaGetLastError();
+  const rr__cuda_api *api = rr__cu();
+  if (p && api && api->host_free(p) != 0) api->clear_error();
 }
 
 int rr__cuda_memcpy_sync(void *dst, const void *src, size_t bytes, void *stream) {
   if (bytes == 0) return RR_OK;
-  cudaStream_t s = (cudaStream_t)stream;
-  RR__CU(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, s));
-  RR__CU(cudaStreamSynchronize(s));
+  RR__CU("cudaMemcpyAsync", memcpy_async(dst, src, bytes, stream));
+  RR__CU("cudaStreamSynchronize", stream_sync(stream));
   return RR_OK;
 }
 
 int rr__cuda_stream_sync(void *stream) {
-  RR__CU(cudaStreamSynchronize((cudaStream_t)stream));
+  RR__CU("cudaStreamSynchronize", stream_sync(stream));
   return RR_OK;
 }
 
 int rr__cuda_malloc(void **p, size_t bytes) {
   *p = NULL;
-  cudaError_t e = cudaMalloc(p, bytes ? bytes : 1);
-  if (e != cudaSuccess) {
+  const rr__cuda_api *api = rr__cu();
+  if (!api) return rr__no_cuda("cudaMalloc");
+  int e = api->malloc(p, bytes ? bytes : 1);
+  if (e != 0) {
     *p = NULL;
     rr__cuda_fail(e, "cudaMalloc");
     return rr__prefix_error(RR_ECUDA, "allocating %zu bytes of device memory", bytes);
@@ -269,33 +216,89 @@ int rr__cuda_malloc(void **p, size_t bytes) {
 }
 
 void rr__cuda_free(void *p) {
-  if (p && cudaFree(p) != cudaSuccess) (void)cudaGetLastError();
+  const rr__cuda_api *api = rr__cu();
+  if (p && api && api->free(p) != 0) api->clear_error();
 }
 
 int rr__cuda_memcpy_async(void *dst, const void *src, size_t bytes, void *stream) {
   if (bytes == 0) return RR_OK;
-  RR__CU(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, (cudaStream_t)stream));
+  RR__CU("cudaMemcpyAsync", memcpy_async(dst, src, bytes, stream));
   return RR_OK;
+}
+
+int rr__cuda_stream_create(void **stream) {
+  *stream = NULL;
+  RR__CU("cudaStreamCreateWithFlags(cudaStreamNonBlocking)", stream_create(stream, 1));
+  return RR_OK;
+}
+
+void rr__cuda_stream_destroy(void *stream) {
+  const rr__cuda_api *api = rr__cu();
+  if (stream && api && api->stream_destroy(stream) != 0) api->clear_error();
+}
+
+int rr__cuda_event_create(void **event) {
+  *event = NULL;
+  RR__CU("cudaEventCreateWithFlags(cudaEventDisableTiming)",
+         event_create(event, RR__CUDA_EVENT_DISABLE_TIMING));
+  return RR_OK;
+}
+
+void rr__cuda_event_destroy(void *event) {
+  const rr__cuda_api *api = rr__cu();
+  if (event && api && api->event_destroy(event) != 0) api->clear_error();
+}
+
+int rr__cuda_event_record(void *event, void *stream) {
+  RR__CU("cudaEventRecord", event_record(event, stream));
+  return RR_OK;
+}
+
+int rr__cuda_stream_wait_event(void *stream, void *event) {
+  RR__CU("cudaStreamWaitEvent", stream_wait_event(stream, event));
+  return RR_OK;
+}
+
+int rr__cuda_event_sync(void *event) {
+  RR__CU("cudaEventSynchronize", event_sync(event));
+  return RR_OK;
+}
+
+int rr__cuda_event_done(void *event) {
+  const rr__cuda_api *api = rr__cu();
+  if (!api) return rr__no_cuda("cudaEventQuery");
+  int e = api->event_query(event);
+  if (e == 0) return 1;
+  if (e == RR__CUDA_ERR_NOT_READY) return 0;
+  return rr__cuda_fail(e, "cudaEventQuery");
 }
 
 int rr__cuda_ddp(int kind, void *dst, const void *src, size_t n, rr_dtype dtype, rr_dtype wire,
                  int world, void *stream) {
+  const rr__cuda_api *api = rr__cu();
+  if (!api) return rr__no_cuda("the CUDA DDP kernels");
   if (n == 0) return RR_OK;
   const char *what = "";
-  int e = rr__cuda_ddp_launch(kind, dst, src, n, (int)dtype, (int)wire, world, stream, &what);
-  if (e != (int)cudaSuccess) return rr__cuda_fail((cudaError_t)e, what);
+  int e = api->ddp(kind, dst, src, n, (int)dtype, (int)wire, world, stream, &what);
+  if (e != 0) return rr__cuda_fail(e, what);
   return RR_OK;
+}
+
+int rr__cuda_reduce_supported(int dtype, int op) {
+  if (dtype < 0 || dtype >= RR_NUM_DTYPES || op < 0 || op >= RR_NUM_OPS) return 0;
+  int integer = dtype == RR_INT8 || dtype == RR_UINT8 || dtype == RR_INT32 || dtype == RR_INT64;
+  return op <= RR_AVG || integer;
 }
 
 int rr__cuda_reduce(void *dst, void *dst2, const void *a, const void *b, size_t n, rr_dtype dtype,
                     rr_op op, int avg_div, void *stream) {
+  const rr__cuda_api *api = rr__cu();
+  if (!api) return rr__no_cuda("the CUDA reduction kernel");
   if (!rr__cuda_reduce_supported((int)dtype, (int)op))
     return rr__set_error(RR_EINVAL, "CUDA reduce: op %s is not defined for dtype %s",
                          rr_op_name(op), rr_dtype_name(dtype));
   const char *what = "";
-  int e = rr__cuda_reduce_launch(dst, dst2, a, b, n, (int)dtype, (int)op, avg_div, stream, &what);
-  if (e != (int)cudaSuccess) return rr__cuda_fail((cudaError_t)e, what);
+  int e = api->reduce(dst, dst2, a, b, n, (int)dtype, (int)op, avg_div, stream, &what);
+  if (e != 0) return rr__cuda_fail(e, what);
   return RR_OK;
 }
-
-#endif /* RR_HAVE_CUDA */

@@ -93,8 +93,7 @@ int rr__ddp_enter(const rr_ddp *d, int *prev) {
 }
 
 void rr__ddp_leave(const rr_ddp *d, int prev) {
-  int ignored = -1;
-  if (d->device >= 0 && prev >= 0 && prev != d->device) (void)rr__cuda_set_device(prev, &ignored);
+  if (d->device >= 0) rr__cuda_restore_device(prev);
 }
 
 void *rr__ddp_stream(const rr_ddp *d) {

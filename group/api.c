@@ -220,7 +220,19 @@ static int rr__submit(rr_pg *pg, rr__args *a, int root_or_peer, rr_work **work, 
     if (by_role) rr__comm_abort(pg->comm, st, rr__error(), 1);
     return st;
   }
-  return rr__pg_submit(pg, a, async ? work : NULL);
+  /* Device buffers: the call is ordered after its stream with an event (group/staging.c). */
+  RR__CHECK(rr__cuda_pg_prepare(pg, a));
+  if (async) {
+    st = rr__pg_submit(pg, a, work);
+    if (st != RR_OK) rr__cuda_pg_release(a); /* never queued: the events are still ours */
+    return st;
+  }
+  st = rr__pg_submit(pg, a, NULL);
+  if (a->cuda_done) {
+    if (st == RR_OK) st = rr__cuda_pg_finish(pg, a, 1);
+    rr__cuda_pg_release(a);
+  }
+  return st;
 }
 
 static int rr__call(rr_pg *pg, int kind, const void *sendbuf, void *recvbuf, size_t count,

@@ -185,6 +185,9 @@ static int rr__init(rr_pg **out, const rr_pg_options *opt, rr_store *store) {
   pg->local_rank = in.local_rank;
   pg->local_size = in.local_world_size;
   pg->device = opt ? opt->device : -1;
+  /* rr_pg_options.device >= 0: this rank's CUDA device, made current on the calling thread
+   * (torch's device_id); -1 touches nothing, so a CPU-only program creates no context. */
+  if (pg->device >= 0) RR__CHECK_GOTO(rr__cuda_pg_use_device(pg->device, in.rank), st, fail);
   snprintf(pg->id, sizeof pg->id, "w");
   for (int i = 0; i < in.world_size; i++) pg->global_ranks[i] = i;
 

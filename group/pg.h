@@ -12,9 +12,14 @@
 #include "ringreduce/ringreduce.h"
 #include "transport/socket.h"
 
+/* Devices a group keeps a staging copy stream for (more: the call's own stream is used). */
+#define RR__CUDA_MAX_DEVICES 16
+
 struct rr_work {
   rr_pg *pg;
   rr__args args;
+  int cuda_owned;  /* async: args' CUDA events are freed with the work */
+  int cuda_waited; /* rr_work_wait made the call's stream wait for args.cuda_done */
   struct rr_work *next; /* queue link */
   atomic_int refs;      /* the caller's handle + the queue */
   pthread_mutex_t mu;
@@ -62,6 +67,10 @@ struct rr_pg {
   void *cuda_host;
   size_t cuda_host_bytes;
   _Atomic(void *) cuda_stream;
+  /* The staging copies' own streams, one per device (made on first use), and the one whose
+   * copy back from cuda_host may still be running. */
+  void *cuda_copy[RR__CUDA_MAX_DEVICES];
+  void *cuda_host_busy;
 };
 
 /* Queue a validated call (work != NULL: async, the handle goes to *work) or run it now,
@@ -80,8 +89,19 @@ int rr__pg_device_call(const rr_pg *pg, const rr__args *a);
 int rr__pg_run_staged(rr_pg *pg, const rr__args *a, int64_t timeout_ms);
 /* The group's CUDA stream (NULL: the legacy default stream), captured when a call is made. */
 void *rr__cuda_pg_stream(rr_pg *pg);
-/* Free the group's CUDA resources (pinned staging memory). */
+/* rr_pg_options.device: check it and make it current on the calling thread. */
+int rr__cuda_pg_use_device(int device, int rank);
+/* Free the group's CUDA resources (pinned staging memory, copy streams). */
 void rr__cuda_pg_free(rr_pg *pg);
+/* At submission, on the caller's thread: for a call with device buffers, make its events and
+ * record cuda_ready on the call's stream (so the call starts after the work queued before
+ * it, without blocking anyone). A failure aborts the group, as one inside a call would. */
+int rr__cuda_pg_prepare(rr_pg *pg, rr__args *a);
+/* After the call completed: blocking, wait for cuda_done on the host (the result is in the
+ * buffer); else make the call's stream wait for it (later work on it sees the result). */
+int rr__cuda_pg_finish(const rr_pg *pg, const rr__args *a, int blocking);
+/* Destroy the call's events (after the call ran, or when it was never queued). */
+void rr__cuda_pg_release(rr__args *a);
 
 
 #endif /* RR__GROUP_PG_H_ */

@@ -1,17 +1,22 @@
 /* Device buffers in every collective: stage through pinned host memory.
  *
- * group/run.c sends a call here only when one of its buffers is CUDA device memory
- * (rr__pg_device_call); host calls never pass through. In a build without CUDA that check
- * is two calls to stubs that return 0; with CUDA but no driver, one flag read.
+ * group/run.c sends a call here only when one of its buffers is CUDA device (or managed)
+ * memory (rr__pg_device_call); host calls never pass through. Without a CUDA table, or
+ * with CUDA but no driver, that check is one flag read.
  *
- * A device buffer is copied into the group's pinned host buffer (cudaHostAlloc, grow-only,
- * freed with the group), ordered on the stream captured when the call was made (so kernels
- * queued before the call have written it), the host collective runs on the copy, and the
- * result is copied back and waited for: when the call returns (or rr_work_wait does) the
- * result is in the device buffer. In-place calls stay in place: when the send and receive
- * ranges of one device buffer overlap (NCCL's aliasing for all_gather / reduce_scatter
- * included) they are staged as one range with the same offsets, so rr__pg_run_host sees
- * the same aliasing the user passed.
+ * Order with the caller's stream, by events (docs/cuda.md, "Streams"): at submission, on
+ * the caller's thread, rr__cuda_pg_prepare records cuda_ready on the call's stream. Here a
+ * device buffer is copied into the group's pinned host buffer (cudaHostAlloc, grow-only,
+ * freed with the group) on the group's copy stream for the device, after cuda_ready (so
+ * kernels queued before the call have written it, and nothing queued after it is waited
+ * for); the host collective runs on the copy; the result is copied back on the copy stream
+ * and cuda_done recorded, not waited for here: a blocking call waits for it on the host,
+ * rr_work_wait makes the call's stream wait for it. Managed buffers are read by the host as
+ * they are, after a synchronisation of the call's stream.
+ *
+ * In-place calls stay in place: when the send and receive ranges of one device buffer
+ * overlap (NCCL's aliasing for all_gather / reduce_scatter included) they are staged as one
+ * range with the same offsets, so rr__pg_run_host sees the same aliasing the user passed.
  *
  * This is the correct-everywhere path (any GPU, any transport, several ranks per GPU). The
  * faster ones the design leaves room for, from cuda/cuda.h's launcher: reducing received
@@ -39,13 +44,48 @@ int rr_pg_set_cuda_stream(rr_pg *pg, void *stream) {
                          "rank %d: rr_pg_set_cuda_stream: this build of ringreduce has no CUDA "
                          "support (configure with -DRR_CUDA=ON; see docs/cuda.md)",
                          pg->global_ranks[pg->rank]);
+  /* The copies run on the group's worker thread, where cudaStreamPerThread would name the
+   * worker's own default stream, ordered with nothing the caller queued (CUDA Runtime API,
+   * "Stream synchronization behavior": the per-thread default stream belongs to the thread
+   * that uses the handle). cudaStreamLegacy is one stream per device, shared by every
+   * thread: it is the same as NULL and allowed. */
+  if (stream == RR__CUDA_STREAM_PER_THREAD)
+    return rr__set_error(RR_EINVAL,
+                         "rank %d: rr_pg_set_cuda_stream: cudaStreamPerThread is refused: the "
+                         "group's calls may run on its worker thread, where that handle names "
+                         "another stream; pass the stream itself (e.g. torch's current stream) "
+                         "or NULL for the legacy default stream",
+                         pg->global_ranks[pg->rank]);
   atomic_store(&pg->cuda_stream, stream);
   return RR_OK;
 }
 
 int rr_cuda_built(void) { return rr__cuda_built(); }
 
+int rr__cuda_pg_use_device(int device, int rank) {
+  int d = -1, prev = -1;
+  int st = rr__cuda_pick_device(device, -1, &d);
+  if (st == RR_OK) st = rr__cuda_set_device(d, &prev); /* kept: not restored */
+  if (st != RR_OK)
+    return rr__prefix_error(st, "rank %d: rr_pg_options.device = %d", rank, device);
+  return RR_OK;
+}
+
+/* The pinned buffer may still be read by the last call's copy back: wait for it before the
+ * buffer is written or freed. */
+static int rr__host_idle(rr_pg *pg) {
+  if (!pg->cuda_host_busy) return RR_OK;
+  int st = rr__cuda_stream_sync(pg->cuda_host_busy);
+  pg->cuda_host_busy = NULL;
+  return st;
+}
+
 void rr__cuda_pg_free(rr_pg *pg) {
+  (void)rr__host_idle(pg);
+  for (int d = 0; d < RR__CUDA_MAX_DEVICES; d++) {
+    rr__cuda_stream_destroy(pg->cuda_copy[d]);
+    pg->cuda_copy[d] = NULL;
+  }
   rr__cuda_host_free(pg->cuda_host);
   pg->cuda_host = NULL;
   pg->cuda_host_bytes = 0;
@@ -102,12 +142,76 @@ static int rr__stage_fail(rr_pg *pg, const rr__args *a, int st, const char *what
   return st;
 }
 
+/* Device memory, or managed memory (which the host reads as it is, but only once the
+ * stream's kernels have written it). */
+static int rr__cuda_buffer(const void *p) {
+  int t = rr__cuda_ptr_type(p, NULL);
+  return t == RR__CUDA_MEM_DEVICE || t == RR__CUDA_MEM_MANAGED;
+}
+
 int rr__pg_device_call(const rr_pg *pg, const rr__args *a) {
   size_t in, out;
   int reads, writes, gaps;
   rr__io(pg, a, &in, &out, &reads, &writes, &gaps);
-  return (in > 0 && rr__cuda_is_device_ptr(a->sendbuf)) ||
-         (out > 0 && rr__cuda_is_device_ptr(a->recvbuf));
+  return (in > 0 && rr__cuda_buffer(a->sendbuf)) || (out > 0 && rr__cuda_buffer(a->recvbuf));
+}
+
+/* The device of a call's device buffers, or -1 when it has none (host or managed only). */
+static int rr__call_device(const rr_pg *pg, const rr__args *a) {
+  size_t in, out;
+  int reads, writes, gaps, d = -1;
+  rr__io(pg, a, &in, &out, &reads, &writes, &gaps);
+  if (in > 0 && rr__cuda_ptr_device(a->sendbuf, &d)) return d;
+  if (out > 0 && rr__cuda_ptr_device(a->recvbuf, &d)) return d;
+  return -1;
+}
+
+void rr__cuda_pg_release(rr__args *a) {
+  rr__cuda_event_destroy(a->cuda_ready);
+  rr__cuda_event_destroy(a->cuda_done);
+  a->cuda_ready = a->cuda_done = NULL;
+}
+
+int rr__cuda_pg_prepare(rr_pg *pg, rr__args *a) {
+  a->cuda_ready = a->cuda_done = NULL;
+  if (!rr__cuda_available()) return RR_OK;
+  int device = rr__call_device(pg, a);
+  if (device < 0) return RR_OK;
+  /* Events belong to a device, and cudaEventRecord wants the stream's: the buffers'. */
+  int prev = -1;
+  int st = rr__cuda_set_device(device, &prev);
+  if (st == RR_OK) st = rr__cuda_event_create(&a->cuda_ready);
+  if (st == RR_OK) st = rr__cuda_event_create(&a->cuda_done);
+  if (st == RR_OK) st = rr__cuda_event_record(a->cuda_ready, a->stream);
+  rr__cuda_restore_device(prev);
+  if (st != RR_OK) {
+    rr__cuda_pg_release(a);
+    char what[96];
+    snprintf(what, sizeof what, "ordering the call after its stream (CUDA device %d)", device);
+    return rr__stage_fail(pg, a, st, what);
+  }
+  return RR_OK;
+}
+
+int rr__cuda_pg_finish(const rr_pg *pg, const rr__args *a, int blocking) {
+  if (!a->cuda_done) return RR_OK;
+  int st = blocking ? rr__cuda_event_sync(a->cuda_done)
+                    : rr__cuda_stream_wait_event(a->stream, a->cuda_done);
+  if (st != RR_OK)
+    rr__prefix_error(st, "rank %d: %s", pg->global_ranks[pg->rank],
+                     blocking ? "waiting for the result's copy to the device"
+                              : "ordering the call's stream after the result's copy");
+  return st;
+}
+
+/* The stream the staging copies go on: the group's own for the device (made once), which
+ * waits for the call's stream through cuda_ready; without events, the call's stream. */
+static int rr__copy_stream(rr_pg *pg, const rr__args *a, int device, void **s) {
+  *s = a->stream;
+  if (!a->cuda_ready || device >= RR__CUDA_MAX_DEVICES) return RR_OK;
+  if (!pg->cuda_copy[device]) RR__CHECK(rr__cuda_stream_create(&pg->cuda_copy[device]));
+  *s = pg->cuda_copy[device];
+  return rr__cuda_stream_wait_event(*s, a->cuda_ready);
 }
 
 int rr__pg_run_staged(rr_pg *pg, const rr__args *a, int64_t timeout_ms) {
@@ -117,7 +221,14 @@ int rr__pg_run_staged(rr_pg *pg, const rr__args *a, int64_t timeout_ms) {
   int sdevice = -1, rdevice = -1;
   int sdev = in > 0 && rr__cuda_ptr_device(a->sendbuf, &sdevice);
   int rdev = out > 0 && rr__cuda_ptr_device(a->recvbuf, &rdevice);
-  if (!sdev && !rdev) return rr__pg_run_host(pg, a, timeout_ms);
+  if (!sdev && !rdev) {
+    /* Managed memory: the host reads and writes it directly, once the work queued on the
+     * call's stream before the call (a kernel writing it) is done. Kernels queued after the
+     * call see the host's writes (the call returns after them). */
+    int st = rr__cuda_stream_sync(a->stream);
+    if (st != RR_OK) return rr__stage_fail(pg, a, st, "waiting for the stream (managed buffer)");
+    return rr__pg_run_host(pg, a, timeout_ms);
+  }
 
   if (sdev && rdev && sdevice != rdevice) {
     rr__set_error(RR_EINVAL, "sendbuf is on CUDA device %d but recvbuf on device %d", sdevice,
@@ -147,14 +258,20 @@ int rr__pg_run_staged(rr_pg *pg, const rr__args *a, int64_t timeout_ms) {
   int prev = -1;
   int st = rr__cuda_set_device(device, &prev);
   if (st != RR_OK) return rr__stage_fail(pg, a, st, "selecting the buffers' device");
+  void *cs = NULL;
+  st = rr__copy_stream(pg, a, device, &cs);
+  if (st == RR_OK) st = rr__host_idle(pg);
+  if (st != RR_OK) {
+    rr__cuda_restore_device(prev);
+    return rr__stage_fail(pg, a, st, "ordering the copies after the call's stream");
+  }
   if (total > pg->cuda_host_bytes) {
     rr__cuda_host_free(pg->cuda_host);
     pg->cuda_host = NULL;
     pg->cuda_host_bytes = 0;
     st = rr__cuda_host_alloc(&pg->cuda_host, (size_t)total);
     if (st != RR_OK) {
-      int ignored = -1;
-      (void)rr__cuda_set_device(prev, &ignored);
+      rr__cuda_restore_device(prev);
       return rr__stage_fail(pg, a, st, "allocating pinned host memory");
     }
     pg->cuda_host_bytes = (size_t)total;
@@ -166,25 +283,33 @@ int rr__pg_run_staged(rr_pg *pg, const rr__args *a, int64_t timeout_ms) {
 
   const char *what = NULL;
   if (sdev) {
-    st = rr__cuda_memcpy_sync(host + soff, s, in, a->stream);
+    st = rr__cuda_memcpy_sync(host + soff, s, in, cs);
     if (st != RR_OK) what = "copying the send buffer from the device";
   }
   /* The whole receive range goes back to the device: where the call writes only parts of
    * it, the host copy must start as the device's, so the parts between come back
    * unchanged. (When joint, this may copy bytes of the send range again: the same ones.) */
   if (st == RR_OK && rdev && gaps) {
-    st = rr__cuda_memcpy_sync(host + roff, r, out, a->stream);
+    st = rr__cuda_memcpy_sync(host + roff, r, out, cs);
     if (st != RR_OK) what = "copying the receive buffer from the device";
   }
   if (st == RR_OK) {
     st = rr__pg_run_host(pg, &h, timeout_ms);
-    if (st == RR_OK && rdev) {
-      st = rr__cuda_memcpy_sync(r, host + roff, out, a->stream);
+    if (st == RR_OK && rdev && a->cuda_done) {
+      /* Not waited for here: cuda_done tells the caller (rr__cuda_pg_finish), and the next
+       * call waits before it writes the pinned buffer again (rr__host_idle). */
+      st = rr__cuda_memcpy_async(r, host + roff, out, cs);
+      if (st == RR_OK) pg->cuda_host_busy = cs;
+      if (st == RR_OK) st = rr__cuda_event_record(a->cuda_done, cs);
+      if (st != RR_OK) what = "copying the result to the device";
+    } else if (st == RR_OK && rdev) {
+      st = rr__cuda_memcpy_sync(r, host + roff, out, cs);
       if (st != RR_OK) what = "copying the result to the device";
     }
   }
-  int pst = -1;
-  if (prev >= 0 && prev != device) (void)rr__cuda_set_device(prev, &pst);
+  /* Restoring never touches the error text (it clears its own failure), and it happens only
+   * where the previous device already had a context (rr__cuda_set_device). */
+  rr__cuda_restore_device(prev);
   /* A failed collective has its message and abort from rr__pg_run_host already. */
   if (st != RR_OK && what) return rr__stage_fail(pg, a, st, what);
   return st;

@@ -10,6 +10,7 @@
 
 #include "common/status.h"
 #include "common/util.h"
+#include "cuda/cuda.h"
 #include "group/pg.h"
 
 static int64_t rr__call_timeout(rr_pg *pg) {
@@ -19,6 +20,8 @@ static int64_t rr__call_timeout(rr_pg *pg) {
 
 static void rr__work_unref(rr_work *w) {
   if (atomic_fetch_sub(&w->refs, 1) != 1) return;
+  /* An async call's events are its work's: nothing uses them once the work is gone. */
+  if (w->cuda_owned) rr__cuda_pg_release(&w->args);
   pthread_mutex_destroy(&w->mu);
   pthread_cond_destroy(&w->cv);
   free(w->args.owned);
@@ -79,11 +82,12 @@ void *rr__pg_worker_main(void *arg) {
   return NULL;
 }
 
-static int rr__enqueue(rr_pg *pg, const rr__args *a, rr_work **out) {
+static int rr__enqueue(rr_pg *pg, const rr__args *a, rr_work **out, int async) {
   rr_work *w = rr__calloc(1, sizeof *w);
   if (!w) return RR_ENOMEM;
   w->pg = pg;
   w->args = *a;
+  w->cuda_owned = async; /* a blocking call keeps its events (group/api.c) */
   w->args.owned = NULL;
   if (rr__work_own_counts(w, pg->size) != RR_OK) {
     free(w);
@@ -115,7 +119,7 @@ static int rr__enqueue(rr_pg *pg, const rr__args *a, rr_work **out) {
 }
 
 int rr__pg_submit(rr_pg *pg, const rr__args *a, rr_work **work) {
-  if (work) return rr__enqueue(pg, a, work);
+  if (work) return rr__enqueue(pg, a, work, 1);
   pthread_mutex_lock(&pg->mu);
   if (!pg->busy && !pg->qhead && !pg->stop) {
     pg->busy = 1;
@@ -137,7 +141,7 @@ int rr__pg_submit(rr_pg *pg, const rr__args *a, rr_work **work) {
   }
   pthread_mutex_unlock(&pg->mu);
   rr_work *w;
-  RR__CHECK(rr__enqueue(pg, a, &w));
+  RR__CHECK(rr__enqueue(pg, a, &w, 0));
   int st = rr_work_wait(w, 0);
   rr_work_free(w);
   return st;
@@ -207,6 +211,12 @@ int rr_work_wait(rr_work *w, int64_t timeout_ms) {
   if (st < 0) rr__copy_error(w->error);
   pthread_mutex_unlock(&w->mu);
   if (timed_out && st < 0) st = RR_ETIMEDOUT;
+  /* Device buffers: the caller's stream waits for the copy back (once), so its later work
+   * sees the result without the host waiting for the copy. */
+  if (st == RR_OK && w->args.cuda_done && !w->cuda_waited) {
+    w->cuda_waited = 1;
+    st = rr__cuda_pg_finish(w->pg, &w->args, 0);
+  }
   return st;
 }
 
@@ -216,6 +226,13 @@ int rr_work_test(rr_work *w) {
   int st = w->done ? w->status : RR_INPROGRESS;
   if (st < 0) rr__copy_error(w->error);
   pthread_mutex_unlock(&w->mu);
+  /* Device buffers: complete once the copy back is, so that a caller who saw completion
+   * here (and may never call rr_work_wait) finds the result in the buffer. */
+  if (st == RR_OK && w->args.cuda_done) {
+    int d = rr__cuda_event_done(w->args.cuda_done);
+    if (d == 0) return RR_INPROGRESS;
+    if (d < 0) return d;
+  }
   return st;
 }
 

@@ -37,6 +37,10 @@ typedef struct rr__args {
   const size_t *sendcounts, *sdispls, *recvcounts, *rdispls;
   void *owned;
   void *stream;     /* the group's: cudaStream_t of the call (device buffers; ring/ ignores it) */
+  /* Device buffers (group/staging.c; ring/ ignores them): events made at submission on the
+   * buffers' device. cuda_ready is recorded on the call's stream then; cuda_done after the
+   * result's copy back. NULL for host calls. */
+  void *cuda_ready, *cuda_done;
 } rr__args;
 
 /* Call kinds beyond the wire kinds: both halves of point to point. */

@@ -9,12 +9,15 @@ target_include_directories(test_cuda_elem PRIVATE ${CMAKE_SOURCE_DIR})
 add_test(NAME cuda_elem_vs_op COMMAND test_cuda_elem)
 set_tests_properties(cuda_elem_vs_op PROPERTIES LABELS "op;cuda_elem" TIMEOUT 120)
 
+# The host fake of the CUDA table (tests/fake_cuda/): plain C, built in every configuration
+# (nvcc or not, sanitizers or not), linked only into tests.
+add_library(rr_fake_cuda STATIC ${RR_TEST_DIR}/fake_cuda/fake_cuda.c
+  ${RR_TEST_DIR}/fake_cuda/fake_kernels.c)
+target_link_libraries(rr_fake_cuda PUBLIC ringreduce_internal)
+target_include_directories(rr_fake_cuda PUBLIC ${CMAKE_SOURCE_DIR})
+
 add_executable(test_cuda ${RR_TEST_DIR}/test_cuda.c)
-target_link_libraries(test_cuda PRIVATE rrtest)
-if(RR_HAVE_CUDA)
-  target_link_libraries(test_cuda PRIVATE CUDA::cudart_static)
-  target_include_directories(test_cuda SYSTEM PRIVATE ${CUDAToolkit_INCLUDE_DIRS})
-endif()
+target_link_libraries(test_cuda PRIVATE rrtest rr_fake_cuda)
 set(RR_CUDA_TEST_ENV "RR_TIMEOUT=120;RR_GRACE_PERIOD=2")
 foreach(t ptr kernel)
   add_test(NAME cuda_${t} COMMAND test_cuda ${t})
@@ -40,6 +43,47 @@ foreach(w 1 2)
   set_tests_properties(cuda_stream_w${w} PROPERTIES LABELS "cuda" TIMEOUT 300
     SKIP_RETURN_CODE 77 ENVIRONMENT "${RR_CUDA_TEST_ENV}")
 endforeach()
+foreach(t noctx workerctx pgdevice ipc perthread)
+  add_test(NAME cuda_${t} COMMAND test_cuda ${t})
+  set_tests_properties(cuda_${t} PROPERTIES LABELS "cuda" TIMEOUT 120 SKIP_RETURN_CODE 77
+    ENVIRONMENT "${RR_CUDA_TEST_ENV}")
+endforeach()
+add_test(NAME cuda_nosync_w2 COMMAND test_cuda nosync 2)
+set_tests_properties(cuda_nosync_w2 PROPERTIES LABELS "cuda" TIMEOUT 300 SKIP_RETURN_CODE 77
+  ENVIRONMENT "${RR_CUDA_TEST_ENV}")
+add_test(NAME cuda_managed_w2 COMMAND test_cuda managed 2)
+set_tests_properties(cuda_managed_w2 PROPERTIES LABELS "cuda" TIMEOUT 300 SKIP_RETURN_CODE 77
+  ENVIRONMENT "${RR_CUDA_TEST_ENV}")
+
+# The same tests on the host fake of the CUDA table (tests/fake_cuda/, docs/cuda.md "The
+# fake"): label "cudafake", in every CI pass (plain, ASan, TSan), no GPU or nvcc needed.
+# RR_FAKE_CUDA_DELAY_US: how long each queued operation waits before it runs (the kernel
+# test is about arithmetic, not ordering: no delay there).
+set(RR_FAKE_ENV "RR_TIMEOUT=120;RR_GRACE_PERIOD=2")
+function(rr_fake_test name)
+  add_test(NAME cudafake.${name} COMMAND test_cuda --fake ${ARGN})
+  set_tests_properties(cudafake.${name} PROPERTIES LABELS "cudafake" TIMEOUT 240
+    ENVIRONMENT "${RR_FAKE_ENV}")
+endfunction()
+rr_fake_test(ptr ptr)
+rr_fake_test(kernel kernel)
+set_tests_properties(cudafake.kernel PROPERTIES ENVIRONMENT "RR_FAKE_CUDA_DELAY_US=0")
+foreach(w 1 2 3 4)
+  rr_fake_test(coll_w${w} coll ${w})
+endforeach()
+rr_fake_test(coll_tcp_w2 coll 2)
+set_tests_properties(cudafake.coll_tcp_w2 PROPERTIES ENVIRONMENT "${RR_FAKE_ENV};RR_TRANSPORT=tcp")
+foreach(w 1 2)
+  rr_fake_test(stream_w${w} stream ${w})
+endforeach()
+rr_fake_test(managed_w2 managed 2)
+rr_fake_test(nosync_w2 nosync 2)
+set_tests_properties(cudafake.nosync_w2 PROPERTIES
+  ENVIRONMENT "${RR_FAKE_ENV};RR_FAKE_CUDA_DELAY_US=50000")
+foreach(t noctx workerctx pgdevice ipc perthread)
+  rr_fake_test(${t} ${t})
+endforeach()
+
 if(TARGET reduce_kernel_perf)
   add_test(NAME cuda_reduce_kernel_perf COMMAND reduce_kernel_perf -b 1M -e 16M -f 4)
   set_tests_properties(cuda_reduce_kernel_perf PROPERTIES LABELS "cuda;bench" TIMEOUT 300

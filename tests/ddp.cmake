@@ -47,13 +47,17 @@ if(TARGET rr_mlp)
   # DDP on CUDA gradients against the host path (test_ddp.c, "gpu"): needs a GPU, ranks share
   # it; "skipped: no CUDA device" (77) without one. Also under the label "cuda", which
   # tests/gpu/run.sh runs.
-  if(RR_HAVE_CUDA)
-    target_include_directories(test_ddp SYSTEM PRIVATE ${CUDAToolkit_INCLUDE_DIRS})
-  endif()
+  target_link_libraries(test_ddp PRIVATE rr_fake_cuda)
   foreach(w 1 2 3)
     add_test(NAME ddp.gpu_w${w} COMMAND test_ddp gpu ${w})
     set_tests_properties(ddp.gpu_w${w} PROPERTIES LABELS "ddp;cuda" TIMEOUT 300
       SKIP_RETURN_CODE 77 ENVIRONMENT "RR_TIMEOUT=120;RR_GRACE_PERIOD=2")
+  endforeach()
+  # The same on the host fake of the CUDA table (tests/fake_cuda/), in every CI pass.
+  foreach(w 1 2 3)
+    add_test(NAME ddp.gpufake_w${w} COMMAND test_ddp gpufake ${w})
+    set_tests_properties(ddp.gpufake_w${w} PROPERTIES LABELS "ddp;cudafake" TIMEOUT 300
+      ENVIRONMENT "RR_TIMEOUT=120;RR_GRACE_PERIOD=2")
   endforeach()
   add_test(NAME ddp.gpu_tcp_w2 COMMAND test_ddp gpu 2)
   set_tests_properties(ddp.gpu_tcp_w2 PROPERTIES LABELS "ddp;cuda" TIMEOUT 300

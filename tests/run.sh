@@ -33,10 +33,11 @@ case "${1:-}" in
     # (each rank is its own process with the same threads at any world size; the plain
     # cases at 2-3 and the lanes/star/small/rd/ring variants at 2-5 cover the odd and
     # power-of-two paths), op.* (single-threaded arithmetic, near its 60 s limit under
-    # TSan) and rel_soak_5k (its RSS bound measures TSan's shadow memory, not the library).
+    # TSan), cudafake.kernel (arithmetic too, ~50 s under TSan; the fake's ordering is what
+    # the other cudafake tests check there) and rel_soak_5k (its RSS bound measures TSan's shadow memory, not the library).
     # About 8 min on 2 cores; see docs/reliability.md, "ThreadSanitizer".
     plain='(all_reduce|reduce_scatter|all_gather|broadcast|reduce|sendrecv|barrier)'
-    select=(-E "^((shm_)?coll_[a-z_]+_w[678]|(shm_)?coll_${plain}_w[45]|op\..*|rel_soak_5k)\$")
+    select=(-E "^((shm_)?coll_[a-z_]+_w[678]|(shm_)?coll_${plain}_w[45]|op\..*|cudafake\.kernel|rel_soak_5k)\$")
     export TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1
     ;;
   "") ;;

@@ -1,19 +1,56 @@
-/* CUDA tests: they need a GPU, and without one (or in a build without CUDA) print
- * "skipped: no CUDA device" and exit 77, which CTest reports as skipped.
+/* CUDA tests. Every CUDA call goes through the library's CUDA table (tests/cuda_harness.h),
+ * so each test runs on a GPU (the real runtime) and, with --fake first, on the host fake
+ * (tests/fake_cuda/) that CI runs everywhere. Without a device (or a build without CUDA,
+ * and no --fake) they print "skipped: no CUDA device" and exit 77, which CTest reports as
+ * skipped.
  *
- *   test_cuda ptr                  pointer detection: malloc, pinned, managed, device, NULL
- *   test_cuda kernel               every dtype x op through cuda/reduce.cu (aligned, scalar
- *                                  tail, misaligned, in place, fused second destination)
- *                                  against ring/op.c, bit for bit
- *   test_cuda coll <world>         every collective on device buffers, every dtype x op for
- *                                  all_reduce, in and out of place, counts 0, 1, 7, 1000003,
- *                                  checked against the harness's float64 / exact reference
- *                                  (tolerance: harness.h, t_eps); all ranks share GPU 0
- *                                  when there is one GPU (LOCAL_RANK modulo device count)
- *   test_cuda large <world>        64 MiB float32 sum all_reduce on device buffers
- *   test_cuda stream <world>       async all_reduce ordered on a user stream: a slow chain
- *                                  of copies and then a memset write the buffer on the
- *                                  stream before the call; the result is read after wait
+ *   test_cuda [--fake] ptr                 pointer detection: malloc, pinned, managed,
+ *                                          device, interior, NULL
+ *   test_cuda [--fake] kernel              every dtype x op through the reduce launcher
+ *                                          (aligned, scalar tail, each pointer misaligned
+ *                                          alone, dst == a, dst == b, fused second
+ *                                          destination) against ring/op.c, bit for bit; on a
+ *                                          GPU also (1<<24)+5 elements, past the grid cap
+ *   test_cuda [--fake] coll <world>        every collective on device buffers, every dtype x
+ *                                          op for all_reduce, in and out of place, counts 0,
+ *                                          1, 7, 1000003 (fake: 100003), checked against the
+ *                                          harness's float64 / exact reference (tolerance:
+ *                                          harness.h, t_eps); ranks share devices (LOCAL_RANK
+ *                                          modulo the device count)
+ *   test_cuda [--fake] large <world>       64 MiB float32 sum all_reduce on device buffers
+ *   test_cuda [--fake] stream <world>      async all_reduce ordered on a user stream: a slow
+ *                                          chain of copies and then a memset write the buffer
+ *                                          on the stream before the call; the result is read
+ *                                          after rr_work_wait on the same stream, or (odd
+ *                                          rounds) on the legacy stream once rr_work_test
+ *                                          reported completion
+ *   test_cuda [--fake] nosync <world>      an async call waits for its stream's earlier work
+ *                                          with an event, not a stream synchronisation: the
+ *                                          stream's later work (a wait for a slow gate) is
+ *                                          still pending when rr_work_wait returns; the
+ *                                          stream's work after the wait sees the result
+ *   test_cuda [--fake] managed <world>     the same with a managed buffer and a blocking call
+ *                                          (cuda-review 3: managed memory is read by the
+ *                                          host, after the stream's work)
+ *   test_cuda [--fake] perthread           rr_pg_set_cuda_stream refuses cudaStreamPerThread
+ *                                          and takes cudaStreamLegacy and NULL (cuda-review 4)
+ *   test_cuda [--fake] noctx               a CPU-only program creates no context: a forked
+ *                                          child's world-1 all-reduce on malloc'd memory
+ *                                          leaves every device's primary context inactive
+ *                                          (cuda-review 8)
+ *   test_cuda [--fake] workerctx           an async call on a buffer of device 1 creates no
+ *                                          context on device 0 (cuda-review 1; needs 2
+ *                                          devices, skipped with one)
+ *   test_cuda [--fake] pgdevice            rr_pg_options.device: one past the last device is
+ *                                          refused (RR_EINVAL), the last one is made current
+ *                                          (cuda-review 5)
+ *   test_cuda [--fake] ipc                 the IPC contract the fake encodes, checked on the
+ *                                          real runtime too: a memory handle opened in its
+ *                                          own process fails, in another process maps the
+ *                                          same memory, twice gives the same pointer
+ *                                          (reference counted); interprocess events need
+ *                                          cudaEventDisableTiming, and a stream in another
+ *                                          process can wait for one
  *
  * CUDA must not be initialised before fork (rr_spawn), so the parent asks a child whether
  * there is a device. */
@@ -23,109 +60,126 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "cuda/cuda.h"
 #include "ring/op.h"
-#include "tests/harness.h"
+#include "tests/cuda_harness.h"
 
 #define SKIP 77
+
+static int g_fake;
 
 static int skip(const char *why) {
   printf("skipped: no CUDA device (%s)\n", why);
   return SKIP;
 }
 
-#ifndef RR_HAVE_CUDA
-int main(int argc, char **argv) {
-  (void)argc, (void)argv;
-  return skip("this build has no CUDA: configure with -DRR_CUDA=ON");
-}
-#else
-#include "tests/cuda_harness.h"
-
 /* ---- ptr ---- */
 static int test_ptr(void) {
   void *h = malloc(64), *pinned = NULL, *dev = NULL, *man = NULL;
-  C_OK(cudaMallocHost(&pinned, 64));
-  C_OK(cudaMalloc(&dev, 64));
-  C_OK(cudaMallocManaged(&man, 64, cudaMemAttachGlobal));
+  C_OK(host_alloc(&pinned, 64));
+  C_OK(malloc(&dev, 64));
+  C_OK(malloc_managed(&man, 64));
   int d = -2;
   T_CHECK(!rr__cuda_is_device_ptr(NULL), "NULL");
   T_CHECK(!rr__cuda_is_device_ptr(h), "malloc'd memory taken for device memory");
   T_CHECK(!rr__cuda_is_device_ptr(pinned), "pinned host memory taken for device memory");
   T_CHECK(!rr__cuda_is_device_ptr(man), "managed memory must be used as host memory");
+  T_CHECK(rr__cuda_ptr_type(man, NULL) == RR__CUDA_MEM_MANAGED, "managed memory not recognised");
   T_CHECK(rr__cuda_ptr_device(dev, &d) == 1 && d == 0, "cudaMalloc'd memory: got device %d", d);
   T_CHECK(rr__cuda_ptr_device((char *)dev + 17, &d) == 1, "an interior device pointer");
-  T_CHECK(cudaGetLastError() == cudaSuccess, "detection left a CUDA error behind");
   free(h);
-  cudaFreeHost(pinned);
-  cudaFree(dev);
-  cudaFree(man);
+  C_OK(host_free(pinned));
+  C_OK(free(dev));
+  C_OK(free(man));
   printf("ptr: ok\n");
   return 0;
 }
 
 /* ---- kernel ---- */
-static int kernel_case(rr_dtype d, rr_op op, int div, size_t n, size_t off, int inplace,
-                       int fused, char *ha, char *hb, char *ref, char *got, char *da, char *db,
-                       char *dd, char *dd2) {
+typedef struct kbufs {
+  char *ha, *hb, *ref, *got, *da, *db, *dd, *dd2;
+} kbufs;
+
+/* One launch: a at element offset oa, b at ob, dst at od; mode 0 out of place, 1 dst == a,
+ * 2 dst == b, 3 out of place with the fused second destination. */
+static int kernel_case(rr_dtype d, rr_op op, int div, size_t n, size_t oa, size_t ob, size_t od,
+                       int mode, const kbufs *k) {
   size_t es = rr_dtype_size(d), bytes = n * es;
-  C_OK(cudaMemcpy(da + off * es, ha, bytes, cudaMemcpyHostToDevice));
-  C_OK(cudaMemcpy(db + off * es, hb, bytes, cudaMemcpyHostToDevice));
-  rr__reduce(ref, ha, hb, n, d, op, div);
-  char *dst = inplace ? da + off * es : dd + off * es;
-  char *dst2 = fused ? dd2 + off * es : NULL;
-  T_OK(rr__cuda_reduce(dst, dst2, da + off * es, db + off * es, n, d, op, div, NULL));
-  C_OK(cudaDeviceSynchronize());
-  for (int k = 0; k < 1 + fused; k++) {
-    C_OK(cudaMemcpy(got, k ? dst2 : dst, bytes, cudaMemcpyDeviceToHost));
-    if (memcmp(got, ref, bytes) != 0) {
+  char *a = k->da + oa * es, *b = k->db + ob * es;
+  C_OK(memcpy_async(a, k->ha, bytes, NULL));
+  C_OK(memcpy_async(b, k->hb, bytes, NULL));
+  rr__reduce(k->ref, k->ha, k->hb, n, d, op, div);
+  char *dst = mode == 1 ? a : mode == 2 ? b : k->dd + od * es;
+  char *dst2 = mode == 3 ? k->dd2 + od * es : NULL;
+  T_OK(rr__cuda_reduce(dst, dst2, a, b, n, d, op, div, NULL));
+  C_OK(device_sync());
+  for (int j = 0; j < 1 + (mode == 3); j++) {
+    C_OK(memcpy_async(k->got, j ? dst2 : dst, bytes, NULL));
+    C_OK(stream_sync(NULL));
+    if (memcmp(k->got, k->ref, bytes) != 0) {
       size_t i = 0;
-      while (memcmp(got + i * es, ref + i * es, es) == 0) i++;
+      while (memcmp(k->got + i * es, k->ref + i * es, es) == 0) i++;
       uint64_t g = 0, r = 0;
-      memcpy(&g, got + i * es, es);
-      memcpy(&r, ref + i * es, es);
-      T_FAIL("%s %s div %d n %zu offset %zu%s%s: element %zu is 0x%llx on the GPU, 0x%llx in "
-             "op.c",
-             rr_dtype_name(d), rr_op_name(op), div, n, off, inplace ? " in place" : "",
-             k ? " (second destination)" : "", i, (unsigned long long)g, (unsigned long long)r);
+      memcpy(&g, k->got + i * es, es);
+      memcpy(&r, k->ref + i * es, es);
+      T_FAIL(
+          "%s %s div %d n %zu offsets a %zu b %zu dst %zu mode %d%s: element %zu is "
+          "0x%llx on the device, 0x%llx in op.c",
+          rr_dtype_name(d), rr_op_name(op), div, n, oa, ob, od, mode,
+          j ? " (second destination)" : "", i, (unsigned long long)g, (unsigned long long)r);
     }
   }
   return 0;
 }
 
 static int test_kernel(void) {
-  const size_t max = (1u << 20) + 3, cap = (max + 16) * 8;
-  char *ha = malloc(cap), *hb = malloc(cap), *ref = malloc(cap), *got = malloc(cap);
-  char *da, *db, *dd, *dd2;
-  C_OK(cudaMalloc((void **)&da, cap));
-  C_OK(cudaMalloc((void **)&db, cap));
-  C_OK(cudaMalloc((void **)&dd, cap));
-  C_OK(cudaMalloc((void **)&dd2, cap));
-  const size_t counts[] = {0, 1, 7, 16, 33, 4096, 100003, (1u << 20) + 3};
+  /* Past the grid cap on a GPU (4 blocks x 512 threads x 132 SMs x 4 float32 per vector x 4
+   * vectors per trip: the unrolled repeat trips run above ~4.3M); the fake has no grid. */
+  const size_t big = (1u << 24) + 5;
+  const size_t max = g_fake ? 100003 : big, cap = (max + 16) * 8;
+  kbufs k = {.ha = malloc(cap), .hb = malloc(cap), .ref = malloc(cap), .got = malloc(cap)};
+  T_CHECK(k.ha && k.hb && k.ref && k.got, "host memory");
+  C_OK(malloc((void **)&k.da, cap));
+  C_OK(malloc((void **)&k.db, cap));
+  C_OK(malloc((void **)&k.dd, cap));
+  C_OK(malloc((void **)&k.dd2, cap));
+  const size_t counts[] = {0, 1, 7, 16, 33, 4096, 100003, (1u << 20) + 3, big};
+  /* Element offsets (a, b, dst): all aligned, all shifted, and each one alone. */
+  const size_t offs[][3] = {{0, 0, 0}, {1, 1, 1}, {1, 0, 0}, {0, 1, 0}, {0, 0, 1}};
   int cases = 0;
   for (int d = 0; d < RR_NUM_DTYPES; d++) {
     size_t es = rr_dtype_size((rr_dtype)d);
     /* Raw random bits: NaNs with payloads, infinities, subnormals, every integer. */
     for (size_t i = 0; i < max * es; i++) {
-      ha[i] = (char)t_bits(1, 1, i);
-      hb[i] = (char)t_bits(1, 2, i);
+      k.ha[i] = (char)t_bits(1, 1, i);
+      k.hb[i] = (char)t_bits(1, 2, i);
     }
     for (int op = 0; op < RR_NUM_OPS; op++) {
       if (rr__op_check((rr_dtype)d, (rr_op)op) != RR_OK) continue;
       int divs[] = {0, 3};
-      for (int k = 0; k < (op == RR_AVG ? 2 : 1); k++)
-        for (size_t c = 0; c < sizeof counts / sizeof counts[0]; c++)
-          for (size_t off = 0; off < 2; off++) /* offset 1: misaligned, all scalar */
-            for (int v = 0; v < 3; v++) {      /* out of place, in place, fused */
-              if (kernel_case((rr_dtype)d, (rr_op)op, divs[k], counts[c], off, v == 1, v == 2, ha,
-                              hb, ref, got, da, db, dd, dd2))
+      for (int v = 0; v < (op == RR_AVG ? 2 : 1); v++)
+        for (size_t c = 0; c < sizeof counts / sizeof counts[0]; c++) {
+          if (counts[c] > max) continue;
+          /* The largest count: a few pairs only (it is about the grid, not the ops). */
+          if (counts[c] == big &&
+              !((d == RR_FLOAT32 && op == RR_SUM) || (d == RR_BFLOAT16 && op == RR_AVG && v == 1) ||
+                (d == RR_INT64 && op == RR_BXOR)))
+            continue;
+          for (size_t o = 0; o < sizeof offs / sizeof offs[0]; o++)
+            for (int mode = 0; mode < 4; mode++) {
+              if (counts[c] == big && (o > 1 || mode == 2)) continue;
+              if (kernel_case((rr_dtype)d, (rr_op)op, divs[v], counts[c], offs[o][0], offs[o][1],
+                              offs[o][2], mode, &k))
                 return 1;
               cases++;
             }
+        }
     }
   }
-  cudaFree(da), cudaFree(db), cudaFree(dd), cudaFree(dd2);
-  free(ha), free(hb), free(ref), free(got);
+  C_OK(free(k.da));
+  C_OK(free(k.db));
+  C_OK(free(k.dd));
+  C_OK(free(k.dd2));
+  free(k.ha), free(k.hb), free(k.ref), free(k.got);
   printf("kernel: %d cases bit-identical to ring/op.c\n", cases);
   return 0;
 }
@@ -138,7 +192,7 @@ typedef struct cargs {
 
 static void *dalloc(size_t bytes) {
   void *p = NULL;
-  if (cudaMalloc(&p, bytes ? bytes : 1) != cudaSuccess) {
+  if (cu->malloc(&p, bytes ? bytes : 1) != 0) {
     fprintf(stderr, "rank %d: cudaMalloc(%zu) failed\n", t_rank, bytes);
     exit(3);
   }
@@ -146,10 +200,10 @@ static void *dalloc(size_t bytes) {
 }
 
 static int put(void *dev, const void *host, size_t bytes) {
-  return cudaMemcpy(dev, host, bytes, cudaMemcpyHostToDevice) == cudaSuccess ? 0 : 1;
+  return cu_copy(dev, host, bytes);
 }
 static int get(void *host, const void *dev, size_t bytes) {
-  return cudaMemcpy(host, dev, bytes, cudaMemcpyDeviceToHost) == cudaSuccess ? 0 : 1;
+  return cu_copy(host, dev, bytes);
 }
 
 static int all_reduce_case(rr_pg *pg, size_t count, rr_dtype d, rr_op op, int inplace,
@@ -159,7 +213,7 @@ static int all_reduce_case(rr_pg *pg, size_t count, rr_dtype d, rr_op op, int in
   char *h = malloc(bytes + 1), *src = dalloc(bytes), *dst = inplace ? src : dalloc(bytes);
   t_fill(h, count, d, op, seed, r, 0);
   T_CHECK(!put(src, h, bytes), "upload");
-  if (!inplace) C_OK(cudaMemset(dst, 0xa5, bytes ? bytes : 1));
+  if (!inplace) C_OK(memset_async(dst, 0xa5, bytes ? bytes : 1, NULL));
   T_OK(rr_all_reduce(pg, src, dst, count, d, op));
   T_CHECK(!get(h, dst, bytes), "download");
   char what[96];
@@ -169,9 +223,9 @@ static int all_reduce_case(rr_pg *pg, size_t count, rr_dtype d, rr_op op, int in
   if (!inplace) {
     T_CHECK(!get(h, src, bytes), "download");
     wrong += t_check_copied(h, count, d, op, seed, r, 0, "device all_reduce input (unchanged)");
-    cudaFree(dst);
+    C_OK(free(dst));
   }
-  cudaFree(src);
+  C_OK(free(src));
   free(h);
   T_CHECK(!wrong, "%s: %zu wrong elements", what, wrong);
   return 0;
@@ -191,7 +245,8 @@ static int others(rr_pg *pg, size_t count, uint64_t seed) {
     T_OK(rr_reduce_scatter(pg, big, rs_out, count, RR_FLOAT32, RR_SUM));
     T_CHECK(!get(h, rs_out, blk), "download");
     T_CHECK(!t_check_reduced(h, count, RR_FLOAT32, RR_SUM, seed, n, (size_t)r * count,
-                             "device reduce_scatter"), "reduce_scatter");
+                             "device reduce_scatter"),
+            "reduce_scatter");
     /* all_gather */
     t_fill(h, count, RR_INT32, RR_SUM, seed, r, 0);
     char *ag_in = inplace ? big + (size_t)r * blk : small;
@@ -200,7 +255,8 @@ static int others(rr_pg *pg, size_t count, uint64_t seed) {
     T_CHECK(!get(h, big, all), "download");
     for (int q = 0; q < n; q++)
       T_CHECK(!t_check_copied(h + (size_t)q * blk, count, RR_INT32, RR_SUM, seed, q, 0,
-                              "device all_gather"), "all_gather block %d", q);
+                              "device all_gather"),
+              "all_gather block %d", q);
     /* broadcast from the last rank, and reduce to it */
     int root = n - 1;
     t_fill(h, count, RR_FLOAT32, RR_SUM, seed, r, 0);
@@ -214,8 +270,7 @@ static int others(rr_pg *pg, size_t count, uint64_t seed) {
     T_OK(rr_reduce(pg, small, inplace ? small : big, count, RR_INT32, RR_MAX, root));
     if (r == root) {
       T_CHECK(!get(h, inplace ? small : big, blk), "download");
-      T_CHECK(!t_check_reduced(h, count, RR_INT32, RR_MAX, seed, n, 0, "device reduce"),
-              "reduce");
+      T_CHECK(!t_check_reduced(h, count, RR_INT32, RR_MAX, seed, n, 0, "device reduce"), "reduce");
     }
   }
   /* sendrecv around the ring, host buffer one way and device buffer the other */
@@ -225,11 +280,131 @@ static int others(rr_pg *pg, size_t count, uint64_t seed) {
     char *hrecv = malloc(blk + 4);
     T_OK(rr_sendrecv(pg, small, count, (r + 1) % n, hrecv, count, (r + n - 1) % n, RR_FLOAT32));
     T_CHECK(!t_check_copied(hrecv, count, RR_FLOAT32, RR_SUM, seed, (r + n - 1) % n, 0,
-                            "sendrecv device->host"), "sendrecv");
+                            "sendrecv device->host"),
+            "sendrecv");
     free(hrecv);
   }
   T_OK(rr_barrier(pg));
-  cudaFree(big), cudaFree(small);
+  C_OK(free(big));
+  C_OK(free(small));
+  free(h);
+  return 0;
+}
+
+/* Expected int32 element after every rank q memset its bytes to q + 1 + iter. */
+static int32_t memset_sum(int world, int iter) {
+  int32_t want = 0;
+  for (int q = 0; q < world; q++) {
+    uint8_t b = (uint8_t)(q + 1 + iter);
+    want = (int32_t)((uint32_t)want + (uint32_t)b * 0x01010101u);
+  }
+  return want;
+}
+
+/* Async all-reduce ordered on a user stream (device buffer), or a blocking one on a managed
+ * buffer: a slow chain of copies, then the write the call must see, all on the stream. */
+static int stream_case(rr_pg *pg, int rank, int world, int managed) {
+  void *s;
+  C_OK(stream_create(&s, 1));
+  T_OK(rr_pg_set_cuda_stream(pg, s));
+  const size_t count = g_fake ? 1u << 18 : 1u << 22, bytes = count * 4;
+  const size_t slow = g_fake ? 4u << 20 : 256u << 20;
+  char *buf, *x = dalloc(slow), *y = dalloc(slow);
+  if (managed)
+    C_OK(malloc_managed((void **)&buf, bytes));
+  else
+    buf = dalloc(bytes);
+  int32_t *h = malloc(bytes);
+  /* More rounds on the fake: each is a draw of its random delays. */
+  for (int iter = 0; iter < (g_fake ? 8 : 3); iter++) {
+    C_OK(memset_async(buf, 0, bytes, s));
+    /* Work that takes a while, then the write the call must see. */
+    for (int k = 0; k < 8; k++) C_OK(memcpy_async(y, x, slow, s));
+    C_OK(memset_async(buf, rank + 1 + iter, bytes, s));
+    if (managed) {
+      /* Blocking: returns with the result in the buffer; the host reads it directly. */
+      T_OK(rr_all_reduce(pg, buf, buf, count, RR_INT32, RR_SUM));
+      memcpy(h, buf, bytes);
+    } else if (iter % 2 == 0) {
+      rr_work *w;
+      T_OK(rr_all_reduce_async(pg, buf, buf, count, RR_INT32, RR_SUM, &w));
+      T_OK(rr_work_wait(w, 0));
+      rr_work_free(w);
+      /* Read after: on the same stream. */
+      C_OK(memcpy_async(h, buf, bytes, s));
+      C_OK(stream_sync(s));
+    } else {
+      /* Completion seen by rr_work_test, no rr_work_wait: the result is in the buffer, for
+       * a read on any stream (here the legacy one, not ordered with the call's). */
+      rr_work *w;
+      T_OK(rr_all_reduce_async(pg, buf, buf, count, RR_INT32, RR_SUM, &w));
+      int st;
+      while ((st = rr_work_test(w)) == RR_INPROGRESS) usleep(100);
+      T_OK(st);
+      rr_work_free(w);
+      T_CHECK(!cu_copy(h, buf, bytes), "download");
+    }
+    int32_t want = memset_sum(world, iter);
+    for (size_t i = 0; i < count; i++)
+      T_CHECK(h[i] == want,
+              "%s iteration %d element %zu: %d, want %d (the call did not see "
+              "the stream's write)",
+              managed ? "managed" : "device", iter, i, h[i], want);
+  }
+  T_OK(rr_pg_set_cuda_stream(pg, NULL));
+  C_OK(free(buf));
+  C_OK(free(x));
+  C_OK(free(y));
+  C_OK(stream_destroy(s));
+  free(h);
+  return 0;
+}
+
+/* An async call waits for its stream's work queued before it, not after it (an event, not a
+ * stream synchronisation), and the stream's work queued after rr_work_wait sees the result.
+ * After the call the stream waits for a gate that a second stream records behind a long
+ * chain (fake: 40 operations of RR_FAKE_CUDA_DELAY_US = 50 ms; GPU: 3000 copies of 512
+ * MiB, about 1 s): when rr_work_wait returns the gate must still be pending (the call did
+ * not synchronise the whole stream). */
+static int nosync_case(rr_pg *pg, int rank, int world) {
+  void *s, *s2, *gate;
+  C_OK(stream_create(&s, 1));
+  C_OK(stream_create(&s2, 1));
+  C_OK(event_create(&gate, RR__CUDA_EVENT_DISABLE_TIMING));
+  T_OK(rr_pg_set_cuda_stream(pg, s));
+  const size_t count = 1u << 16, bytes = count * 4;
+  const size_t slow = g_fake ? 4u << 20 : 512u << 20;
+  const int chain = g_fake ? 40 : 3000;
+  char *buf = dalloc(bytes), *x = dalloc(slow), *y = dalloc(slow);
+  int32_t *h = malloc(bytes);
+  for (int iter = 0; iter < 2; iter++) {
+    C_OK(memset_async(buf, rank + 1 + iter, bytes, s));
+    rr_work *w;
+    T_OK(rr_all_reduce_async(pg, buf, buf, count, RR_INT32, RR_SUM, &w));
+    for (int k = 0; k < chain; k++) C_OK(memcpy_async(y, x, slow, s2));
+    C_OK(event_record(gate, s2));
+    C_OK(stream_wait_event(s, gate)); /* work after the call that waits a long time */
+    T_OK(rr_work_wait(w, 0));
+    rr_work_free(w);
+    int q = cu->event_query(gate);
+    T_CHECK(q == RR__CUDA_ERR_NOT_READY,
+            "iteration %d: the gate behind the call was already passed (query %d): the call "
+            "synchronised its whole stream instead of waiting for an event",
+            iter, q);
+    C_OK(memcpy_async(h, buf, bytes, s));
+    C_OK(stream_sync(s));
+    int32_t want = memset_sum(world, iter);
+    for (size_t i = 0; i < count; i++)
+      T_CHECK(h[i] == want, "iteration %d element %zu: %d, want %d", iter, i, h[i], want);
+    T_OK(rr_barrier(pg));
+  }
+  T_OK(rr_pg_set_cuda_stream(pg, NULL));
+  C_OK(free(buf));
+  C_OK(free(x));
+  C_OK(free(y));
+  C_OK(event_destroy(gate));
+  C_OK(stream_destroy(s));
+  C_OK(stream_destroy(s2));
   free(h);
   return 0;
 }
@@ -241,15 +416,15 @@ static int coll_rank(int rank, void *arg) {
   T_OK(rr_init_process_group(&pg, NULL));
   int dev = -1;
   T_OK(rr__cuda_pick_device(-1, rank, &dev));
-  C_OK(cudaSetDevice(dev));
+  C_OK(set_device(dev));
   uint64_t seed = t_seed();
   if (!strcmp(ca->what, "coll")) {
-    const size_t counts[] = {0, 1, 7, 1000003};
+    const size_t counts[] = {0, 1, 7, g_fake ? 100003 : 1000003};
     for (size_t c = 0; c < sizeof counts / sizeof counts[0]; c++)
       for (int d = 0; d < RR_NUM_DTYPES; d++)
         for (int op = 0; op < RR_NUM_OPS; op++) {
           if (t_is_float((rr_dtype)d) && op >= RR_BAND) continue;
-          /* The million-element count: every dtype, two ops each (rotating), as test_coll. */
+          /* The largest count: every dtype, two ops each (rotating), as test_coll. */
           if (counts[c] > 1000 && op % 4 != (d % 4)) continue;
           for (int inplace = 0; inplace < 2; inplace++)
             if (all_reduce_case(pg, counts[c], (rr_dtype)d, (rr_op)op, inplace, seed)) return 1;
@@ -258,60 +433,257 @@ static int coll_rank(int rank, void *arg) {
   } else if (!strcmp(ca->what, "large")) {
     if (all_reduce_case(pg, (64u << 20) / 4, RR_FLOAT32, RR_SUM, 0, seed)) return 1;
     if (all_reduce_case(pg, (64u << 20) / 4, RR_INT32, RR_SUM, 1, seed)) return 1;
-  } else { /* stream */
-    cudaStream_t s;
-    C_OK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
-    T_OK(rr_pg_set_cuda_stream(pg, s));
-    const size_t count = 1u << 22, bytes = count * 4, slow = 256u << 20;
-    char *buf = dalloc(bytes), *x = dalloc(slow), *y = dalloc(slow);
-    int32_t *h = malloc(bytes);
-    for (int iter = 0; iter < 3; iter++) {
-      C_OK(cudaMemsetAsync(buf, 0, bytes, s));
-      /* Work that takes a while, then the write the call must see. */
-      for (int k = 0; k < 8; k++) C_OK(cudaMemcpyAsync(y, x, slow, cudaMemcpyDeviceToDevice, s));
-      C_OK(cudaMemsetAsync(buf, rank + 1 + iter, bytes, s));
-      rr_work *w;
-      T_OK(rr_all_reduce_async(pg, buf, buf, count, RR_INT32, RR_SUM, &w));
-      T_OK(rr_work_wait(w, 0));
-      rr_work_free(w);
-      /* Read after: on the same stream. */
-      C_OK(cudaMemcpyAsync(h, buf, bytes, cudaMemcpyDeviceToHost, s));
-      C_OK(cudaStreamSynchronize(s));
-      int32_t want = 0;
-      for (int q = 0; q < ca->world; q++) {
-        uint8_t b = (uint8_t)(q + 1 + iter);
-        want = (int32_t)((uint32_t)want + (uint32_t)b * 0x01010101u);
-      }
-      for (size_t i = 0; i < count; i++)
-        T_CHECK(h[i] == want, "iteration %d element %zu: %d, want %d (the call did not see "
-                "the stream's write)", iter, i, h[i], want);
-    }
-    cudaFree(buf), cudaFree(x), cudaFree(y);
-    cudaStreamDestroy(s);
-    free(h);
+  } else if (!strcmp(ca->what, "stream")) {
+    if (stream_case(pg, rank, ca->world, 0)) return 1;
+  } else if (!strcmp(ca->what, "nosync")) {
+    if (nosync_case(pg, rank, ca->world)) return 1;
+  } else if (!strcmp(ca->what, "managed")) {
+    if (stream_case(pg, rank, ca->world, 1)) return 1;
+  } else if (!strcmp(ca->what, "perthread")) {
+    int st = rr_pg_set_cuda_stream(pg, RR__CUDA_STREAM_PER_THREAD);
+    T_CHECK(st == RR_EINVAL, "cudaStreamPerThread: %s", rr_status_name(st));
+    T_HAS(rr_last_error(), "cudaStreamPerThread");
+    T_OK(rr_pg_set_cuda_stream(pg, RR__CUDA_STREAM_LEGACY));
+    if (all_reduce_case(pg, 1000, RR_FLOAT32, RR_SUM, 0, seed)) return 1;
+    T_OK(rr_pg_set_cuda_stream(pg, NULL));
   }
   T_OK(rr_destroy_process_group(pg));
   return 0;
 }
 
-int main(int argc, char **argv) {
-  const char *what = argc > 1 ? argv[1] : "kernel";
-  if (!have_device_forked()) return skip("the CUDA runtime found no usable driver or GPU");
-  if (!strcmp(what, "ptr")) return test_ptr();
-  if (!strcmp(what, "kernel")) return test_kernel();
-  cargs ca = {argc > 2 ? atoi(argv[2]) : 2, what};
-  if (ca.world < 1 || (strcmp(what, "coll") && strcmp(what, "large") && strcmp(what, "stream"))) {
-    fprintf(stderr, "usage: test_cuda ptr|kernel|coll W|large W|stream W\n");
-    return 2;
+/* ---- contexts ---- */
+
+/* Every device's primary context is inactive (on a GPU whose driver cannot tell, -1, the
+ * check is skipped; the fake always tells). */
+static int no_context(const char *when) {
+  for (int d = 0; d < rr__cuda_device_count(); d++) {
+    int a = rr__cuda_primary_ctx_active(d);
+    T_CHECK(a == 0 || (a == -1 && !g_fake), "%s: device %d: primary context state %d", when, d, a);
   }
-  t_seed_announce(what);
+  return 0;
+}
+
+static int noctx_rank(int rank, void *arg) {
+  (void)arg;
+  t_rank = rank;
+  rr_pg *pg;
+  T_OK(rr_init_process_group(&pg, NULL));
+  float x[64], y[64];
+  for (int i = 0; i < 64; i++) x[i] = (float)i;
+  T_OK(rr_all_reduce(pg, x, y, 64, RR_FLOAT32, RR_SUM));
+  rr_work *w;
+  T_OK(rr_all_reduce_async(pg, x, y, 64, RR_FLOAT32, RR_SUM, &w));
+  T_OK(rr_work_wait(w, 0));
+  rr_work_free(w);
+  T_CHECK(rr__cuda_available(), "CUDA was not even looked at");
+  if (no_context("after host-memory collectives")) return 1;
+  T_OK(rr_destroy_process_group(pg));
+  return 0;
+}
+
+static int workerctx_rank(int rank, void *arg) {
+  (void)arg;
+  t_rank = rank;
+  rr_pg *pg;
+  T_OK(rr_init_process_group(&pg, NULL));
+  C_OK(set_device(1));
+  void *buf = dalloc(4096);
+  C_OK(memset_async(buf, 1, 4096, NULL));
+  for (int i = 0; i < 3; i++) {
+    rr_work *w;
+    T_OK(rr_all_reduce_async(pg, buf, buf, 1024, RR_INT32, RR_SUM, &w));
+    T_OK(rr_work_wait(w, 0));
+    rr_work_free(w);
+  }
+  int a0 = rr__cuda_primary_ctx_active(0);
+  T_CHECK(a0 == 0 || (a0 == -1 && !g_fake),
+          "an async call on a buffer of device 1 created a context on device 0");
+  C_OK(free(buf));
+  T_OK(rr_destroy_process_group(pg));
+  return 0;
+}
+
+/* ---- rr_pg_options.device ---- */
+
+static int pgdevice_rank(int rank, void *arg) {
+  (void)arg;
+  t_rank = rank;
+  int n = rr__cuda_device_count(), want = n - 1, cur = -1;
+  rr_pg *pg = NULL;
+  rr_pg_options opt = RR_PG_OPTIONS_INIT;
+  opt.device = n; /* one past the last */
+  int st = rr_init_process_group(&pg, &opt);
+  T_CHECK(st == RR_EINVAL, "device %d of %d: %s", n, n, rr_status_name(st));
+  T_HAS(rr_last_error(), "rr_pg_options.device");
+  opt.device = want;
+  T_OK(rr_init_process_group(&pg, &opt));
+  C_OK(get_device(&cur));
+  T_CHECK(cur == want, "rr_pg_options.device = %d, but device %d is current", want, cur);
+  T_OK(rr_destroy_process_group(pg));
+  return 0;
+}
+
+/* ---- ipc ---- */
+
+static int ipc_rank(int rank, void *arg) {
+  (void)arg;
+  t_rank = rank;
+  rr_pg *pg;
+  T_OK(rr_init_process_group(&pg, NULL));
+  C_OK(set_device(0));
+  const size_t n = 1u << 16;
+  rr__cuda_ipc_handle hm, he;
+  memset(&hm, 0, sizeof hm), memset(&he, 0, sizeof he);
+  void *mem = NULL, *ev = NULL, *s = NULL;
+  C_OK(stream_create(&s, 1));
+  if (rank == 0) {
+    mem = dalloc(n);
+    C_OK(memset_async(mem, 0x11, n, NULL));
+    C_OK(stream_sync(NULL));
+    C_OK(ipc_get_mem_handle(&hm, mem));
+    void *p = NULL;
+    int e = cu->ipc_open_mem_handle(&p, &hm);
+    T_CHECK(e != 0, "a memory handle opened in the process that exported it");
+    cu->clear_error();
+    /* Interprocess events need DisableTiming; only they give handles. */
+    void *bad = NULL;
+    e = cu->event_create(&bad, RR__CUDA_EVENT_INTERPROCESS);
+    T_CHECK(e != 0, "an interprocess event with timing was created");
+    cu->clear_error();
+    C_OK(event_create(&bad, RR__CUDA_EVENT_DISABLE_TIMING));
+    e = cu->ipc_get_event_handle(&he, bad);
+    T_CHECK(e != 0, "an IPC handle for an event without cudaEventInterprocess");
+    cu->clear_error();
+    C_OK(event_destroy(bad));
+    C_OK(event_create(&ev, RR__CUDA_EVENT_INTERPROCESS | RR__CUDA_EVENT_DISABLE_TIMING));
+    C_OK(ipc_get_event_handle(&he, ev));
+  }
+  T_OK(rr_broadcast(pg, &hm, &hm, sizeof hm, RR_UINT8, 0));
+  T_OK(rr_broadcast(pg, &he, &he, sizeof he, RR_UINT8, 0));
+  char *h = malloc(n);
+  if (rank == 1) {
+    void *p1 = NULL, *p2 = NULL;
+    C_OK(ipc_open_mem_handle(&p1, &hm));
+    C_OK(ipc_open_mem_handle(&p2, &hm));
+    T_CHECK(p1 == p2, "one handle opened twice: %p and %p", p1, p2);
+    int d = -1;
+    T_CHECK(rr__cuda_ptr_device(p1, &d) && d == 0, "an IPC-mapped pointer is device memory");
+    C_OK(memcpy_async(h, p1, n, s));
+    C_OK(stream_sync(s));
+    for (size_t i = 0; i < n; i++) T_CHECK(h[i] == 0x11, "byte %zu through IPC: 0x%x", i, h[i]);
+    C_OK(ipc_close_mem_handle(p1));
+    /* Still mapped: one reference left. */
+    C_OK(memset_async(p2, 0x22, n, s));
+    C_OK(stream_sync(s));
+    C_OK(ipc_close_mem_handle(p2));
+    void *rev = NULL;
+    C_OK(ipc_open_event_handle(&rev, &he));
+    T_OK(rr_barrier(pg)); /* rank 0 records the event after this */
+    T_OK(rr_barrier(pg)); /* ... and has recorded it */
+    /* The stream waits for rank 0's memset behind a slow chain, then reads. */
+    C_OK(stream_wait_event(s, rev));
+    void *p3 = NULL;
+    C_OK(ipc_open_mem_handle(&p3, &hm));
+    C_OK(memcpy_async(h, p3, n, s));
+    C_OK(stream_sync(s));
+    for (size_t i = 0; i < n; i++)
+      T_CHECK(h[i] == 0x33, "byte %zu after waiting for the other process's event: 0x%x", i, h[i]);
+    C_OK(ipc_close_mem_handle(p3));
+    C_OK(event_destroy(rev));
+  } else if (rank == 0) {
+    T_OK(rr_barrier(pg));
+    void *x = dalloc(8u << 20), *y = dalloc(8u << 20);
+    for (int k = 0; k < 4; k++) C_OK(memcpy_async(y, x, 8u << 20, s));
+    C_OK(memset_async(mem, 0x33, n, s));
+    C_OK(event_record(ev, s));
+    T_OK(rr_barrier(pg));
+    C_OK(stream_sync(s));
+    C_OK(free(x));
+    C_OK(free(y));
+  }
+  T_OK(rr_barrier(pg)); /* rank 1 is done with the memory */
+  if (rank == 0) {
+    C_OK(event_destroy(ev));
+    C_OK(free(mem));
+  }
+  C_OK(stream_destroy(s));
+  free(h);
+  T_OK(rr_destroy_process_group(pg));
+  return 0;
+}
+
+/* The device count, asked in a forked child (the parent stays free of CUDA). */
+static int devices_forked(void) {
+  fflush(NULL);
+  pid_t p = fork();
+  if (p == 0) _exit(rr__cuda_device_count());
+  int status = 0;
+  waitpid(p, &status, 0);
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 0;
+}
+
+static int spawn(int world, int (*fn)(int, void *), void *arg) {
   rr_spawn_status st;
-  int rc = rr_spawn(ca.world, coll_rank, &ca, &st);
-  if (rc != RR_OK) {
+  if (rr_spawn(world, fn, arg, &st) != RR_OK) {
     fprintf(stderr, "%s\n", rr_last_error());
     return 1;
   }
+  return 0;
+}
+
+int main(int argc, char **argv) {
+  g_fake = cu_setup(&argc, &argv);
+  const char *what = argc > 1 ? argv[1] : "kernel";
+  if (!rr__cuda_built() && !g_fake)
+    return skip("this build has no CUDA: configure with -DRR_CUDA=ON, or run with --fake");
+  if (!have_device_forked()) return skip("the CUDA runtime found no usable driver or GPU");
+  if (g_fake) printf("CUDA table: %s\n", cu->name);
+  if (!strcmp(what, "ptr") || !strcmp(what, "kernel")) {
+    /* In a child: the parent stays free of CUDA. */
+    fflush(NULL);
+    pid_t p = fork();
+    if (p == 0) {
+      int rc = !strcmp(what, "ptr") ? test_ptr() : test_kernel();
+      fflush(NULL);
+      _exit(rc);
+    }
+    int status = 0;
+    waitpid(p, &status, 0);
+    return WIFEXITED(status) ? WEXITSTATUS(status) : 1;
+  }
+  t_seed_announce(what);
+  if (!strcmp(what, "noctx")) {
+    if (spawn(1, noctx_rank, NULL)) return 1;
+    printf("noctx: ok\n");
+    return 0;
+  }
+  if (!strcmp(what, "workerctx")) {
+    if (devices_forked() < 2) return skip("this test needs two CUDA devices");
+    if (spawn(1, workerctx_rank, NULL)) return 1;
+    printf("workerctx: ok\n");
+    return 0;
+  }
+  if (!strcmp(what, "pgdevice")) {
+    if (spawn(1, pgdevice_rank, NULL)) return 1;
+    printf("pgdevice: ok\n");
+    return 0;
+  }
+  if (!strcmp(what, "ipc")) {
+    if (spawn(2, ipc_rank, NULL)) return 1;
+    printf("ipc: ok\n");
+    return 0;
+  }
+  cargs ca = {argc > 2 ? atoi(argv[2]) : 2, what};
+  if (!strcmp(what, "perthread")) ca.world = 1;
+  if (ca.world < 1 ||
+      (strcmp(what, "coll") && strcmp(what, "large") && strcmp(what, "stream") &&
+       strcmp(what, "nosync") && strcmp(what, "managed") && strcmp(what, "perthread"))) {
+    fprintf(stderr,
+            "usage: test_cuda [--fake] ptr|kernel|noctx|workerctx|pgdevice|ipc|perthread|"
+            "coll W|large W|stream W|nosync W|managed W\n");
+    return 2;
+  }
+  if (spawn(ca.world, coll_rank, &ca)) return 1;
   printf("%s w%d: ok\n", what, ca.world);
   return 0;
 }
-#endif

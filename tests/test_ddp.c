@@ -42,6 +42,7 @@
  *               ready: averaged gradients, broadcast parameters and buffers, no_sync and the
  *               checkpoint file bit-identical to the host path's (tolerance zero, by design:
  *               see the section), and identical on all ranks
+ *   gpufake W   the same on the host fake of the CUDA table (tests/fake_cuda/), no GPU needed
  *
  * Data is random (t_value: never zero), from $RR_TEST_SEED or a fixed seed, printed.
  *
@@ -131,10 +132,11 @@ int main(int argc, char **argv) {
   if (!strcmp(sec, "broadcast")) return t_run_all(3, broadcast_rank, NULL, 60, NULL);
   if (!strcmp(sec, "cuda")) return t_run_all(2, cuda_rank, NULL, 60, NULL);
   if (!strcmp(sec, "args")) return t_run_all(1, args_rank, NULL, 60, NULL);
-  if (!strcmp(sec, "gpu")) return sec_gpu(w);
+  if (!strcmp(sec, "gpu")) return sec_gpu(w, 0);
+  if (!strcmp(sec, "gpufake")) return sec_gpu(w, 1);
   fprintf(stderr,
           "usage: %s buckets | grads W | order | equiv W | identical | nosync W | hooks W | "
-          "missing | mismatch | checkpoint | broadcast | cuda | args | gpu W\n",
+          "missing | mismatch | checkpoint | broadcast | cuda | args | gpu W | gpufake W\n",
           argv[0]);
   return 2;
 }

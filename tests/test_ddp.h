@@ -54,7 +54,7 @@ int mismatch_rank(int rank, void *arg);
 int cuda_rank(int rank, void *arg);
 int args_rank(int rank, void *arg);
 
-/* test_ddp_gpu.c: 77 (skipped) without a GPU. */
-int sec_gpu(int w);
+/* test_ddp_gpu.c: 77 (skipped) without a GPU; fake: on the host fake of the CUDA table. */
+int sec_gpu(int w, int fake);
 
 #endif /* RR__TESTS_TEST_DDP_H_ */

@@ -1,4 +1,5 @@
-/* test_ddp: the device path against the host path, on a GPU (the "gpu" section). */
+/* test_ddp: the device path against the host path, on a GPU (the "gpu" section) or on the
+ * host fake of the CUDA table ("gpufake", tests/fake_cuda/, every CI run). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -9,6 +10,8 @@
 
 /* ---------------------------------------------------------------------------------------------
  * gpu: the device path against the host path. Needs a GPU; skips (77) without one.
+ * gpufake: the same on the host fake (tests/cuda_harness.h), where the device kernels are
+ * their element functions run by the fake's stream workers.
  *
  * Each rank builds the mixed model of `grads` twice, once in host memory and once in device
  * memory (same values), wraps each in its own rr_ddp, and runs both through the same steps
@@ -21,7 +24,6 @@
  * (which ddp.grads / ddp.hooks check against the float64 mean), and identical on all ranks.
  */
 
-#ifdef RR_HAVE_CUDA
 #include "tests/cuda_harness.h"
 
 /* 1 when count elements of device memory equal the host ones bit for bit; else prints the
@@ -30,10 +32,10 @@ static int dev_equals(const void *dev, const void *host, size_t count, rr_dtype 
                       const char *what) {
   size_t es = rr_dtype_size(d), bytes = count * es;
   char *h = malloc(bytes + 1);
-  cudaError_t e = h ? cudaMemcpy(h, dev, bytes, cudaMemcpyDeviceToHost) : cudaErrorMemoryAllocation;
-  if (e != cudaSuccess) {
+  int e = h ? cu_copy(h, dev, bytes) : RR__CUDA_ERR_MEMORY_ALLOCATION;
+  if (e != 0) {
     fprintf(stderr, "rank %d: %s: reading device memory: %s\n", t_rank, what,
-            cudaGetErrorString(e));
+            cu->error_string(e));
     free(h);
     return 0;
   }
@@ -48,6 +50,8 @@ static int dev_equals(const void *dev, const void *host, size_t count, rr_dtype 
   return same;
 }
 
+static int g_fake;
+
 static int gpu_rank(int rank, void *arg) {
   (void)arg;
   t_rank = rank;
@@ -55,22 +59,22 @@ static int gpu_rank(int rank, void *arg) {
   T_OK(rr_init_process_group(&pg, NULL));
   int w = rr_get_world_size(pg), dev = -1;
   T_OK(rr__cuda_pick_device(-1, rank, &dev)); /* one GPU: every rank on device 0 */
-  C_OK(cudaSetDevice(dev));
-  cudaStream_t user;
-  C_OK(cudaStreamCreateWithFlags(&user, cudaStreamNonBlocking));
-  const size_t slow_bytes = 64u << 20; /* copies that keep the user stream busy */
+  C_OK(set_device(dev));
+  void *user;
+  C_OK(stream_create(&user, 1));
+  const size_t slow_bytes = g_fake ? 4u << 20 : 64u << 20; /* copies that keep the user stream busy */
   char *slow_a, *slow_b;
-  C_OK(cudaMalloc((void **)&slow_a, slow_bytes));
-  C_OK(cudaMalloc((void **)&slow_b, slow_bytes));
+  C_OK(malloc((void **)&slow_a, slow_bytes));
+  C_OK(malloc((void **)&slow_b, slow_bytes));
   void *hdata[NP_GRADS], *hgrad[NP_GRADS], *ddata[NP_GRADS], *dgrad[NP_GRADS];
   rr_ddp_tensor hp[NP_GRADS], dp[NP_GRADS];
   for (int i = 0; i < NP_GRADS; i++) {
     size_t bytes = g_counts[i] * rr_dtype_size(g_dtypes[i]);
     int frozen = g_dtypes[i] == RR_INT32;
     hdata[i] = calloc(1, bytes), hgrad[i] = frozen ? NULL : calloc(1, bytes);
-    C_OK(cudaMalloc(&ddata[i], bytes));
+    C_OK(malloc(&ddata[i], bytes));
     dgrad[i] = NULL;
-    if (!frozen) C_OK(cudaMalloc(&dgrad[i], bytes));
+    if (!frozen) C_OK(malloc(&dgrad[i], bytes));
     hp[i] = (rr_ddp_tensor){.data = hdata[i], .grad = hgrad[i], .count = g_counts[i],
                             .dtype = g_dtypes[i], .device = -1};
     dp[i] = hp[i];
@@ -81,8 +85,8 @@ static int gpu_rank(int rank, void *arg) {
   float hstat[NB];
   int64_t hcount[2];
   void *dstat, *dcount;
-  C_OK(cudaMalloc(&dstat, sizeof hstat));
-  C_OK(cudaMalloc(&dcount, sizeof hcount));
+  C_OK(malloc(&dstat, sizeof hstat));
+  C_OK(malloc(&dcount, sizeof hcount));
   rr_ddp_tensor hb[2] = {{.name = "stat", .data = hstat, .count = NB, .dtype = RR_FLOAT32,
                           .device = -1},
                          {.name = "count", .data = hcount, .count = 2, .dtype = RR_INT64,
@@ -98,19 +102,18 @@ static int gpu_rank(int rank, void *arg) {
   int cases = 0;
   for (int h = 0; h < 4; h++)
     for (int use_stream = 0; use_stream < 2; use_stream++) {
-      cudaStream_t s = use_stream ? user : NULL;
+      void *s = use_stream ? user : NULL;
       T_OK(rr_pg_set_cuda_stream(pg, s));
       uint64_t seed = g_seed + (uint64_t)(h * 2 + use_stream) * 7919;
       /* Different values on every rank: construction must make them rank 0's. */
       for (int i = 0; i < NP_GRADS; i++) {
         t_fill(hdata[i], g_counts[i], g_dtypes[i], RR_SUM, seed, rank, (size_t)i * 1000);
-        C_OK(cudaMemcpy(ddata[i], hdata[i], g_counts[i] * rr_dtype_size(g_dtypes[i]),
-                        cudaMemcpyHostToDevice));
+        T_CHECK(!cu_copy(ddata[i], hdata[i], g_counts[i] * rr_dtype_size(g_dtypes[i])), "upload");
       }
       t_fill(hstat, NB, RR_FLOAT32, RR_SUM, seed, rank, 7);
       hcount[0] = hcount[1] = 10 + rank;
-      C_OK(cudaMemcpy(dstat, hstat, sizeof hstat, cudaMemcpyHostToDevice));
-      C_OK(cudaMemcpy(dcount, hcount, sizeof hcount, cudaMemcpyHostToDevice));
+      T_CHECK(!cu_copy(dstat, hstat, sizeof hstat), "upload");
+      T_CHECK(!cu_copy(dcount, hcount, sizeof hcount), "upload");
       rr_ddp_options opt = RR_DDP_OPTIONS_INIT;
       opt.bucket_cap_mb = 1000.0 / MIB; /* ~1000 bytes: many buckets */
       opt.broadcast_bucket_mb = 300.0 / MIB; /* chunks smaller than some tensors */
@@ -134,7 +137,7 @@ static int gpu_rank(int rank, void *arg) {
       for (int it = 0; it < 3; it++) { /* the second one runs on rebuilt buckets */
         /* Buffers drift on each rank; forward copies rank 0's (both paths). */
         t_fill(hstat, NB, RR_FLOAT32, RR_SUM, seed + (uint64_t)it + 1, rank, 7);
-        C_OK(cudaMemcpy(dstat, hstat, sizeof hstat, cudaMemcpyHostToDevice));
+        T_CHECK(!cu_copy(dstat, hstat, sizeof hstat), "upload");
         T_OK(rr_ddp_forward(hd));
         T_OK(rr_ddp_forward(dd));
         T_CHECK(dev_equals(dstat, hstat, NB, RR_FLOAT32, "buffer after forward") &&
@@ -156,7 +159,7 @@ static int gpu_rank(int rank, void *arg) {
         for (int i = 0; i < NP_GRADS; i++) {
           in[i] = NULL;
           if (!hgrad[i]) continue;
-          C_OK(cudaMallocHost(&in[i], g_counts[i] * rr_dtype_size(g_dtypes[i])));
+          C_OK(host_alloc(&in[i], g_counts[i] * rr_dtype_size(g_dtypes[i])));
           fill_grad(in[i], g_counts[i], g_dtypes[i], gs, rank, (size_t)i * 1000);
         }
         T_OK(rr_ddp_sync(hd));
@@ -168,18 +171,18 @@ static int gpu_rank(int rank, void *arg) {
             /* Still being written on the user stream when marked ready: garbage first, a
              * stretch of other work, then the real gradient. Only a copy-in ordered on the
              * group's stream (this one) sees the real one. */
-            C_OK(cudaMemsetAsync(dgrad[i], 0xff, bytes, s));
+            C_OK(memset_async(dgrad[i], 0xff, bytes, s));
             for (int q = 0; k == 0 && q < 4; q++)
-              C_OK(cudaMemcpyAsync(slow_b, slow_a, slow_bytes, cudaMemcpyDefault, s));
-            C_OK(cudaMemcpyAsync(dgrad[i], in[i], bytes, cudaMemcpyHostToDevice, s));
+              C_OK(memcpy_async(slow_b, slow_a, slow_bytes, s));
+            C_OK(memcpy_async(dgrad[i], in[i], bytes, s));
           } else {
-            C_OK(cudaMemcpy(dgrad[i], in[i], bytes, cudaMemcpyHostToDevice));
+            T_CHECK(!cu_copy(dgrad[i], in[i], bytes), "upload");
           }
           T_OK(rr_ddp_grad_ready(dd, i));
         }
         T_OK(rr_ddp_sync(dd));
         for (int i = 0; i < NP_GRADS; i++) {
-          if (in[i]) C_OK(cudaFreeHost(in[i])); /* rr_ddp_sync waited for the stream */
+          if (in[i]) C_OK(host_free(in[i])); /* rr_ddp_sync waited for the stream */
           if (!dgrad[i]) continue;
           char what[96];
           snprintf(what, sizeof what, "hook %d stream %d iteration %d param %d (%s)", h,
@@ -229,8 +232,8 @@ static int gpu_rank(int rank, void *arg) {
                   "byte %ld", at - 1);
         }
         for (int i = 0; i < NP_GRADS; i++)
-          C_OK(cudaMemset(ddata[i], 0x3c + rank, g_counts[i] * rr_dtype_size(g_dtypes[i])));
-        C_OK(cudaMemset(dcount, 0, sizeof hcount));
+          T_CHECK(!cu_set(ddata[i], 0x3c + rank, g_counts[i] * rr_dtype_size(g_dtypes[i])), "memset");
+        T_CHECK(!cu_set(dcount, 0, sizeof hcount), "memset");
         T_OK(rr_ddp_load(dd, ckpt_d));
         for (int i = 0; i < NP_GRADS; i++)
           T_CHECK(dev_equals(ddata[i], hdata[i], g_counts[i], g_dtypes[i], "loaded parameter"),
@@ -245,14 +248,14 @@ static int gpu_rank(int rank, void *arg) {
   T_OK(rr_pg_set_cuda_stream(pg, NULL));
   for (int i = 0; i < NP_GRADS; i++) {
     free(hdata[i]), free(hgrad[i]);
-    C_OK(cudaFree(ddata[i]));
-    if (dgrad[i]) C_OK(cudaFree(dgrad[i]));
+    C_OK(free(ddata[i]));
+    if (dgrad[i]) C_OK(free(dgrad[i]));
   }
-  C_OK(cudaFree(dstat));
-  C_OK(cudaFree(dcount));
-  C_OK(cudaFree(slow_a));
-  C_OK(cudaFree(slow_b));
-  C_OK(cudaStreamDestroy(user));
+  C_OK(free(dstat));
+  C_OK(free(dcount));
+  C_OK(free(slow_a));
+  C_OK(free(slow_b));
+  C_OK(stream_destroy(user));
   if (rank == 0)
     printf("gpu: %d averaged gradients on device %d bit-identical to the host path on %d ranks "
            "(hooks none/allreduce/fp16/bf16, legacy and user stream), broadcasts, no_sync and "
@@ -261,18 +264,24 @@ static int gpu_rank(int rank, void *arg) {
   T_OK(rr_destroy_process_group(pg));
   return 0;
 }
-#endif /* RR_HAVE_CUDA */
-
-int sec_gpu(int w) {
-#ifndef RR_HAVE_CUDA
-  (void)w;
-  printf("skipped: no CUDA device (this build has no CUDA: configure with -DRR_CUDA=ON)\n");
-  return 77;
-#else
+int sec_gpu(int w, int fake) {
+  g_fake = fake;
+  if (fake) {
+    if (rr_fake_cuda_install(CU_FAKE_DEVICES) != RR_OK) {
+      fprintf(stderr, "%s\n", rr_last_error());
+      return 1;
+    }
+    cu = rr_fake_cuda(CU_FAKE_DEVICES);
+  } else {
+    cu = rr__cuda_real_api();
+  }
+  if (!cu) {
+    printf("skipped: no CUDA device (this build has no CUDA: configure with -DRR_CUDA=ON)\n");
+    return 77;
+  }
   if (!have_device_forked()) {
     printf("skipped: no CUDA device (the CUDA runtime found no usable driver or GPU)\n");
     return 77;
   }
   return t_run_all(w, gpu_rank, NULL, 300, NULL);
-#endif
 }

@@ -123,7 +123,10 @@ typedef struct rr_pg_options {
   /* Deadline of every call on the group, in milliseconds. 0: $RR_TIMEOUT (seconds, may be
    * fractional), else 30 minutes as torch's gloo backend. */
   int64_t timeout_ms;
-  /* CUDA device of this rank: -1 picks $LOCAL_RANK (or 0). Unused without CUDA. */
+  /* CUDA device of this rank, >= 0: checked against the device count and made current on
+   * the calling thread (as torch's device_id); an error without CUDA or without that
+   * device. -1 (the default): nothing is touched, and a CPU-only program creates no CUDA
+   * context; calls run on their buffers' device either way. */
   int device;
 } rr_pg_options;
 
@@ -165,9 +168,14 @@ int rr_pg_set_timeout(rr_pg *pg, int64_t timeout_ms);
 
 /* CUDA device buffers: later calls on the group are ordered on `stream` (a cudaStream_t;
  * NULL, the default, means the legacy default stream), as torch's current stream: work
- * queued on it before a call is finished before the call reads its buffers, and the result
- * is in the buffers when a blocking call (or rr_work_wait) returns. The stream is captured
- * when each call is made. RR_ENOTSUP in a build without CUDA (docs/cuda.md). */
+ * queued on it before a call is finished before the call reads its buffers (the call waits
+ * for an event recorded on it at submission, not for the whole stream). The result is in
+ * the buffers when a blocking call returns, and when rr_work_test reports an async call
+ * complete; after rr_work_wait, work queued on the stream sees it (the stream waits for
+ * the call's copy back: read it from the host after synchronising the stream, as with
+ * torch's work.wait()). The stream is captured when each call is made.
+ * cudaStreamPerThread is refused (RR_EINVAL: the call may run on another thread).
+ * RR_ENOTSUP in a build without CUDA (docs/cuda.md). */
 int rr_pg_set_cuda_stream(rr_pg *pg, void *stream);
 /* 1 when this build of the library takes CUDA device buffers (configured with CUDA), 0 when
  * it does not; whether a GPU is present is another question, answered when a call sees a

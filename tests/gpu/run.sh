@@ -1,110 +1,192 @@
 #!/usr/bin/env bash
-# The CUDA checks, in one call on a GPU machine (the `device` tool's H100/H200; one GPU, so
-# ranks share it). Configures build-gpu with -DRR_CUDA=ON, builds, then runs:
-#   1. the CTest label "cuda": pointer detection; every dtype x op through the kernels
-#      against ring/op.c bit for bit (aligned, tail, misaligned, in place, fused); every
-#      collective on device buffers for world sizes 1-4 on one GPU, over shared memory and
-#      forced TCP (RR_TRANSPORT=tcp), every dtype x op for all_reduce, in and out of place,
-#      counts 0/1/7/1000003, checked against the harness's float64 / exact reference
-#      (tolerance: tests/harness.h); 64 MiB; async on a user stream (ordering);
-#      DDP on device gradients (ddp.gpu_w1..3, ddp.gpu_tcp_w2: bit-identical to the host
-#      path for every hook, legacy and user stream, broadcasts, no_sync, checkpoints) and
-#      the training example with --device cuda (ddp.train_gpu_w2, ddp.train_gpu_rrun_w4:
-#      held-out accuracy >= 90% after 5 epochs, ranks bit-identical after every step);
-#   2. the host tests of the kernels' element functions (cuda_elem_vs_op, ddp.elem_vs_host);
-#   3. compute-sanitizer memcheck (and racecheck on the kernel test) on small runs;
-#   4. the PyTorch backend (tests/python): CUDA tensors through every collective and a DDP
-#      step against gloo on the CPU (torch_cuda.py), and the CPU torch tests on torch 2.x;
-#   5. reduce_kernel_perf (kernel GB/s beside cudaMemcpy D2D, same run) and all_reduce_perf
-#      on device buffers (--mem cuda) with 2 ranks on the one GPU; the DDP example's step
-#      time on the GPU and on the CPU (examples/bench_ddp.sh, world 1/2/4, with and without
-#      communication) for docs/performance.md.
-# Output: everything on stdout; exit status non-zero when any step failed.
-#   tests/gpu/run.sh [--quick]   (--quick: skip the perf runs)
+# The CUDA checks on a GPU machine (the `device` tool's H100/H200; one GPU, so ranks share
+# it), run step by step so that each call stays well inside the tool's 10 minutes and a
+# killed step loses nothing:
+#
+#   tests/gpu/run.sh STEP RESULTS_DIR      one step; writes RESULTS_DIR/STEP.log, STEP.verdict
+#                                          and rewrites RESULTS_DIR/summary.txt
+#   tests/gpu/run.sh all RESULTS_DIR       every step in order (an interactive GPU machine)
+#   tests/gpu/run.sh list                  what awaits a GPU run (also printed first by every
+#                                          call)
+#
+# Steps, in order (each < 10 min on one H100; build first, the others reuse build-gpu):
+#   build     configure build-gpu (-DRR_CUDA=ON, the local GPU's architecture) and build
+#   probe     nvidia-smi; the IPC contract the fake encodes, on the real runtime (a memory
+#             handle opened in its own process fails, in another process it maps the same
+#             memory and twice gives one pointer; interprocess events need DisableTiming and
+#             order a stream in another process: test_cuda ipc), and that a CPU-only program
+#             creates no context (test_cuda noctx)
+#   cuda      ctest -L cuda without DDP/training: pointer detection, kernels bit for bit
+#             against ring/op.c (every dtype x op, each pointer misaligned alone, dst == a /
+#             dst == b, fused, (1<<24)+5 elements past the grid cap), collectives on device
+#             buffers world 1-4 over shm and TCP, 64 MiB, stream order on a user stream,
+#             managed buffers, cudaStreamPerThread refused, no context on GPU 0 from the
+#             worker (skipped with one GPU); nothing may be skipped but workerctx
+#   ddp       DDP on device gradients (ddp.gpu_w1..3, ddp.gpu_tcp_w2), bit-identical to the
+#             host path, and the training example (ddp.train_gpu_w2, ddp.train_gpu_rrun_w4)
+#   sanitizer compute-sanitizer memcheck: ptr, kernel, a 2-rank collective, DDP 2 ranks, one
+#             epoch of mlp_digits --device cuda (no racecheck: reduce.cu has no __shared__)
+#   torch     the PyTorch backend: CUDA tensors through every collective and a DDP step
+#             against gloo (torch_cuda.py), and the CPU torch tests on this torch (2.x)
+#   perf      reduce_kernel_perf (kernel vs cudaMemcpy D2D, same run, avg kernels included),
+#             all_reduce_perf device vs host buffers (2 ranks, one GPU), examples/bench_ddp.sh
+# The CPU suite is not here: CI runs it (and the same CUDA tests on the host fake).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
-quick=0; [ "${1:-}" = "--quick" ] && quick=1
 dir=build-gpu
+steps=(build probe cuda ddp sanitizer torch perf)
+
+awaiting() {
+  cat <<'EOF'
+Awaiting a GPU run (nothing below has run on a GPU; the same suites pass on the host fake
+in CI, label cudafake, which cannot prove what is listed in docs/cuda.md "The fake"):
+  1. the IPC contract on the real runtime (probe: test_cuda ipc) -- the fake's IPC rules
+  2. no context from a CPU-only program (probe: test_cuda noctx), none on GPU 0 from the
+     worker (cuda: workerctx, needs 2 GPUs)
+  3. kernels on the device, bit for bit vs ring/op.c, incl. (1<<24)+5 elements (cuda)
+  4. staged collectives on device buffers, world 1-4, shm and TCP, 64 MiB (cuda)
+  5. stream order on a user stream; managed buffers; cudaStreamPerThread refused (cuda)
+  6. DDP on device gradients and mlp_digits --device cuda (ddp)
+  7. compute-sanitizer memcheck (sanitizer)
+  8. torch CUDA tensors through the backend (torch)
+  9. kernel GB/s vs cudaMemcpy D2D (target >= 90%), all_reduce_perf --mem cuda, DDP step
+     times (perf)
+Not built at all yet (docs/cuda.md): transport/cuda_ipc, the pipelined staged TCP path with
+GPU reduction, event-based stream ordering of async calls.
+EOF
+}
+
+awaiting
+echo
+step=${1:-list}
+res=${2:-}
+[ "$step" = list ] && exit 0
+if [ -z "$res" ]; then
+  echo "usage: $0 STEP|all RESULTS_DIR   (steps: ${steps[*]})" >&2
+  exit 2
+fi
+mkdir -p "$res"
+res=$(cd "$res" && pwd)
+
 fail=0
-step() { echo; echo "=== $* ==="; }
 run() { echo "+ $*"; "$@" || { echo "FAILED ($?): $*"; fail=1; }; }
+need_build() { [ -x "$dir/bin/test_cuda" ] || { echo "FAILED: no $dir: run the build step first"; fail=1; return 1; }; }
 
-step "GPU"
-nvidia-smi -L || true
-command -v nvcc >/dev/null || export PATH=/usr/local/cuda/bin:$PATH
-nvcc --version | tail -2
+do_build() {
+  nvidia-smi -L || true
+  command -v nvcc >/dev/null || export PATH=/usr/local/cuda/bin:$PATH
+  nvcc --version | tail -2
+  local gen=() arch archflag=()
+  command -v ninja >/dev/null 2>&1 && gen=(-G Ninja)
+  # Only the local GPU's architecture: the full default list is for distributable builds.
+  arch=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | head -1 | tr -d '.')
+  [ -n "$arch" ] && archflag=(-DCMAKE_CUDA_ARCHITECTURES="$arch")
+  run cmake -S . -B "$dir" "${gen[@]}" -DRR_CUDA=ON -DRR_WERROR=ON "${archflag[@]}"
+  [ $fail = 0 ] && run cmake --build "$dir" -j "$(nproc)"
+}
 
-step "configure + build (RR_CUDA=ON)"
-gen=(); command -v ninja >/dev/null 2>&1 && gen=(-G Ninja)
-# Only the local GPU's architecture: the full default list is for distributable builds.
-arch=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | head -1 | tr -d '.')
-archflag=(); [ -n "$arch" ] && archflag=(-DCMAKE_CUDA_ARCHITECTURES="$arch")
-t0=$(date +%s)
-cmake -S . -B "$dir" "${gen[@]}" -DRR_CUDA=ON -DRR_WERROR=ON "${archflag[@]}" >/dev/null || exit 1
-cmake --build "$dir" -j "$(nproc)" || exit 1
-echo "build: $(( $(date +%s) - t0 )) s"
+do_probe() {
+  need_build || return
+  nvidia-smi || true
+  RR_TIMEOUT=120 run "$dir/bin/test_cuda" ipc
+  RR_TIMEOUT=120 run "$dir/bin/test_cuda" noctx
+}
 
-step "ctest -L cuda (and the element test)"
-log=$(mktemp)
-ctest --test-dir "$dir" --output-on-failure -L 'cuda' -j 2 2>&1 | tee "$log"
-[ "${PIPESTATUS[0]}" = 0 ] || { echo "FAILED: ctest -L cuda"; fail=1; }
-# Nothing may be skipped on a GPU machine (a skip would mean the device was not seen).
-if grep -q "Skipped\|Not Run" "$log"; then echo "FAILED: a cuda test was skipped on a GPU machine"; fail=1; fi
-rm -f "$log"
+# ctest on a label set; on a GPU nothing may be skipped but the tests listed in $2.
+ctest_gpu() {
+  local log
+  log=$(mktemp)
+  ctest --test-dir "$dir" --output-on-failure -j 2 "${@:3}" -R "$1" 2>&1 | tee "$log"
+  [ "${PIPESTATUS[0]}" = 0 ] || { echo "FAILED: ctest -R '$1'"; fail=1; }
+  if grep -E "Skipped|Not Run" "$log" | grep -vE "$2" | grep -q .; then
+    echo "FAILED: a test was skipped on a GPU machine (the device was not seen?)"; fail=1
+  fi
+  rm -f "$log"
+}
 
-step "CPU suite still green in this build (short labels)"
-run ctest --test-dir "$dir" -j 4 -LE 'stress|soak|fuzz|large|netns|cuda' --output-on-failure
+do_cuda() {
+  need_build || return
+  ctest_gpu '^cuda_' 'cuda_workerctx' -E 'reduce_kernel_perf'
+}
 
-step "compute-sanitizer"
-cs=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
-if [ -x "$cs" ]; then
+do_ddp() {
+  need_build || return
+  ctest_gpu '^ddp\.(gpu_|train_gpu_)' '^$'
+}
+
+do_sanitizer() {
+  need_build || return
+  local cs
+  cs=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
+  [ -x "$cs" ] || { echo "FAILED: compute-sanitizer not found"; fail=1; return; }
   run "$cs" --tool memcheck --error-exitcode 9 "$dir/bin/test_cuda" ptr
   run "$cs" --tool memcheck --error-exitcode 9 "$dir/bin/test_cuda" kernel
-  run "$cs" --tool racecheck --error-exitcode 9 "$dir/bin/test_cuda" kernel
-  # A 2-rank collective on device buffers: both ranks under memcheck.
   RR_TIMEOUT=300 run "$cs" --tool memcheck --error-exitcode 9 --target-processes all \
     "$dir/bin/test_cuda" coll 2
-  # DDP on device gradients (its kernels, device buckets, staged all-reduce), 2 ranks.
   RR_TIMEOUT=300 run "$cs" --tool memcheck --error-exitcode 9 --target-processes all \
     "$dir/bin/test_ddp" gpu 2
-  # The example's kernels and cuBLAS calls, one rank, one epoch.
   run "$cs" --tool memcheck --error-exitcode 9 --target-processes all \
     "$dir/bin/mlp_digits" --spawn 1 --device cuda --epochs 1 --checkpoint "" --comm-iters 1
-else
-  echo "FAILED: compute-sanitizer not found"; fail=1
-fi
+}
 
-step "PyTorch backend: CUDA tensors, and the CPU torch tests on this machine's torch (2.x)"
-# python3 here has PyTorch 2.x with CUDA: torch_cuda.py puts every collective on CUDA
-# tensors (current and side stream) and a DDP step against gloo on the CPU; the CPU tests
-# check the backend on torch 2.x (CI checks Debian's 1.13).
-pyenv=(env PYTHONPATH="$PWD/python" RINGREDUCE_LIBRARY="$PWD/$dir/libringreduce.so" OMP_NUM_THREADS=1)
-if python3 -c "import torch" 2>/dev/null; then
-  run "${pyenv[@]}" python3 tests/python/torch_cuda.py 2
-  run "${pyenv[@]}" python3 tests/python/torch_collectives.py 3
-  run "${pyenv[@]}" python3 tests/python/torch_ddp.py plain 2
-  run "${pyenv[@]}" python3 tests/python/torch_ddp.py syncbn 2
-  run "${pyenv[@]}" python3 tests/python/torch_faults.py kill9
-else
-  echo "FAILED: no torch for python3 on the GPU machine"; fail=1
-fi
+# The PyTorch backend on CUDA tensors, and its CPU tests on torch 2.x (CI checks Debian's
+# 1.13), as one step.
+do_torch() {
+  need_build || return
+  local pyenv=(env PYTHONPATH="$PWD/python" RINGREDUCE_LIBRARY="$PWD/$dir/libringreduce.so" OMP_NUM_THREADS=1)
+  if python3 -c "import torch" 2>/dev/null; then
+    run "${pyenv[@]}" python3 tests/python/torch_cuda.py 2
+    run "${pyenv[@]}" python3 tests/python/torch_collectives.py 3
+    run "${pyenv[@]}" python3 tests/python/torch_ddp.py plain 2
+    run "${pyenv[@]}" python3 tests/python/torch_ddp.py syncbn 2
+    run "${pyenv[@]}" python3 tests/python/torch_faults.py kill9
+  else
+    echo "FAILED: no torch for python3 on the GPU machine"; fail=1
+  fi
+}
 
-if [ $quick = 0 ]; then
-  step "reduce_kernel_perf (kernel vs cudaMemcpy D2D, same run)"
+do_perf() {
+  need_build || return
   run "$dir/bin/reduce_kernel_perf" -b 1M -e 256M -f 4 -d float -o sum
   run "$dir/bin/reduce_kernel_perf" -b 256M -e 256M -d all -o all
   run "$dir/bin/reduce_kernel_perf" -b 256M -e 256M --fused
-  step "all_reduce_perf on device buffers, 2 ranks on one GPU (staged path)"
   run "$dir/bin/rrun" --standalone --nproc-per-node 2 "$dir/bin/all_reduce_perf" \
     -b 8 -e 256M -f 8 --mem cuda
   run "$dir/bin/rrun" --standalone --nproc-per-node 2 "$dir/bin/all_reduce_perf" \
     -b 8 -e 256M -f 8 --mem host
-  step "DDP example: step time on the GPU and on the CPU (examples/bench_ddp.sh)"
   REPS=1 run bash examples/bench_ddp.sh "$dir" --device cuda
   REPS=1 run bash examples/bench_ddp.sh "$dir" --device cuda --hidden 1024,1024 --batch 256
   REPS=1 run bash examples/bench_ddp.sh "$dir" --device cpu --hidden 1024,1024 --batch 256
-fi
+}
 
-echo
-[ $fail = 0 ] && echo "GPU RUN: ALL GREEN" || echo "GPU RUN: FAILURES (see above)"
-exit $fail
+summary() {
+  {
+    echo "GPU run summary ($(date -u '+%F %T UTC'), $(nvidia-smi -L 2>/dev/null | head -1))"
+    for s in "${steps[@]}"; do
+      if [ -f "$res/$s.verdict" ]; then echo "  $(cat "$res/$s.verdict")"; else echo "  $s: not run"; fi
+    done
+  } > "$res/summary.txt"
+  cat "$res/summary.txt"
+}
+
+one_step() {
+  local s=$1 t0
+  fail=0
+  t0=$(date +%s)
+  echo "=== $s ==="
+  "do_$s" > "$res/$s.log" 2>&1
+  local v=PASS
+  [ $fail = 0 ] || v=FAIL
+  echo "$s: $v ($(( $(date +%s) - t0 )) s, log $s.log)" | tee "$res/$s.verdict"
+  [ $v = FAIL ] && tail -40 "$res/$s.log"
+  [ $v = PASS ]
+}
+
+rc=0
+case "$step" in
+  all) for s in "${steps[@]}"; do one_step "$s" || rc=1; done ;;
+  build|probe|cuda|ddp|sanitizer|torch|perf) one_step "$step" || rc=1 ;;
+  *) echo "unknown step '$step' (steps: ${steps[*]})" >&2; exit 2 ;;
+esac
+summary
+exit $rc

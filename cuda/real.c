@@ -1,0 +1,261 @@
+/* The CUDA runtime behind the library's CUDA table (cuda/api.h): each entry one runtime
+ * call, its cudaError_t returned as an int. Built only with RR_HAVE_CUDA (nvcc found); the
+ * runtime is linked statically, so the library still loads where there is no driver.
+ *
+ * Pointer attributes. cudaPointerGetAttributes initialises the runtime and may create a
+ * context on the current device (hundreds of MB of GPU memory per process), which a CPU-only
+ * program on a GPU machine must not pay on every collective. So the driver's
+ * cuPointerGetAttributes is used, fetched through cudaGetDriverEntryPointByVersion (no
+ * libcuda link); it needs no context. If that entry point is missing, cudaPointerGetAttributes
+ * is asked instead, but only once some device's primary context is active (device memory
+ * from cudaMalloc cannot exist before one); with neither entry point it is asked always. */
+#include "cuda/api.h"
+
+#ifndef RR_HAVE_CUDA
+const rr__cuda_api *rr__cuda_real_api(void) {
+  return NULL;
+}
+#else
+
+#include <cuda.h> /* driver types only; the driver is reached through the runtime */
+#include <cuda_runtime_api.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "cuda/cuda.h"
+
+typedef CUresult (*rr__pfn_ptr_attrs)(unsigned int, CUpointer_attribute *, void **, CUdeviceptr);
+typedef CUresult (*rr__pfn_ctx_state)(CUdevice, unsigned int *, int *);
+
+static pthread_once_t rr__real_once = PTHREAD_ONCE_INIT;
+static rr__pfn_ptr_attrs rr__drv_ptr_attrs; /* cuPointerGetAttributes, or NULL */
+static rr__pfn_ctx_state rr__drv_ctx_state; /* cuDevicePrimaryCtxGetState, or NULL */
+static int rr__real_ndev;
+static atomic_int rr__ctx_seen; /* a primary context was seen active */
+
+static void *rr__entry(const char *sym) {
+  void *fn = NULL;
+  enum cudaDriverEntryPointQueryResult q = cudaDriverEntryPointSymbolNotFound;
+  cudaError_t e = cudaGetDriverEntryPointByVersion(sym, &fn, 12000, cudaEnableDefault, &q);
+  if (e != cudaSuccess || q != cudaDriverEntryPointSuccess) {
+    (void)cudaGetLastError();
+    return NULL;
+  }
+  return fn;
+}
+
+/* The driver entry points, once, and only when a driver with a device is there. */
+static void rr__real_init(void) {
+  int n = 0;
+  if (cudaGetDeviceCount(&n) != cudaSuccess) {
+    (void)cudaGetLastError();
+    n = 0;
+  }
+  rr__real_ndev = n;
+  if (n > 0) {
+    rr__drv_ptr_attrs = (rr__pfn_ptr_attrs)rr__entry("cuPointerGetAttributes");
+    rr__drv_ctx_state = (rr__pfn_ctx_state)rr__entry("cuDevicePrimaryCtxGetState");
+  }
+}
+
+static int r_device_count(int *n) {
+  pthread_once(&rr__real_once, rr__real_init);
+  *n = 0;
+  return (int)cudaGetDeviceCount(n);
+}
+static int r_get_device(int *d) {
+  return (int)cudaGetDevice(d);
+}
+static int r_set_device(int d) {
+  return (int)cudaSetDevice(d);
+}
+static int r_device_sync(void) {
+  return (int)cudaDeviceSynchronize();
+}
+
+static int r_primary_ctx_active(int device, int *active) {
+  pthread_once(&rr__real_once, rr__real_init);
+  *active = 0;
+  if (!rr__drv_ctx_state) return (int)cudaErrorInvalidValue;
+  unsigned flags = 0;
+  if (rr__drv_ctx_state((CUdevice)device, &flags, active) != CUDA_SUCCESS)
+    return (int)cudaErrorInvalidDevice;
+  return (int)cudaSuccess;
+}
+
+/* May cudaPointerGetAttributes be asked without creating a context? */
+static int rr__some_context_active(void) {
+  if (atomic_load_explicit(&rr__ctx_seen, memory_order_relaxed)) return 1;
+  if (!rr__drv_ctx_state) return 1; /* cannot tell: ask anyway (docs/cuda.md) */
+  for (int d = 0; d < rr__real_ndev; d++) {
+    int active = 0;
+    if (r_primary_ctx_active(d, &active) == 0 && active) {
+      atomic_store_explicit(&rr__ctx_seen, 1, memory_order_relaxed);
+      return 1;
+    }
+  }
+  return 0;
+}
+
+static int r_ptr_attrs(const void *p, int *type, int *device) {
+  pthread_once(&rr__real_once, rr__real_init);
+  *type = 0;
+  *device = -1;
+  if (rr__drv_ptr_attrs) {
+    CUpointer_attribute at[3] = {CU_POINTER_ATTRIBUTE_MEMORY_TYPE,
+                                 CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL,
+                                 CU_POINTER_ATTRIBUTE_IS_MANAGED};
+    unsigned int mtype = 0;
+    int ordinal = -1;
+    unsigned int managed = 0; /* the driver writes a bool-sized flag; zeroed so any width reads */
+    void *out[3] = {&mtype, &ordinal, &managed};
+    if (rr__drv_ptr_attrs(3, at, out, (CUdeviceptr)(uintptr_t)p) != CUDA_SUCCESS)
+      return (int)cudaErrorInvalidValue;
+    *type = managed                         ? RR__CUDA_MEM_MANAGED
+            : mtype == CU_MEMORYTYPE_DEVICE ? RR__CUDA_MEM_DEVICE
+            : mtype == CU_MEMORYTYPE_HOST   ? RR__CUDA_MEM_HOST
+                                            : RR__CUDA_MEM_UNREGISTERED;
+    *device = ordinal;
+    return 0;
+  }
+  if (!rr__some_context_active()) return 0; /* no context: no device memory can exist */
+  struct cudaPointerAttributes at;
+  memset(&at, 0, sizeof at);
+  cudaError_t e = cudaPointerGetAttributes(&at, p);
+  if (e != cudaSuccess) return (int)e;
+  *type = (int)at.type;
+  *device = at.device;
+  return 0;
+}
+
+static int r_malloc(void **p, size_t b) {
+  return (int)cudaMalloc(p, b);
+}
+static int r_free(void *p) {
+  return (int)cudaFree(p);
+}
+static int r_malloc_managed(void **p, size_t b) {
+  return (int)cudaMallocManaged(p, b, cudaMemAttachGlobal);
+}
+static int r_host_alloc(void **p, size_t b) {
+  return (int)cudaHostAlloc(p, b, cudaHostAllocPortable);
+}
+static int r_host_free(void *p) {
+  return (int)cudaFreeHost(p);
+}
+static int r_memcpy_async(void *dst, const void *src, size_t b, void *s) {
+  return (int)cudaMemcpyAsync(dst, src, b, cudaMemcpyDefault, (cudaStream_t)s);
+}
+static int r_memset_async(void *dst, int v, size_t b, void *s) {
+  return (int)cudaMemsetAsync(dst, v, b, (cudaStream_t)s);
+}
+static int r_stream_create(void **s, int nonblocking) {
+  return (int)cudaStreamCreateWithFlags((cudaStream_t *)s,
+                                        nonblocking ? cudaStreamNonBlocking : cudaStreamDefault);
+}
+static int r_stream_destroy(void *s) {
+  return (int)cudaStreamDestroy((cudaStream_t)s);
+}
+static int r_stream_sync(void *s) {
+  return (int)cudaStreamSynchronize((cudaStream_t)s);
+}
+static int r_stream_wait_event(void *s, void *e) {
+  return (int)cudaStreamWaitEvent((cudaStream_t)s, (cudaEvent_t)e, 0);
+}
+static int r_event_create(void **e, unsigned flags) {
+  return (int)cudaEventCreateWithFlags((cudaEvent_t *)e, flags);
+}
+static int r_event_destroy(void *e) {
+  return (int)cudaEventDestroy((cudaEvent_t)e);
+}
+static int r_event_record(void *e, void *s) {
+  return (int)cudaEventRecord((cudaEvent_t)e, (cudaStream_t)s);
+}
+static int r_event_sync(void *e) {
+  return (int)cudaEventSynchronize((cudaEvent_t)e);
+}
+static int r_event_query(void *e) {
+  return (int)cudaEventQuery((cudaEvent_t)e);
+}
+
+_Static_assert(sizeof(cudaIpcMemHandle_t) == sizeof(rr__cuda_ipc_handle), "IPC handle size");
+_Static_assert(sizeof(cudaIpcEventHandle_t) == sizeof(rr__cuda_ipc_handle), "IPC handle size");
+
+static int r_ipc_get_mem_handle(rr__cuda_ipc_handle *h, void *p) {
+  cudaIpcMemHandle_t m;
+  cudaError_t e = cudaIpcGetMemHandle(&m, p);
+  if (e == cudaSuccess) memcpy(h->bytes, &m, sizeof m);
+  return (int)e;
+}
+static int r_ipc_open_mem_handle(void **p, const rr__cuda_ipc_handle *h) {
+  cudaIpcMemHandle_t m;
+  memcpy(&m, h->bytes, sizeof m);
+  return (int)cudaIpcOpenMemHandle(p, m, cudaIpcMemLazyEnablePeerAccess);
+}
+static int r_ipc_close_mem_handle(void *p) {
+  return (int)cudaIpcCloseMemHandle(p);
+}
+static int r_ipc_get_event_handle(rr__cuda_ipc_handle *h, void *ev) {
+  cudaIpcEventHandle_t m;
+  cudaError_t e = cudaIpcGetEventHandle(&m, (cudaEvent_t)ev);
+  if (e == cudaSuccess) memcpy(h->bytes, &m, sizeof m);
+  return (int)e;
+}
+static int r_ipc_open_event_handle(void **ev, const rr__cuda_ipc_handle *h) {
+  cudaIpcEventHandle_t m;
+  memcpy(&m, h->bytes, sizeof m);
+  return (int)cudaIpcOpenEventHandle((cudaEvent_t *)ev, m);
+}
+static const char *r_error_string(int e) {
+  return cudaGetErrorString((cudaError_t)e);
+}
+static const char *r_error_name(int e) {
+  return cudaGetErrorName((cudaError_t)e);
+}
+static void r_clear_error(void) {
+  (void)cudaGetLastError();
+}
+
+static const rr__cuda_api rr__real = {
+    .name = "CUDA runtime",
+    .device_count = r_device_count,
+    .get_device = r_get_device,
+    .set_device = r_set_device,
+    .device_sync = r_device_sync,
+    .primary_ctx_active = r_primary_ctx_active,
+    .ptr_attrs = r_ptr_attrs,
+    .malloc = r_malloc,
+    .free = r_free,
+    .malloc_managed = r_malloc_managed,
+    .host_alloc = r_host_alloc,
+    .host_free = r_host_free,
+    .memcpy_async = r_memcpy_async,
+    .memset_async = r_memset_async,
+    .reduce = rr__cuda_reduce_launch,
+    .ddp = rr__cuda_ddp_launch,
+    .stream_create = r_stream_create,
+    .stream_destroy = r_stream_destroy,
+    .stream_sync = r_stream_sync,
+    .stream_wait_event = r_stream_wait_event,
+    .event_create = r_event_create,
+    .event_destroy = r_event_destroy,
+    .event_record = r_event_record,
+    .event_sync = r_event_sync,
+    .event_query = r_event_query,
+    .ipc_get_mem_handle = r_ipc_get_mem_handle,
+    .ipc_open_mem_handle = r_ipc_open_mem_handle,
+    .ipc_close_mem_handle = r_ipc_close_mem_handle,
+    .ipc_get_event_handle = r_ipc_get_event_handle,
+    .ipc_open_event_handle = r_ipc_open_event_handle,
+    .error_string = r_error_string,
+    .error_name = r_error_name,
+    .clear_error = r_clear_error,
+};
+
+const rr__cuda_api *rr__cuda_real_api(void) {
+  return &rr__real;
+}
+
+#endif /* RR_HAVE_CUDA */

@@ -1,0 +1,31 @@
+/* A host fake of the library's CUDA table (cuda/api.h), for tests only: it runs the library's
+ * device paths on a machine without a GPU and enforces the CUDA runtime's contract, so that a
+ * missing synchronisation or a misused handle fails a test here instead of on a GPU months
+ * later. The rules and what the fake cannot prove: tests/fake_cuda/fake_cuda.c and
+ * docs/cuda.md ("The fake").
+ *
+ * A test installs it first thing in main(), before any CUDA question (rr__cuda_use_api
+ * refuses later), and before rr_spawn: each rank then starts its own fake "driver" when it
+ * first uses it, as a forked child must with the real one. */
+#ifndef RR_TESTS_FAKE_CUDA_H_
+#define RR_TESTS_FAKE_CUDA_H_
+
+#include "cuda/api.h"
+
+/* The fake's table, with `devices` fake GPUs (1..8). */
+const rr__cuda_api *rr_fake_cuda(int devices);
+
+/* Install it (rr__cuda_use_api). 0, or an RR_ status with the last error set. */
+int rr_fake_cuda_install(int devices);
+
+/* The fake's kernels (fake_kernels.c), run on a stream worker: dst = a op b (and dst2) as
+ * cuda/reduce.cu, and the DDP element work as cuda/ddp.cu. Pointers are readable host views. */
+void rr_fake_reduce_run(void *dst, void *dst2, const void *a, const void *b, size_t n, int dtype,
+                        int op, int div);
+void rr_fake_ddp_run(int kind, void *dst, const void *src, size_t n, int dtype, int wire,
+                     int world);
+
+/* Work the fake's streams still have queued in this process (tests of the fake itself). */
+int rr_fake_cuda_pending(void);
+
+#endif

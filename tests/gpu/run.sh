@@ -45,14 +45,16 @@ in CI, label cudafake, which cannot prove what is listed in docs/cuda.md "The fa
      worker (cuda: workerctx, needs 2 GPUs)
   3. kernels on the device, bit for bit vs ring/op.c, incl. (1<<24)+5 elements (cuda)
   4. staged collectives on device buffers, world 1-4, shm and TCP, 64 MiB (cuda)
-  5. stream order on a user stream; managed buffers; cudaStreamPerThread refused (cuda)
+  5. stream order on a user stream with events (async calls wait for the caller's stream
+     by an event, rr_work_wait orders the caller's stream after the call); managed
+     buffers; cudaStreamPerThread refused (cuda)
   6. DDP on device gradients and mlp_digits --device cuda (ddp)
   7. compute-sanitizer memcheck (sanitizer)
   8. torch CUDA tensors through the backend (torch)
   9. kernel GB/s vs cudaMemcpy D2D (target >= 90%), all_reduce_perf --mem cuda, DDP step
      times (perf)
 Not built at all yet (docs/cuda.md): transport/cuda_ipc, the pipelined staged TCP path with
-GPU reduction, event-based stream ordering of async calls.
+GPU reduction.
 EOF
 }
 

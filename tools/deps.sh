@@ -14,6 +14,9 @@ command -v python3 >/dev/null 2>&1 || need+=(python3)   # tests: JSON output che
 command -v iptables >/dev/null 2>&1 || need+=(iptables) # tests: lossy link in netns
 command -v pkg-config >/dev/null 2>&1 || need+=(pkg-config) # tests: the installed ringreduce.pc
 dpkg -s libopenblas-dev >/dev/null 2>&1 || need+=(libopenblas-dev)  # the training example
+# transport/ib compiles against <infiniband/verbs.h> (it loads libibverbs.so.1 at run time,
+# never links it); libibverbs1 comes with it, for the no-device fallback test.
+[ -f /usr/include/infiniband/verbs.h ] || need+=(libibverbs-dev)
 # tests/run.sh: torch for the PyTorch backend's tests (tests/python.cmake). Debian's package
 # installs into /usr/bin/python3, the interpreter the tests use; the quick start skips it.
 if [ "${RR_DEPS_TORCH:-0}" = 1 ]; then

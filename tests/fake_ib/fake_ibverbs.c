@@ -58,6 +58,7 @@
  * PSN sequence errors and packet loss (its wire is a reliable socket); memory ordering of a
  * real NIC's DMA (payloads land with memcpy); GPUDirect; the payload of a send is copied at
  * post time, so an application that changes a buffer before its completion goes unseen. */
+#include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
@@ -141,6 +142,7 @@ typedef struct fk_qp {
   fk_link rsp; /* their requests in, our acks out */
   int have_hello;
   fk_pkt hello;
+  int nakked; /* a NAK went out: later requests are out of PSN sequence, dropped */
   uint8_t port;
   int access, path_mtu, timeout, retry_cnt, rnr_retry, min_rnr;
   uint32_t dest_qpn;
@@ -263,18 +265,23 @@ static fk_mr *fk_find_rkey(struct ibv_pd *pd, uint32_t rkey) {
 
 /* One request at the responder. Returns 0 done, 1 stalled (RNR with infinite retry). */
 static int fk_respond(fk_qp *q, const fk_pkt *h, const char *payload) {
+  /* After a NAK the responder still expects the NAKed PSN; the packets behind it are out
+   * of sequence and discarded (IBTA 9.7.5.2.x), while the requester's QP goes to ERR. */
+  if (q->nakked) return 0;
   fk_pkt ack = {.magic = FK_MAGIC, .type = FK_ACK, .seq = h->seq, .status = FK_OK};
   fk_mr *m = fk_find_rkey(q->qp.pd, h->rkey);
   uintptr_t lo = m ? (uintptr_t)m->mr.addr : 0;
   if (!m || !(m->access & IBV_ACCESS_REMOTE_WRITE) || !(q->access & IBV_ACCESS_REMOTE_WRITE) ||
       h->raddr < lo || h->raddr + h->len > lo + m->mr.length || h->raddr + h->len < h->raddr) {
     ack.status = FK_NAK_ACCESS;
+    q->nakked = 1;
     fk_queue(&q->rsp, &ack, NULL, 0);
     return 0;
   }
   if (h->has_imm && q->rq_n == 0) {
     if (h->rnr_retry == 7) return 1; /* waits for a receive */
     ack.status = FK_NAK_RNR;
+    q->nakked = 1;
     fk_queue(&q->rsp, &ack, NULL, 0);
     return 0;
   }
@@ -347,9 +354,12 @@ static void fk_consume(fk_qp *q, fk_link *l, int rsp) {
       q->have_hello = 1;
     } else if (h.type == FK_WRITE && rsp) {
       /* Requests count only in RTR/RTS, from the connected peer; else they are dropped
-       * silently and the requester times out (IBTA 10.3.1: RESET/INIT discard packets). */
+       * silently and the requester times out (IBTA 10.3.1: a QP below RTR discards what
+       * arrives). One leniency: a request reaching a QP still in INIT is held until RTR,
+       * where hardware would drop it and retransmit after its ACK timeout (4 s); the
+       * library's ready handshake keeps that from happening anyway. */
       if (q->qp.state != IBV_QPS_RTR && q->qp.state != IBV_QPS_RTS) {
-        if (q->qp.state == IBV_QPS_INIT) break; /* not yet: keep it until RTR */
+        if (q->qp.state == IBV_QPS_INIT) break;
       } else if (q->have_hello && fk_hello_ok(q)) {
         if (fk_respond(q, &h, l->in.p + pos + sizeof h)) break;
       }

@@ -62,6 +62,7 @@
 #define RR__IB_MAX_SLOTS 64u
 #define RR__IB_SIGNAL 4            /* a signalled send completion every this many posts */
 #define RR__IB_POLL 32             /* completions taken per ibv_poll_cq */
+#define RR__IB_ACKQ 256 /* > the send queue depth */
 #define RR__IB_CREDIT_BIT 0x80000000u
 #define RR__IB_SEQ_SHIFT 22
 #define RR__IB_SEQ_MASK 0x1ffu
@@ -105,6 +106,13 @@ typedef struct rr__ib_conn {
   /* Send queue accounting. */
   uint32_t sq_depth, rq_depth;
   uint64_t sq_posted, sq_retired;
+  /* Sends whose pieces are all posted, waiting for the acknowledgement of their last
+   * piece (posted signalled), with that piece's post index; at most one per send queue
+   * entry. */
+  rr__req *ack_head, *ack_tail;
+  uint64_t ack_wr[RR__IB_ACKQ];
+  uint32_t ack_first, ack_n;
+  size_t acked_bytes; /* of sends completed since progress last reported them */
   int failed; /* an error completion came; the last error text is in fail_msg */
   int fail_status;
   char fail_msg[256];
@@ -141,21 +149,42 @@ static int rr__ib_post_recvs(rr__ib_conn *c, uint32_t n) {
   return RR_OK;
 }
 
-/* Post one RDMA write with immediate. Returns 1 posted, 0 no send queue space, <0 error. */
+/* Post one RDMA write (with immediate unless imm is NULL; signalled every RR__IB_SIGNAL
+ * posts, or always with `signal`). Returns 1 posted, 0 no send queue space, <0 error. */
 static int rr__ib_write(rr__ib_conn *c, void *src, uint32_t lkey, uint32_t len, uint64_t raddr,
-                        uint32_t rkey, uint32_t imm) {
+                        uint32_t rkey, const uint32_t *imm, int signal) {
   if (c->sq_posted - c->sq_retired >= c->sq_depth) return 0;
   struct ibv_sge sge = {.addr = (uintptr_t)src, .length = len, .lkey = lkey};
-  struct ibv_send_wr wr = {.wr_id = c->sq_posted, .sg_list = &sge, .num_sge = 1,
-                           .opcode = IBV_WR_RDMA_WRITE_WITH_IMM, .imm_data = htonl(imm)};
+  struct ibv_send_wr wr = {.wr_id = c->sq_posted, .sg_list = len ? &sge : NULL,
+                           .num_sge = len ? 1 : 0,
+                           .opcode = imm ? IBV_WR_RDMA_WRITE_WITH_IMM : IBV_WR_RDMA_WRITE,
+                           .imm_data = imm ? htonl(*imm) : 0};
   wr.wr.rdma.remote_addr = raddr;
   wr.wr.rdma.rkey = rkey;
-  if ((c->sq_posted + 1) % RR__IB_SIGNAL == 0) wr.send_flags = IBV_SEND_SIGNALED;
+  if (signal || (c->sq_posted + 1) % RR__IB_SIGNAL == 0) wr.send_flags = IBV_SEND_SIGNALED;
   struct ibv_send_wr *bad = NULL;
   int e = c->v->post_send(c->qp, &wr, &bad);
   if (e) return rr__ib_fail(c, RR_ESYS, "ib: rank %d: ibv_post_send: %s", strerror(e));
   c->sq_posted++;
   return 1;
+}
+
+/* Complete the sends whose last piece the peer acknowledged. A send completes only then,
+ * not when posted: the caller may free or reuse its buffer either way (we sent from a
+ * copy), but the group may be destroyed right after its last call, and destroying a queue
+ * pair drops what it has not delivered (TCP's kernel keeps sending after close, a QP does
+ * not). */
+static void rr__ib_acked(rr__ib_conn *c) {
+  while (c->ack_n > 0 && c->ack_wr[c->ack_first] < c->sq_retired) {
+    rr__req *r = c->ack_head;
+    c->ack_head = r->next;
+    if (!c->ack_head) c->ack_tail = NULL;
+    c->ack_first = (c->ack_first + 1) % RR__IB_ACKQ;
+    c->ack_n--;
+    r->complete = 1;
+    c->base.pending--;
+    c->acked_bytes += r->len;
+  }
 }
 
 /* Take every completion the CQ has. */
@@ -177,12 +206,17 @@ static int rr__ib_poll(rr__ib_conn *c) {
       }
       if (wc[i].opcode == IBV_WC_RDMA_WRITE) { /* a signalled send: retires all before it */
         c->sq_retired = wc[i].wr_id + 1;
+        rr__ib_acked(c);
         continue;
       }
       if (wc[i].opcode != IBV_WC_RECV_RDMA_WITH_IMM || !(wc[i].wc_flags & IBV_WC_WITH_IMM))
         return rr__ib_fail(c, RR_EPROTO, "ib: rank %d: unexpected completion (%s)", "opcode");
       reposts++;
       uint32_t imm = ntohl(wc[i].imm_data);
+      RR__LOG_TRACE(RR__SUB_NET, "ib: from rank %d: imm %08x len %u (arrived %llu tail %llu credit %llu head %llu)",
+                    c->base.peer_global, imm, wc[i].byte_len, (unsigned long long)c->rx_arrived,
+                    (unsigned long long)c->rx_tail, (unsigned long long)c->tx_credit,
+                    (unsigned long long)c->tx_head);
       if (imm & RR__IB_CREDIT_BIT) {
         uint64_t delta = ((imm & ~RR__IB_CREDIT_BIT) - (uint32_t)c->tx_credit) & ~RR__IB_CREDIT_BIT;
         if (delta > c->tx_head - c->tx_credit)
@@ -223,9 +257,9 @@ static int rr__ib_take_events(rr__ib_conn *c) {
 static int rr__ib_send_credit(rr__ib_conn *c) {
   if (c->credit_sent == c->rx_tail) return RR_OK;
   c->credit[1] = c->rx_tail;
+  uint32_t imm = RR__IB_CREDIT_BIT | ((uint32_t)c->rx_tail & ~RR__IB_CREDIT_BIT);
   int p = rr__ib_write(c, &c->credit[1], c->cr_mr->lkey, sizeof(uint64_t), c->remote_credit,
-                       c->remote_credit_rkey,
-                       RR__IB_CREDIT_BIT | ((uint32_t)c->rx_tail & ~RR__IB_CREDIT_BIT));
+                       c->remote_credit_rkey, &imm, 0);
   if (p < 0) return p;
   /* No send queue space: keep the lane busy (pending) until the credit leaves. */
   if (p == 0 && !c->credit_owed) c->credit_owed = 1, c->base.pending++;
@@ -244,14 +278,28 @@ static int rr__ib_send_some(rr__ib_conn *c, size_t *moved) {
     char *stage = c->tx_ring + k * c->tx_slot;
     memcpy(stage, r->buf + r->done, n);
     uint32_t imm = (((uint32_t)c->tx_head & RR__IB_SEQ_MASK) << RR__IB_SEQ_SHIFT) | (uint32_t)(n - 1);
+    int last = r->done + n == r->len;
+    RR__LOG_TRACE(RR__SUB_NET, "ib: to rank %d: piece %llu len %zu", c->base.peer_global,
+                  (unsigned long long)c->tx_head, n);
     int p = rr__ib_write(c, stage, c->tx_mr->lkey, (uint32_t)n, c->remote_ring + k * c->tx_slot,
-                         c->remote_ring_rkey, imm);
+                         c->remote_ring_rkey, &imm, last);
     if (p < 0) return p;
     if (p == 0) break;
     c->tx_head++;
     r->done += n;
     *moved += n;
-    if (r->done == r->len) rr__reqq_pop(&c->base, &c->sq, 0);
+    if (last) { /* all posted: it waits for the acknowledgement (rr__ib_acked) */
+      c->sq.head = r->next;
+      if (!c->sq.head) c->sq.tail = NULL;
+      r->next = NULL;
+      if (c->ack_tail)
+        c->ack_tail->next = r;
+      else
+        c->ack_head = r;
+      c->ack_tail = r;
+      c->ack_wr[(c->ack_first + c->ack_n) % RR__IB_ACKQ] = c->sq_posted - 1;
+      c->ack_n++;
+    }
   }
   return RR_OK;
 }
@@ -290,6 +338,10 @@ static int rr__ib_progress(rr__conn *base, size_t *moved) {
   RR__CHECK(rr__ib_poll(c));
   RR__CHECK(rr__ib_send_some(c, moved));
   RR__CHECK(rr__ib_recv_some(c, moved));
+  /* A send completing is progress too, though no byte moved now: a caller that spins until
+   * something moves must not go to sleep on a lane that has nothing left to wait for. */
+  *moved += c->acked_bytes;
+  c->acked_bytes = 0;
   return RR_OK;
 }
 
@@ -324,7 +376,7 @@ static void rr__ib_arm(rr__ib_conn *c, struct pollfd *pfd) {
 
 static int rr__ib_pollfd(rr__conn *base, struct pollfd *pfd) {
   rr__ib_conn *c = (rr__ib_conn *)base;
-  if (!c->sq.head && !c->rq.head && !c->credit_owed) return 0;
+  if (!c->sq.head && !c->rq.head && !c->ack_head && !c->credit_owed) return 0;
   rr__ib_arm(c, pfd);
   return 1;
 }

@@ -387,11 +387,26 @@ static void fk_timers(fk_qp *q, int64_t now) {
   }
 }
 
+/* The NIC: sleeps until a link has bytes (or room for ours), a post wakes it, or 5 ms
+ * pass (for the acknowledgement timers), then moves everything it can. */
+#define FK_MAX_FDS 512
 static void *fk_nic(void *arg) {
   (void)arg;
+  struct pollfd pfd[FK_MAX_FDS];
   for (;;) {
-    struct pollfd pfd[1] = {{.fd = fk_wake[0], .events = POLLIN}};
-    if (poll(pfd, 1, 5) > 0) {
+    int n = 0;
+    pfd[n++] = (struct pollfd){.fd = fk_wake[0], .events = POLLIN};
+    pthread_mutex_lock(&fk_mu);
+    for (fk_qp *q = fk_qps; q && !fk_muted && n + 3 <= FK_MAX_FDS; q = q->next) {
+      if (q->rsp.fd < 0 && q->lfd >= 0) pfd[n++] = (struct pollfd){.fd = q->lfd, .events = POLLIN};
+      fk_link *ls[2] = {&q->req, &q->rsp};
+      for (int k = 0; k < 2; k++)
+        if (ls[k]->fd >= 0 && !ls[k]->dead)
+          pfd[n++] = (struct pollfd){.fd = ls[k]->fd,
+                                     .events = (short)(POLLIN | (ls[k]->out.len > ls[k]->out.off ? POLLOUT : 0))};
+    }
+    pthread_mutex_unlock(&fk_mu);
+    if (poll(pfd, (nfds_t)n, 5) > 0 && pfd[0].revents) {
       char b[256];
       while (read(fk_wake[0], b, sizeof b) > 0) {
       }

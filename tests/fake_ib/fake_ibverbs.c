@@ -371,6 +371,7 @@ static void fk_consume(fk_qp *q, fk_link *l, int rsp) {
     }
     pos += need;
   }
+  if (pos == 0) return;
   memmove(l->in.p, l->in.p + pos, l->in.len - pos);
   l->in.len -= pos;
 }

@@ -142,7 +142,9 @@ typedef struct fk_qp {
   fk_link rsp; /* their requests in, our acks out */
   int have_hello;
   fk_pkt hello;
-  int nakked; /* a NAK went out: later requests are out of PSN sequence, dropped */
+  int nakked;     /* a NAK went out: later requests are out of PSN sequence, dropped */
+  int tx_stopped; /* a WR will fail here: what is posted behind it never leaves (it would
+                     reach the responder out of PSN sequence) and is flushed with it */
   uint8_t port;
   int access, path_mtu, timeout, retry_cnt, rnr_retry, min_rnr;
   uint32_t dest_qpn;
@@ -895,7 +897,8 @@ static int fk_post_send(struct ibv_qp *qp, struct ibv_send_wr *wr, struct ibv_se
       fk_qp_error(q);
       continue;
     }
-    if (w->fault_status) continue; /* completes in error on the NIC's next turn */
+    if (w->fault_status) q->tx_stopped = 1; /* completes in error on the NIC's next turn */
+    if (q->tx_stopped) continue;
     fk_pkt h = {.magic = FK_MAGIC, .type = FK_WRITE, .seq = w->seq,
                 .has_imm = wr->opcode == IBV_WR_RDMA_WRITE_WITH_IMM, .imm = wr->imm_data,
                 .raddr = wr->wr.rdma.remote_addr, .rkey = wr->wr.rdma.rkey, .len = (uint32_t)len,

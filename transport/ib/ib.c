@@ -19,9 +19,10 @@
  * send no more than the credit we have seen); the receive queue holds both and every
  * consumed request is posted again before the credit that could use it leaves.
  *
- * Send completions are requested every RR__IB_SIGNAL posts (and for error completions,
- * which verbs always reports); a signalled completion retires every earlier post of the
- * send queue (ibv_post_send(3): completions of one queue pair come in order).
+ * Send completions are requested every RR__IB_SIGNAL posts and for the last piece of every
+ * request (error completions come regardless, ibv_post_send(3)); a signalled completion
+ * retires every earlier post of the send queue (completions of one queue pair come in
+ * order). A send request completes when its last piece is acknowledged (rr__ib_acked).
  *
  * Sleeping: a lane's CQ has a completion channel. Before sleeping we arm the CQ
  * (ibv_req_notify_cq) and poll it once more: what came before the arm is found there, what

@@ -26,6 +26,12 @@ foreach(w 3 5)
   set_tests_properties(ib_coll_all_reduce_w${w} PROPERTIES TIMEOUT 300 LABELS "ib;coll"
     ENVIRONMENT "${RR_IB_ENV}")
 endforeach()
+# Eight ranks: 28 queue pairs between 8 processes (all-to-all uses every one of them).
+foreach(coll all_reduce all_to_all)
+  add_test(NAME ib_coll_${coll}_w8 COMMAND test_coll ${coll} 8)
+  set_tests_properties(ib_coll_${coll}_w8 PROPERTIES TIMEOUT 300 LABELS "ib;coll"
+    ENVIRONMENT "${RR_IB_ENV}")
+endforeach()
 # Tiny slot rings: 4 KiB slots, 2 of them, so every message is cut over slots, the slot
 # index and the immediate's 9-bit segment number wrap many times and every send waits for
 # credit.

@@ -1,5 +1,7 @@
-/* A fake libibverbs for the tests: never the default, never installed. The library loads it
- * in place of libibverbs.so.1 when RR_IB_LIBRARY names it, so the real dlopen path runs.
+/* A fake libibverbs for the tests: never the default, never installed. (Over 800 lines on
+ * purpose: the verbs objects and the NIC thread share one lock and every structure; split,
+ * each half would reach into the other's internals through a header.) The library loads
+ * it in place of libibverbs.so.1 when RR_IB_LIBRARY names it, so the real dlopen path runs.
  *
  * It models one RDMA device per process whose "wire" is AF_UNIX sockets in the abstract
  * namespace (so it works between processes of one network namespace only): every queue

@@ -74,3 +74,11 @@ endforeach()
 add_test(NAME ib_fault_kill9 COMMAND test_fault kill9)
 set_tests_properties(ib_fault_kill9 PROPERTIES TIMEOUT 120 LABELS "ib;fault"
   ENVIRONMENT "${RR_IB_ENV};RR_TIMEOUT=30")
+
+# Between network namespaces (tests/netns.sh; root and `ip netns`, else skipped): each rank
+# is its own "host", RR_TRANSPORT=auto picks ib for every pair on the fake.
+foreach(w 3 4)
+  add_test(NAME ib_netns_w${w} COMMAND bash ${RR_TEST_DIR}/netns.sh $<TARGET_FILE:netns_rank> ib ${w})
+  set_tests_properties(ib_netns_w${w} PROPERTIES TIMEOUT 150 LABELS "ib;netns" SKIP_RETURN_CODE 77
+    ENVIRONMENT "RR_TIMEOUT=60;RR_IB_LIBRARY=${RR_FAKE_IB}")
+endforeach()

@@ -72,6 +72,7 @@
 #include <string.h>
 #include <sys/random.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/un.h>
 #include <time.h>
 #include <unistd.h>
@@ -175,6 +176,7 @@ static long fk_fault_n;
 static char fk_fault[32];
 static long fk_posts;
 static int64_t fk_ack_ms = -1;
+static char fk_dir[80]; /* where the QPs' sockets live (fk_name) */
 
 static int64_t fk_now_ms(void) {
   struct timespec ts;
@@ -447,6 +449,8 @@ static void fk_init(void) {
     fk_fault_n = colon ? atol(colon + 1) : 0;
     fk_port_down = !strcmp(fk_fault, "port_down");
   }
+  snprintf(fk_dir, sizeof fk_dir, "/tmp/rr-fakeib-%u", (unsigned)getuid());
+  if (mkdir(fk_dir, 0700) != 0 && errno != EEXIST) return;
   const char *a = getenv("RR_FAKE_IB_ACK_TIMEOUT_MS");
   if (a && *a) fk_ack_ms = atol(a);
   fk_roce = getenv("RR_FAKE_IB_ROCE") && !strcmp(getenv("RR_FAKE_IB_ROCE"), "1");
@@ -691,11 +695,23 @@ static int fk_poll_cq(struct ibv_cq *cq, int n, struct ibv_wc *wc) {
 
 /* ---- queue pairs ---- */
 
+/* A QP's address on the fake wire: a UNIX socket file in one directory of the file system
+ * (not the abstract namespace, which is per network namespace: the tests run ranks in
+ * separate network namespaces too, tests/netns.sh). */
 static void fk_name(uint32_t qpn, struct sockaddr_un *sa, socklen_t *len) {
   memset(sa, 0, sizeof *sa);
   sa->sun_family = AF_UNIX;
-  int n = snprintf(sa->sun_path + 1, sizeof sa->sun_path - 1, "rr-fakeib/%06x", qpn);
-  *len = (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + (size_t)n);
+  int n = snprintf(sa->sun_path, sizeof sa->sun_path, "%s/%06x", fk_dir, qpn);
+  *len = (socklen_t)(offsetof(struct sockaddr_un, sun_path) + (size_t)n + 1);
+}
+
+/* A socket file left by a process that died: nobody accepts on it. */
+static int fk_stale(const struct sockaddr_un *sa, socklen_t sl) {
+  int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return 0;
+  int stale = connect(fd, (const struct sockaddr *)sa, sl) != 0 && errno == ECONNREFUSED;
+  close(fd);
+  return stale;
 }
 
 FK_API struct ibv_qp *ibv_create_qp(struct ibv_pd *pd, struct ibv_qp_init_attr *ia) {
@@ -721,7 +737,9 @@ FK_API struct ibv_qp *ibv_create_qp(struct ibv_pd *pd, struct ibv_qp_init_attr *
     struct sockaddr_un sa;
     socklen_t sl;
     fk_name(qpn, &sa, &sl);
-    if (bind(q->lfd, (struct sockaddr *)&sa, sl) == 0 && listen(q->lfd, 4) == 0) {
+    if (bind(q->lfd, (struct sockaddr *)&sa, sl) != 0 && errno == EADDRINUSE && fk_stale(&sa, sl))
+      unlink(sa.sun_path); /* and try another number */
+    else if (listen(q->lfd, 4) == 0) {
       q->qp.qp_num = qpn;
       break;
     }
@@ -757,7 +775,13 @@ FK_API int ibv_destroy_qp(struct ibv_qp *qp) {
       break;
     }
   pthread_mutex_unlock(&fk_mu);
-  if (q->lfd >= 0) close(q->lfd);
+  if (q->lfd >= 0) {
+    struct sockaddr_un sa;
+    socklen_t sl;
+    fk_name(q->qp.qp_num, &sa, &sl);
+    unlink(sa.sun_path);
+    close(q->lfd);
+  }
   if (q->req.fd >= 0) close(q->req.fd);
   if (q->rsp.fd >= 0) close(q->rsp.fd);
   free(q->req.in.p);

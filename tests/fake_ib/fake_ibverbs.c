@@ -3,9 +3,10 @@
  * each half would reach into the other's internals through a header.) The library loads
  * it in place of libibverbs.so.1 when RR_IB_LIBRARY names it, so the real dlopen path runs.
  *
- * It models one RDMA device per process whose "wire" is AF_UNIX sockets in the abstract
- * namespace (so it works between processes of one network namespace only): every queue
- * pair listens on "@rr-fakeib/<qpn>", and at RTR connects to its destination's. A "NIC"
+ * It models one RDMA device per process whose "wire" is AF_UNIX stream sockets: every queue
+ * pair listens on /tmp/rr-fakeib-<uid>/<qpn> (a file, so processes in different network
+ * namespaces of one machine reach each other: tests/netns.sh), and at RTR connects to its
+ * destination's. A "NIC"
  * thread per process moves the packets: it writes RDMA payloads straight into the target
  * process's registered memory (the target's CPU is not involved, as with hardware),
  * generates completions and acknowledgements, and times out what is never acknowledged.

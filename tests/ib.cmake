@@ -66,7 +66,7 @@ set_tests_properties(ib_forced_nolib PROPERTIES TIMEOUT 120 LABELS "ib"
 # Injected faults on rank 1: every rank fails, naming the cause, well inside the limit.
 # RR_TIMEOUT=8: mute is caught by the fake's 2 s ACK timeout when a rank has writes
 # outstanding to the silent one, else by the call timeout (test_ib.c).
-foreach(kind retry flush rkey mute)
+foreach(kind retry flush rkey mute link_down)
   add_test(NAME ib_fault_${kind} COMMAND test_ib fault ${kind})
   set_tests_properties(ib_fault_${kind} PROPERTIES TIMEOUT 120 LABELS "ib;fault"
     ENVIRONMENT "${RR_IB_ENV};RR_TIMEOUT=8;RR_FAKE_IB_ACK_TIMEOUT_MS=2000")

@@ -182,7 +182,8 @@ static int fault_rank(int rank, void *arg) {
   T_CHECK(st != RR_OK, "no error after %ld calls", it);
   T_CHECK(dt < 30, "the error took %.1f s", dt);
   /* Whoever saw the completion error names its peer and the status; the rest hear it. */
-  const char *cause = !strcmp(t_kind, "retry") || !strcmp(t_kind, "mute")
+  const char *cause = !strcmp(t_kind, "retry") || !strcmp(t_kind, "mute") ||
+                              !strcmp(t_kind, "link_down")
                           ? "retry counter exceeded"
                       : !strcmp(t_kind, "flush") ? "flushed"
                                                  : "remote access error";

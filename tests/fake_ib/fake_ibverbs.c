@@ -54,7 +54,11 @@
  *   flush:N          at WR N the QP enters ERR: WR N and everything outstanding is flushed
  *   rkey:N           WR N carries a wrong rkey: the responder NAKs, remote access error
  *   mute:N           after WR N this process's NIC stops: no packets, no acknowledgements
- *   port_down        the port reports IBV_PORT_DOWN
+ *   link_down:N      at WR N the port goes down: it reports IBV_PORT_DOWN, the NIC stops as
+ *                    with mute, and every WR outstanding or posted later on this process's
+ *                    QPs fails with IBV_WC_RETRY_EXC_ERR at once (hardware reports it after
+ *                    its ACK timeout: nothing can reach the peer)
+ *   port_down        the port reports IBV_PORT_DOWN from the start
  * RR_FAKE_IB_ROCE=1 makes the port Ethernet (RoCE) with a GID table instead of a LID.
  *
  * What it cannot show: timing, bandwidth or congestion of a real fabric; retransmission,
@@ -172,7 +176,7 @@ static fk_mr *fk_mrs;
 static int fk_wake[2] = {-1, -1};
 static uint16_t fk_lid;
 static union ibv_gid fk_gid;
-static int fk_roce, fk_port_down, fk_muted;
+static int fk_roce, fk_port_down, fk_muted, fk_link_down;
 static long fk_fault_n;
 static char fk_fault[32];
 static long fk_posts;
@@ -920,6 +924,12 @@ static int fk_post_send(struct ibv_qp *qp, struct ibv_send_wr *wr, struct ibv_se
       len += wr->sg_list[i].length;
     }
     if (fk_fault_n == n && !strcmp(fk_fault, "retry")) w->fault_status = IBV_WC_RETRY_EXC_ERR;
+    if (fk_fault_n == n && !strcmp(fk_fault, "link_down")) fk_link_down = fk_port_down = fk_muted = 1;
+    if (fk_link_down) { /* the muted NIC runs no timers: every QP's sends fail here */
+      for (fk_qp *o = fk_qps; o; o = o->next)
+        if (o->qp.state == IBV_QPS_RTS && o->sq_n > 0) fk_sq_done(o, IBV_WC_RETRY_EXC_ERR);
+      continue;
+    }
     if (fk_fault_n == n && !strcmp(fk_fault, "flush")) {
       fk_qp_error(q);
       continue;

@@ -182,6 +182,7 @@ static char fk_fault[32];
 static long fk_posts;
 static int64_t fk_ack_ms = -1;
 static char fk_dir[80]; /* where the QPs' sockets live (fk_name) */
+static void fk_name(uint32_t qpn, struct sockaddr_un *sa, socklen_t *len);
 
 static int64_t fk_now_ms(void) {
   struct timespec ts;
@@ -428,7 +429,15 @@ static void *fk_nic(void *arg) {
     for (fk_qp *q = fk_qps; q && !fk_muted; q = q->next) {
       if (q->rsp.fd < 0 && q->lfd >= 0) {
         int fd = accept4(q->lfd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
-        if (fd >= 0) q->rsp.fd = fd;
+        if (fd >= 0) {
+          /* The one peer is connected: the name is no longer needed, and a process killed
+           * later leaves no file behind. */
+          struct sockaddr_un sa;
+          socklen_t sl;
+          q->rsp.fd = fd;
+          fk_name(q->qp.qp_num, &sa, &sl);
+          unlink(sa.sun_path);
+        }
       }
       fk_read(&q->rsp);
       fk_consume(q, &q->rsp, 1);

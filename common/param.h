@@ -20,7 +20,9 @@
      "socket buffer bytes (0: kernel autotuning)")                                          \
   XX(spin_us, "RR_SPIN_US", -1, -1, 1000000,                                                \
      "microseconds a blocking call polls before sleeping (unset: 50, or 100 yielding the "  \
-     "core when this host's ranks outnumber its cores)")
+     "core when this host's ranks outnumber its cores)")                                    \
+  XX(ib_gid_index, "RR_IB_GID_INDEX", -1, -1, 255,                                          \
+     "RoCE: the GID table index to use (unset: the first RoCE v2 GID of the address family)")
 
 #define RR__DBL_PARAMS(XX)                                                                   \
   XX(timeout_s, "RR_TIMEOUT", 1800.0, 0.001, 1e9,                                            \
@@ -38,7 +40,12 @@
      "interfaces for data sockets: prefixes, ^ excludes, = exact (NCCL syntax)")            \
   XX(hostid, "RR_HOSTID", "", "override the host identity used to find ranks on one host")   \
   XX(transport, "RR_TRANSPORT", "auto",                                                       \
-     "auto picks per peer (shared memory on one host); tcp forces sockets")                   \
+     "auto picks per peer (shared memory on one host, InfiniBand between hosts where up); "   \
+     "tcp forces sockets; ib forces verbs between every pair")                                \
+  XX(ib_hca, "RR_IB_HCA", "",                                                                  \
+     "InfiniBand devices/ports: prefixes, ^ excludes, = exact, dev:port (NCCL syntax)")       \
+  XX(ib_library, "RR_IB_LIBRARY", "",                                                          \
+     "the verbs library to dlopen (unset: libibverbs.so.1); tests point it at their fake")   \
   XX(job_token, "RR_JOB_TOKEN", "",                                                          \
      "secret shared by the ranks of one job (rrun sets it); other connections are refused") \
   XX(trace, "RR_TRACE", "0",                                                                 \

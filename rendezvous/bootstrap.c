@@ -58,8 +58,8 @@ static int rr__publish(const rr__boot *b, const rr__peer_info *me) {
   char key[96], val[512];
   snprintf(key, sizeof key, "rr/%s/peer/%d", b->group_id, b->rank);
   int len = snprintf(val, sizeof val,
-                     "global=%d pid=%d nsocks=%d mode=%s nonce=%016" PRIx64 " addr=%s host=%s",
-                     me->global_rank, me->pid, me->nsocks, me->mode, me->nonce, me->addr,
+                     "global=%d pid=%d nsocks=%d mode=%s nonce=%016" PRIx64 " ib=%d addr=%s host=%s",
+                     me->global_rank, me->pid, me->nsocks, me->mode, me->nonce, me->ib, me->addr,
                      me->hostid);
   return rr_store_set(b->store, key, val, (size_t)len);
 }
@@ -70,9 +70,12 @@ static int rr__parse_info(const char *s, size_t len, rr__peer_info *p) {
   memcpy(buf, s, len);
   buf[len] = '\0';
   memset(p, 0, sizeof *p);
-  int got = sscanf(buf, "global=%d pid=%d nsocks=%d mode=%7s nonce=%16" SCNx64 " addr=%63s host=%127s",
-                   &p->global_rank, &p->pid, &p->nsocks, p->mode, &p->nonce, p->addr, p->hostid);
-  if (got != 7 || p->nsocks < 1 || p->nsocks > RR__MAX_LANES)
+  int got = sscanf(buf,
+                   "global=%d pid=%d nsocks=%d mode=%7s nonce=%16" SCNx64 " ib=%d addr=%63s "
+                   "host=%127s",
+                   &p->global_rank, &p->pid, &p->nsocks, p->mode, &p->nonce, &p->ib, p->addr,
+                   p->hostid);
+  if (got != 8 || p->nsocks < 1 || p->nsocks > RR__MAX_LANES || (p->ib != 0 && p->ib != 1))
     return rr__set_error(RR_EPROTO, "malformed peer record '%s'", buf);
   return RR_OK;
 }
@@ -87,6 +90,16 @@ static int rr__check_modes(const rr__boot *b, const rr__peer_info *infos) {
                            "RR_TRANSPORT differs between the ranks: rank %d has '%s', this rank "
                            "(%d) '%s'",
                            infos[p].global_rank, infos[p].mode, me->global_rank, me->mode);
+  /* RR_TRANSPORT=ib is a demand: a rank without a port fails the setup, naming it, rather
+   * than quietly running over sockets. */
+  if (!strcmp(me->mode, "ib"))
+    for (int p = 0; p < b->size; p++)
+      if (!infos[p].ib)
+        return rr__set_error(RR_ENOTSUP,
+                             "RR_TRANSPORT=ib but rank %d has no usable InfiniBand port%s%s "
+                             "(RR_DEBUG=INFO on it says why)",
+                             infos[p].global_rank, p == b->rank ? ": " : "",
+                             p == b->rank ? rr__ib_not_used() : "");
   return RR_OK;
 }
 
@@ -417,6 +430,7 @@ int rr__bootstrap(const rr__boot *b, rr__comm **out) {
                       .nsocks = (int)prm->nsocks};
   rr__hostid(me.hostid, sizeof me.hostid);
   snprintf(me.mode, sizeof me.mode, "%s", prm->transport);
+  rr__transport_publish(&me);
   if (getrandom(&me.nonce, sizeof me.nonce, 0) != (ssize_t)sizeof me.nonce) {
     st = rr__set_error(RR_ESYS, "getrandom: %s", strerror(errno));
     goto done;

@@ -15,6 +15,9 @@
 #
 # ring / rd: RR_ALGO for all-reduce, data on rra (the master's subnet, found by the hint).
 # ifname:    RR_SOCKET_IFNAME==rrb, so data goes on 10.78.0.x while the store is on rra.
+# ib:        RR_TRANSPORT=auto with RR_IB_LIBRARY (the caller's: tests/ib.cmake sets the fake,
+#            whose wire is a UNIX socket directory all namespaces see): every pair must go
+#            over ib, the bootstrap still over rra.
 # Exit 77 ("skipped: ...") when not root or namespaces cannot be made here.
 set -u
 
@@ -92,6 +95,8 @@ case "$mode" in
   ring) algo=ring ;;
   rd) algo=rd ;;
   ifname) prefix=10.78.0. dataif=rrb spec="=rrb" ;;
+  ib) [ -n "${RR_IB_LIBRARY:-}" ] || fail "mode ib needs RR_IB_LIBRARY"
+      export RR_NETNS_OVER=ib RR_TRANSPORT=auto ;;
   *) fail "unknown mode $mode" ;;
 esac
 

@@ -102,18 +102,22 @@ int main(int argc, char **argv) {
   snprintf(want_addr, sizeof want_addr, "listening on %s%d:", prefix, r + 1);
   snprintf(want_if, sizeof want_if, "(%s)", ifname);
   int listen_ok = 0, pairs = 0;
+  /* netns.sh's ib mode: the pairs must go over InfiniBand (the fake, between namespaces). */
+  const char *want_tp = getenv("RR_NETNS_OVER") ? getenv("RR_NETNS_OVER") : "tcp";
+  char over[32];
+  snprintf(over, sizeof over, " over %s", want_tp);
   while (fgets(line, sizeof line, f)) {
     if (strstr(line, "group w rank") && strstr(line, "listening on")) {
       T_CHECK(strstr(line, want_addr) && strstr(line, want_if), "want '%s' on %s: %s", want_addr, want_if, line);
       T_CHECK(strstr(line, ns) != NULL, "the host identity lacks this namespace %s: %s", ns, line);
       listen_ok++;
     }
-    if (strstr(line, "group w: rank") && strstr(line, " over tcp")) pairs++;
+    if (strstr(line, "group w: rank") && strstr(line, over)) pairs++;
   }
   fclose(f);
   T_CHECK(listen_ok == 1, "%d listening lines for the world in %s", listen_ok, logp);
-  T_CHECK(pairs == n - 1, "%d peers reached over tcp, want %d", pairs, n - 1);
-  printf("rank %d: data on %s%d (%s), namespace %s, %d peers over tcp: ok\n", r, prefix, r + 1,
-         ifname, ns, pairs);
+  T_CHECK(pairs == n - 1, "%d peers reached over %s, want %d", pairs, want_tp, n - 1);
+  printf("rank %d: data on %s%d (%s), namespace %s, %d peers over %s: ok\n", r, prefix, r + 1,
+         ifname, ns, pairs, want_tp);
   return 0;
 }

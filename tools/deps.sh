@@ -19,6 +19,10 @@ dpkg -s libopenblas-dev >/dev/null 2>&1 || need+=(libopenblas-dev)  # the traini
 if [ "${RR_DEPS_VIEW:-0}" = 1 ]; then
   command -v chromium >/dev/null 2>&1 || need+=(chromium)
 fi
+# transport/ib compiles against <infiniband/verbs.h> (it loads libibverbs.so.1 at run time,
+# never links it); libibverbs1 comes with it, for the no-device fallback test.
+[ -f /usr/include/infiniband/verbs.h ] || need+=(libibverbs-dev)
+dpkg -s ibverbs-providers >/dev/null 2>&1 || need+=(ibverbs-providers) # as a real host has it
 # tests/run.sh: torch for the PyTorch backend's tests (tests/python.cmake). Debian's package
 # installs into /usr/bin/python3, the interpreter the tests use; the quick start skips it.
 if [ "${RR_DEPS_TORCH:-0}" = 1 ]; then

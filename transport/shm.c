@@ -386,7 +386,8 @@ static void rr__shm_close(rr__conn *base) {
 }
 
 static int rr__shm_can_connect(const rr__peer_info *self, const rr__peer_info *peer) {
-  if (strcmp(rr__params_get()->transport, "tcp") == 0) return 0;
+  /* Only RR_TRANSPORT=auto: tcp forces sockets, ib forces verbs. */
+  if (strcmp(rr__params_get()->transport, "auto") != 0) return 0;
   return self->hostid[0] != '\0' && strncmp(self->hostid, peer->hostid, sizeof self->hostid) == 0;
 }
 

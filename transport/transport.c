@@ -3,8 +3,15 @@
  * declare it in transport.h and list it here at its priority. */
 #include "transport/transport.h"
 
-/* Fastest first: shared memory where both ranks are on one host, sockets for everyone. */
-const rr__transport *const rr__transports[] = {&rr__shm_transport, &rr__tcp_transport, NULL};
+/* Fastest first: shared memory where both ranks are on one host, InfiniBand verbs between
+ * hosts where both have a port up, sockets for everyone. */
+const rr__transport *const rr__transports[] = {&rr__shm_transport, &rr__ib_transport,
+                                               &rr__tcp_transport, NULL};
+
+void rr__transport_publish(rr__peer_info *self) {
+  for (int i = 0; rr__transports[i]; i++)
+    if (rr__transports[i]->publish) rr__transports[i]->publish(self);
+}
 
 const rr__transport *rr__transport_choose(const rr__peer_info *self, const rr__peer_info *peer) {
   for (int i = 0; rr__transports[i]; i++)

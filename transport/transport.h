@@ -46,6 +46,7 @@ typedef struct rr__peer_info {
   char hostid[128];           /* equal for ranks on one host (see bootstrap.c) */
   char mode[8];               /* its RR_TRANSPORT: every rank must choose by the same rule */
   uint64_t nonce;             /* fresh per group setup: greetings to it are bound to it */
+  int ib;                     /* 1: an InfiniBand port is up here (transport/ib) */
 } rr__peer_info;
 
 struct rr__transport;
@@ -63,6 +64,9 @@ typedef struct rr__conn {
 
 typedef struct rr__transport {
   const char *name;
+  /* Optional: fill this transport's fields of the record this rank publishes (what it can
+   * offer peers), before anything is published. */
+  void (*publish)(rr__peer_info *self);
   /* Can this transport carry data between self and peer? Pure function of the two infos
    * and the environment, evaluated identically on both sides. */
   int (*can_connect)(const rr__peer_info *self, const rr__peer_info *peer);
@@ -91,6 +95,7 @@ typedef struct rr__transport {
 } rr__transport;
 
 extern const rr__transport rr__shm_transport; /* transport/shm.c: ranks on one host */
+extern const rr__transport rr__ib_transport;  /* transport/ib/: verbs, between hosts */
 extern const rr__transport rr__tcp_transport; /* transport/tcp.c: anyone, the fallback */
 
 /* The registry: transports in priority order, NULL-terminated. */
@@ -98,6 +103,10 @@ extern const rr__transport *const rr__transports[];
 /* The transport for the pair (self, peer): the first of the registry that can connect them.
  * Never NULL (tcp reaches everyone). Both ends get the same answer. */
 const rr__transport *rr__transport_choose(const rr__peer_info *self, const rr__peer_info *peer);
+/* Why this process has no usable InfiniBand port ("" when it has one): transport/ib. */
+const char *rr__ib_not_used(void);
+/* Let every transport fill its fields of this rank's record. */
+void rr__transport_publish(rr__peer_info *self);
 
 #define RR__MAX_LANES 16
 

@@ -1,6 +1,9 @@
 # InfiniBand transport (transport/ib/) on the fake verbs library (tests/fake_ib/), which the
 # library loads through RR_IB_LIBRARY in place of libibverbs.so.1. docs/ib.md says what the
 # fake proves and what it cannot.
+if(NOT RR_HAVE_VERBS_H)
+  return() # no verbs header: the library has no ib transport to test (transport/ib/absent.c)
+endif()
 add_library(fakeibverbs SHARED ${RR_TEST_DIR}/fake_ib/fake_ibverbs.c)
 set_target_properties(fakeibverbs PROPERTIES C_VISIBILITY_PRESET hidden
   LIBRARY_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/lib)

@@ -13,7 +13,8 @@
  *   ring_demo [all_reduce|reduce_scatter|all_gather|broadcast|reduce [count [root]]]
  *
  * Element i of rank r's input is 10 * r + i in every case (reduce_scatter reads n * count
- * of them); each rank prints what it received ("rank r: ..."; a reduce only on the root). */
+ * of them), or random with RR_DEMO_SEED (below); each rank prints what it received ("rank r: ..."; a reduce only on the root). */
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -23,6 +24,17 @@
 static int fail(void) {
   fprintf(stderr, "%s\n", rr_last_error());
   return 1;
+}
+
+/* RR_DEMO_SEED=<n> (the tests' random data): element i of rank r is an integer 0..99 that
+ * depends only on n, r and i (a 32-bit mix; tests/test_view_*.sh recompute it), so the sums
+ * stay exact in float32 and a checker needs no copy of the inputs. */
+static float demo_random(unsigned long seed, int rank, size_t i) {
+  uint32_t h = (uint32_t)seed * 2654435761u + (uint32_t)rank * 40503u + (uint32_t)i * 2246822519u;
+  h ^= h >> 15;
+  h *= 2246822519u;
+  h ^= h >> 13;
+  return (float)(h % 100u);
 }
 
 int main(int argc, char **argv) {
@@ -41,7 +53,9 @@ int main(int argc, char **argv) {
   const size_t nout = strcmp(coll, "all_gather") ? c : c * (size_t)n;
   float *x = calloc(nin, sizeof *x), *y = calloc(nout, sizeof *y);
   if (!x || !y) return 1;
-  for (size_t i = 0; i < nin; i++) x[i] = (float)(10 * rank) + (float)i;
+  const char *seed = getenv("RR_DEMO_SEED");
+  for (size_t i = 0; i < nin; i++)
+    x[i] = seed ? demo_random(strtoul(seed, NULL, 10), rank, i) : (float)(10 * rank) + (float)i;
 
   int st, show = 1;
   if (!strcmp(coll, "all_reduce")) {

@@ -3,7 +3,8 @@
 # algorithm the page draws: a trace from a run of examples/ring_demo, its page, then
 #  - played from the start to the end (#play=1, timers run on virtual time): no error, the
 #    step counter at the trace's step count, and every rank's buffer in the DOM equal, value
-#    for value, to the output its end record holds and to the sums of the known inputs;
+#    for value, to the output its end record holds and to the sums of the inputs (random
+#    from RR_DEMO_SEED, recomputed here; the ring case keeps 10 * rank + i for the docs);
 #  - opened at step 0: every rank's buffer equal to its input;
 #  - screenshots at the start, at the end of the first phase (the reduce-scatter for the
 #    ring) and at the end, written to SHOTS (docs/ring.md embeds some).
@@ -19,6 +20,23 @@ trap 'rm -rf "$dir"' EXIT
 mkdir -p "$shots"
 export OMP_NUM_THREADS=1
 fail() { echo "FAIL: $*"; exit 1; }
+# Random inputs (examples/ring_demo.c's RR_DEMO_SEED), but for the "ring" case: its frames
+# are the ones docs/ring.md shows, with the inputs 10 * rank + i.
+export RR_TEST_SEED=${RR_TEST_SEED:-$(( $(date +%s%N) % 1000000 ))}
+echo "inputs: RR_DEMO_SEED=$RR_TEST_SEED (set RR_TEST_SEED to replay)"
+# The input element i of rank q, as ring_demo makes it: x(name, q, i) in Python.
+pyx='
+import os
+def x(name, q, i):
+    if name == "ring":
+        return 10 * q + i
+    m = 0xFFFFFFFF
+    h = (int(os.environ["RR_TEST_SEED"]) * 2654435761 + q * 40503 + i * 2246822519) & m
+    h ^= h >> 15
+    h = (h * 2246822519) & m
+    h ^= h >> 13
+    return h % 100
+'
 
 # chrome URL OUT.html|OUT.png: the DOM after the page ran, or a screenshot. Root needs
 # --no-sandbox; a private profile keeps runs apart; timers run on virtual time.
@@ -86,7 +104,7 @@ nrec = sum(1 for r in recs if r["ev"] == "step")
 if int(p.attrs.get("data-records", -1)) != nrec:
     fail(f"the page shows {p.attrs.get('data-records')} step records, the trace has {nrec}")
 key = "end" if which == "out" else "begin"
-known = json.loads(known)  # rank -> the values it must show, from the inputs 10 * rank + i
+known = json.loads(known)  # rank -> the values it must show, from the inputs
 seen = 0
 for r in recs:
     if r["ev"] != key or (which + "") not in r:
@@ -123,14 +141,15 @@ cases=(
 )
 for c in "${cases[@]}"; do
   read -r name algo n coll count root steps first <<<"$c"
-  RR_ALGO=$algo RR_TRACE="$dir/$name.jsonl" "$rrun" --standalone --nproc-per-node "$n" "$demo" \
+  seed=(); [ "$name" = ring ] || seed=(RR_DEMO_SEED="$RR_TEST_SEED")
+  env "${seed[@]}" RR_ALGO=$algo RR_TRACE="$dir/$name.jsonl" "$rrun" --standalone --nproc-per-node "$n" "$demo" \
     "$coll" "$count" "$root" >"$dir/$name.out" 2>"$dir/$name.err" || { cat "$dir/$name.err"; fail "run $name"; }
   "$view" "$dir/$name.jsonl" -o "$dir/$name.html" >/dev/null
   # What every rank must hold, from the inputs alone.
-  known=$(python3 -c '
+  known=$(python3 -c "$pyx"'
 import json, sys
-coll, n, c, root = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
-x = lambda q, i: 10 * q + i
+name, coll, n, c, root = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5])
+x = lambda q, i, x=x: x(name, q, i)
 out = {}
 for r in range(n):
     if coll == "all_reduce" or (coll == "reduce" and r == root):
@@ -141,13 +160,13 @@ for r in range(n):
         out[r] = [sum(x(q, r * c + i) for q in range(n)) for i in range(c)]
     elif coll == "all_gather":
         out[r] = [x(i // c, i % c) for i in range(n * c)]
-print(json.dumps(out))' "$coll" "$n" "$count" "$root")
-  inputs=$(python3 -c '
+print(json.dumps(out))' "$name" "$coll" "$n" "$count" "$root")
+  inputs=$(python3 -c "$pyx"'
 import json, sys
-coll, n, c, root = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
+name, coll, n, c, root = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5])
 m = n * c if coll == "reduce_scatter" else c
-print(json.dumps({r: [10 * r + i for i in range(m)] for r in range(n) if coll != "broadcast" or r == root}))' \
-    "$coll" "$n" "$count" "$root")
+print(json.dumps({r: [x(name, r, i) for i in range(m)] for r in range(n) if coll != "broadcast" or r == root}))' \
+    "$name" "$coll" "$n" "$count" "$root")
   chrome "file://$dir/$name.html#play=1&speed=8" "$dir/$name.end.html"
   [ ! -e "$dir/$name.end.html.console" ] || fail "$name: console: $(cat "$dir/$name.end.html.console")"
   check "$dir/$name.end.html" "$dir/$name.jsonl" "$steps" out "$known"

@@ -4,7 +4,8 @@
 #    exactly, every rank's begin and end records, 8 records per rank;
 #  - every algorithm the page draws at several world sizes (16 ranks appending to one file
 #    included): every line one whole JSON record, every rank's output equal to the sums of
-#    the known inputs (10 * rank + i), and the viewer's step count equal to the algorithm's;
+#    the inputs (random integers from RR_DEMO_SEED, recomputed here; the docs run keeps
+#    10 * rank + i), and the viewer's step count equal to the algorithm's;
 #  - a file that cannot be opened: a warning, and the call still succeeds.
 # usage: test_view_trace.sh RRUN RING_DEMO VIEW
 set -euo pipefail
@@ -13,12 +14,16 @@ dir=$(mktemp -d)
 trap 'rm -rf "$dir"' EXIT
 export OMP_NUM_THREADS=1
 fail() { echo "FAIL: $*"; exit 1; }
+export RR_TEST_SEED=${RR_TEST_SEED:-$(( $(date +%s%N) % 1000000 ))}
+echo "inputs: RR_DEMO_SEED=$RR_TEST_SEED (set RR_TEST_SEED to replay)"
 
 # trace NAME ALGO N [ring_demo args]: one run, its trace in $dir/NAME.jsonl
 trace() {
   local name=$1 algo=$2 n=$3
   shift 3
-  RR_ALGO=$algo RR_TRACE="$dir/$name.jsonl" "$rrun" --standalone --nproc-per-node "$n" "$demo" "$@" \
+  local seed=()
+  [ "$name" = ring4 ] || seed=(RR_DEMO_SEED="$RR_TEST_SEED")
+  env "${seed[@]}" RR_ALGO=$algo RR_TRACE="$dir/$name.jsonl" "$rrun" --standalone --nproc-per-node "$n" "$demo" "$@" \
     >"$dir/$name.out" 2>"$dir/$name.err" || { cat "$dir/$name.err"; fail "run $name"; }
 }
 
@@ -45,12 +50,26 @@ for c in "${cases[@]}"; do
 done
 
 python3 - "$dir" "${cases[@]}" <<'EOF'
-import json, sys
+import json, os, sys
 d, cases = sys.argv[1], [c.split() for c in sys.argv[2:]]
 
 def fail(msg):
     print("FAIL:", msg)
     sys.exit(1)
+
+SEED = int(os.environ["RR_TEST_SEED"])
+M = 0xFFFFFFFF
+
+def X(name, q, i):
+    """Element i of rank q's input: examples/ring_demo.c's demo_random (10 * q + i for the
+    docs run, which has no seed)."""
+    if name == "ring4":
+        return 10 * q + i
+    h = (SEED * 2654435761 + q * 40503 + i * 2246822519) & M
+    h ^= h >> 15
+    h = (h * 2246822519) & M
+    h ^= h >> 13
+    return h % 100
 
 def records(name):
     raw = open(f"{d}/{name}.jsonl", "rb").read()
@@ -81,17 +100,17 @@ for name, algo, n, coll, count, root, steps in cases:
             fail(f"{name}: rank {r} ended with {e['status']}")
         nin = count * n if coll == "reduce_scatter" else count
         if coll != "broadcast" or r == root:
-            if b.get("in") != [10 * r + i for i in range(nin)]:
+            if b.get("in") != [X(name, r, i) for i in range(nin)]:
                 fail(f"{name}: rank {r} input {b.get('in')}")
         if coll in ("all_reduce", "broadcast", "all_gather") or (coll == "reduce" and r == root):
             if coll == "all_reduce" or coll == "reduce":
-                want = [sum(10 * q + i for q in range(n)) for i in range(count)]
+                want = [sum(X(name, q, i) for q in range(n)) for i in range(count)]
             elif coll == "broadcast":
-                want = [10 * root + i for i in range(count)]
+                want = [X(name, root, i) for i in range(count)]
             else:
-                want = [10 * (i // count) + i % count for i in range(L)]
+                want = [X(name, i // count, i % count) for i in range(L)]
         elif coll == "reduce_scatter":
-            want = [sum(10 * q + r * count + i for q in range(n)) for i in range(count)]
+            want = [sum(X(name, q, r * count + i) for q in range(n)) for i in range(count)]
         else:
             want = None
         if want is not None and e.get("out") != want:
@@ -129,7 +148,7 @@ if (b["ranks"], b["dtype"], b["op"], b["count"], b["in_count"]) != ([0, 1, 2, 3]
 red = {(r["rank"], r.get("step")): r for r in records("red4") if r["ev"] == "step"}
 link = red[(0, 0)]  # root 2: the chain is 3 -> 0 -> 1 -> 2
 if not link.get("forward") or link["send"]["values"] != link["recv"]["values"] or \
-        link["recv"]["values"] != [30 + 2 * i for i in range(8)]:
+        link["recv"]["values"] != [X("red4", 3, i) + X("red4", 0, i) for i in range(8)]:
     fail(f"red4: rank 0's link record {link}")
 star = [r for r in records("star5") if r["ev"] == "step" and r["rank"] == 0]
 if [r["recv"]["from"] for r in star if "recv" in r] != [1, 2, 3, 4] or \

@@ -38,7 +38,8 @@
      "interfaces for data sockets: prefixes, ^ excludes, = exact (NCCL syntax)")            \
   XX(hostid, "RR_HOSTID", "", "override the host identity used to find ranks on one host")   \
   XX(transport, "RR_TRANSPORT", "auto",                                                       \
-     "auto picks per peer (shared memory on one host); tcp forces sockets")                   \
+     "auto picks per peer (shared memory on one host, CUDA IPC for device buffers there); "   \
+     "shm: shared memory without CUDA IPC (device buffers staged); tcp forces sockets")       \
   XX(job_token, "RR_JOB_TOKEN", "",                                                          \
      "secret shared by the ranks of one job (rrun sets it); other connections are refused") \
   XX(trace, "RR_TRACE", "0",                                                                 \

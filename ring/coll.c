@@ -262,6 +262,7 @@ static void rr__local_copy(rr__coll *c) {
 static int rr__choose_all_reduce(rr__coll *c) {
   const rr__params *p = rr__params_get();
   size_t bytes = c->a->count * c->esize;
+  if (c->dev) return RR__ALGO_RING; /* the device path runs pipelined steps only */
   if (!strcmp(p->algo, "rd")) return RR__ALGO_RD;
   if (!strcmp(p->algo, "ring")) return RR__ALGO_RING;
   if (!strcmp(p->algo, "star")) return RR__ALGO_STAR;

@@ -83,6 +83,10 @@ typedef struct rr__coll {
   struct rr__hdr_sends *sends; /* header messages of this call still to be flushed */
   int trace_step;              /* RR_TRACE: steps of this call traced so far */
   int64_t trace_t0;            /* RR_TRACE file: the call's start on the wall clock */
+  /* Device buffers moved through CUDA IPC (group/staging.c sets it; NULL: host memory):
+   * segments travel as device messages and reductions run as kernels on dev->stream. Only
+   * the ring all-reduce runs so (pipe.c refuses the chain steps). */
+  const rr__req_dev *dev;
 } rr__coll;
 
 /* The global rank of group rank r, for messages and traces. */

@@ -17,6 +17,9 @@
  *                                          harness's float64 / exact reference (tolerance:
  *                                          harness.h, t_eps); ranks share devices (LOCAL_RANK
  *                                          modulo the device count)
+ *                                          RR_TEST_EXPECT_IPC=1 / 0: each all_reduce must
+ *                                          (with >= 1 element per rank) / must not send
+ *                                          through CUDA IPC (transport/cuda_ipc.c)
  *   test_cuda [--fake] large <world>       64 MiB float32 sum all_reduce on device buffers
  *   test_cuda [--fake] stream <world>      async all_reduce ordered on a user stream: a slow
  *                                          chain of copies and then a memset write the buffer
@@ -61,6 +64,7 @@
 #include <unistd.h>
 
 #include "ring/op.h"
+#include "transport/cuda_ipc.h"
 #include "tests/cuda_harness.h"
 
 #define SKIP 77
@@ -206,9 +210,17 @@ static int get(void *host, const void *dev, size_t bytes) {
   return cu_copy(host, dev, bytes);
 }
 
+/* RR_TEST_EXPECT_IPC=1: every all_reduce of at least one element per rank must send through
+ * CUDA IPC on this rank (transport/cuda_ipc.c counts the segments); 0: none may (staged). */
+static int expect_ipc(void) {
+  const char *e = getenv("RR_TEST_EXPECT_IPC");
+  return e && *e ? atoi(e) : -1;
+}
+
 static int all_reduce_case(rr_pg *pg, size_t count, rr_dtype d, rr_op op, int inplace,
                            uint64_t seed) {
   int n = rr_get_world_size(pg), r = rr_get_rank(pg);
+  uint64_t ipc_before = rr__ipc_segments();
   size_t bytes = count * rr_dtype_size(d);
   char *h = malloc(bytes + 1), *src = dalloc(bytes), *dst = inplace ? src : dalloc(bytes);
   t_fill(h, count, d, op, seed, r, 0);
@@ -219,6 +231,12 @@ static int all_reduce_case(rr_pg *pg, size_t count, rr_dtype d, rr_op op, int in
   char what[96];
   snprintf(what, sizeof what, "device all_reduce %s %s %s count %zu", rr_dtype_name(d),
            rr_op_name(op), inplace ? "in place" : "out of place", count);
+  uint64_t ipc_sent = rr__ipc_segments() - ipc_before;
+  if (expect_ipc() == 1 && n > 1 && count >= (size_t)n)
+    T_CHECK(ipc_sent > 0, "%s: nothing went through CUDA IPC", what);
+  if (expect_ipc() == 0)
+    T_CHECK(ipc_sent == 0, "%s: %llu segments went through CUDA IPC", what,
+            (unsigned long long)ipc_sent);
   size_t wrong = t_check_reduced(h, count, d, op, seed, n, 0, what);
   if (!inplace) {
     T_CHECK(!get(h, src, bytes), "download");

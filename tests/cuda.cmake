@@ -85,6 +85,15 @@ endforeach()
 rr_fake_test(coll_1gpu_w4 coll 4)
 set_tests_properties(cudafake.coll_1gpu_w4 PROPERTIES ENVIRONMENT
   "${RR_FAKE_ENV};RR_TEST_EXPECT_IPC=1;RR_TEST_FAKE_DEVICES=1")
+# Small segments: many rounds through each slot, so a slot reused before the receiver's
+# kernel read it shows up as wrong data.
+rr_fake_test(coll_seg16k_w2 coll 2)
+set_tests_properties(cudafake.coll_seg16k_w2 PROPERTIES ENVIRONMENT
+  "${RR_FAKE_ENV};RR_TEST_EXPECT_IPC=1;RR_SEG_BYTES=16384")
+# Ranks as threads of one process: CUDA IPC uses the peers' pointers, never its own handles.
+rr_fake_test(threads_w3 threads 3)
+set_tests_properties(cudafake.threads_w3 PROPERTIES ENVIRONMENT
+  "${RR_FAKE_ENV};RR_TEST_EXPECT_IPC=1")
 rr_fake_test(coll_shm_w3 coll 3)
 set_tests_properties(cudafake.coll_shm_w3 PROPERTIES ENVIRONMENT
   "${RR_FAKE_ENV};RR_TEST_EXPECT_IPC=0;RR_TRANSPORT=shm")

@@ -20,6 +20,7 @@
  *                                          RR_TEST_EXPECT_IPC=1 / 0: each all_reduce must
  *                                          (with >= 1 element per rank) / must not send
  *                                          through CUDA IPC (transport/cuda_ipc.c)
+ *   test_cuda [--fake] threads <world>     the same with the ranks as threads of one process
  *   test_cuda [--fake] large <world>       64 MiB float32 sum all_reduce on device buffers
  *   test_cuda [--fake] stream <world>      async all_reduce ordered on a user stream: a slow
  *                                          chain of copies and then a memset write the buffer
@@ -192,6 +193,7 @@ static int test_kernel(void) {
 typedef struct cargs {
   int world;
   const char *what;
+  const char *store; /* threads: the file:// store the ranks of this process meet at */
 } cargs;
 
 static void *dalloc(size_t bytes) {
@@ -431,7 +433,16 @@ static int coll_rank(int rank, void *arg) {
   const cargs *ca = arg;
   t_rank = rank;
   rr_pg *pg;
-  T_OK(rr_init_process_group(&pg, NULL));
+  if (ca->store) {
+    char url[512];
+    snprintf(url, sizeof url, "file://%s?rank=%d&world_size=%d", ca->store, rank, ca->world);
+    rr_pg_options opt;
+    rr_pg_options_init(&opt);
+    opt.init_method = url;
+    T_OK(rr_init_process_group(&pg, &opt));
+  } else {
+    T_OK(rr_init_process_group(&pg, NULL));
+  }
   int dev = -1;
   T_OK(rr__cuda_pick_device(-1, rank, &dev));
   C_OK(set_device(dev));
@@ -640,6 +651,47 @@ static int devices_forked(void) {
   return WIFEXITED(status) ? WEXITSTATUS(status) : 0;
 }
 
+/* "threads W": the coll matrix with the W ranks as threads of one process (CUDA IPC then
+ * uses the peers' pointers: a process cannot open its own handles). In a child, so that
+ * the parent stays free of CUDA. */
+typedef struct targ {
+  int rank;
+  cargs *ca;
+} targ;
+static int thread_rank(void *p) {
+  const targ *t = p;
+  return coll_rank(t->rank, t->ca);
+}
+static int threads(int world) {
+  if (world < 1 || world > 8) return 2;
+  char store[] = "/tmp/rr_cuda_threads_XXXXXX";
+  int fd = mkstemp(store);
+  if (fd < 0) return 1;
+  close(fd);
+  unlink(store);
+  fflush(NULL);
+  pid_t p = fork();
+  if (p == 0) {
+    cargs ca = {world, "coll", store};
+    t_thread th[8];
+    targ ta[8];
+    int rc = 0;
+    for (int r = 0; r < world; r++) {
+      ta[r] = (targ){r, &ca};
+      if (t_thread_start(&th[r], thread_rank, &ta[r])) _exit(1);
+    }
+    for (int r = 0; r < world; r++) rc |= t_thread_join(&th[r]);
+    fflush(NULL);
+    _exit(rc);
+  }
+  int status = 0;
+  waitpid(p, &status, 0);
+  unlink(store);
+  int ok = WIFEXITED(status) && WEXITSTATUS(status) == 0;
+  printf("threads w%d: %s\n", world, ok ? "ok" : "FAILED");
+  return ok ? 0 : 1;
+}
+
 static int spawn(int world, int (*fn)(int, void *), void *arg) {
   rr_spawn_status st;
   if (rr_spawn(world, fn, arg, &st) != RR_OK) {
@@ -691,7 +743,8 @@ int main(int argc, char **argv) {
     printf("ipc: ok\n");
     return 0;
   }
-  cargs ca = {argc > 2 ? atoi(argv[2]) : 2, what};
+  cargs ca = {argc > 2 ? atoi(argv[2]) : 2, what, NULL};
+  if (!strcmp(what, "threads")) return threads(ca.world);
   if (!strcmp(what, "perthread")) ca.world = 1;
   if (ca.world < 1 ||
       (strcmp(what, "coll") && strcmp(what, "large") && strcmp(what, "stream") &&

@@ -114,6 +114,8 @@ int rr__ipc_open_peer(rr__ipc *x, const rr__ipc_export *theirs) {
       x->peer_sent[i] = (void *)(uintptr_t)t.sent_ptr[i];
     }
     x->opened = 1;
+    RR__LOG_INFO(RR__SUB_INIT, "cuda_ipc: rank %d -> rank %d: its device slots by pointer (same process)",
+                 x->self_global, x->peer_global);
     return 1;
   }
   int st = rr__cuda_ipc_open_mem((void **)&x->peer_slots, &t.slots);

@@ -3,6 +3,7 @@
  * CUDA call goes through cuda/cuda.h (the table), so the host fake of the tests runs it. */
 #include "transport/cuda_ipc.h"
 
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -27,6 +28,17 @@ struct rr__ipc {
 };
 
 static atomic_ullong rr__ipc_nseg;
+
+/* Threads of one process see each other's export through two mappings of one file, at two
+ * addresses: a thread sanitizer cannot see that the `ready` flag orders the objects behind
+ * the pointers (events made by the other thread). Taking this lock after making them and
+ * again after seeing the flag states that order where it can see it (setup only). */
+static pthread_mutex_t rr__ipc_publish = PTHREAD_MUTEX_INITIALIZER;
+
+static void rr__ipc_publish_point(void) {
+  pthread_mutex_lock(&rr__ipc_publish);
+  pthread_mutex_unlock(&rr__ipc_publish);
+}
 
 uint64_t rr__ipc_segments(void) { return atomic_load(&rr__ipc_nseg); }
 
@@ -84,6 +96,7 @@ int rr__ipc_start(rr__ipc **out, rr__ipc_export *mine, uint32_t nslots, size_t s
   mine->nslots = nslots;
   mine->slot_bytes = slot;
   mine->slots_ptr = (uint64_t)(uintptr_t)x->slots;
+  rr__ipc_publish_point();
   atomic_store(&mine->ready, 1); /* seq_cst: the fields above are visible before it */
   RR__LOG_INFO(RR__SUB_INIT, "cuda_ipc: rank %d -> rank %d: %u device slots of %zu KiB on device %d",
                peer_global, self_global, nslots, slot >> 10, x->device);
@@ -107,6 +120,7 @@ int rr__ipc_open_peer(rr__ipc *x, const rr__ipc_export *theirs) {
   if (t.pid == (int32_t)getpid()) {
     /* Threads of one process: the runtime refuses to open our own handles; use the
      * pointers. */
+    rr__ipc_publish_point();
     x->same_process = 1;
     x->peer_slots = (char *)(uintptr_t)t.slots_ptr;
     for (uint32_t i = 0; i < x->nslots; i++) {

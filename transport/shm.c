@@ -37,6 +37,10 @@
  * lengths) is bounds-checked before use; the creator seals the memfd against shrinking,
  * and the other side checks the seal, so a hostile peer cannot make us fault (SIGBUS).
  *
+ * Device messages (rr__req.dev) keep this protocol slot for slot, but their bytes go into the
+ * receiver's device slot of the same index (flags say so); transport/cuda_ipc.h has the rest.
+ * (Past 800 lines: protocol, setup and device messages share the lane's state.)
+ *
  * Setup, per pair, in connect() over the pair's TCP control socket: both send a hello
  * (rank, pid, slot wishes); the lower rank also names an abstract-namespace UNIX socket it
  * listens on (pids and a random nonce in the name). The higher rank connects; each side

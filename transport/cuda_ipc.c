@@ -22,7 +22,7 @@ struct rr__ipc {
   char *slots;
   void *done[RR__IPC_MAX_SLOTS], *sent[RR__IPC_MAX_SLOTS];
   /* The peer's, once opened (opened: closed by us; same process: borrowed pointers). */
-  int opened, same_process;
+  int opened, same_process; /* same process: set at start, from the lane's checked pid */
   char *peer_slots;
   void *peer_done[RR__IPC_MAX_SLOTS], *peer_sent[RR__IPC_MAX_SLOTS];
 };
@@ -63,7 +63,7 @@ void rr__ipc_free(rr__ipc *x) {
 }
 
 int rr__ipc_start(rr__ipc **out, rr__ipc_export *mine, uint32_t nslots, size_t slot,
-                  int self_global, int peer_global) {
+                  int self_global, int peer_global, int same_process) {
   *out = NULL;
   if (nslots > RR__IPC_MAX_SLOTS)
     return rr__set_error(RR_EINVAL, "CUDA IPC: %u slots, at most %d", nslots, RR__IPC_MAX_SLOTS);
@@ -73,6 +73,7 @@ int rr__ipc_start(rr__ipc **out, rr__ipc_export *mine, uint32_t nslots, size_t s
   x->slot = slot;
   x->self_global = self_global;
   x->peer_global = peer_global;
+  x->same_process = same_process;
   int st = rr__cuda_get_device(&x->device);
   if (st == RR_OK) st = rr__cuda_malloc((void **)&x->slots, (size_t)nslots * slot);
   for (uint32_t i = 0; st == RR_OK && i < nslots; i++) {
@@ -117,11 +118,10 @@ int rr__ipc_open_peer(rr__ipc *x, const rr__ipc_export *theirs) {
                          "match the shared-memory lane's (%u of %zu)",
                          x->peer_global, t.nslots, (unsigned long long)t.slot_bytes, x->nslots,
                          x->slot);
-  if (t.pid == (int32_t)getpid()) {
+  if (x->same_process) {
     /* Threads of one process: the runtime refuses to open our own handles; use the
      * pointers. */
     rr__ipc_publish_point();
-    x->same_process = 1;
     x->peer_slots = (char *)(uintptr_t)t.slots_ptr;
     for (uint32_t i = 0; i < x->nslots; i++) {
       x->peer_done[i] = (void *)(uintptr_t)t.done_ptr[i];

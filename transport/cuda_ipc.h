@@ -52,9 +52,10 @@ typedef struct rr__ipc_export {
 typedef struct rr__ipc rr__ipc;
 
 /* Allocate this side's slots and events on the current device and publish them in *mine
- * (wakes nobody: the caller does). */
+ * (wakes nobody: the caller does). same_process: the peer is a thread of this process (as
+ * the lane's setup checked with SO_PEERCRED; never taken from what the peer publishes). */
 int rr__ipc_start(rr__ipc **out, rr__ipc_export *mine, uint32_t nslots, size_t slot,
-                  int self_global, int peer_global);
+                  int self_global, int peer_global, int same_process);
 /* Open what the peer published: 1 done (now or before), 0 not published yet, <0 error. */
 int rr__ipc_open_peer(rr__ipc *x, const rr__ipc_export *theirs);
 int rr__ipc_opened(const rr__ipc *x);

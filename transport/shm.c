@@ -130,6 +130,7 @@ typedef struct rr__shm_conn {
   rr__ipc *ipc;
   rr__ipc_export *ipc_mine, *ipc_theirs;
   int self_global;
+  int peer_pid; /* the rendezvous's, checked with SO_PEERCRED at setup */
 } rr__shm_conn;
 
 static int rr__shm_corrupt(rr__shm_conn *c, const char *what) {
@@ -265,7 +266,7 @@ static int rr__shm_dev_start(rr__shm_conn *c, const rr__req_dev *dev) {
                          c->base.peer_global, rr__ipc_device(c->ipc), dev->device);
   }
   RR__CHECK(rr__ipc_start(&c->ipc, c->ipc_mine, c->nslots, c->slot, c->self_global,
-                          c->base.peer_global));
+                          c->base.peer_global, c->peer_pid == (int)getpid()));
   rr__shm_wake_if(c, &c->rx->tx_wait); /* a sender waits for our slots as for a free slot */
   return RR_OK;
 }
@@ -780,6 +781,7 @@ static int rr__shm_connect(const rr__peer_info *self, const rr__peer_info *peer,
   c->base.peer = peer_rank;
   c->base.peer_global = peer->global_rank;
   c->self_global = self->global_rank;
+  c->peer_pid = peer->pid;
   c->base.lane = 0;
   c->base.last_rx_ms = rr__now_ms_coarse();
   conns[0] = &c->base;

@@ -332,7 +332,9 @@ int rr__pg_run_staged(rr_pg *pg, const rr__args *a, int64_t timeout_ms) {
  * RR_TRANSPORT=shm stages instead. */
 int rr__pg_ipc_call(const rr_pg *pg, const rr__args *a) {
   const rr__params *p = rr__params_get();
-  if (a->kind != RR__K_ALL_REDUCE || a->count == 0 || pg->size < 2 || !a->cuda_ready) return 0;
+  if ((a->kind != RR__K_ALL_REDUCE && a->kind != RR__K_ALL_GATHER) || a->count == 0 ||
+      pg->size < 2 || !a->cuda_ready)
+    return 0;
   if (strcmp(p->transport, "auto") || (strcmp(p->algo, "auto") && strcmp(p->algo, "ring")))
     return 0;
   if (rr__trace_on()) return 0; /* traces copy a step's values on the host */

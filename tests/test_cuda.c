@@ -17,9 +17,10 @@
  *                                          harness's float64 / exact reference (tolerance:
  *                                          harness.h, t_eps); ranks share devices (LOCAL_RANK
  *                                          modulo the device count)
- *                                          RR_TEST_EXPECT_IPC=1 / 0: each all_reduce must
- *                                          (with >= 1 element per rank) / must not send
- *                                          through CUDA IPC (transport/cuda_ipc.c)
+ *                                          RR_TEST_EXPECT_IPC=1 / 0: each all_reduce (with
+ *                                          >= 1 element per rank) and all_gather must /
+ *                                          must not send through CUDA IPC
+ *                                          (transport/cuda_ipc.c)
  *   test_cuda [--fake] threads <world>     the same with the ranks as threads of one process
  *   test_cuda [--fake] large <world>       64 MiB float32 sum all_reduce on device buffers
  *   test_cuda [--fake] stream <world>      async all_reduce ordered on a user stream: a slow
@@ -271,7 +272,12 @@ static int others(rr_pg *pg, size_t count, uint64_t seed) {
     t_fill(h, count, RR_INT32, RR_SUM, seed, r, 0);
     char *ag_in = inplace ? big + (size_t)r * blk : small;
     T_CHECK(!put(ag_in, h, blk), "upload");
+    uint64_t ipc_before = rr__ipc_segments();
     T_OK(rr_all_gather(pg, ag_in, big, count, RR_INT32));
+    uint64_t ipc_sent = rr__ipc_segments() - ipc_before;
+    if (expect_ipc() == 1 && n > 1 && count > 0)
+      T_CHECK(ipc_sent > 0, "all_gather: nothing went through CUDA IPC");
+    if (expect_ipc() == 0) T_CHECK(ipc_sent == 0, "all_gather: sent through CUDA IPC");
     T_CHECK(!get(h, big, all), "download");
     for (int q = 0; q < n; q++)
       T_CHECK(!t_check_copied(h + (size_t)q * blk, count, RR_INT32, RR_SUM, seed, q, 0,

@@ -86,7 +86,8 @@ int rr__pg_run_host(rr_pg *pg, const rr__args *a, int64_t timeout_ms);
 /* ... and for either: dev != NULL runs the algorithm on device buffers (CUDA IPC). */
 int rr__pg_run_coll(rr_pg *pg, const rr__args *a, int64_t timeout_ms, const rr__req_dev *dev);
 /* CUDA IPC (group/staging.c): can the call run on its device buffers through the lanes'
- * device messages (every peer on shared memory, RR_TRANSPORT=auto, a ring all-reduce)?
+ * device messages (every peer on shared memory, RR_TRANSPORT=auto, all_reduce,
+ * reduce_scatter or all_gather)?
  * Then rr__pg_run_ipc runs it, ordered on the call's stream as the staged path is. */
 int rr__pg_ipc_call(const rr_pg *pg, const rr__args *a);
 int rr__pg_run_ipc(rr_pg *pg, const rr__args *a, int64_t timeout_ms);

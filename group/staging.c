@@ -84,6 +84,9 @@ static int rr__host_idle(rr_pg *pg) {
 
 void rr__cuda_pg_free(rr_pg *pg) {
   (void)rr__host_idle(pg);
+  rr__cuda_free(pg->cs.dev_scratch); /* waits for the device work still using it */
+  pg->cs.dev_scratch = NULL;
+  pg->cs.dev_scratch_bytes = 0;
   for (int d = 0; d < RR__CUDA_MAX_DEVICES; d++) {
     rr__cuda_stream_destroy(pg->cuda_copy[d]);
     pg->cuda_copy[d] = NULL;
@@ -332,9 +335,10 @@ int rr__pg_run_staged(rr_pg *pg, const rr__args *a, int64_t timeout_ms) {
  * RR_TRANSPORT=shm stages instead. */
 int rr__pg_ipc_call(const rr_pg *pg, const rr__args *a) {
   const rr__params *p = rr__params_get();
-  if ((a->kind != RR__K_ALL_REDUCE && a->kind != RR__K_ALL_GATHER) || a->count == 0 ||
-      pg->size < 2 || !a->cuda_ready)
-    return 0;
+  /* The ring algorithms, whose steps are all pipelined send / receive(-reduce) steps. */
+  const int ring = a->kind == RR__K_ALL_REDUCE || a->kind == RR__K_REDUCE_SCATTER ||
+                   a->kind == RR__K_ALL_GATHER;
+  if (!ring || a->count == 0 || pg->size < 2 || !a->cuda_ready) return 0;
   if (strcmp(p->transport, "auto") || (strcmp(p->algo, "auto") && strcmp(p->algo, "ring")))
     return 0;
   if (rr__trace_on()) return 0; /* traces copy a step's values on the host */

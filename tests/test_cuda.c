@@ -18,7 +18,8 @@
  *                                          harness.h, t_eps); ranks share devices (LOCAL_RANK
  *                                          modulo the device count)
  *                                          RR_TEST_EXPECT_IPC=1 / 0: each all_reduce (with
- *                                          >= 1 element per rank) and all_gather must /
+ *                                          >= 1 element per rank), reduce_scatter and
+ *                                          all_gather must /
  *                                          must not send through CUDA IPC
  *                                          (transport/cuda_ipc.c)
  *   test_cuda [--fake] threads <world>     the same with the ranks as threads of one process
@@ -263,7 +264,12 @@ static int others(rr_pg *pg, size_t count, uint64_t seed) {
     t_fill(h, count * (size_t)n, RR_FLOAT32, RR_SUM, seed, r, 0);
     T_CHECK(!put(big, h, all), "upload");
     char *rs_out = inplace ? big + (size_t)r * blk : small;
+    uint64_t rs_before = rr__ipc_segments();
     T_OK(rr_reduce_scatter(pg, big, rs_out, count, RR_FLOAT32, RR_SUM));
+    uint64_t rs_sent = rr__ipc_segments() - rs_before;
+    if (expect_ipc() == 1 && n > 1 && count > 0)
+      T_CHECK(rs_sent > 0, "reduce_scatter: nothing went through CUDA IPC");
+    if (expect_ipc() == 0) T_CHECK(rs_sent == 0, "reduce_scatter: sent through CUDA IPC");
     T_CHECK(!get(h, rs_out, blk), "download");
     T_CHECK(!t_check_reduced(h, count, RR_FLOAT32, RR_SUM, seed, n, (size_t)r * count,
                              "device reduce_scatter"),

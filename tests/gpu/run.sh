@@ -44,15 +44,17 @@ in CI, label cudafake, which cannot prove what is listed in docs/cuda.md "The fa
   2. no context from a CPU-only program (probe: test_cuda noctx), none on GPU 0 from the
      worker (cuda: workerctx, needs 2 GPUs)
   3. kernels on the device, bit for bit vs ring/op.c, incl. (1<<24)+5 elements (cuda)
-  4. staged collectives on device buffers, world 1-4, shm and TCP, 64 MiB (cuda)
+  4. collectives on device buffers, world 1-4, 64 MiB (cuda): all_reduce, reduce_scatter,
+     all_gather device to device through CUDA IPC (cuda_coll_w2..4 check the path was
+     taken), the rest staged; RR_TRANSPORT=shm and tcp staged only
   5. stream order on a user stream; managed buffers; cudaStreamPerThread refused (cuda)
   6. DDP on device gradients and mlp_digits --device cuda (ddp)
   7. compute-sanitizer memcheck (sanitizer)
   8. torch CUDA tensors through the backend (torch)
   9. kernel GB/s vs cudaMemcpy D2D (target >= 90%), all_reduce_perf --mem cuda, DDP step
      times (perf)
-Not built at all yet (docs/cuda.md): transport/cuda_ipc, the pipelined staged TCP path with
-GPU reduction, event-based stream ordering of async calls.
+Not built at all yet (docs/cuda.md): the other collectives through CUDA IPC, the pipelined
+staged TCP path with GPU reduction, event-based stream ordering of async calls.
 EOF
 }
 

@@ -40,10 +40,16 @@ static void rr__ipc_publish_point(void) {
   pthread_mutex_unlock(&rr__ipc_publish);
 }
 
-uint64_t rr__ipc_segments(void) { return atomic_load(&rr__ipc_nseg); }
+uint64_t rr__ipc_segments(void) {
+  return atomic_load(&rr__ipc_nseg);
+}
 
-int rr__ipc_opened(const rr__ipc *x) { return x->opened; }
-int rr__ipc_device(const rr__ipc *x) { return x->device; }
+int rr__ipc_opened(const rr__ipc *x) {
+  return x->opened;
+}
+int rr__ipc_device(const rr__ipc *x) {
+  return x->device;
+}
 
 void rr__ipc_free(rr__ipc *x) {
   if (!x) return;
@@ -99,8 +105,9 @@ int rr__ipc_start(rr__ipc **out, rr__ipc_export *mine, uint32_t nslots, size_t s
   mine->slots_ptr = (uint64_t)(uintptr_t)x->slots;
   rr__ipc_publish_point();
   atomic_store(&mine->ready, 1); /* seq_cst: the fields above are visible before it */
-  RR__LOG_INFO(RR__SUB_INIT, "cuda_ipc: rank %d -> rank %d: %u device slots of %zu KiB on device %d",
-               peer_global, self_global, nslots, slot >> 10, x->device);
+  RR__LOG_INFO(RR__SUB_INIT,
+               "cuda_ipc: rank %d -> rank %d: %u device slots of %zu KiB on device %d", peer_global,
+               self_global, nslots, slot >> 10, x->device);
   *out = x;
   return RR_OK;
 }
@@ -128,7 +135,8 @@ int rr__ipc_open_peer(rr__ipc *x, const rr__ipc_export *theirs) {
       x->peer_sent[i] = (void *)(uintptr_t)t.sent_ptr[i];
     }
     x->opened = 1;
-    RR__LOG_INFO(RR__SUB_INIT, "cuda_ipc: rank %d -> rank %d: its device slots by pointer (same process)",
+    RR__LOG_INFO(RR__SUB_INIT,
+                 "cuda_ipc: rank %d -> rank %d: its device slots by pointer (same process)",
                  x->self_global, x->peer_global);
     return 1;
   }
@@ -153,7 +161,8 @@ int rr__ipc_open_peer(rr__ipc *x, const rr__ipc_export *theirs) {
                             x->peer_global, (int)t.pid, (int)t.device);
   }
   x->opened = 1;
-  RR__LOG_INFO(RR__SUB_INIT, "cuda_ipc: rank %d -> rank %d: opened its device slots (device %d, pid %d)",
+  RR__LOG_INFO(RR__SUB_INIT,
+               "cuda_ipc: rank %d -> rank %d: opened its device slots (device %d, pid %d)",
                x->self_global, x->peer_global, (int)t.device, (int)t.pid);
   return 1;
 }

@@ -1,9 +1,9 @@
 /* Running one call of a group on the current thread: calls with a device buffer go through
- * CUDA IPC or host memory (group/staging.c), which bring them back here. The ring (ring/coll.c) runs the algorithm;
- * this file is what the group adds around it: a look at the control sockets before
- * starting, refusing calls on a group that already failed, and turning any failure into
- * one sentence that names this rank, the call, the place in the algorithm and the cause,
- * then aborting the group so no peer waits for us in vain. */
+ * CUDA IPC or host memory (group/staging.c), which bring them back here. The ring (ring/coll.c)
+ * runs the algorithm; this file is what the group adds around it: a look at the control sockets
+ * before starting, refusing calls on a group that already failed, and turning any failure into one
+ * sentence that names this rank, the call, the place in the algorithm and the cause, then aborting
+ * the group so no peer waits for us in vain. */
 #include <stdio.h>
 
 #include "common/log.h"

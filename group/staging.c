@@ -133,15 +133,12 @@ static void rr__io(const rr_pg *pg, const rr__args *a, size_t *in, size_t *out, 
 
 static uintptr_t rr__align_up(uintptr_t x) { return (x + RR__STAGE_ALIGN - 1) & ~(RR__STAGE_ALIGN - 1); }
 
-static int rr__dev_fail(rr_pg *pg, const rr__args *a, int st, const char *what,
-                        const char *how) {
+static int rr__dev_fail(rr_pg *pg, const rr__args *a, int st, const char *what, const char *how) {
   rr__prefix_error(st, "%s", what);
-  rr__prefix_error(st, "rank %d: %s (%zu x %s, %s)",
-                   pg->global_ranks[pg->rank], rr__kind_name(a->kind == RR__K_RECV ||
-                                                                     a->kind == RR__K_SENDRECV
-                                                                 ? RR__K_SEND
-                                                                 : a->kind),
-                   a->count, rr_dtype_name(a->dtype), how);
+  rr__prefix_error(
+      st, "rank %d: %s (%zu x %s, %s)", pg->global_ranks[pg->rank],
+      rr__kind_name(a->kind == RR__K_RECV || a->kind == RR__K_SENDRECV ? RR__K_SEND : a->kind),
+      a->count, rr_dtype_name(a->dtype), how);
   /* The peers are (or will be) in this call: stop the group and tell them why. */
   rr__comm_abort(pg->comm, st, rr__error(), 1);
   pg->comm->reported = 1;
@@ -336,12 +333,12 @@ int rr__pg_run_staged(rr_pg *pg, const rr__args *a, int64_t timeout_ms) {
 int rr__pg_ipc_call(const rr_pg *pg, const rr__args *a) {
   const rr__params *p = rr__params_get();
   /* The ring algorithms, whose steps are all pipelined send / receive(-reduce) steps. */
-  const int ring = a->kind == RR__K_ALL_REDUCE || a->kind == RR__K_REDUCE_SCATTER ||
-                   a->kind == RR__K_ALL_GATHER;
+  const int ring =
+      a->kind == RR__K_ALL_REDUCE || a->kind == RR__K_REDUCE_SCATTER || a->kind == RR__K_ALL_GATHER;
   if (!ring || a->count == 0 || pg->size < 2 || !a->cuda_ready) return 0;
   if (strcmp(p->transport, "auto") || (strcmp(p->algo, "auto") && strcmp(p->algo, "ring")))
     return 0;
-  if (rr__trace_on()) return 0; /* traces copy a step's values on the host */
+  if (rr__trace_on()) return 0;                      /* traces copy a step's values on the host */
   if (pg->cs.seg_bytes > RR__SHM_MAX_SLOT) return 0; /* a segment must fit one slot */
   int sd = -1, rd = -1;
   if (rr__cuda_ptr_type(a->sendbuf, &sd) != RR__CUDA_MEM_DEVICE ||

@@ -73,8 +73,7 @@ int rr__pipe_step(rr__coll *c, const rr__step *st) {
   /* The trace shows a small reduction's operands and what a small send carried: keep them
    * before they are overwritten. */
   const int trace = rr__trace_on();
-  const int trace_values =
-      trace && !dev && slotted && st->rcount <= RR__TRACE_CAPTURE && st->own;
+  const int trace_values = trace && !dev && slotted && st->rcount <= RR__TRACE_CAPTURE && st->own;
   unsigned char own_copy[RR__TRACE_CAPTURE * 8], got_copy[RR__TRACE_CAPTURE * 8];
   unsigned char res_copy[RR__TRACE_CAPTURE * 8], sent_copy[RR__TRACE_CAPTURE * 8];
   rr__trace_cap cap = {0};
@@ -113,8 +112,7 @@ int rr__pipe_step(rr__coll *c, const rr__step *st) {
       size_t off = rp * seg, n = RR__MIN(seg, st->rcount - off);
       rr__req *r = &rreq[rp % RR__RECV_WIN];
       memset(r, 0, sizeof *r);
-      r->buf = slotted && !dev ? staging + (rp % nslots) * slot_bytes
-                               : (char *)st->rbuf + off * es;
+      r->buf = slotted && !dev ? staging + (rp % nslots) * slot_bytes : (char *)st->rbuf + off * es;
       r->len = n * es;
       r->dev = dev;
       if (slotted && st->rbuf && !trace_values) { /* the transport may reduce in place */

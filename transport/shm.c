@@ -355,8 +355,7 @@ static int rr__shm_recv_some(rr__shm_conn *c, size_t *moved) {
       if (o == 0) return rr__shm_corrupt(c, "a device message before the device slots");
       if (o < 0) return rr__prefix_error(o, "receiving from rank %d", c->base.peer_global);
       take = avail;
-      RR__CHECK(rr__ipc_take(c->ipc, (uint32_t)(c->rx_tail % c->nslots), r, take,
-                             r->dev->stream));
+      RR__CHECK(rr__ipc_take(c->ipc, (uint32_t)(c->rx_tail % c->nslots), r, take, r->dev->stream));
     } else if (r->consume && r->done == 0 && avail >= need) {
       take = need;
       r->consume(r, data, take); /* the whole message, straight from shared memory */

@@ -110,7 +110,7 @@ static void rr__params_load(void) {
     rr__cached.algo = "auto";
   }
   if (strcmp(rr__cached.transport, "auto") && strcmp(rr__cached.transport, "tcp") &&
-      strcmp(rr__cached.transport, "ib")) {
+      strcmp(rr__cached.transport, "ib") && strcmp(rr__cached.transport, "shm")) {
     rr__bad("RR_TRANSPORT", rr__cached.transport);
     rr__cached.transport = "auto";
   }

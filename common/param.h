@@ -21,6 +21,9 @@
   XX(spin_us, "RR_SPIN_US", -1, -1, 1000000,                                                \
      "microseconds a blocking call polls before sleeping (unset: 50, or 100 yielding the "  \
      "core when this host's ranks outnumber its cores)")                                    \
+  XX(cuda_ipc, "RR_CUDA_IPC", 0, 0, 1,                                                      \
+     "1: device buffers of ranks on one host go device to device through CUDA IPC "         \
+     "(all_reduce, reduce_scatter, all_gather; opt-in: see docs/cuda.md)")                   \
   XX(ib_gid_index, "RR_IB_GID_INDEX", -1, -1, 255,                                          \
      "RoCE: the GID table index to use (unset: the first RoCE v2 GID of the address family)")
 
@@ -41,7 +44,8 @@
   XX(hostid, "RR_HOSTID", "", "override the host identity used to find ranks on one host")   \
   XX(transport, "RR_TRANSPORT", "auto",                                                       \
      "auto picks per peer (shared memory on one host, InfiniBand between hosts where up); "   \
-     "tcp forces sockets; ib forces verbs between every pair")                                \
+     "shm: as auto, but device buffers staged (never CUDA IPC); tcp forces sockets; "          \
+     "ib forces verbs between every pair")                                                     \
   XX(ib_hca, "RR_IB_HCA", "",                                                                  \
      "InfiniBand devices/ports: prefixes, ^ excludes, = exact, dev:port (NCCL syntax)")       \
   XX(ib_library, "RR_IB_LIBRARY", "",                                                          \

@@ -96,6 +96,18 @@ int rr__cuda_event_sync(void *event);
 /* 1 when the event's work is done, 0 when not yet, or an RR_ status (error set). */
 int rr__cuda_event_done(void *event);
 
+/* CUDA IPC (transport/cuda_ipc.c). An event another process can wait for (cudaEventInterprocess
+ * needs cudaEventDisableTiming too); a handle for a cudaMalloc allocation's base or such an
+ * event; opening a handle another process exported (in the exporter itself the runtime
+ * refuses it: same-process peers use the pointers); closing an opened allocation. */
+int rr__cuda_get_device(int *device); /* the calling thread's current device */
+int rr__cuda_event_create_ipc(void **event);
+int rr__cuda_ipc_mem_handle(rr__cuda_ipc_handle *h, void *p);
+int rr__cuda_ipc_event_handle(rr__cuda_ipc_handle *h, void *event);
+int rr__cuda_ipc_open_mem(void **p, const rr__cuda_ipc_handle *h);
+int rr__cuda_ipc_open_event(void **event, const rr__cuda_ipc_handle *h);
+void rr__cuda_ipc_close_mem(void *p);
+
 /* The DDP wrapper's element work on device memory (cuda/ddp.cu), queued on `stream` (not
  * waited for); bit-identical to ddp/hooks.c's host loops (cuda/ddp_elem.cuh). dtype is the
  * gradient's (float16, bfloat16, float32, float64); wire the hook's 16-bit type.

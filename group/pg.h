@@ -83,6 +83,14 @@ void *rr__pg_worker_main(void *arg);
 int rr__pg_run(rr_pg *pg, const rr__args *a, int64_t timeout_ms);
 /* The same for host buffers only. */
 int rr__pg_run_host(rr_pg *pg, const rr__args *a, int64_t timeout_ms);
+/* ... and for either: dev != NULL runs the algorithm on device buffers (CUDA IPC). */
+int rr__pg_run_coll(rr_pg *pg, const rr__args *a, int64_t timeout_ms, const rr__req_dev *dev);
+/* CUDA IPC (group/staging.c): can the call run on its device buffers through the lanes'
+ * device messages (every peer on shared memory, RR_TRANSPORT=auto, all_reduce,
+ * reduce_scatter or all_gather)?
+ * Then rr__pg_run_ipc runs it, ordered on the call's stream as the staged path is. */
+int rr__pg_ipc_call(const rr_pg *pg, const rr__args *a);
+int rr__pg_run_ipc(rr_pg *pg, const rr__args *a, int64_t timeout_ms);
 /* Device buffers (group/staging.c): does the call read or write CUDA device memory? Then
  * it runs through pinned host memory, ordered on the call's stream. */
 int rr__pg_device_call(const rr_pg *pg, const rr__args *a);

@@ -1,9 +1,9 @@
 /* Running one call of a group on the current thread: calls with a device buffer go through
- * host memory (group/staging.c), which brings them back here. The ring (ring/coll.c) runs the algorithm;
- * this file is what the group adds around it: a look at the control sockets before
- * starting, refusing calls on a group that already failed, and turning any failure into
- * one sentence that names this rank, the call, the place in the algorithm and the cause,
- * then aborting the group so no peer waits for us in vain. */
+ * CUDA IPC or host memory (group/staging.c), which bring them back here. The ring (ring/coll.c)
+ * runs the algorithm; this file is what the group adds around it: a look at the control sockets
+ * before starting, refusing calls on a group that already failed, and turning any failure into one
+ * sentence that names this rank, the call, the place in the algorithm and the cause, then aborting
+ * the group so no peer waits for us in vain. */
 #include <stdio.h>
 
 #include "common/log.h"
@@ -11,10 +11,11 @@
 #include "common/util.h"
 #include "group/pg.h"
 
-int rr__pg_run_host(rr_pg *pg, const rr__args *a, int64_t timeout_ms) {
+int rr__pg_run_coll(rr_pg *pg, const rr__args *a, int64_t timeout_ms, const rr__req_dev *dev) {
   rr__coll c;
   rr__coll_init(&c, &pg->cs, pg->comm, a, pg->rank, pg->size, timeout_ms);
   c.may_spin = pg->inline_call;
+  c.dev = dev;
   int me = pg->global_ranks[pg->rank];
   char desc[192];
 
@@ -54,7 +55,14 @@ int rr__pg_run_host(rr_pg *pg, const rr__args *a, int64_t timeout_ms) {
   return RR_OK;
 }
 
+int rr__pg_run_host(rr_pg *pg, const rr__args *a, int64_t timeout_ms) {
+  return rr__pg_run_coll(pg, a, timeout_ms, NULL);
+}
+
 int rr__pg_run(rr_pg *pg, const rr__args *a, int64_t timeout_ms) {
-  if (rr__pg_device_call(pg, a)) return rr__pg_run_staged(pg, a, timeout_ms);
+  if (rr__pg_device_call(pg, a)) {
+    if (rr__pg_ipc_call(pg, a)) return rr__pg_run_ipc(pg, a, timeout_ms);
+    return rr__pg_run_staged(pg, a, timeout_ms);
+  }
   return rr__pg_run_host(pg, a, timeout_ms);
 }

@@ -28,10 +28,12 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "common/param.h"
 #include "common/status.h"
 #include "common/util.h"
 #include "cuda/cuda.h"
 #include "group/pg.h"
+#include "transport/shm.h"
 
 #define RR__STAGE_ALIGN ((uintptr_t)256)
 
@@ -82,6 +84,9 @@ static int rr__host_idle(rr_pg *pg) {
 
 void rr__cuda_pg_free(rr_pg *pg) {
   (void)rr__host_idle(pg);
+  rr__cuda_free(pg->cs.dev_scratch); /* waits for the device work still using it */
+  pg->cs.dev_scratch = NULL;
+  pg->cs.dev_scratch_bytes = 0;
   for (int d = 0; d < RR__CUDA_MAX_DEVICES; d++) {
     rr__cuda_stream_destroy(pg->cuda_copy[d]);
     pg->cuda_copy[d] = NULL;
@@ -128,18 +133,20 @@ static void rr__io(const rr_pg *pg, const rr__args *a, size_t *in, size_t *out, 
 
 static uintptr_t rr__align_up(uintptr_t x) { return (x + RR__STAGE_ALIGN - 1) & ~(RR__STAGE_ALIGN - 1); }
 
-static int rr__stage_fail(rr_pg *pg, const rr__args *a, int st, const char *what) {
+static int rr__dev_fail(rr_pg *pg, const rr__args *a, int st, const char *what, const char *how) {
   rr__prefix_error(st, "%s", what);
-  rr__prefix_error(st, "rank %d: %s (%zu x %s, device buffer staged through host memory)",
-                   pg->global_ranks[pg->rank], rr__kind_name(a->kind == RR__K_RECV ||
-                                                                     a->kind == RR__K_SENDRECV
-                                                                 ? RR__K_SEND
-                                                                 : a->kind),
-                   a->count, rr_dtype_name(a->dtype));
+  rr__prefix_error(
+      st, "rank %d: %s (%zu x %s, %s)", pg->global_ranks[pg->rank],
+      rr__kind_name(a->kind == RR__K_RECV || a->kind == RR__K_SENDRECV ? RR__K_SEND : a->kind),
+      a->count, rr_dtype_name(a->dtype), how);
   /* The peers are (or will be) in this call: stop the group and tell them why. */
   rr__comm_abort(pg->comm, st, rr__error(), 1);
   pg->comm->reported = 1;
   return st;
+}
+
+static int rr__stage_fail(rr_pg *pg, const rr__args *a, int st, const char *what) {
+  return rr__dev_fail(pg, a, st, what, "device buffer staged through host memory");
 }
 
 /* Device memory, or managed memory (which the host reads as it is, but only once the
@@ -312,5 +319,59 @@ int rr__pg_run_staged(rr_pg *pg, const rr__args *a, int64_t timeout_ms) {
   rr__cuda_restore_device(prev);
   /* A failed collective has its message and abort from rr__pg_run_host already. */
   if (st != RR_OK && what) return rr__stage_fail(pg, a, st, what);
+  return st;
+}
+
+/* ---- CUDA IPC (transport/cuda_ipc.c, docs/cuda.md "The CUDA IPC path") ----
+ *
+ * Every rank decides alone, from what all ranks share: the call (kind, count), the group's
+ * ranks all on one host (then every lane is shared memory; otherwise every rank has a peer
+ * elsewhere), RR_TRANSPORT and RR_ALGO (checked equal at setup / in the call header), and
+ * its own buffers. A rank whose buffers are host memory while its peers' are device memory
+ * fails the call with RR_EMISMATCH (the lane sees host bytes where it expects device ones);
+ * RR_TRANSPORT=shm stages instead. */
+int rr__pg_ipc_call(const rr_pg *pg, const rr__args *a) {
+  const rr__params *p = rr__params_get();
+  /* The ring algorithms, whose steps are all pipelined send / receive(-reduce) steps. */
+  const int ring =
+      a->kind == RR__K_ALL_REDUCE || a->kind == RR__K_REDUCE_SCATTER || a->kind == RR__K_ALL_GATHER;
+  /* Opt-in (RR_CUDA_IPC=1) until a peer killed mid-call cannot leave this rank's streams
+   * waiting for its events (docs/cuda.md): the staged path fails such a call cleanly. */
+  if (!p->cuda_ipc) return 0;
+  if (!ring || a->count == 0 || pg->size < 2 || !a->cuda_ready) return 0;
+  if (strcmp(p->transport, "auto") || (strcmp(p->algo, "auto") && strcmp(p->algo, "ring")))
+    return 0;
+  if (rr__trace_on()) return 0;                      /* traces copy a step's values on the host */
+  if (pg->cs.seg_bytes > RR__SHM_MAX_SLOT) return 0; /* a segment must fit one slot */
+  int sd = -1, rd = -1;
+  if (rr__cuda_ptr_type(a->sendbuf, &sd) != RR__CUDA_MEM_DEVICE ||
+      rr__cuda_ptr_type(a->recvbuf, &rd) != RR__CUDA_MEM_DEVICE || sd != rd)
+    return 0;
+  for (int i = 0; i < pg->size; i++)
+    if (i != pg->rank && !(pg->comm->peers[i].tp && pg->comm->peers[i].tp->device_msgs)) return 0;
+  return 1;
+}
+
+/* The ring runs on the device buffers themselves: segments go device to device through the
+ * lanes, reductions are kernels, all on the group's copy stream for the device, which first
+ * waits for the call's stream (cuda_ready); cuda_done is recorded behind the last of it, and
+ * nothing is waited for here (rr__cuda_pg_finish does, as for the staged path). */
+int rr__pg_run_ipc(rr_pg *pg, const rr__args *a, int64_t timeout_ms) {
+  const char *how = "device buffer through CUDA IPC";
+  int device = -1, prev = -1;
+  rr__cuda_ptr_device(a->recvbuf, &device);
+  int st = rr__cuda_set_device(device, &prev);
+  if (st != RR_OK) return rr__dev_fail(pg, a, st, "selecting the buffers' device", how);
+  void *cs = NULL;
+  st = rr__copy_stream(pg, a, device, &cs);
+  if (st != RR_OK) {
+    rr__cuda_restore_device(prev);
+    return rr__dev_fail(pg, a, st, "ordering the call after its stream", how);
+  }
+  rr__req_dev dev = {.stream = cs, .device = device};
+  st = rr__pg_run_coll(pg, a, timeout_ms, &dev);
+  int rec = st == RR_OK ? rr__cuda_event_record(a->cuda_done, cs) : RR_OK;
+  rr__cuda_restore_device(prev);
+  if (rec != RR_OK) return rr__dev_fail(pg, a, rec, "marking the result's completion", how);
   return st;
 }

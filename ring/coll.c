@@ -12,6 +12,7 @@
 #include "common/param.h"
 #include "common/status.h"
 #include "common/util.h"
+#include "cuda/cuda.h"
 #include "ring/coll.h"
 
 /* Header sends still on the wire when a call ends would point into its stack frame, so
@@ -262,6 +263,7 @@ static void rr__local_copy(rr__coll *c) {
 static int rr__choose_all_reduce(rr__coll *c) {
   const rr__params *p = rr__params_get();
   size_t bytes = c->a->count * c->esize;
+  if (c->dev) return RR__ALGO_RING; /* the device path runs pipelined steps only */
   if (!strcmp(p->algo, "rd")) return RR__ALGO_RD;
   if (!strcmp(p->algo, "ring")) return RR__ALGO_RING;
   if (!strcmp(p->algo, "star")) return RR__ALGO_STAR;
@@ -402,7 +404,24 @@ int rr__coll_exec(rr__coll *c) {
   return st;
 }
 
+/* Device scratch: work of an earlier call on it is queued on the same stream as this call's,
+ * and cudaFree waits for the device, so replacing it needs no other wait. */
+static int rr__coll_dev_scratch(rr__coll *c, size_t bytes, void **out) {
+  rr__coll_state *cs = c->cs;
+  if (bytes > cs->dev_scratch_bytes || cs->dev_scratch_device != c->dev->device) {
+    rr__cuda_free(cs->dev_scratch);
+    cs->dev_scratch = NULL;
+    cs->dev_scratch_bytes = 0;
+    RR__CHECK(rr__cuda_malloc(&cs->dev_scratch, bytes));
+    cs->dev_scratch_bytes = bytes;
+    cs->dev_scratch_device = c->dev->device;
+  }
+  *out = cs->dev_scratch;
+  return RR_OK;
+}
+
 int rr__coll_scratch(rr__coll *c, size_t bytes, void **out) {
+  if (c->dev) return rr__coll_dev_scratch(c, bytes, out);
   rr__coll_state *cs = c->cs;
   if (bytes > cs->scratch_bytes) {
     void *p = realloc(cs->scratch, bytes);

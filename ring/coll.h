@@ -59,6 +59,11 @@ typedef struct rr__coll_state {
   int nslots;
   void *scratch; /* grow-only, for partial chunks (reduce_scatter) and recursive doubling */
   size_t scratch_bytes;
+  /* The same in device memory, for calls on device buffers (CUDA IPC; freed by the group,
+   * group/staging.c), on dev_scratch_device. */
+  void *dev_scratch;
+  size_t dev_scratch_bytes;
+  int dev_scratch_device;
 } rr__coll_state;
 
 /* The context of one running call. */
@@ -83,6 +88,11 @@ typedef struct rr__coll {
   struct rr__hdr_sends *sends; /* header messages of this call still to be flushed */
   int trace_step;              /* RR_TRACE: steps of this call traced so far */
   int64_t trace_t0;            /* RR_TRACE file: the call's start on the wall clock */
+  /* Device buffers moved through CUDA IPC (group/staging.c sets it; NULL: host memory):
+   * segments travel as device messages and reductions run as kernels on dev->stream. Only
+   * the ring algorithms run so: all_reduce, reduce_scatter, all_gather (pipe.c refuses the
+   * chain steps). */
+  const rr__req_dev *dev;
 } rr__coll;
 
 /* The global rank of group rank r, for messages and traces. */
@@ -102,7 +112,8 @@ int rr__coll_exec(rr__coll *c);
 const char *rr__coll_describe(const rr__coll *c, char *desc, size_t n);
 /* The text of the latest RR__WHERE ("" if none). */
 const char *rr__coll_where(rr__coll *c);
-/* Grow the group's scratch buffer to at least `bytes`. */
+/* Grow the group's scratch buffer to at least `bytes`: host memory, or device memory on the
+ * call's device when the call runs on device buffers (c->dev). */
 int rr__coll_scratch(rr__coll *c, size_t bytes, void **out);
 
 /* Record where the call is: a format with up to three int arguments. Formatting it on every

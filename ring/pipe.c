@@ -16,6 +16,7 @@
 
 #include "common/log.h"
 #include "common/status.h"
+#include "cuda/cuda.h"
 #include "ring/coll.h"
 #include "ring/op.h"
 
@@ -28,11 +29,21 @@ typedef struct rr__consume_ctx {
   char *dst;
   const char *own;
   int avg_div;
+  int status; /* device: the kernel launch's */
 } rr__consume_ctx;
 
 static void rr__reduce_in_place(rr__req *r, const void *data, size_t len) {
   const rr__consume_ctx *x = r->ctx;
   rr__reduce(x->dst, x->own, data, len / x->c->esize, x->c->a->dtype, x->c->a->op, x->avg_div);
+}
+
+/* Device buffers (CUDA IPC): the segment sits in this rank's device slot; the kernel reads it
+ * there, on the call's stream, after the sender's copy (the transport made the stream wait). */
+static void rr__reduce_on_device(rr__req *r, const void *data, size_t len) {
+  rr__consume_ctx *x = r->ctx;
+  const rr__coll *c = x->c;
+  x->status = rr__cuda_reduce(x->dst, NULL, x->own, data, len / c->esize, c->a->dtype, c->a->op,
+                              x->avg_div, c->dev->stream);
 }
 
 static size_t rr__nseg(size_t count, size_t seg) { return (count + seg - 1) / seg; }
@@ -56,17 +67,20 @@ int rr__pipe_step(rr__coll *c, const rr__step *st) {
 
   if (forward && (st->scount != st->rcount || st->to < 0 || st->from < 0))
     return rr__set_error(RR_EINVAL, "internal: a forwarding step needs equal sizes");
+  const rr__req_dev *dev = c->dev;
+  if (dev && (forward || (slotted && !st->rbuf)))
+    return rr__set_error(RR_EINVAL, "internal: the device path runs no chain steps");
   /* The trace shows a small reduction's operands and what a small send carried: keep them
    * before they are overwritten. */
   const int trace = rr__trace_on();
-  const int trace_values = trace && slotted && st->rcount <= RR__TRACE_CAPTURE && st->own;
+  const int trace_values = trace && !dev && slotted && st->rcount <= RR__TRACE_CAPTURE && st->own;
   unsigned char own_copy[RR__TRACE_CAPTURE * 8], got_copy[RR__TRACE_CAPTURE * 8];
   unsigned char res_copy[RR__TRACE_CAPTURE * 8], sent_copy[RR__TRACE_CAPTURE * 8];
   rr__trace_cap cap = {0};
   if (trace) {
     cap.t0_ns = rr__trace_clock();
     if (trace_values) memcpy(own_copy, st->own, st->rcount * es);
-    if (st->to >= 0 && st->sbuf && st->scount <= RR__TRACE_CAPTURE) {
+    if (!dev && st->to >= 0 && st->sbuf && st->scount <= RR__TRACE_CAPTURE) {
       memcpy(sent_copy, st->sbuf, st->scount * es);
       cap.sent = sent_copy;
     }
@@ -87,6 +101,7 @@ int rr__pipe_step(rr__coll *c, const rr__step *st) {
       else
         r->buf = (char *)st->sbuf + off * es;
       r->len = n * es;
+      r->dev = dev;
       RR__CHECK(rr__comm_isend(c->cm, st->to, (int)sp, r));
       sp++;
     }
@@ -97,14 +112,14 @@ int rr__pipe_step(rr__coll *c, const rr__step *st) {
       size_t off = rp * seg, n = RR__MIN(seg, st->rcount - off);
       rr__req *r = &rreq[rp % RR__RECV_WIN];
       memset(r, 0, sizeof *r);
-      r->buf = slotted ? staging + (rp % nslots) * slot_bytes
-                       : (char *)st->rbuf + off * es;
+      r->buf = slotted && !dev ? staging + (rp % nslots) * slot_bytes : (char *)st->rbuf + off * es;
       r->len = n * es;
+      r->dev = dev;
       if (slotted && st->rbuf && !trace_values) { /* the transport may reduce in place */
         rr__consume_ctx *x = &cctx[rp % RR__RECV_WIN];
         *x = (rr__consume_ctx){c, (char *)st->rbuf + off * es, (const char *)st->own + off * es,
-                               st->avg_div};
-        r->consume = rr__reduce_in_place;
+                               st->avg_div, RR_OK};
+        r->consume = dev ? rr__reduce_on_device : rr__reduce_in_place; /* device: must */
         r->ctx = x;
       }
       RR__CHECK(rr__comm_irecv(c->cm, st->from, (int)rp, r));
@@ -113,7 +128,11 @@ int rr__pipe_step(rr__coll *c, const rr__step *st) {
     size_t moved = 0;
     RR__CHECK(rr__comm_progress(c->cm, &moved));
     while (rd < rp && rreq[rd % RR__RECV_WIN].complete) {
-      if (slotted && !rreq[rd % RR__RECV_WIN].consumed) {
+      if (slotted && dev) {
+        if (!rreq[rd % RR__RECV_WIN].consumed)
+          return rr__set_error(RR_EINVAL, "internal: a device segment was not reduced");
+        RR__CHECK(cctx[rd % RR__RECV_WIN].status);
+      } else if (slotted && !rreq[rd % RR__RECV_WIN].consumed) {
         size_t off = rd * seg, n = RR__MIN(seg, st->rcount - off);
         char *slot = rreq[rd % RR__RECV_WIN].buf;
         char *dst = st->rbuf ? (char *)st->rbuf + off * es : slot;

@@ -27,11 +27,19 @@ foreach(w 1 2 3 4)
   # Ranks on one host pair over shared memory by default; _tcp forces sockets.
   add_test(NAME cuda_coll_w${w} COMMAND test_cuda coll ${w})
   add_test(NAME cuda_coll_tcp_w${w} COMMAND test_cuda coll ${w})
+  # With RR_CUDA_IPC=1: all_reduce through CUDA IPC (checked), the rest staged; _tcp:
+  # staged only. cuda_coll_staged_w2: the default (no RR_CUDA_IPC), staged only.
   set_tests_properties(cuda_coll_w${w} PROPERTIES LABELS "cuda" TIMEOUT 600
-    SKIP_RETURN_CODE 77 ENVIRONMENT "${RR_CUDA_TEST_ENV}")
+    SKIP_RETURN_CODE 77 ENVIRONMENT "${RR_CUDA_TEST_ENV};RR_CUDA_IPC=1;RR_TEST_EXPECT_IPC=1")
   set_tests_properties(cuda_coll_tcp_w${w} PROPERTIES LABELS "cuda" TIMEOUT 600
-    SKIP_RETURN_CODE 77 ENVIRONMENT "${RR_CUDA_TEST_ENV};RR_TRANSPORT=tcp")
+    SKIP_RETURN_CODE 77 ENVIRONMENT "${RR_CUDA_TEST_ENV};RR_CUDA_IPC=1;RR_TRANSPORT=tcp;RR_TEST_EXPECT_IPC=0")
 endforeach()
+add_test(NAME cuda_coll_staged_w2 COMMAND test_cuda coll 2)
+set_tests_properties(cuda_coll_staged_w2 PROPERTIES LABELS "cuda" TIMEOUT 600
+  SKIP_RETURN_CODE 77 ENVIRONMENT "${RR_CUDA_TEST_ENV};RR_TEST_EXPECT_IPC=0")
+add_test(NAME cuda_coll_shm_w3 COMMAND test_cuda coll 3)
+set_tests_properties(cuda_coll_shm_w3 PROPERTIES LABELS "cuda" TIMEOUT 600
+  SKIP_RETURN_CODE 77 ENVIRONMENT "${RR_CUDA_TEST_ENV};RR_CUDA_IPC=1;RR_TRANSPORT=shm;RR_TEST_EXPECT_IPC=0")
 add_test(NAME cuda_large_w4 COMMAND test_cuda large 4)
 set_tests_properties(cuda_large_w4 PROPERTIES LABELS "cuda;large" TIMEOUT 600
   SKIP_RETURN_CODE 77 ENVIRONMENT "${RR_CUDA_TEST_ENV}")
@@ -68,11 +76,37 @@ endfunction()
 rr_fake_test(ptr ptr)
 rr_fake_test(kernel kernel)
 set_tests_properties(cudafake.kernel PROPERTIES ENVIRONMENT "RR_FAKE_CUDA_DELAY_US=0")
-foreach(w 1 2 3 4)
+# On one host, all_reduce on device buffers goes through CUDA IPC (transport/cuda_ipc.c;
+# RR_CUDA_IPC=1;RR_TEST_EXPECT_IPC=1 checks every call did), the other collectives are staged. Two fake
+# devices: ranks share them (LOCAL_RANK mod 2: in w3 ranks 2 -> 0 are one GPU's pair);
+# coll_1gpu_w4 puts all four ranks on one GPU. RR_TRANSPORT=shm and tcp: staged only.
+rr_fake_test(coll_w1 coll 1)
+foreach(w 2 3 4)
   rr_fake_test(coll_w${w} coll ${w})
+  set_tests_properties(cudafake.coll_w${w} PROPERTIES ENVIRONMENT
+    "${RR_FAKE_ENV};RR_CUDA_IPC=1;RR_TEST_EXPECT_IPC=1")
 endforeach()
+rr_fake_test(coll_1gpu_w4 coll 4)
+set_tests_properties(cudafake.coll_1gpu_w4 PROPERTIES ENVIRONMENT
+  "${RR_FAKE_ENV};RR_CUDA_IPC=1;RR_TEST_EXPECT_IPC=1;RR_TEST_FAKE_DEVICES=1")
+# Small segments: many rounds through each slot, so a slot reused before the receiver's
+# kernel read it shows up as wrong data.
+rr_fake_test(coll_seg16k_w2 coll 2)
+set_tests_properties(cudafake.coll_seg16k_w2 PROPERTIES ENVIRONMENT
+  "${RR_FAKE_ENV};RR_CUDA_IPC=1;RR_TEST_EXPECT_IPC=1;RR_SEG_BYTES=16384")
+# Ranks as threads of one process: CUDA IPC uses the peers' pointers, never its own handles.
+rr_fake_test(threads_w3 threads 3)
+set_tests_properties(cudafake.threads_w3 PROPERTIES ENVIRONMENT
+  "${RR_FAKE_ENV};RR_CUDA_IPC=1;RR_TEST_EXPECT_IPC=1")
+rr_fake_test(coll_staged_w2 coll 2)
+set_tests_properties(cudafake.coll_staged_w2 PROPERTIES ENVIRONMENT
+  "${RR_FAKE_ENV};RR_TEST_EXPECT_IPC=0")
+rr_fake_test(coll_shm_w3 coll 3)
+set_tests_properties(cudafake.coll_shm_w3 PROPERTIES ENVIRONMENT
+  "${RR_FAKE_ENV};RR_CUDA_IPC=1;RR_TEST_EXPECT_IPC=0;RR_TRANSPORT=shm")
 rr_fake_test(coll_tcp_w2 coll 2)
-set_tests_properties(cudafake.coll_tcp_w2 PROPERTIES ENVIRONMENT "${RR_FAKE_ENV};RR_TRANSPORT=tcp")
+set_tests_properties(cudafake.coll_tcp_w2 PROPERTIES ENVIRONMENT
+  "${RR_FAKE_ENV};RR_CUDA_IPC=1;RR_TRANSPORT=tcp;RR_TEST_EXPECT_IPC=0")
 foreach(w 1 2)
   rr_fake_test(stream_w${w} stream ${w})
 endforeach()
@@ -80,6 +114,12 @@ rr_fake_test(managed_w2 managed 2)
 rr_fake_test(nosync_w2 nosync 2)
 set_tests_properties(cudafake.nosync_w2 PROPERTIES
   ENVIRONMENT "${RR_FAKE_ENV};RR_FAKE_CUDA_DELAY_US=50000")
+# The same stream-order checks with the calls through CUDA IPC.
+rr_fake_test(stream_ipc_w2 stream 2)
+set_tests_properties(cudafake.stream_ipc_w2 PROPERTIES ENVIRONMENT "${RR_FAKE_ENV};RR_CUDA_IPC=1")
+rr_fake_test(nosync_ipc_w2 nosync 2)
+set_tests_properties(cudafake.nosync_ipc_w2 PROPERTIES
+  ENVIRONMENT "${RR_FAKE_ENV};RR_FAKE_CUDA_DELAY_US=50000;RR_CUDA_IPC=1")
 foreach(t noctx workerctx pgdevice ipc perthread)
   rr_fake_test(${t} ${t})
 endforeach()

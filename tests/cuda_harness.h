@@ -30,14 +30,17 @@ static const rr__cuda_api *cu;
 /* Fake devices: 2, so that a buffer can live on a device other than 0. */
 #define CU_FAKE_DEVICES 2
 
-/* Pick the table: with "--fake" as argv[1] (removed from argv) the fake is installed. */
+/* Pick the table: with "--fake" as argv[1] (removed from argv) the fake is installed, with
+ * RR_TEST_FAKE_DEVICES devices (default CU_FAKE_DEVICES; 1 puts every rank on one GPU). */
 static inline int cu_setup(int *argc, char ***argv) {
   if (*argc > 1 && !strcmp((*argv)[1], "--fake")) {
-    if (rr_fake_cuda_install(CU_FAKE_DEVICES) != RR_OK) {
+    const char *nd = getenv("RR_TEST_FAKE_DEVICES");
+    int ndev = nd && atoi(nd) > 0 ? atoi(nd) : CU_FAKE_DEVICES;
+    if (rr_fake_cuda_install(ndev) != RR_OK) {
       fprintf(stderr, "%s\n", rr_last_error());
       exit(1);
     }
-    cu = rr_fake_cuda(CU_FAKE_DEVICES);
+    cu = rr_fake_cuda(ndev);
     (*argv)[1] = (*argv)[0];
     (*argv)++;
     (*argc)--;

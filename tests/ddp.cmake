@@ -46,18 +46,21 @@ if(TARGET rr_mlp)
   endforeach()
   # DDP on CUDA gradients against the host path (test_ddp.c, "gpu"): needs a GPU, ranks share
   # it; "skipped: no CUDA device" (77) without one. Also under the label "cuda", which
-  # tests/gpu/run.sh runs.
+  # tests/gpu/run.sh runs. RR_CUDA_IPC=1 and RR_ALGO=ring: device buffers on one host go
+  # through CUDA IPC (opt-in),
+  # which always runs the ring; host buckets up to RR_SMALL_BYTES would use recursive
+  # doubling, which adds floats in another order (3 ranks), and the test wants equal bits.
   target_link_libraries(test_ddp PRIVATE rr_fake_cuda)
   foreach(w 1 2 3)
     add_test(NAME ddp.gpu_w${w} COMMAND test_ddp gpu ${w})
     set_tests_properties(ddp.gpu_w${w} PROPERTIES LABELS "ddp;cuda" TIMEOUT 300
-      SKIP_RETURN_CODE 77 ENVIRONMENT "RR_TIMEOUT=120;RR_GRACE_PERIOD=2")
+      SKIP_RETURN_CODE 77 ENVIRONMENT "RR_TIMEOUT=120;RR_GRACE_PERIOD=2;RR_ALGO=ring;RR_CUDA_IPC=1")
   endforeach()
   # The same on the host fake of the CUDA table (tests/fake_cuda/), in every CI pass.
   foreach(w 1 2 3)
     add_test(NAME ddp.gpufake_w${w} COMMAND test_ddp gpufake ${w})
     set_tests_properties(ddp.gpufake_w${w} PROPERTIES LABELS "ddp;cudafake" TIMEOUT 300
-      ENVIRONMENT "RR_TIMEOUT=120;RR_GRACE_PERIOD=2")
+      ENVIRONMENT "RR_TIMEOUT=120;RR_GRACE_PERIOD=2;RR_ALGO=ring;RR_CUDA_IPC=1")
   endforeach()
   add_test(NAME ddp.gpu_tcp_w2 COMMAND test_ddp gpu 2)
   set_tests_properties(ddp.gpu_tcp_w2 PROPERTIES LABELS "ddp;cuda" TIMEOUT 300

@@ -17,6 +17,12 @@
  *                                          harness's float64 / exact reference (tolerance:
  *                                          harness.h, t_eps); ranks share devices (LOCAL_RANK
  *                                          modulo the device count)
+ *                                          RR_TEST_EXPECT_IPC=1 / 0: each all_reduce (with
+ *                                          >= 1 element per rank), reduce_scatter and
+ *                                          all_gather must /
+ *                                          must not send through CUDA IPC
+ *                                          (transport/cuda_ipc.c)
+ *   test_cuda [--fake] threads <world>     the same with the ranks as threads of one process
  *   test_cuda [--fake] large <world>       64 MiB float32 sum all_reduce on device buffers
  *   test_cuda [--fake] stream <world>      async all_reduce ordered on a user stream: a slow
  *                                          chain of copies and then a memset write the buffer
@@ -61,6 +67,7 @@
 #include <unistd.h>
 
 #include "ring/op.h"
+#include "transport/cuda_ipc.h"
 #include "tests/cuda_harness.h"
 
 #define SKIP 77
@@ -188,6 +195,7 @@ static int test_kernel(void) {
 typedef struct cargs {
   int world;
   const char *what;
+  const char *store; /* threads: the file:// store the ranks of this process meet at */
 } cargs;
 
 static void *dalloc(size_t bytes) {
@@ -206,9 +214,17 @@ static int get(void *host, const void *dev, size_t bytes) {
   return cu_copy(host, dev, bytes);
 }
 
+/* RR_TEST_EXPECT_IPC=1: every all_reduce of at least one element per rank must send through
+ * CUDA IPC on this rank (transport/cuda_ipc.c counts the segments); 0: none may (staged). */
+static int expect_ipc(void) {
+  const char *e = getenv("RR_TEST_EXPECT_IPC");
+  return e && *e ? atoi(e) : -1;
+}
+
 static int all_reduce_case(rr_pg *pg, size_t count, rr_dtype d, rr_op op, int inplace,
                            uint64_t seed) {
   int n = rr_get_world_size(pg), r = rr_get_rank(pg);
+  uint64_t ipc_before = rr__ipc_segments();
   size_t bytes = count * rr_dtype_size(d);
   char *h = malloc(bytes + 1), *src = dalloc(bytes), *dst = inplace ? src : dalloc(bytes);
   t_fill(h, count, d, op, seed, r, 0);
@@ -219,6 +235,12 @@ static int all_reduce_case(rr_pg *pg, size_t count, rr_dtype d, rr_op op, int in
   char what[96];
   snprintf(what, sizeof what, "device all_reduce %s %s %s count %zu", rr_dtype_name(d),
            rr_op_name(op), inplace ? "in place" : "out of place", count);
+  uint64_t ipc_sent = rr__ipc_segments() - ipc_before;
+  if (expect_ipc() == 1 && n > 1 && count >= (size_t)n)
+    T_CHECK(ipc_sent > 0, "%s: nothing went through CUDA IPC", what);
+  if (expect_ipc() == 0)
+    T_CHECK(ipc_sent == 0, "%s: %llu segments went through CUDA IPC", what,
+            (unsigned long long)ipc_sent);
   size_t wrong = t_check_reduced(h, count, d, op, seed, n, 0, what);
   if (!inplace) {
     T_CHECK(!get(h, src, bytes), "download");
@@ -242,7 +264,12 @@ static int others(rr_pg *pg, size_t count, uint64_t seed) {
     t_fill(h, count * (size_t)n, RR_FLOAT32, RR_SUM, seed, r, 0);
     T_CHECK(!put(big, h, all), "upload");
     char *rs_out = inplace ? big + (size_t)r * blk : small;
+    uint64_t rs_before = rr__ipc_segments();
     T_OK(rr_reduce_scatter(pg, big, rs_out, count, RR_FLOAT32, RR_SUM));
+    uint64_t rs_sent = rr__ipc_segments() - rs_before;
+    if (expect_ipc() == 1 && n > 1 && count > 0)
+      T_CHECK(rs_sent > 0, "reduce_scatter: nothing went through CUDA IPC");
+    if (expect_ipc() == 0) T_CHECK(rs_sent == 0, "reduce_scatter: sent through CUDA IPC");
     T_CHECK(!get(h, rs_out, blk), "download");
     T_CHECK(!t_check_reduced(h, count, RR_FLOAT32, RR_SUM, seed, n, (size_t)r * count,
                              "device reduce_scatter"),
@@ -251,7 +278,12 @@ static int others(rr_pg *pg, size_t count, uint64_t seed) {
     t_fill(h, count, RR_INT32, RR_SUM, seed, r, 0);
     char *ag_in = inplace ? big + (size_t)r * blk : small;
     T_CHECK(!put(ag_in, h, blk), "upload");
+    uint64_t ipc_before = rr__ipc_segments();
     T_OK(rr_all_gather(pg, ag_in, big, count, RR_INT32));
+    uint64_t ipc_sent = rr__ipc_segments() - ipc_before;
+    if (expect_ipc() == 1 && n > 1 && count > 0)
+      T_CHECK(ipc_sent > 0, "all_gather: nothing went through CUDA IPC");
+    if (expect_ipc() == 0) T_CHECK(ipc_sent == 0, "all_gather: sent through CUDA IPC");
     T_CHECK(!get(h, big, all), "download");
     for (int q = 0; q < n; q++)
       T_CHECK(!t_check_copied(h + (size_t)q * blk, count, RR_INT32, RR_SUM, seed, q, 0,
@@ -413,7 +445,16 @@ static int coll_rank(int rank, void *arg) {
   const cargs *ca = arg;
   t_rank = rank;
   rr_pg *pg;
-  T_OK(rr_init_process_group(&pg, NULL));
+  if (ca->store) {
+    char url[512];
+    snprintf(url, sizeof url, "file://%s?rank=%d&world_size=%d", ca->store, rank, ca->world);
+    rr_pg_options opt;
+    rr_pg_options_init(&opt);
+    opt.init_method = url;
+    T_OK(rr_init_process_group(&pg, &opt));
+  } else {
+    T_OK(rr_init_process_group(&pg, NULL));
+  }
   int dev = -1;
   T_OK(rr__cuda_pick_device(-1, rank, &dev));
   C_OK(set_device(dev));
@@ -622,6 +663,47 @@ static int devices_forked(void) {
   return WIFEXITED(status) ? WEXITSTATUS(status) : 0;
 }
 
+/* "threads W": the coll matrix with the W ranks as threads of one process (CUDA IPC then
+ * uses the peers' pointers: a process cannot open its own handles). In a child, so that
+ * the parent stays free of CUDA. */
+typedef struct targ {
+  int rank;
+  cargs *ca;
+} targ;
+static int thread_rank(void *p) {
+  const targ *t = p;
+  return coll_rank(t->rank, t->ca);
+}
+static int threads(int world) {
+  if (world < 1 || world > 8) return 2;
+  char store[] = "/tmp/rr_cuda_threads_XXXXXX";
+  int fd = mkstemp(store);
+  if (fd < 0) return 1;
+  close(fd);
+  unlink(store);
+  fflush(NULL);
+  pid_t p = fork();
+  if (p == 0) {
+    cargs ca = {world, "coll", store};
+    t_thread th[8];
+    targ ta[8];
+    int rc = 0;
+    for (int r = 0; r < world; r++) {
+      ta[r] = (targ){r, &ca};
+      if (t_thread_start(&th[r], thread_rank, &ta[r])) _exit(1);
+    }
+    for (int r = 0; r < world; r++) rc |= t_thread_join(&th[r]);
+    fflush(NULL);
+    _exit(rc);
+  }
+  int status = 0;
+  waitpid(p, &status, 0);
+  unlink(store);
+  int ok = WIFEXITED(status) && WEXITSTATUS(status) == 0;
+  printf("threads w%d: %s\n", world, ok ? "ok" : "FAILED");
+  return ok ? 0 : 1;
+}
+
 static int spawn(int world, int (*fn)(int, void *), void *arg) {
   rr_spawn_status st;
   if (rr_spawn(world, fn, arg, &st) != RR_OK) {
@@ -673,7 +755,8 @@ int main(int argc, char **argv) {
     printf("ipc: ok\n");
     return 0;
   }
-  cargs ca = {argc > 2 ? atoi(argv[2]) : 2, what};
+  cargs ca = {argc > 2 ? atoi(argv[2]) : 2, what, NULL};
+  if (!strcmp(what, "threads")) return threads(ca.world);
   if (!strcmp(what, "perthread")) ca.world = 1;
   if (ca.world < 1 ||
       (strcmp(what, "coll") && strcmp(what, "large") && strcmp(what, "stream") &&

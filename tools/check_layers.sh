@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The layering check: dependencies point one way,
 #   common <- transport <- ring <- group <- ddp, sampler, tools, bench, examples, tests
-#   common <- transport <- rendezvous <- group;   common <- cuda <- group
+#   common <- transport <- rendezvous <- group;   common <- cuda <- transport, ring, group
+# (the CUDA IPC lanes and the ring's device reductions call the CUDA layer)
 # and a file may include only the folders its own folder may see (below). A lower layer
 # that includes a higher one fails the check, naming the file, the line and the rule.
 #   tools/check_layers.sh [ROOT]     check the tree at ROOT (default: this repository)
@@ -14,9 +15,9 @@ set -euo pipefail
 rules() {
   cat <<'RULES'
 common: common ringreduce
-transport: common transport ringreduce
+transport: common cuda transport ringreduce
 cuda: common cuda ringreduce
-ring: common transport ring ringreduce
+ring: common cuda transport ring ringreduce
 rendezvous: common transport rendezvous ringreduce
 group: common transport ring rendezvous cuda group ringreduce
 ddp: common transport ring rendezvous cuda group ddp ringreduce

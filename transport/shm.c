@@ -37,6 +37,10 @@
  * lengths) is bounds-checked before use; the creator seals the memfd against shrinking,
  * and the other side checks the seal, so a hostile peer cannot make us fault (SIGBUS).
  *
+ * Device messages (rr__req.dev) keep this protocol slot for slot, but their bytes go into the
+ * receiver's device slot of the same index (flags say so); transport/cuda_ipc.h has the rest.
+ * (Past 800 lines: protocol, setup and device messages share the lane's state.)
+ *
  * Setup, per pair, in connect() over the pair's TCP control socket: both send a hello
  * (rank, pid, slot wishes); the lower rank also names an abstract-namespace UNIX socket it
  * listens on (pids and a random nonce in the name). The higher rank connects; each side
@@ -63,6 +67,7 @@
 #include "common/param.h"
 #include "common/status.h"
 #include "common/util.h"
+#include "transport/cuda_ipc.h"
 #include "transport/queue.h"
 #include "transport/socket.h"
 
@@ -91,6 +96,7 @@ void rr__shm_layout_of(uint32_t nslots, size_t slot, rr__shm_layout *l) {
   size_t o = RR__SHM_PAGE; /* page 0: header */
   for (int d = 0; d < 2; d++) l->ring[d] = o, o += sizeof(rr__shm_ring);
   for (int d = 0; d < 2; d++) l->desc[d] = o, o += (size_t)nslots * sizeof(rr__shm_desc);
+  for (int d = 0; d < 2; d++) l->ipc[d] = o, o += rr__round_up(sizeof(rr__ipc_export), RR__SHM_CL);
   o = rr__round_up(o, RR__SHM_PAGE);
   for (int d = 0; d < 2; d++) l->data[d] = o, o += (size_t)nslots * slot;
   l->total = o;
@@ -112,12 +118,19 @@ typedef struct rr__shm_conn {
   uint64_t rx_tail;          /* slots we released */
   size_t rx_off;             /* bytes of slot rx_tail already handed out */
   uint32_t rx_len;           /* its length, read once (0: not yet read) */
+  uint32_t rx_flags;         /* and its flags, read with it */
   int armed_rx, armed_tx;    /* we set rx->rx_wait / tx->tx_wait */
   int wake_due;              /* the peer took a flag of ours: its byte is (or will be) here */
   int idle;                  /* pollfd calls since progress last moved bytes */
   int dead;                  /* the socket hit EOF or an error */
   int dead_errno;
   rr__reqq sq, rq;
+  /* Device messages (transport/cuda_ipc.c), started by the first one: what we publish and
+   * what the peer does, in the mapping. */
+  rr__ipc *ipc;
+  rr__ipc_export *ipc_mine, *ipc_theirs;
+  int self_global;
+  int peer_pid; /* the rendezvous's, checked with SO_PEERCRED at setup */
 } rr__shm_conn;
 
 static int rr__shm_corrupt(rr__shm_conn *c, const char *what) {
@@ -149,6 +162,15 @@ static int rr__shm_tx_space(rr__shm_conn *c) {
   if (t - c->tx_tail > c->tx_head - c->tx_tail) return rr__shm_corrupt(c, "tail out of range");
   c->tx_tail = t;
   return c->tx_head - t < c->nslots;
+}
+
+/* Can the head send move? A device message also needs the peer's device slots, which it
+ * publishes at its first device message (then it takes our flag, as for a free slot). */
+static int rr__shm_tx_ready(rr__shm_conn *c) {
+  const rr__req *r = c->sq.head;
+  if (r && r->dev && c->ipc && !rr__ipc_opened(c->ipc))
+    return atomic_load(&c->ipc_theirs->ready) != 0; /* seq_cst: after our flag store */
+  return rr__shm_tx_space(c);
 }
 
 /* Length of a published slot, checked (read once: the peer could change it later). */
@@ -210,7 +232,7 @@ static int rr__shm_arm(rr__shm_conn *c, int want_rx, int want_tx) {
     atomic_store(&c->tx->tx_wait, 1);
     c->armed_tx = 1;
     RR__SHM_RACE_POINT();
-    ready |= rr__shm_tx_space(c) != 0;
+    ready |= rr__shm_tx_ready(c) != 0;
   }
   return ready;
 }
@@ -224,16 +246,6 @@ static void rr__shm_disarm(rr__shm_conn *c) {
   c->armed_rx = c->armed_tx = 0;
 }
 
-static int rr__shm_isend(rr__conn *base, rr__req *r) {
-  rr__reqq_post(base, &((rr__shm_conn *)base)->sq, r, 0);
-  return RR_OK;
-}
-
-static int rr__shm_irecv(rr__conn *base, rr__req *r) {
-  rr__reqq_post(base, &((rr__shm_conn *)base)->rq, r, 1);
-  return RR_OK;
-}
-
 /* A sleeping peer is woken as soon as a large slot is published or released (it works on
  * it while we copy the next); after small ones, once at the end of the progress call, so
  * that a header and its data cost one wake-up, not two. */
@@ -243,18 +255,61 @@ static void rr__shm_wake_if(rr__shm_conn *c, _Atomic uint32_t *flag) {
   if (atomic_load(flag) && atomic_exchange(flag, 0)) rr__shm_wake(c);
 }
 
+/* The first device message of the lane (either way) sets up its device side, on the
+ * device of that message, and tells a peer that may be waiting for it. */
+static int rr__shm_dev_start(rr__shm_conn *c, const rr__req_dev *dev) {
+  if (c->ipc) {
+    if (rr__ipc_device(c->ipc) == dev->device) return RR_OK;
+    return rr__set_error(RR_EINVAL,
+                         "CUDA IPC with rank %d: this lane's device slots are on device %d, "
+                         "this call's buffers on device %d (one device per rank and group)",
+                         c->base.peer_global, rr__ipc_device(c->ipc), dev->device);
+  }
+  RR__CHECK(rr__ipc_start(&c->ipc, c->ipc_mine, c->nslots, c->slot, c->self_global,
+                          c->base.peer_global, c->peer_pid == (int)getpid()));
+  rr__shm_wake_if(c, &c->rx->tx_wait); /* a sender waits for our slots as for a free slot */
+  return RR_OK;
+}
+
+static int rr__shm_isend(rr__conn *base, rr__req *r) {
+  rr__shm_conn *c = (rr__shm_conn *)base;
+  if (r->dev && r->len) RR__CHECK(rr__shm_dev_start(c, r->dev));
+  rr__reqq_post(base, &c->sq, r, 0);
+  return RR_OK;
+}
+
+static int rr__shm_irecv(rr__conn *base, rr__req *r) {
+  rr__shm_conn *c = (rr__shm_conn *)base;
+  if (r->dev && r->len) RR__CHECK(rr__shm_dev_start(c, r->dev));
+  rr__reqq_post(base, &c->rq, r, 1);
+  return RR_OK;
+}
+
 static int rr__shm_send_some(rr__shm_conn *c, size_t *moved) {
   int late = 0;
   while (c->sq.head) {
+    rr__req *r = c->sq.head;
+    if (r->dev) { /* the peer's device slots: opened once it published them */
+      int o = rr__ipc_open_peer(c->ipc, c->ipc_theirs);
+      if (o < 0) return rr__prefix_error(o, "sending to rank %d", c->base.peer_global);
+      if (!o) break;
+    }
     int sp = rr__shm_tx_space(c);
     if (sp < 0) return sp;
     if (!sp) break;
-    rr__req *r = c->sq.head;
     size_t n = RR__MIN(r->len - r->done, c->slot);
     uint32_t i = (uint32_t)(c->tx_head % c->nslots);
     rr__shm_desc *d = &c->tx_desc[i];
-    memcpy(n <= RR__SHM_INLINE ? (char *)d->inl : c->tx_data + (size_t)i * c->slot,
-           r->buf + r->done, n);
+    if (r->dev) {
+      /* Host slot tx_head is ours, so the peer released device slot i too (its read of it
+       * is ordered by the event the copy waits for). */
+      RR__CHECK(rr__ipc_put(c->ipc, i, r->buf + r->done, n, r->dev->stream));
+      d->flags = RR__SHM_DEVICE;
+    } else {
+      memcpy(n <= RR__SHM_INLINE ? (char *)d->inl : c->tx_data + (size_t)i * c->slot,
+             r->buf + r->done, n);
+      d->flags = 0;
+    }
     d->len = (uint32_t)n;
     c->tx_head++;
     /* seq_cst: the receiver's flag is read after this store is visible (see the top). */
@@ -278,12 +333,30 @@ static int rr__shm_recv_some(rr__shm_conn *c, size_t *moved) {
     int rd = rr__shm_rx_ready(c);
     if (rd < 0) return rd;
     if (!rd) break;
-    if (!c->rx_len) RR__CHECK(rr__shm_slot_len(c, c->rx_tail, &c->rx_len));
+    if (!c->rx_len) {
+      RR__CHECK(rr__shm_slot_len(c, c->rx_tail, &c->rx_len));
+      c->rx_flags = *(volatile uint32_t *)&c->rx_desc[c->rx_tail % c->nslots].flags;
+    }
     const char *data = rr__shm_rx_bytes(c, c->rx_tail, c->rx_len) + c->rx_off;
     size_t avail = c->rx_len - c->rx_off;
     rr__req *r = c->rq.head;
     size_t need = r->len - r->done, take;
-    if (r->consume && r->done == 0 && avail >= need) {
+    if (((c->rx_flags & RR__SHM_DEVICE) != 0) != (r->dev != NULL))
+      return rr__set_error(RR_EMISMATCH,
+                           "receiving from rank %d: it sent %s memory where this rank expects "
+                           "%s memory: in one call every rank's buffers must be CUDA device "
+                           "memory, or none (RR_TRANSPORT=shm stages device buffers instead)",
+                           c->base.peer_global, r->dev ? "host" : "device",
+                           r->dev ? "device" : "host");
+    if (r->dev) {
+      /* One request per slot: the whole slot belongs to this request. */
+      if (c->rx_off != 0 || avail > need) return rr__shm_corrupt(c, "device slot overruns");
+      int o = rr__ipc_open_peer(c->ipc, c->ipc_theirs);
+      if (o == 0) return rr__shm_corrupt(c, "a device message before the device slots");
+      if (o < 0) return rr__prefix_error(o, "receiving from rank %d", c->base.peer_global);
+      take = avail;
+      RR__CHECK(rr__ipc_take(c->ipc, (uint32_t)(c->rx_tail % c->nslots), r, take, r->dev->stream));
+    } else if (r->consume && r->done == 0 && avail >= need) {
       take = need;
       r->consume(r, data, take); /* the whole message, straight from shared memory */
       r->consumed = 1;
@@ -358,6 +431,8 @@ static int rr__shm_peek(rr__conn *base, void *buf, size_t len, size_t *got) {
     int p = rr__shm_published(c, s, memory_order_acquire);
     if (p < 0) return p;
     if (!p) break;
+    /* A device message has no bytes here (and is never a header). */
+    if (*(volatile uint32_t *)&c->rx_desc[s % c->nslots].flags & RR__SHM_DEVICE) break;
     uint32_t l = s == c->rx_tail ? c->rx_len : 0;
     if (!l) RR__CHECK(rr__shm_slot_len(c, s, &l));
     if (off >= l) return rr__shm_corrupt(c, "slot length changed");
@@ -380,14 +455,17 @@ static void rr__shm_peekfd(rr__conn *base, struct pollfd *pfd) {
 
 static void rr__shm_close(rr__conn *base) {
   rr__shm_conn *c = (rr__shm_conn *)base;
+  rr__ipc_free(c->ipc);
   if (c->map) munmap(c->map, c->map_len);
   if (c->sock >= 0) close(c->sock);
   free(c);
 }
 
 static int rr__shm_can_connect(const rr__peer_info *self, const rr__peer_info *peer) {
-  /* Only RR_TRANSPORT=auto: tcp forces sockets, ib forces verbs. */
-  if (strcmp(rr__params_get()->transport, "auto") != 0) return 0;
+  /* RR_TRANSPORT=auto or shm (which only keeps device buffers off CUDA IPC): tcp forces
+   * sockets, ib forces verbs. */
+  const char *mode = rr__params_get()->transport;
+  if (strcmp(mode, "auto") != 0 && strcmp(mode, "shm") != 0) return 0;
   return self->hostid[0] != '\0' && strncmp(self->hostid, peer->hostid, sizeof self->hostid) == 0;
 }
 
@@ -526,6 +604,8 @@ static int rr__shm_attach(rr__shm_conn *c, int memfd, size_t total, int lower) {
   c->rx_desc = (rr__shm_desc *)(c->map + l.desc[r]);
   c->tx_data = c->map + l.data[t];
   c->rx_data = c->map + l.data[r];
+  c->ipc_mine = (rr__ipc_export *)(c->map + l.ipc[t]);
+  c->ipc_theirs = (rr__ipc_export *)(c->map + l.ipc[r]);
   return RR_OK;
 }
 
@@ -702,6 +782,8 @@ static int rr__shm_connect(const rr__peer_info *self, const rr__peer_info *peer,
   c->base.tp = &rr__shm_transport;
   c->base.peer = peer_rank;
   c->base.peer_global = peer->global_rank;
+  c->self_global = self->global_rank;
+  c->peer_pid = peer->pid;
   c->base.lane = 0;
   c->base.last_rx_ms = rr__now_ms_coarse();
   conns[0] = &c->base;
@@ -719,6 +801,7 @@ fail:
 
 const rr__transport rr__shm_transport = {
     .name = "shm",
+    .device_msgs = 1,
     .can_connect = rr__shm_can_connect,
     .setup_sockets = rr__shm_setup_sockets,
     .connect = rr__shm_connect,

@@ -54,17 +54,19 @@ typedef struct rr__shm_ring {
  * they fit (a call header does: one cache line carries the whole message), else in the
  * slot's data. */
 #define RR__SHM_INLINE 48
+#define RR__SHM_DEVICE 1u
 typedef struct rr__shm_desc {
   _Alignas(RR__SHM_CL) _Atomic uint64_t seq;
   uint32_t len;
-  uint32_t pad;
+  uint32_t flags; /* RR__SHM_DEVICE: the bytes are in the receiver's device slot */
   unsigned char inl[RR__SHM_INLINE];
 } rr__shm_desc;
 
 /* Offsets in the mapping: header page, ring[0], ring[1], desc[0][nslots], desc[1][nslots],
+ * ipc[0], ipc[1] (what the lower / higher rank publishes for CUDA IPC: rr__ipc_export),
  * then (page aligned) data[0] and data[1], nslots * slot bytes each. */
 typedef struct rr__shm_layout {
-  size_t ring[2], desc[2], data[2], total;
+  size_t ring[2], desc[2], ipc[2], data[2], total;
 } rr__shm_layout;
 
 void rr__shm_layout_of(uint32_t nslots, size_t slot, rr__shm_layout *l);

@@ -20,6 +20,15 @@
 #include <stddef.h>
 #include <stdint.h>
 
+/* A request whose bytes are in CUDA device memory (transport/cuda_ipc.c): buf (or, for a
+ * consumed receive, the hook's destination) is on `device`, and the transport queues its
+ * copies on `stream`, in order with the call's other device work; completion means
+ * "queued", not "done". Only transports with device_msgs accept such requests. */
+typedef struct rr__req_dev {
+  void *stream; /* cudaStream_t */
+  int device;
+} rr__req_dev;
+
 typedef struct rr__req {
   struct rr__req *next; /* queue link while the transport owns the request */
   char *buf;
@@ -34,6 +43,7 @@ typedef struct rr__req {
   void (*consume)(struct rr__req *r, const void *data, size_t len);
   void *ctx;
   int consumed;
+  const rr__req_dev *dev; /* NULL: host memory */
 } rr__req;
 
 /* What every rank publishes at rendezvous about itself. */
@@ -67,6 +77,9 @@ typedef struct rr__transport {
   /* Optional: fill this transport's fields of the record this rank publishes (what it can
    * offer peers), before anything is published. */
   void (*publish)(rr__peer_info *self);
+  /* 1: requests may carry device memory (rr__req.dev): the shm transport does, through
+   * CUDA IPC (transport/cuda_ipc.c). */
+  int device_msgs;
   /* Can this transport carry data between self and peer? Pure function of the two infos
    * and the environment, evaluated identically on both sides. */
   int (*can_connect)(const rr__peer_info *self, const rr__peer_info *peer);

@@ -44,7 +44,9 @@ in CI, label cudafake, which cannot prove what is listed in docs/cuda.md "The fa
   2. no context from a CPU-only program (probe: test_cuda noctx), none on GPU 0 from the
      worker (cuda: workerctx, needs 2 GPUs)
   3. kernels on the device, bit for bit vs ring/op.c, incl. (1<<24)+5 elements (cuda)
-  4. staged collectives on device buffers, world 1-4, shm and TCP, 64 MiB (cuda)
+  4. collectives on device buffers, world 1-4, 64 MiB (cuda): staged, and with
+     RR_CUDA_IPC=1 all_reduce, reduce_scatter, all_gather device to device through CUDA
+     IPC (cuda_coll_w2..4 check the path was taken); RR_TRANSPORT=shm and tcp staged only
   5. stream order on a user stream with events (async calls wait for the caller's stream
      by an event, rr_work_wait orders the caller's stream after the call); managed
      buffers; cudaStreamPerThread refused (cuda)
@@ -53,8 +55,9 @@ in CI, label cudafake, which cannot prove what is listed in docs/cuda.md "The fa
   8. torch CUDA tensors through the backend (torch)
   9. kernel GB/s vs cudaMemcpy D2D (target >= 90%), all_reduce_perf --mem cuda, DDP step
      times (perf)
-Not built at all yet (docs/cuda.md): transport/cuda_ipc, the pipelined staged TCP path with
-GPU reduction.
+Not built at all yet (docs/cuda.md): the other collectives through CUDA IPC, the pipelined
+staged TCP path with GPU reduction; a rank killed mid-call on the CUDA IPC path hangs the
+survivors' devices (found on the fake, not fixed: the path is opt-in, RR_CUDA_IPC=1).
 EOF
 }
 

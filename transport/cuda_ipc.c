@@ -1,0 +1,206 @@
+/* CUDA IPC: the device side of a shared-memory lane. The protocol is in cuda_ipc.h; this file
+ * owns the slots and events, their export and import, and the two queued operations. Every
+ * CUDA call goes through cuda/cuda.h (the table), so the host fake of the tests runs it. */
+#include "transport/cuda_ipc.h"
+
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "common/log.h"
+#include "common/status.h"
+#include "common/util.h"
+#include "cuda/cuda.h"
+
+struct rr__ipc {
+  int device;
+  int self_global, peer_global;
+  uint32_t nslots;
+  size_t slot;
+  /* Ours: the slots we receive into and their events, and the events behind our copies. */
+  char *slots;
+  void *done[RR__IPC_MAX_SLOTS], *sent[RR__IPC_MAX_SLOTS];
+  /* The peer's, once opened (opened: closed by us; same process: borrowed pointers). */
+  int opened, same_process; /* same process: set at start, from the lane's checked pid */
+  char *peer_slots;
+  void *peer_done[RR__IPC_MAX_SLOTS], *peer_sent[RR__IPC_MAX_SLOTS];
+};
+
+static atomic_ullong rr__ipc_nseg;
+
+/* Threads of one process see each other's export through two mappings of one file, at two
+ * addresses: a thread sanitizer cannot see that the `ready` flag orders the objects behind
+ * the pointers (events made by the other thread). Taking this lock after making them and
+ * again after seeing the flag states that order where it can see it (setup only). */
+static pthread_mutex_t rr__ipc_publish = PTHREAD_MUTEX_INITIALIZER;
+
+static void rr__ipc_publish_point(void) {
+  pthread_mutex_lock(&rr__ipc_publish);
+  pthread_mutex_unlock(&rr__ipc_publish);
+}
+
+uint64_t rr__ipc_segments(void) {
+  return atomic_load(&rr__ipc_nseg);
+}
+
+int rr__ipc_opened(const rr__ipc *x) {
+  return x->opened;
+}
+int rr__ipc_device(const rr__ipc *x) {
+  return x->device;
+}
+
+void rr__ipc_free(rr__ipc *x) {
+  if (!x) return;
+  if (x->opened && !x->same_process) {
+    rr__cuda_ipc_close_mem(x->peer_slots);
+    for (uint32_t i = 0; i < x->nslots; i++) {
+      rr__cuda_event_destroy(x->peer_done[i]);
+      rr__cuda_event_destroy(x->peer_sent[i]);
+    }
+  }
+  for (uint32_t i = 0; i < x->nslots; i++) {
+    rr__cuda_event_destroy(x->done[i]);
+    rr__cuda_event_destroy(x->sent[i]);
+  }
+  rr__cuda_free(x->slots); /* waits for the device first */
+  free(x);
+}
+
+int rr__ipc_start(rr__ipc **out, rr__ipc_export *mine, uint32_t nslots, size_t slot,
+                  int self_global, int peer_global, int same_process) {
+  *out = NULL;
+  if (nslots > RR__IPC_MAX_SLOTS)
+    return rr__set_error(RR_EINVAL, "CUDA IPC: %u slots, at most %d", nslots, RR__IPC_MAX_SLOTS);
+  rr__ipc *x = rr__calloc(1, sizeof *x);
+  if (!x) return RR_ENOMEM;
+  x->nslots = nslots;
+  x->slot = slot;
+  x->self_global = self_global;
+  x->peer_global = peer_global;
+  x->same_process = same_process;
+  int st = rr__cuda_get_device(&x->device);
+  if (st == RR_OK) st = rr__cuda_malloc((void **)&x->slots, (size_t)nslots * slot);
+  for (uint32_t i = 0; st == RR_OK && i < nslots; i++) {
+    st = rr__cuda_event_create_ipc(&x->done[i]);
+    if (st == RR_OK) st = rr__cuda_event_create_ipc(&x->sent[i]);
+  }
+  if (st == RR_OK) st = rr__cuda_ipc_mem_handle(&mine->slots, x->slots);
+  for (uint32_t i = 0; st == RR_OK && i < nslots; i++) {
+    st = rr__cuda_ipc_event_handle(&mine->done[i], x->done[i]);
+    if (st == RR_OK) st = rr__cuda_ipc_event_handle(&mine->sent[i], x->sent[i]);
+    mine->done_ptr[i] = (uint64_t)(uintptr_t)x->done[i];
+    mine->sent_ptr[i] = (uint64_t)(uintptr_t)x->sent[i];
+  }
+  if (st != RR_OK) {
+    rr__ipc_free(x);
+    return rr__prefix_error(st, "CUDA IPC with rank %d: setting up %u device slots of %zu KiB",
+                            peer_global, nslots, slot >> 10);
+  }
+  mine->pid = (int32_t)getpid();
+  mine->device = x->device;
+  mine->nslots = nslots;
+  mine->slot_bytes = slot;
+  mine->slots_ptr = (uint64_t)(uintptr_t)x->slots;
+  rr__ipc_publish_point();
+  atomic_store(&mine->ready, 1); /* seq_cst: the fields above are visible before it */
+  RR__LOG_INFO(RR__SUB_INIT,
+               "cuda_ipc: rank %d -> rank %d: %u device slots of %zu KiB on device %d", peer_global,
+               self_global, nslots, slot >> 10, x->device);
+  *out = x;
+  return RR_OK;
+}
+
+int rr__ipc_open_peer(rr__ipc *x, const rr__ipc_export *theirs) {
+  if (x->opened) return 1;
+  if (!atomic_load(&theirs->ready)) return 0;
+  /* Read once each (the peer could change them later), then checked. */
+  rr__ipc_export t;
+  memcpy((char *)&t + sizeof t.ready, (const char *)theirs + sizeof t.ready,
+         sizeof t - sizeof t.ready);
+  if (t.nslots != x->nslots || t.slot_bytes != x->slot)
+    return rr__set_error(RR_EPROTO,
+                         "CUDA IPC with rank %d: its device slots (%u of %llu bytes) do not "
+                         "match the shared-memory lane's (%u of %zu)",
+                         x->peer_global, t.nslots, (unsigned long long)t.slot_bytes, x->nslots,
+                         x->slot);
+  if (x->same_process) {
+    /* Threads of one process: the runtime refuses to open our own handles; use the
+     * pointers. */
+    rr__ipc_publish_point();
+    x->peer_slots = (char *)(uintptr_t)t.slots_ptr;
+    for (uint32_t i = 0; i < x->nslots; i++) {
+      x->peer_done[i] = (void *)(uintptr_t)t.done_ptr[i];
+      x->peer_sent[i] = (void *)(uintptr_t)t.sent_ptr[i];
+    }
+    x->opened = 1;
+    RR__LOG_INFO(RR__SUB_INIT,
+                 "cuda_ipc: rank %d -> rank %d: its device slots by pointer (same process)",
+                 x->self_global, x->peer_global);
+    return 1;
+  }
+  int st = rr__cuda_ipc_open_mem((void **)&x->peer_slots, &t.slots);
+  uint32_t i = 0;
+  for (; st == RR_OK && i < x->nslots; i++) {
+    st = rr__cuda_ipc_open_event(&x->peer_done[i], &t.done[i]);
+    if (st == RR_OK) st = rr__cuda_ipc_open_event(&x->peer_sent[i], &t.sent[i]);
+  }
+  if (st != RR_OK) {
+    for (uint32_t k = 0; k < x->nslots; k++) {
+      rr__cuda_event_destroy(x->peer_done[k]);
+      rr__cuda_event_destroy(x->peer_sent[k]);
+      x->peer_done[k] = x->peer_sent[k] = NULL;
+    }
+    rr__cuda_ipc_close_mem(x->peer_slots);
+    x->peer_slots = NULL;
+    return rr__prefix_error(st,
+                            "CUDA IPC with rank %d (pid %d, device %d): opening its device "
+                            "slots and events (CUDA IPC between these processes refused? "
+                            "RR_TRANSPORT=shm stages through host memory instead)",
+                            x->peer_global, (int)t.pid, (int)t.device);
+  }
+  x->opened = 1;
+  RR__LOG_INFO(RR__SUB_INIT,
+               "cuda_ipc: rank %d -> rank %d: opened its device slots (device %d, pid %d)",
+               x->self_global, x->peer_global, (int)t.device, (int)t.pid);
+  return 1;
+}
+
+int rr__ipc_put(rr__ipc *x, uint32_t i, const void *src, size_t n, void *stream) {
+  char *slot = x->peer_slots + (size_t)i * x->slot;
+  /* The peer released the host slot after queueing its read of this device slot: wait for
+   * that read on the device, never on the host. */
+  int st = rr__cuda_stream_wait_event(stream, x->peer_done[i]);
+  if (st == RR_OK) st = rr__cuda_memcpy_async(slot, src, n, stream);
+  if (st == RR_OK) st = rr__cuda_event_record(x->sent[i], stream);
+  if (st != RR_OK)
+    return rr__prefix_error(st, "CUDA IPC: sending %zu bytes to rank %d (slot %u)", n,
+                            x->peer_global, i);
+  atomic_fetch_add_explicit(&rr__ipc_nseg, 1, memory_order_relaxed);
+  return RR_OK;
+}
+
+int rr__ipc_take(rr__ipc *x, uint32_t i, rr__req *r, size_t n, void *stream) {
+  char *slot = x->slots + (size_t)i * x->slot;
+  int st = rr__cuda_stream_wait_event(stream, x->peer_sent[i]);
+  if (st == RR_OK) {
+    if (r->consume && r->done == 0 && n == r->len) {
+      r->consume(r, slot, n); /* the ring's kernel reads the slot on this stream */
+      r->consumed = 1;
+    } else if (r->consume) {
+      st = rr__set_error(RR_EINVAL,
+                         "internal: a device segment of %zu bytes from rank %d does not fit "
+                         "one %zu-byte slot",
+                         r->len, x->peer_global, x->slot);
+    } else {
+      st = rr__cuda_memcpy_async(r->buf + r->done, slot, n, stream);
+    }
+  }
+  /* Behind the read: the sender may overwrite the slot once this completes. */
+  if (st == RR_OK) st = rr__cuda_event_record(x->done[i], stream);
+  if (st != RR_OK)
+    return rr__prefix_error(st, "CUDA IPC: receiving %zu bytes from rank %d (slot %u)", n,
+                            x->peer_global, i);
+  return RR_OK;
+}

@@ -510,6 +510,15 @@ static int rr__srv_add_conn(rr__server *srv, int fd, const rr__addr *from) {
   for (size_t i = 0; i < srv->nconns; i++) {
     rr__sconn *o = srv->conns[i];
     if (o->fd < 0 || o->greeted) continue;
+    /* At the limit, first let go of peers already gone (a hangup or reset not read yet): a
+     * burst of short-lived strangers must not push out a live client's handshake. */
+    char b;
+    int full = srv->nconns >= RR__SRV_MAX_UNGREETED;
+    ssize_t r = full ? recv(o->fd, &b, 1, MSG_PEEK | MSG_DONTWAIT) : 1;
+    if (r == 0 || (r < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) {
+      rr__srv_drop(srv, o, RR__LEVEL_TRACE, "it hung up before its handshake");
+      continue;
+    }
     silent++;
     int shown = o->challenged ? 2 : o->hdr_got > 0 ? 1 : 0;
     if (shown < victim_shown ||

@@ -27,9 +27,14 @@ endfunction()
 foreach(w 1 2 3 4)
   rr_torch_test(collectives_w${w} 300 ${rr_py}/torch_collectives.py ${w})
 endforeach()
-# torch's own DistributedDataParallel, trained beside a gloo copy.
+# torch's own DistributedDataParallel, trained beside a gloo copy (and, from world 3, beside
+# gloo copies that sum in other orders: tests/python/sumorder.py). World 2 must match gloo bit
+# for bit; plain also runs at 2 and 4.
 foreach(case plain fp16_hook bf16_hook unused no_sync syncbn)
   rr_torch_test(ddp_${case} 240 ${rr_py}/torch_ddp.py ${case} 3)
+endforeach()
+foreach(w 2 4)
+  rr_torch_test(ddp_plain_w${w} 240 ${rr_py}/torch_ddp.py plain ${w})
 endforeach()
 # Failures as a torch user meets them: a killed rank, mismatched calls, a refused dtype,
 # and 20 init/destroy rounds that must give back every descriptor and thread.

@@ -6,8 +6,11 @@ Every rank joins a job whose default group is ringreduce and makes a gloo group 
 ranks beside it. Each collective, dtype, op, root and layout then runs on both with the same
 inputs; every rank checks its result against gloo's (where gloo does that combination) and
 always against a reference it computes itself, from the inputs every rank can regenerate
-from the seed: integers exactly, floats against a float64 reference within a tolerance per
-dtype (_TOL). Outputs that must not change are checked too. Exit 0 pass, 1 fail, 77 skip."""
+from the seed: integers and every copy exactly, reduced floats against a float64 reference
+within the rounding bound of their dtype (sumorder.bound), and against gloo within twice that
+-- or bit for bit where one correctly rounded operation makes every order agree
+(sumorder.exact_between). Outputs that must not change are checked too. Exit 0 pass, 1 fail,
+77 skip."""
 
 import datetime
 import os
@@ -15,12 +18,10 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import common  # noqa: E402
+import sumorder  # noqa: E402
 
 torch, dist, mp = common.torch_or_skip()
 
-# A float result may differ from the float64 reference by this much, relative to the
-# largest magnitude that went into it: rounding of the inputs and of each partial sum.
-_TOL = {torch.float16: 4e-3, torch.bfloat16: 3e-2, torch.float32: 1e-6, torch.float64: 1e-13}
 _INTS = (torch.int8, torch.uint8, torch.int32, torch.int64)
 _FLOATS = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 
@@ -66,35 +67,53 @@ def reduce_ref(inputs, op):
     return out
 
 
-def same(got, want, what, inputs=None):
-    """got (any dtype) equals want: exactly for integers and bool, within _TOL for floats."""
-    if got.dtype in _FLOATS:
-        scale = max([x.to(torch.float64).abs().max().item() for x in (inputs or [want])
-                     if x.numel()] + [1.0])
-        err = (got.to(torch.float64) - want.to(torch.float64)).abs().max().item() if got.numel() else 0
-        common.check(err <= _TOL[got.dtype] * scale * max(len(inputs or [0]), 1),
-                     f"{what}: off by {err} (tolerance {_TOL[got.dtype]} x {scale})")
-    else:
-        if want.dtype != got.dtype:
-            # Integer results wrap as the dtype does (uint8 products of a few ranks stay in range).
-            want = want.to(got.dtype)
+def tol(inputs, op):
+    """How far a reduction of the ranks' float `inputs` may be from reduce_ref's: the rounding
+    bound of their dtype, plus the float64 reference's own (sumorder.bound). None (exact) for
+    integers and bool."""
+    if inputs[0].dtype not in _FLOATS:
+        return None
+    return sumorder.bound(inputs, op) + sumorder.bound([x.double() for x in inputs], op)
+
+
+def same(got, want, what, bound=None):
+    """got equals want: bit for bit (integers, bool, copies of floats) unless `bound` gives
+    each element's allowed distance (a float64 tensor, from tol())."""
+    if want.dtype != got.dtype and bound is None:
+        # Integer results wrap as the dtype does (uint8 products of a few ranks stay in range).
+        want = want.to(got.dtype)
+    if bound is None:
         common.check(torch.equal(got, want), f"{what}: {got.tolist()[:8]} != {want.tolist()[:8]}")
+        return
+    err = (got.to(torch.float64) - want.to(torch.float64)).abs()
+    over = err > bound
+    if over.any():
+        i = over.nonzero()[0].item()
+        common.fail(f"{what}: element {i} is {got[i].item()!r}, {err[i].item():.3e} from "
+                    f"{want[i].item()!r} (allowed {bound[i].item():.3e}: the rounding bound)")
 
 
-def against_gloo(gloo, fn, ours, what):
-    """Run fn(gloo group) and compare with our result; gloo lacks some dtypes and ops, and
-    empty tensors (gloo 1.13's all_gather divides by zero on them: SIGFPE)."""
+def against_gloo(gloo, fn, ours, what, inputs=None, op=None):
+    """Run fn(gloo group) and compare with our result: copies and integers bit for bit, a float
+    reduction of `inputs` by `op` within twice its rounding bound (each backend is within
+    one), or bit for bit where sumorder.exact_between says every order agrees. gloo lacks
+    some dtypes and ops, and empty tensors (gloo 1.13's all_gather divides by zero on them:
+    SIGFPE)."""
     if (ours[0] if isinstance(ours, (list, tuple)) else ours).numel() == 0:
         return 0
     try:
         theirs = fn(gloo)
     except RuntimeError:
         return 0  # gloo cannot do this one: the local reference is the judge
+    bound = None
+    if inputs is not None and inputs[0].dtype in _FLOATS and \
+            not sumorder.exact_between(inputs[0].dtype, op, len(inputs)):
+        bound = 2 * sumorder.bound(inputs, op)
     if isinstance(ours, (list, tuple)):
         for i, (a, b) in enumerate(zip(ours, theirs)):
-            same(a, b, f"{what} [{i}] vs gloo")
+            same(a, b, f"{what} [{i}] vs gloo", bound)
     else:
-        same(ours, theirs, f"{what} vs gloo")
+        same(ours, theirs, f"{what} vs gloo", bound)
     return 1
 
 
@@ -130,10 +149,10 @@ def run(rank, world, port):
                 op = getattr(dist.ReduceOp, opn)
                 t = mine.clone()
                 dist.all_reduce(t, op=op)
-                same(t, reduce_ref(ins, opn), f"all_reduce {opn} {dtype} x{count}", ins)
+                same(t, reduce_ref(ins, opn), f"all_reduce {opn} {dtype} x{count}", tol(ins, opn))
                 if opn != "AVG":
                     compared += against_gloo(gloo, lambda g: (lambda u: (dist.all_reduce(u, op=op, group=g), u)[1])(mine.clone()),
-                                             t, f"all_reduce {opn} {dtype} x{count}")
+                                             t, f"all_reduce {opn} {dtype} x{count}", ins, opn)
             # broadcast and reduce from every root; non-roots of reduce keep their input
             for root in range(world):
                 t = mine.clone()
@@ -143,7 +162,7 @@ def run(rank, world, port):
                 t = mine.clone()
                 dist.reduce(t, root, op=getattr(dist.ReduceOp, opn))
                 same(t, reduce_ref(ins, opn) if rank == root else mine,
-                     f"reduce to {root} {dtype} x{count}", ins)
+                     f"reduce to {root} {dtype} x{count}", tol(ins, opn) if rank == root else None)
             # all_gather (list and flat), gather to every root, scatter from every root
             outs = [torch.full_like(mine, 1) for _ in range(world)]
             dist.all_gather(outs, mine)
@@ -170,13 +189,15 @@ def run(rank, world, port):
             # reduce_scatter (list and flat): block r of every rank's input, reduced, to rank r
             big = [data(seed + 900, r, world * count, dtype) for r in range(world)]
             want = reduce_ref(big, "SUM")[rank * count:(rank + 1) * count]
+            bound = tol(big, "SUM")
+            bound = bound[rank * count:(rank + 1) * count] if bound is not None else None
             out = torch.full_like(mine, 1)
             dist.reduce_scatter(out, list(big[rank].split(count)) if count else [mine.clone() for _ in range(world)])
-            same(out, want, f"reduce_scatter {dtype} x{count}", big)
+            same(out, want, f"reduce_scatter {dtype} x{count}", bound)
             out = torch.full_like(mine, 1)
             (dist.reduce_scatter_tensor if hasattr(dist, "reduce_scatter_tensor")
              else dist._reduce_scatter_base)(out, big[rank].clone())
-            same(out, want, f"reduce_scatter_tensor {dtype} x{count}", big)
+            same(out, want, f"reduce_scatter_tensor {dtype} x{count}", bound)
             # all_to_all: block j of rank i's input ends as block i of rank j's output
             out = torch.full_like(big[rank], 1)
             dist.all_to_all_single(out, big[rank])
@@ -201,8 +222,9 @@ def run(rank, world, port):
     # Non-contiguous tensors are copied in and out; async ops, futures, point to point.
     m = data(3, rank, 24, torch.float32).view(4, 6).t()  # a transposed view
     dist.all_reduce(m)
-    same(m, reduce_ref([data(3, r, 24, torch.float32).view(4, 6).t() for r in range(world)], "SUM"),
-         "all_reduce of a non-contiguous tensor", [data(3, 0, 24, torch.float32)] * world)
+    ins = [data(3, r, 24, torch.float32).view(4, 6).t() for r in range(world)]
+    same(m.reshape(-1), reduce_ref(ins, "SUM").reshape(-1), "all_reduce of a non-contiguous tensor",
+         tol([x.reshape(-1) for x in ins], "SUM"))
     works = [dist.all_reduce(torch.full((5,), float(rank + i)), async_op=True) for i in range(6)]
     futs = [w.get_future() for w in works[:3]]
     for w in works[3:]:
@@ -258,7 +280,7 @@ def run(rank, world, port):
     common.check(t.item() == world, "the group after refusals")
     if rank == 0:
         print(f"torch_collectives world {world}: every collective x dtype x op checked; "
-              f"{compared} results also equal to gloo's")
+              f"{compared} results also agree with gloo's (sumorder.py)")
     dist.destroy_process_group()
 
 

@@ -94,8 +94,17 @@ def rank_main(case, rank, world, out):
         except RuntimeError as e:
             result["error"] = str(e)
             result["seconds"] = time.monotonic() - t0
-    with open(out, "w") as f:
+    with open(out + ".tmp", "w") as f:
         json.dump(result, f)
+    os.rename(out + ".tmp", out)
+    # Stay until every rank that will write has written: rank 0 hosts torch's store, and a
+    # rank still inside init_process_group (1.13's store-based barrier polls it) loses it if
+    # rank 0 leaves first -- true of any backend.
+    others = [os.path.join(os.path.dirname(out), f"{r}.json") for r in range(world)
+              if not (case == "kill9" and r == 2)]
+    deadline = time.monotonic() + 60
+    while not all(os.path.exists(p) for p in others) and time.monotonic() < deadline:
+        time.sleep(0.05)
     os._exit(0)  # no teardown that could wait on a dead peer: the result is written
 
 

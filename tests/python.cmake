@@ -1,31 +1,53 @@
 # The PyTorch backend (python/ringreduce): torch.distributed on "ringreduce" checked against
-# gloo in the same job (tests/python/). Run them with `ctest -L torch`. They need torch for
-# RR_TORCH_PYTHON (Debian's python3-torch installs into /usr/bin/python3, which is not always
-# the python3 first on PATH); without it each test exits 77 and ctest lists it as skipped.
+# gloo in the same job (tests/python/). Run them with `ctest -L torch`. Every test runs twice:
+# torch1.* on Debian's torch 1.13 (RR_TORCH_PYTHON, /usr/bin/python3, which is not always the
+# python3 first on PATH) and torch2.* on PyPI's torch 2.x (RR_TORCH2_PYTHON: tests/run.sh
+# passes the environment tools/torch_env.sh made). Labels torch, and torch1 or torch2.
+# Without torch for an interpreter each of its tests exits 77 and ctest lists it as skipped.
 # tools/deps.sh installs python3-torch when RR_DEPS_TORCH=1 (tests/run.sh sets it).
 #
 # The package is the one in this source tree (PYTHONPATH) and loads the library this build
 # made (RINGREDUCE_LIBRARY), so no install step runs first. Each rank is a process that
 # imports torch (1-2 s idle, far more on a loaded machine), hence the generous limits. One
 # intra-op thread per rank: 2-4 ranks share the machine's cores with the other tests.
-set(RR_TORCH_PYTHON /usr/bin/python3 CACHE FILEPATH "Python with torch for the torch tests")
+set(RR_TORCH_PYTHON /usr/bin/python3 CACHE FILEPATH "Python with torch 1.13 for the torch1 tests")
+set(RR_TORCH2_PYTHON "" CACHE FILEPATH "Python with torch 2.x for the torch2 tests (tools/torch_env.sh)")
 set(rr_torch_env
   "PYTHONPATH=${CMAKE_SOURCE_DIR}/python"
   "RINGREDUCE_LIBRARY=$<TARGET_FILE:ringreduce>"
   "OMP_NUM_THREADS=1"
   "PYTHONDONTWRITEBYTECODE=1")
 set(rr_py ${RR_TEST_DIR}/python)
+if(RR_TORCH2_PYTHON)
+  set(rr_torch2 ${RR_TORCH2_PYTHON})
+else()
+  # Registered all the same, so that a build without it says so instead of running fewer tests.
+  set(rr_torch2 sh -c "echo 'skipped: no torch 2.x: configure with -DRR_TORCH2_PYTHON=$(bash tools/torch_env.sh), as tests/run.sh does'; exit 77" --)
+endif()
 
+# rr_torch_test(NAME TIMEOUT SCRIPT ARGS...): torch1.NAME and torch2.NAME.
 function(rr_torch_test name timeout)
-  add_test(NAME torch.${name} COMMAND ${RR_TORCH_PYTHON} ${ARGN})
-  set_tests_properties(torch.${name} PROPERTIES LABELS torch TIMEOUT ${timeout}
-    SKIP_RETURN_CODE 77 ENVIRONMENT "${rr_torch_env}")
+  foreach(v 1 2)
+    if(v EQUAL 1)
+      set(py ${RR_TORCH_PYTHON})
+    else()
+      set(py ${rr_torch2})
+    endif()
+    add_test(NAME torch${v}.${name} COMMAND ${py} ${ARGN})
+    set_tests_properties(torch${v}.${name} PROPERTIES LABELS "torch;torch${v}"
+      TIMEOUT ${timeout} SKIP_RETURN_CODE 77 ENVIRONMENT "${rr_torch_env}")
+  endforeach()
 endfunction()
 
 # Every collective, dtype, op and root against gloo and a float64 reference.
 # (tests/python/torch_cuda.py, CUDA tensors, runs on a GPU machine: tests/gpu/run.sh.)
 foreach(w 1 2 3 4)
   rr_torch_test(collectives_w${w} 300 ${rr_py}/torch_collectives.py ${w})
+endforeach()
+# torch 2.x's names, coalescing, batch_isend_irecv, Work, abort/shutdown, groups, meshes,
+# functional collectives, sparse and odd dtypes; each case skips where the torch lacks it.
+foreach(w 1 2 3 4)
+  rr_torch_test(api_w${w} 300 ${rr_py}/torch_api.py ${w})
 endforeach()
 # torch's own DistributedDataParallel, trained beside a gloo copy (and, from world 3, beside
 # gloo copies that sum in other orders: tests/python/sumorder.py). World 2 must match gloo bit
@@ -48,7 +70,17 @@ rr_torch_test(tutorial_torchrun_w4 600 ${rr_py}/torch_tutorial.py torchrun 4)
 rr_torch_test(tutorial_rrun 600 ${rr_py}/torch_tutorial.py rrun 4 $<TARGET_FILE:rrun>)
 # The package installed with pip (which builds the C library itself), used from outside the
 # source tree. Up to a minute of compiling on 2 cores.
-add_test(NAME torch.pip_install
+# Offline (--no-build-isolation, Debian's setuptools and wheel): torch 1.13's interpreter only.
+add_test(NAME torch1.pip_install
   COMMAND bash ${rr_py}/test_pip_install.sh ${CMAKE_SOURCE_DIR} ${RR_TORCH_PYTHON})
-set_tests_properties(torch.pip_install PROPERTIES LABELS torch TIMEOUT 600
+set_tests_properties(torch1.pip_install PROPERTIES LABELS "torch;torch1" TIMEOUT 600
   SKIP_RETURN_CODE 77 ENVIRONMENT "OMP_NUM_THREADS=1;PYTHONDONTWRITEBYTECODE=1")
+# The README's install lines for each torch, run as written in a copy of the tree (a fresh
+# venv, pip building the library: a few minutes on 2 cores; torch2 also installs torch).
+foreach(v 1 2)
+  add_test(NAME torch${v}.readme_install
+    COMMAND bash ${rr_py}/test_readme_torch.sh ${v} ${CMAKE_SOURCE_DIR})
+  set_tests_properties(torch${v}.readme_install PROPERTIES LABELS "torch;torch${v}" TIMEOUT 900
+    SKIP_RETURN_CODE 77 RESOURCE_LOCK tcp_port_29500  # torchrun's default port, as written
+    ENVIRONMENT "OMP_NUM_THREADS=1;PYTHONDONTWRITEBYTECODE=1;PIP_CACHE_DIR=${CMAKE_SOURCE_DIR}/build-venv/pip-cache")
+endforeach()

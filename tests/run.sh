@@ -42,7 +42,11 @@ case "${1:-}" in
     select=(-E "^((shm_)?coll_[a-z_]+_w[678]|(shm_)?coll_${plain}_w[45]|ib_coll_[a-z_]+_w[458]|op\..*|cudafake\.kernel|rel_soak_5k)\$")
     export TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1
     ;;
-  "") ;;
+  "")
+    # The torch tests run on Debian's torch 1.13 (/usr/bin/python3) and on PyPI's newest 2.x,
+    # installed once into build-venv/ (tools/torch_env.sh; ~80 s the first time).
+    flags+=(-DRR_TORCH2_PYTHON="$(bash tools/torch_env.sh)")
+    ;;
   *) echo "usage: $0 [--sanitize|--tsan]" >&2; exit 2 ;;
 esac
 gen=(); command -v ninja >/dev/null 2>&1 && gen=(-G Ninja)

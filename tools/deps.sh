@@ -29,6 +29,8 @@ if [ "${RR_DEPS_TORCH:-0}" = 1 ]; then
   /usr/bin/python3 -c "import torch" >/dev/null 2>&1 || need+=(python3-torch)
   /usr/bin/python3 -m pip --version >/dev/null 2>&1 || need+=(python3-pip)  # the package's install test
   /usr/bin/python3 -c "import setuptools" >/dev/null 2>&1 || need+=(python3-setuptools)
+  # tools/torch_env.sh (torch 2.x from PyPI) and the README's install lines make venvs
+  /usr/bin/python3 -c "import ensurepip" >/dev/null 2>&1 || need+=(python3-venv)
 fi
 if [ "${RR_DEPS_FUZZ:-0}" = 1 ]; then                   # CI: libFuzzer harnesses
   command -v clang >/dev/null 2>&1 || need+=(clang)

@@ -116,6 +116,7 @@ reduce_scatter_async = _proto("rr_reduce_scatter_async", _i, c_pg, _p, _p, _sz, 
 barrier_async = _proto("rr_barrier_async", _i, c_pg, _pw)
 send_async = _proto("rr_send_async", _i, c_pg, _p, _sz, _i, _i, _pw)
 recv_async = _proto("rr_recv_async", _i, c_pg, _p, _sz, _i, _i, _pw)
+sendrecv_async = _proto("rr_sendrecv_async", _i, c_pg, _p, _sz, _i, _p, _sz, _i, _i, _pw)
 gather_async = _proto("rr_gather_async", _i, c_pg, _p, _p, _sz, _i, _i, _pw)
 scatter_async = _proto("rr_scatter_async", _i, c_pg, _p, _p, _sz, _i, _i, _pw)
 all_to_all_async = _proto("rr_all_to_all_async", _i, c_pg, _p, _p, _sz, _i, _pw)

@@ -8,8 +8,14 @@ new_group) gets a library group of its own, made by rendezvous through the store
 the backend (its PrefixStore): no second port. The process group is a Python subclass of
 torch's ProcessGroup, so the same code runs on torch 1.13 and 2.x without compiling against
 torch (docs/torch.md says why, with measurements). It holds no algorithm: each call maps
-torch's tensors and options onto one call of the C library, asynchronous, and returns a
-Work whose wait() waits for that call.
+torch's tensors and options onto one asynchronous call of the C library (a few for the
+coalesced forms) and returns a Work that waits for them (ringreduce/_work.py).
+
+Every spelling torch has used for a collective is served: 2.x's all_gather_single,
+reduce_scatter_single, all_to_all_single, gather_single and their _coalesced forms, and
+the _allgather_base, _reduce_scatter_base, alltoall_base, *_into_tensor_coalesced names
+they replaced. Sends and receives inside a coalescing block (batch_isend_irecv) are issued
+together when it ends, in an order that cannot deadlock (_p2p_order).
 
 Tensors must stay alive and untouched until their call completes (as with gloo); the
 process group keeps them referenced until then. Non-contiguous tensors are copied to
@@ -18,27 +24,29 @@ rank, which call, why)."""
 
 import collections
 import ctypes
-import datetime
 import inspect
-import queue
-import threading
 import weakref
 
 import torch
 import torch.distributed as dist
 
 from . import _lib
+from ._store import StoreBridge
+from ._work import Batch, Work, _Call, _Completer, _timeout_ms
 
 BACKEND = "ringreduce"
 _KEEP = 256  # completed works nobody waited for, kept in case a C++ caller still asks
 
-# torch dtype -> library dtype. bool travels as uint8, for the ops that keep 0/1 (below).
+# torch dtype -> library dtype, for reductions. bool travels as uint8, for the ops that keep
+# 0/1 (below); complex as its real and imaginary parts, for SUM and AVG.
 _DTYPES = {
     torch.int8: _lib.INT8, torch.uint8: _lib.UINT8, torch.int32: _lib.INT32,
     torch.int64: _lib.INT64, torch.float16: _lib.FLOAT16, torch.bfloat16: _lib.BFLOAT16,
     torch.float32: _lib.FLOAT32, torch.float64: _lib.FLOAT64, torch.bool: _lib.UINT8,
 }
-_SUPPORTED = "float16, bfloat16, float32, float64, int8, uint8, int32, int64 and bool"
+_COMPLEX = {torch.complex64: _lib.FLOAT32, torch.complex128: _lib.FLOAT64}
+_SUPPORTED = ("float16, bfloat16, float32, float64, int8, uint8, int32, int64, bool, and "
+              "complex64/complex128 for SUM and AVG")
 
 # torch's ReduceOp values are not ours: map each explicitly (compared with ==, as torch's
 # ReduceOp objects are not plain ints on every version).
@@ -52,12 +60,17 @@ if hasattr(dist.ReduceOp, "AVG"):
 _BOOL_OPS = (_lib.PROD, _lib.MIN, _lib.MAX, _lib.BAND, _lib.BOR, _lib.BXOR)
 
 
-def _dtype(t, what):
-    d = _DTYPES.get(t.dtype)
-    if d is None:
-        raise RuntimeError(f"ringreduce: {what}: tensors of dtype {t.dtype} are not supported "
-                           f"(supported: {_SUPPORTED})")
-    return d
+def _sparse_checked():
+    """torch 2.x warns unless a sparse tensor's invariant checks are chosen; 1.13 has no such
+    choice."""
+    try:
+        torch.sparse_coo_tensor([[0]], [0.0], (1,), check_invariants=True)
+        return {"check_invariants": True}
+    except TypeError:
+        return {}
+
+
+_SPARSE_CHECKED = _sparse_checked()
 
 
 def _op(reduce_op, t, what):
@@ -67,10 +80,38 @@ def _op(reduce_op, t, what):
                 raise RuntimeError(f"ringreduce: {what}: {name} of bool tensors is not supported "
                                    "(it would leave values other than 0 and 1; use MAX for "
                                    "'any' or MIN for 'all')")
+            if t.is_complex() and ours not in (_lib.SUM, _lib.AVG):
+                raise RuntimeError(f"ringreduce: {what}: {name} of complex tensors is not "
+                                   "defined part by part (SUM and AVG are)")
             return ours
     raise RuntimeError(f"ringreduce: {what}: reduce op {reduce_op} is not supported (SUM, "
                        "PRODUCT, MIN, MAX, BAND, BOR, BXOR and AVG are; PREMUL_SUM is "
                        "NCCL's: scale the tensor and use SUM)")
+
+
+def _reduce_view(t, what):
+    """(a tensor to reduce, its library dtype): complex as its real and imaginary parts."""
+    d = _DTYPES.get(t.dtype)
+    if d is not None:
+        return t, d
+    d = _COMPLEX.get(t.dtype)
+    if d is not None:
+        return torch.view_as_real(t), d
+    raise RuntimeError(f"ringreduce: {what}: tensors of dtype {t.dtype} are not supported "
+                       f"(supported: {_SUPPORTED})")
+
+
+def _bytes(t):
+    """A contiguous tensor's data as uint8."""
+    return t.reshape(-1).view(torch.uint8) if t.dtype != torch.uint8 else t.reshape(-1)
+
+
+def _move_view(t):
+    """(a contiguous tensor, its library dtype) for calls that only move data: any dtype
+    travels, as its bytes when the library has no such type (the ranks' calls are then
+    compared by size in bytes rather than by dtype)."""
+    d = _DTYPES.get(t.dtype)
+    return (t.reshape(-1), d) if d is not None else (_bytes(t), _lib.UINT8)
 
 
 def _one(tensors, what):
@@ -80,229 +121,34 @@ def _one(tensors, what):
     return tensors[0]
 
 
-def _timeout_ms(timeout):
-    if timeout is None:
-        return 0
-    ms = int(timeout.total_seconds() * 1000)
-    return max(ms, 1) if timeout.total_seconds() > 0 else 0
+def _overlaps(t):
+    """Whether a tensor's elements may share memory (an expand()ed view): writing a result
+    into it cannot give every element its own value. Dimensions sorted by stride must each
+    step past the whole of the smaller ones."""
+    dims = sorted((st, sz) for st, sz in zip(t.stride(), t.shape) if sz > 1)
+    extent = 1
+    for st, sz in dims:
+        if st < extent:
+            return True
+        extent = st * sz
+    return False
 
 
-class _Call:
-    """One library call in flight: its handle, what must stay alive until it completes,
-    what to do once it completed (copy results out of a contiguous staging tensor), and
-    the tensors a future reports."""
-
-    __slots__ = ("handle", "keep", "finish", "result", "lock", "done", "error", "what",
-                 "__weakref__")
-
-    def __init__(self, handle, keep, finish, result, what):
-        self.handle, self.keep, self.finish, self.result, self.what = handle, keep, finish, result, what
-        self.lock = threading.Lock()
-        self.done = False
-        self.error = None
-
-    def complete(self, status):
-        """Record the outcome once (idempotent); run the copy-out after a success."""
-        with self.lock:
-            if self.done:
-                return
-            if status < 0:
-                msg = _lib.work_error(self.handle)
-                msg = msg.decode("utf-8", "replace") if msg else _lib.status_name(status).decode()
-                self.error = RuntimeError(f"ringreduce: {msg}")
-            elif self.finish is not None:
-                self.finish()
-            self.keep = None
-            self.done = True
-
-    def __del__(self):
-        if self.handle:
-            _lib.work_free(self.handle)
-            self.handle = None
+def _writable(t, what):
+    if _overlaps(t):
+        raise RuntimeError(f"ringreduce: {what}: the output tensor overlaps itself (shape "
+                           f"{tuple(t.shape)}, strides {tuple(t.stride())}, e.g. from expand()): "
+                           "its elements cannot each receive their own result; pass a "
+                           "tensor that owns its elements (.contiguous() or .clone())")
 
 
-def _settle(source, call):
-    """Complete `source` with the call's tensors, or with its error object for
-    _raise_or_pass to raise."""
-    source.set_result(call.error if call.error is not None else call.result)
-
-
-def _raise_or_pass(source):
-    """The callback between a call's source future and the future get_future() returns.
-
-    torch.futures.Future.set_exception does not fail the future underneath: it stores the
-    exception as the future's value and raises it only from Python's wait(). C++ readers
-    such as DDP's reducer then take that value for the result (torch 1.13 crashes on it).
-    An exception raised inside a then() callback does fail the child future in C++, so the
-    error travels that way: to Python's wait(), to C++'s, and to callbacks chained after."""
-    value = source.value()
-    if isinstance(value, BaseException):
-        raise value
-    return value
-
-
-class _Completer:
-    """Completes futures: a thread that waits for calls in issue order (the library runs a
-    group's calls in that order) and then sets each call's futures. Only calls someone asked
-    a future of come here; a plain wait() needs no thread. Holds no reference to the process
-    group, so that dropping the group frees it."""
-
-    def __init__(self):
-        self.q = queue.Queue()
-        self.thread = None
-
-    def add(self, call, fut):
-        if self.thread is None:
-            self.thread = threading.Thread(target=self._run, name="ringreduce-futures", daemon=True)
-            self.thread.start()
-        self.q.put((call, fut))
-
-    def _run(self):
-        while True:
-            item = self.q.get()
-            if item is None:
-                return
-            call, fut = item
-            call.complete(_lib.work_wait(call.handle, 0))  # the GIL is released while it waits
-            _settle(fut, call)
-
-    def stop(self):
-        if self.thread is not None:
-            self.q.put(None)
-            self.thread.join()
-            self.thread = None
-
-
-class Work(dist._Work):
-    """torch's Work for one call: wait() blocks until it completed (raising the library's
-    error), get_future() gives a torch Future completed with the output tensors.
-
-    torch's C++ code (DDP's construction checks, for one) calls a Python Work's methods
-    through a trampoline that finds them only while the Python object lives, and it does not
-    keep it alive: the process group does, until the call completed and someone waited for it
-    or took its future (see ProcessGroupRingreduce._prune)."""
-
-    def __init__(self, call, completer, device=None):
-        super().__init__()
-        self._call = call
-        # A future that carries CUDA tensors must name their device (torch checks it when the
-        # future completes); CPU futures name none.
-        self._devices = [device] if device is not None and device.type == "cuda" else None
-        self._completer = completer
-        self._observed = False
-
-    def wait(self, timeout=None):
-        call = self._call
-        if not call.done:
-            call.complete(_lib.work_wait(call.handle, _timeout_ms(timeout)))
-        self._observed = True
-        if call.error is not None:
-            raise call.error
-        return True
-
-    def is_completed(self):
-        call = self._call
-        if not call.done:
-            st = _lib.work_test(call.handle)
-            if st == _lib.INPROGRESS:
-                return False
-            call.complete(st)
-        return True
-
-    def is_success(self):
-        return self.is_completed() and self._call.error is None
-
-    def exception(self):
-        return self._call.error if self.is_completed() else None
-
-    def result(self):
-        self.wait()
-        return self._call.result
-
-    def get_future(self):
-        source = torch.futures.Future(devices=self._devices)
-        fut = source.then(_raise_or_pass)
-        call = self._call
-        self._observed = True
-        if self.is_completed():
-            _settle(source, call)
-        else:
-            self._completer.add(call, source)
-        return fut
-
-    def synchronize(self):
-        self.wait()
-
-
-class _StoreBridge:
-    """torch's store behind the library's store callbacks (rr_store_from_callbacks). Every
-    callback catches everything: an exception must not cross back into C."""
-
-    def __init__(self, store, timeout_ms):
-        self.store = store
-
-        def guard(fn):
-            def wrapped(*args):
-                try:
-                    return fn(*args)
-                except Exception as e:  # noqa: BLE001 (any failure is reported to the library)
-                    text = str(e) or type(e).__name__
-                    status = _lib.ETIMEDOUT if "imeout" in text or "timed out" in text else _lib.EPEER
-                    return _lib.store_fail(status, f"torch's store: {text}".encode()[:900])
-            return wrapped
-
-        def cb_set(ctx, key, value, n):
-            self.store.set(key.decode(), ctypes.string_at(value, n) if n else b"")
-            return 0
-
-        def cb_get(ctx, key, timeout_ms, out):
-            k = key.decode()
-            self.store.wait([k], datetime.timedelta(milliseconds=max(timeout_ms, 1)))
-            v = self.store.get(k)
-            return _lib.store_value_set(out, v, len(v))
-
-        def cb_add(ctx, key, delta, result):
-            result[0] = self.store.add(key.decode(), delta)
-            return 0
-
-        def cb_wait(ctx, keys, n, timeout_ms):
-            names = [keys[i].decode() for i in range(n)]
-            self.store.wait(names, datetime.timedelta(milliseconds=max(timeout_ms, 1)))
-            return 0
-
-        def cb_del(ctx, key, deleted):
-            deleted[0] = 1 if self.store.delete_key(key.decode()) else 0
-            return 0
-
-        # The ctypes function objects must live as long as the library may call them.
-        self._fns = (_lib.SET_FN(guard(cb_set)), _lib.GET_FN(guard(cb_get)),
-                     _lib.ADD_FN(guard(cb_add)), _lib.WAIT_FN(guard(cb_wait)),
-                     _lib.CHECK_FN(), _lib.DEL_FN(guard(cb_del)), _lib.FREE_FN())
-        cb = _lib.StoreCallbacks(None, *self._fns)
-        self.handle = _lib.c_store()
-        _lib.check(_lib.store_from_callbacks(ctypes.byref(cb), timeout_ms, ctypes.byref(self.handle)),
-                   "wrapping torch's store")
-
-    def free(self):
-        if self.handle:
-            _lib.store_free(self.handle)
-            self.handle = None
-
-
-def _release(pg_handle, bridge, completer):
-    """Destroy the library group (waiting for its calls), then the store bridge; once."""
-    completer.stop()
-    if pg_handle.value:
-        _lib.destroy_process_group(pg_handle)
-        pg_handle.value = None
-    bridge.free()
-
-
-def _contiguous(t):
+def _contiguous(t, what=None):
     """(a contiguous tensor to hand to the library, a copy-back to run after a call that
-    writes it, or None)."""
+    writes it, or None). With `what`, t is an output and must not overlap itself."""
     if t.is_contiguous():
         return t, None
+    if what is not None:
+        _writable(t, what)
     c = t.contiguous()
     return c, (lambda: t.copy_(c))
 
@@ -311,16 +157,73 @@ def _ptr(t):
     return ctypes.c_void_p(t.data_ptr())
 
 
+def _p2p_order(me, ops):
+    """The order in which to issue a coalesced block's sends and receives so that no two
+    ranks wait for each other: the library runs a group's calls one at a time, and a large
+    send completes only once the peer receives it. Pairs of ranks are served in one global
+    order (by lowest, then highest rank), the same on every rank, so waits cannot form a
+    cycle; within a pair, messages keep their order (they match in order), and a send and a
+    receive of one dtype go together as one sendrecv; otherwise the lower rank sends first.
+    Returns a list of ("send", op), ("recv", op) or ("sendrecv", send_op, recv_op)."""
+    by_peer = collections.OrderedDict()
+    for op in ops:
+        by_peer.setdefault(op.peer, []).append(op)
+    plan = []
+    for peer in sorted(by_peer, key=lambda p: (min(p, me), max(p, me))):
+        sends = collections.deque(o for o in by_peer[peer] if o.kind == "send")
+        recvs = collections.deque(o for o in by_peer[peer] if o.kind == "recv")
+        while sends and recvs:
+            s, r = sends.popleft(), recvs.popleft()
+            if s.ldtype == r.ldtype:
+                plan.append(("sendrecv", s, r))
+            elif me < peer:
+                plan += [("send", s), ("recv", r)]
+            else:
+                plan += [("recv", r), ("send", s)]
+        plan += [("send", s) for s in sends] + [("recv", r) for r in recvs]
+    return plan
+
+
+class _P2P:
+    """A send or receive recorded inside a coalescing block, issued when the block ends."""
+
+    __slots__ = ("kind", "buf", "ldtype", "peer", "keep", "finish", "batch")
+
+    def __init__(self, kind, buf, ldtype, peer, keep, finish, batch):
+        self.kind, self.buf, self.ldtype, self.peer = kind, buf, ldtype, peer
+        self.keep, self.finish, self.batch = keep, finish, batch
+
+
+def _release(pg_handle, bridge, completer, abort=False):
+    """Destroy the library group (waiting for its calls, or failing them at once after an
+    abort), then the store bridge; once."""
+    if abort and pg_handle.value:
+        _lib.abort(pg_handle)
+    completer.stop()
+    if pg_handle.value:
+        _lib.destroy_process_group(pg_handle)
+        pg_handle.value = None
+    bridge.free()
+
+
 class ProcessGroupRingreduce(dist.ProcessGroup):
     """A torch process group on one ringreduce group."""
+
+    # What torch asks of a group's backend (this object serves every device it serves):
+    # batch_isend_irecv and _coalescing_manager coalesce through it, split_group splits it.
+    supports_coalescing = True
+    supports_splitting = True
 
     def __init__(self, store, rank, size, timeout):
         super().__init__(rank, size)
         self._rank, self._size = rank, size
+        self._store, self._timeout = store, timeout
         ms = _timeout_ms(timeout) or 30 * 60 * 1000
-        self._bridge = _StoreBridge(store, ms)
+        self._bridge = StoreBridge(store, ms)
         self._completer = _Completer()
         self._pending = collections.deque()  # works not yet let go of, oldest first
+        self._coalescing = None  # inside a coalescing block: [deferred p2p, works issued]
+        self._names = {"name": "", "desc": ""}
         self._pg = _lib.c_pg()
         opts = _lib.PgOptions(None, rank, size, ms, -1)
         st = _lib.init_process_group_on_store(ctypes.byref(self._pg), ctypes.byref(opts),
@@ -332,7 +235,7 @@ class ProcessGroupRingreduce(dist.ProcessGroup):
         # Freed when torch drops the group (1.13) or calls shutdown() (2.x), and at exit.
         self._finalizer = weakref.finalize(self, _release, self._pg, self._bridge, self._completer)
 
-    # ---- plumbing -------------------------------------------------------------------------
+    # ---- what torch asks of a group ------------------------------------------------------
 
     def getBackendName(self):
         return BACKEND
@@ -343,13 +246,64 @@ class ProcessGroupRingreduce(dist.ProcessGroup):
     def name(self):
         return BACKEND
 
+    # torch 2.x names every group (_set_group_name) and reads the name back through the C++
+    # ProcessGroup, which a Python group has no backend to answer for: keep it here.
+    @property
+    def group_name(self):
+        return self._names["name"]
+
+    def _set_group_name(self, name):
+        self._names["name"] = name
+
+    @property
+    def group_desc(self):
+        return self._names["desc"]
+
+    def _set_group_desc(self, desc):
+        self._names["desc"] = desc
+
+    @property
+    def _device_types(self):
+        """The devices this group serves (torch 2.x: object collectives pick theirs from it,
+        monitored_barrier and split_group require cpu in it)."""
+        return [torch.device(d) for d in _DEVICES]
+
+    def get_group_store(self):
+        return self._store
+
+    def _get_backend(self, device=None):
+        """torch 2.x asks a group for its backend per device (coalescing, splitting): this
+        object is both."""
+        return self
+
+    def split_group(self, ranks, timeout=None, opts=None, group_name=None, group_desc=None,
+                    device_types=None):
+        """torch 2.x's split_group: a new group of the parent's ranks `ranks` (group ranks),
+        made by the members only, through the parent's store under the new group's name;
+        None on the others."""
+        if self._rank not in ranks:
+            return None
+        name = group_name or f"split:{sorted(ranks)}"
+        store = dist.PrefixStore(f"ringreduce-split/{name}/", self._store)
+        pg = ProcessGroupRingreduce(store, sorted(ranks).index(self._rank), len(ranks),
+                                    timeout or self._timeout)
+        pg._set_group_name(name)
+        pg._set_group_desc(group_desc or f"{self.group_desc}:split")
+        return pg
+
+    def eager_connect_single_device(self, device=None):
+        """torch 2.x with init_process_group(device_id=...): connect now. The library group
+        connected every peer when it was made."""
+
     def shutdown(self):
+        """Wait for the group's calls, then free it (2.x's destroy_process_group calls this)."""
         self._finalizer()
 
     def abort(self):
-        if self._pg.value:
-            _lib.abort(self._pg)
-        self._finalizer()
+        """Fail every pending and running call at once (on the peers too), then free."""
+        if self._finalizer.alive:
+            self._finalizer.detach()
+            _release(self._pg, self._bridge, self._completer, abort=True)
 
     def _prune(self):
         """Let go of works that completed and were waited for (or gave a future), oldest
@@ -358,30 +312,52 @@ class ProcessGroupRingreduce(dist.ProcessGroup):
         p = self._pending
         while p:
             w = p[0]
-            if not w._call.done:
-                st = _lib.work_test(w._call.handle)
-                if st == _lib.INPROGRESS:
-                    break
-                w._call.complete(st)
+            if not w._batch.poll():
+                break
             if not w._observed and len(p) <= _KEEP:
                 break
             p.popleft()
 
-    def _start(self, what, fn, args, keep, result, finish=None, device=None):
-        """Issue one asynchronous library call and wrap it as a Work."""
+    # ---- issuing calls ----------------------------------------------------------------------
+
+    def _live(self, what):
         if not self._pg.value:
-            raise RuntimeError(f"ringreduce: {what}: the process group was destroyed")
-        self._prune()
-        if device is not None and device.type == "cuda":
-            stream = torch.cuda.current_stream(device).cuda_stream
-            _lib.check(_lib.pg_set_cuda_stream(self._pg, ctypes.c_void_p(stream)), what)
+            raise RuntimeError(f"ringreduce: {what}: the process group was shut down or aborted")
+
+    def _issue(self, what, fn, args, keep, finish=None):
+        """One asynchronous library call; raises if the library refuses it."""
         h = _lib.c_work()
         st = fn(self._pg, *args, ctypes.byref(h))
         if st < 0:
             raise RuntimeError(f"ringreduce: {_lib.error_text() or what}")
-        work = Work(_Call(h, keep, finish, result, what), self._completer, device)
+        return _Call(h, keep, finish, what)
+
+    def _wrap(self, batch, result, device=None, source=-1):
+        work = Work(batch, result, self._completer, device, source)
         self._pending.append(work)
+        if self._coalescing is not None:
+            self._coalescing[1].append(batch)
         return work
+
+    def _cuda_stream(self, device, what):
+        if device is not None and device.type == "cuda":
+            stream = torch.cuda.current_stream(device).cuda_stream
+            _lib.check(_lib.pg_set_cuda_stream(self._pg, ctypes.c_void_p(stream)), what)
+
+    def _start(self, what, fn, args, keep, result, finish=None, device=None):
+        """Issue one asynchronous library call and wrap it as a Work."""
+        self._live(what)
+        self._prune()
+        self._cuda_stream(device, what)
+        return self._wrap(Batch([self._issue(what, fn, args, keep, finish)], what), result, device)
+
+    def _start_many(self, what, calls, result, device=None):
+        """Issue several library calls (fn, args, keep, finish) as one Work."""
+        self._live(what)
+        self._prune()
+        self._cuda_stream(device, what)
+        issued = [self._issue(what, fn, args, keep, finish) for fn, args, keep, finish in calls]
+        return self._wrap(Batch(issued, what), result, device)
 
     def _check_device(self, tensors, what):
         dev = tensors[0].device
@@ -392,18 +368,97 @@ class ProcessGroupRingreduce(dist.ProcessGroup):
                 raise RuntimeError(f"ringreduce: {what}: tensors on {t.device} are not supported "
                                    f"by {_lib.path} (it serves {' and '.join(_DEVICES)}; cuda "
                                    "needs a library configured with -DRR_CUDA=ON)")
+            if t.layout != torch.strided:
+                raise RuntimeError(f"ringreduce: {what}: {t.layout} tensors are not supported "
+                                   "here (all_reduce takes sparse COO tensors)")
         return dev
+
+    # ---- coalescing (batch_isend_irecv, _coalescing_manager) -------------------------------
+
+    def _start_coalescing(self, device=None):
+        """Begin a block: sends and receives wait for its end; other calls run as usual and
+        the block's work covers them too. Never raises: torch has already marked the group
+        as coalescing when it calls this."""
+        if self._coalescing is not None:
+            self._flush_p2p()  # a block left without its end (an exception inside it)
+        self._coalescing = ([], [])
+
+    def _end_coalescing(self, device=None):
+        """End the block: issue its sends and receives, and return one work for everything
+        issued in it (1.13 passes the block's works instead of a device: ignored)."""
+        if self._coalescing is None:
+            return self._wrap(Batch([], "coalesced block"), [])
+        self._flush_p2p()
+        _, batches = self._coalescing
+        self._coalescing = None
+        calls = [c for b in batches for c in b.calls]
+        return self._wrap(Batch(calls, "coalesced block"), [])
+
+    def _flush_p2p(self):
+        deferred = list(self._coalescing[0])
+        if not deferred:
+            return
+        del self._coalescing[0][:]
+        for step in _p2p_order(self._rank, deferred):
+            if step[0] == "sendrecv":
+                s, r = step[1], step[2]
+                c = self._issue("sendrecv", _lib.sendrecv_async,
+                                (_ptr(s.buf), s.buf.numel(), s.peer, _ptr(r.buf), r.buf.numel(),
+                                 r.peer, s.ldtype), (s.keep, r.keep), r.finish)
+                for op in (s, r):
+                    op.batch.calls, op.batch.pending = [c], False
+                self._coalescing[1].append(s.batch)
+            else:
+                op = step[1]
+                if op.kind == "send":
+                    c = self._issue("send", _lib.send_async,
+                                    (_ptr(op.buf), op.buf.numel(), op.ldtype, op.peer), op.keep)
+                else:
+                    c = self._issue("recv", _lib.recv_async,
+                                    (_ptr(op.buf), op.buf.numel(), op.ldtype, op.peer), op.keep,
+                                    op.finish)
+                op.batch.calls, op.batch.pending = [c], False
+                self._coalescing[1].append(op.batch)
+
+    def _p2p(self, kind, tensors, peer, what):
+        t = _one(tensors, what)
+        dev = self._check_device([t], what)
+        self._live(what)
+        if not 0 <= peer < self._size or peer == self._rank:
+            raise RuntimeError(f"ringreduce: {what}: peer {peer} is not another rank of this "
+                               f"group of {self._size} (this is rank {self._rank})")
+        if kind == "send":
+            buf, finish = t.contiguous(), None
+        else:
+            buf, finish = _contiguous(t, what)
+        # Any dtype travels (_move_view). Messages match in order per pair; tags are not sent.
+        data, ld = _move_view(buf)
+        if self._coalescing is not None:
+            self._prune()
+            b = Batch([], what, pending=True)
+            self._coalescing[0].append(_P2P(kind, data, ld, peer, (t, buf), finish, b))
+            work = Work(b, tensors, self._completer, dev, peer)
+            self._pending.append(work)
+            return work
+        fn = _lib.send_async if kind == "send" else _lib.recv_async
+        work = self._start(what, fn, (_ptr(data), data.numel(), ld, peer), (t, buf), tensors,
+                           finish, dev)
+        work._source = peer
+        return work
 
     # ---- collectives --------------------------------------------------------------------
 
     def allreduce(self, tensors, opts=None):
         what = "all_reduce"
         t = _one(tensors, what)
+        op_in = opts.reduceOp if opts is not None else dist.ReduceOp.SUM
+        if t.is_sparse:
+            return self._sparse_allreduce(t, op_in, tensors)
         dev = self._check_device([t], what)
-        op = _op(opts.reduceOp if opts is not None else dist.ReduceOp.SUM, t, what)
-        buf, back = _contiguous(t)
-        return self._start(what, _lib.all_reduce_async,
-                           (_ptr(buf), _ptr(buf), buf.numel(), _dtype(t, what), op),
+        op = _op(op_in, t, what)
+        buf, back = _contiguous(t, what)
+        r, d = _reduce_view(buf, what)
+        return self._start(what, _lib.all_reduce_async, (_ptr(r), _ptr(r), r.numel(), d, op),
                            (t, buf), tensors, back, dev)
 
     def allreduce_coalesced(self, tensors, opts=None):
@@ -414,8 +469,11 @@ class ProcessGroupRingreduce(dist.ProcessGroup):
         for t in tensors[1:]:
             if t.dtype != tensors[0].dtype:
                 raise RuntimeError(f"ringreduce: {what}: tensors of one dtype only")
+        for t in tensors:
+            _writable(t, what)
         op = _op(opts.reduceOp if opts is not None else dist.ReduceOp.SUM, tensors[0], what)
         flat = torch.cat([t.reshape(-1) for t in tensors])
+        r, d = _reduce_view(flat, what)
 
         def back():
             o = 0
@@ -423,18 +481,45 @@ class ProcessGroupRingreduce(dist.ProcessGroup):
                 n = t.numel()
                 t.copy_(flat[o:o + n].view_as(t))
                 o += n
-        return self._start(what, _lib.all_reduce_async,
-                           (_ptr(flat), _ptr(flat), flat.numel(), _dtype(flat, what), op),
+        return self._start(what, _lib.all_reduce_async, (_ptr(r), _ptr(r), r.numel(), d, op),
                            (tensors, flat), tensors, back, dev)
+
+    def _sparse_allreduce(self, t, op_in, tensors):
+        """A sparse COO all_reduce, as gloo does it: every rank's indices and values gathered,
+        then summed locally (the same sum, in the same order, on every rank). SUM only."""
+        what = "all_reduce (sparse)"
+        if op_in != dist.ReduceOp.SUM:
+            raise RuntimeError(f"ringreduce: {what}: only SUM is defined for sparse tensors")
+        self._check_device([t.coalesce().values()], what)
+        c = t.coalesce()
+        idx, val = c.indices().contiguous(), c.values().contiguous()
+        n = self._size
+        counts = torch.zeros(n, dtype=torch.int64)
+        self._allgather_base(counts, torch.tensor([idx.shape[1]], dtype=torch.int64)).wait()
+        most = int(counts.max())
+        pi = idx.new_zeros((idx.shape[0], most))
+        pi[:, :idx.shape[1]] = idx
+        pv = val.new_zeros((most,) + tuple(val.shape[1:]))
+        pv[:idx.shape[1]] = val
+        gi = idx.new_empty((n,) + tuple(pi.shape))
+        gv = val.new_empty((n,) + tuple(pv.shape))
+        self._allgather_base(gi, pi.contiguous()).wait()
+        self._allgather_base(gv, pv.contiguous()).wait()
+        parts_i = [gi[r][:, :int(counts[r])] for r in range(n)]
+        parts_v = [gv[r][:int(counts[r])] for r in range(n)]
+        total = torch.sparse_coo_tensor(torch.cat(parts_i, 1), torch.cat(parts_v), t.shape,
+                                        dtype=t.dtype, **_SPARSE_CHECKED).coalesce()
+        t.copy_(total)
+        return self._wrap(Batch([], what), tensors)
 
     def broadcast(self, tensors, opts=None):
         what = "broadcast"
         t = _one(tensors, what)
         dev = self._check_device([t], what)
         root = opts.rootRank if opts is not None else 0
-        buf, back = _contiguous(t)
-        return self._start(what, _lib.broadcast_async,
-                           (_ptr(buf), _ptr(buf), buf.numel(), _dtype(t, what), root),
+        buf, back = _contiguous(t, what)
+        b, d = _move_view(buf)
+        return self._start(what, _lib.broadcast_async, (_ptr(b), _ptr(b), b.numel(), d, root),
                            (t, buf), tensors, back, dev)
 
     def reduce(self, tensors, opts=None):
@@ -443,10 +528,10 @@ class ProcessGroupRingreduce(dist.ProcessGroup):
         dev = self._check_device([t], what)
         root = opts.rootRank if opts is not None else 0
         op = _op(opts.reduceOp if opts is not None else dist.ReduceOp.SUM, t, what)
-        buf, back = _contiguous(t)
+        buf, back = _contiguous(t, what)
+        r, d = _reduce_view(buf, what)
         # torch reduces in place: the root's tensor gets the result, the others keep theirs.
-        return self._start(what, _lib.reduce_async,
-                           (_ptr(buf), _ptr(buf), buf.numel(), _dtype(t, what), op, root),
+        return self._start(what, _lib.reduce_async, (_ptr(r), _ptr(r), r.numel(), d, op, root),
                            (t, buf), tensors, back if self._rank == root else None, dev)
 
     def _allgather_base(self, output, input, opts=None):
@@ -456,11 +541,40 @@ class ProcessGroupRingreduce(dist.ProcessGroup):
             raise RuntimeError(f"ringreduce: {what}: the output must have {self._size} x "
                                f"{input.numel()} elements of {input.dtype} (has {output.numel()} "
                                f"of {output.dtype})")
-        out, back = _contiguous(output)
-        inp = input.contiguous()
-        return self._start(what, _lib.all_gather_async,
-                           (_ptr(inp), _ptr(out), inp.numel(), _dtype(inp, what)),
+        out, back = _contiguous(output, what)
+        inp, d = _move_view(input.contiguous())
+        ob, _ = _move_view(out)
+        return self._start(what, _lib.all_gather_async, (_ptr(inp), _ptr(ob), inp.numel(), d),
                            (output, out, inp), [output], back, dev)
+
+    all_gather_single = _allgather_base  # torch 2.x's name
+
+    def _allgather_calls(self, pairs, what):
+        """(library calls, copy-back) for all_gathers of (flat output, input) pairs."""
+        calls = []
+        for out, inp in pairs:
+            if out.dtype != inp.dtype or out.numel() != inp.numel() * self._size:
+                raise RuntimeError(f"ringreduce: {what}: an output must have {self._size} x "
+                                   f"{inp.numel()} elements of {inp.dtype} (has {out.numel()} "
+                                   f"of {out.dtype})")
+            o, back = _contiguous(out, what)
+            i, d = _move_view(inp.contiguous())
+            ob, _ = _move_view(o)
+            calls.append((_lib.all_gather_async, (_ptr(i), _ptr(ob), i.numel(), d), (out, o, i),
+                          back))
+        return calls
+
+    def all_gather_single_coalesced(self, outputs, inputs, opts=None):
+        what = "all_gather_into_tensor_coalesced"
+        if len(outputs) != len(inputs):
+            raise RuntimeError(f"ringreduce: {what}: {len(outputs)} outputs for {len(inputs)} inputs")
+        if not inputs:
+            return self._wrap(Batch([], what), [])
+        dev = self._check_device(list(outputs) + list(inputs), what)
+        return self._start_many(what, self._allgather_calls(zip(outputs, inputs), what),
+                                list(outputs), dev)
+
+    allgather_into_tensor_coalesced = all_gather_single_coalesced  # the name before 2.x's
 
     def allgather(self, output_tensors, input_tensors, opts=None):
         what = "all_gather"
@@ -474,32 +588,76 @@ class ProcessGroupRingreduce(dist.ProcessGroup):
             if o.numel() != inp.numel() or o.dtype != inp.dtype:
                 raise RuntimeError(f"ringreduce: {what}: every output must be like the input "
                                    f"({inp.numel()} x {inp.dtype})")
+            _writable(o, what)
         flat = torch.empty(self._size * inp.numel(), dtype=inp.dtype, device=inp.device)
+        (ib, d), (fb, _) = _move_view(inp), _move_view(flat)
 
         def back():
             for i, o in enumerate(outs):
                 o.copy_(flat[i * inp.numel():(i + 1) * inp.numel()].view_as(o))
-        return self._start(what, _lib.all_gather_async,
-                           (_ptr(inp), _ptr(flat), inp.numel(), _dtype(inp, what)),
+        return self._start(what, _lib.all_gather_async, (_ptr(ib), _ptr(fb), ib.numel(), d),
                            (inp, flat, outs), output_tensors, back, dev)
 
     def allgather_coalesced(self, output_lists, input_list, opts=None):
-        raise RuntimeError("ringreduce: all_gather_coalesced is not supported (call all_gather "
-                           "per tensor, or all_gather_into_tensor on a flat tensor)")
+        """output_lists[r][i] gets rank r's input_list[i]: one all_gather per input."""
+        what = "all_gather_coalesced"
+        n = self._size
+        if len(output_lists) != n or any(len(o) != len(input_list) for o in output_lists):
+            raise RuntimeError(f"ringreduce: {what}: needs {n} output lists of "
+                               f"{len(input_list)} tensors each")
+        dev = self._check_device(list(input_list) + [o for ol in output_lists for o in ol], what)
+        calls = []
+        for i, inp in enumerate(input_list):
+            inp = inp.contiguous()
+            outs = [output_lists[r][i] for r in range(n)]
+            for o in outs:
+                if o.numel() != inp.numel() or o.dtype != inp.dtype:
+                    raise RuntimeError(f"ringreduce: {what}: output {i} of every rank must be "
+                                       f"like input {i} ({inp.numel()} x {inp.dtype})")
+                _writable(o, what)
+            flat = torch.empty(n * inp.numel(), dtype=inp.dtype, device=inp.device)
 
-    def _reduce_scatter_base(self, output, input, opts=None):
-        what = "reduce_scatter_tensor"
-        dev = self._check_device([output, input], what)
+            def back(flat=flat, outs=outs, m=inp.numel()):
+                for r, o in enumerate(outs):
+                    o.copy_(flat[r * m:(r + 1) * m].view_as(o))
+            (ib, d), (fb, _) = _move_view(inp), _move_view(flat)
+            calls.append((_lib.all_gather_async, (_ptr(ib), _ptr(fb), ib.numel(), d),
+                          (inp, flat, outs), back))
+        return self._start_many(what, calls, output_lists, dev)
+
+    def _reduce_scatter_call(self, output, input, op_in, what):
         if output.dtype != input.dtype or input.numel() != output.numel() * self._size:
             raise RuntimeError(f"ringreduce: {what}: the input must have {self._size} x "
                                f"{output.numel()} elements of {output.dtype} (has "
                                f"{input.numel()} of {input.dtype})")
-        op = _op(opts.reduceOp if opts is not None else dist.ReduceOp.SUM, output, what)
-        out, back = _contiguous(output)
-        inp = input.contiguous()
-        return self._start(what, _lib.reduce_scatter_async,
-                           (_ptr(inp), _ptr(out), out.numel(), _dtype(out, what), op),
-                           (output, out, inp), [output], back, dev)
+        op = _op(op_in, output, what)
+        out, back = _contiguous(output, what)
+        o, d = _reduce_view(out, what)
+        i, _ = _reduce_view(input.contiguous(), what)
+        return (_lib.reduce_scatter_async, (_ptr(i), _ptr(o), o.numel(), d, op),
+                (output, out, i), back)
+
+    def _reduce_scatter_base(self, output, input, opts=None):
+        what = "reduce_scatter_tensor"
+        dev = self._check_device([output, input], what)
+        fn, args, keep, back = self._reduce_scatter_call(
+            output, input, opts.reduceOp if opts is not None else dist.ReduceOp.SUM, what)
+        return self._start(what, fn, args, keep, [output], back, dev)
+
+    reduce_scatter_single = _reduce_scatter_base  # torch 2.x's name
+
+    def reduce_scatter_single_coalesced(self, outputs, inputs, opts=None):
+        what = "reduce_scatter_tensor_coalesced"
+        if len(outputs) != len(inputs):
+            raise RuntimeError(f"ringreduce: {what}: {len(outputs)} outputs for {len(inputs)} inputs")
+        if not inputs:
+            return self._wrap(Batch([], what), [])
+        dev = self._check_device(list(outputs) + list(inputs), what)
+        op_in = opts.reduceOp if opts is not None else dist.ReduceOp.SUM
+        calls = [self._reduce_scatter_call(o, i, op_in, what) for o, i in zip(outputs, inputs)]
+        return self._start_many(what, calls, list(outputs), dev)
+
+    reduce_scatter_tensor_coalesced = reduce_scatter_single_coalesced  # the name before 2.x's
 
     def reduce_scatter(self, output_tensors, input_tensors, opts=None):
         what = "reduce_scatter"
@@ -513,31 +671,27 @@ class ProcessGroupRingreduce(dist.ProcessGroup):
             if i.numel() != out.numel() or i.dtype != out.dtype:
                 raise RuntimeError(f"ringreduce: {what}: every input must be like the output "
                                    f"({out.numel()} x {out.dtype})")
-        op = _op(opts.reduceOp if opts is not None else dist.ReduceOp.SUM, out, what)
         flat = torch.cat([i.reshape(-1) for i in ins]) if ins else out.new_empty(0)
-        o, back = _contiguous(out)
-        return self._start(what, _lib.reduce_scatter_async,
-                           (_ptr(flat), _ptr(o), o.numel(), _dtype(o, what), op),
-                           (flat, o, out), output_tensors, back, dev)
+        fn, args, keep, back = self._reduce_scatter_call(
+            out, flat, opts.reduceOp if opts is not None else dist.ReduceOp.SUM, what)
+        return self._start(what, fn, args, keep, output_tensors, back, dev)
 
     def barrier(self, opts=None):
-        return self._start("barrier", _lib.barrier_async, (), None, [])
+        what = "barrier"
+        self._live(what)
+        return self._start(what, _lib.barrier_async, (), None, [])
+
+    def monitored_barrier(self, opts=None, wait_all_ranks=False):
+        # torch passes the timeout (a timedelta) or options carrying it. Every wait in the
+        # library names the rank it waits for when it times out.
+        timeout = opts if hasattr(opts, "total_seconds") else getattr(opts, "timeout", None)
+        return self.barrier().wait(timeout)
 
     def send(self, tensors, dst, tag=0):
-        what = "send"
-        t = _one(tensors, what).contiguous()
-        dev = self._check_device([t], what)
-        # No tags in the library: messages between a pair are matched in the order sent.
-        return self._start(what, _lib.send_async, (_ptr(t), t.numel(), _dtype(t, what), dst),
-                           t, tensors, None, dev)
+        return self._p2p("send", tensors, dst, "send")
 
     def recv(self, tensors, src, tag=0):
-        what = "recv"
-        t = _one(tensors, what)
-        dev = self._check_device([t], what)
-        buf, back = _contiguous(t)
-        return self._start(what, _lib.recv_async, (_ptr(buf), buf.numel(), _dtype(t, what), src),
-                           (t, buf), tensors, back, dev)
+        return self._p2p("recv", tensors, src, "recv")
 
     def recv_anysource(self, tensors, tag=0):
         raise RuntimeError("ringreduce: recv from any source is not supported: name the source "
@@ -557,6 +711,7 @@ class ProcessGroupRingreduce(dist.ProcessGroup):
                 if o.numel() != inp.numel() or o.dtype != inp.dtype:
                     raise RuntimeError(f"ringreduce: {what}: every output must be like the "
                                        f"input ({inp.numel()} x {inp.dtype})")
+                _writable(o, what)
             flat = torch.empty(self._size * inp.numel(), dtype=inp.dtype, device=inp.device)
 
             def back():
@@ -564,10 +719,27 @@ class ProcessGroupRingreduce(dist.ProcessGroup):
                     o.copy_(flat[i * inp.numel():(i + 1) * inp.numel()].view_as(o))
         else:
             flat, back = None, None
+        ib, d = _move_view(inp)
         return self._start(what, _lib.gather_async,
-                           (_ptr(inp), _ptr(flat) if flat is not None else None, inp.numel(),
-                            _dtype(inp, what), root),
-                           (inp, flat, outs), output_tensors, back, dev)
+                           (_ptr(ib), _ptr(flat) if flat is not None else None, ib.numel(), d,
+                            root), (inp, flat, outs), output_tensors, back, dev)
+
+    def gather_single(self, output, input, opts=None):
+        """torch 2.x's gather into one flat tensor on the root (gather_into_tensor)."""
+        what = "gather_into_tensor"
+        root = opts.rootRank if opts is not None else 0
+        dev = self._check_device([input], what)
+        inp, d = _move_view(input.contiguous())
+        out, back, ob = None, None, None
+        if self._rank == root:
+            if output.dtype != input.dtype or output.numel() != input.numel() * self._size:
+                raise RuntimeError(f"ringreduce: {what}: the root's output must have "
+                                   f"{self._size} x {input.numel()} elements of {input.dtype}")
+            out, back = _contiguous(output, what)
+            ob, _ = _move_view(out)
+        return self._start(what, _lib.gather_async,
+                           (_ptr(inp), _ptr(ob) if ob is not None else None, inp.numel(), d,
+                            root), (output, out, inp), [output], back, dev)
 
     def scatter(self, output_tensors, input_tensors, opts=None):
         what = "scatter"
@@ -585,37 +757,41 @@ class ProcessGroupRingreduce(dist.ProcessGroup):
             flat = torch.cat([i.reshape(-1) for i in input_tensors[0]])
         else:
             flat = None
-        o, back = _contiguous(out)
+        o, back = _contiguous(out, what)
+        ob, d = _move_view(o)
         return self._start(what, _lib.scatter_async,
-                           (_ptr(flat) if flat is not None else None, _ptr(o), o.numel(),
-                            _dtype(o, what), root),
-                           (flat, o, out), output_tensors, back, dev)
+                           (_ptr(flat) if flat is not None else None, _ptr(ob), ob.numel(), d,
+                            root), (flat, o, out), output_tensors, back, dev)
 
     def _alltoallv(self, what, out, inp, out_counts, in_counts, back, keep, result, dev):
+        """All-to-all with per-rank counts in elements of out's dtype (in bytes when the
+        library has no such dtype)."""
         n = self._size
-        sc = (ctypes.c_size_t * n)(*in_counts)
-        rc = (ctypes.c_size_t * n)(*out_counts)
-        sd = (ctypes.c_size_t * n)(*[sum(in_counts[:i]) for i in range(n)])
-        rd = (ctypes.c_size_t * n)(*[sum(out_counts[:i]) for i in range(n)])
-        return self._start(what, _lib.all_to_allv_async,
-                           (_ptr(inp), sc, sd, _ptr(out), rc, rd, _dtype(out, what)),
-                           keep + (sc, rc, sd, rd), result, back, dev)
+        (ob, d), (ib, _) = _move_view(out), _move_view(inp)
+        es = out.element_size() if d == _lib.UINT8 and out.dtype != torch.uint8 else 1
+        sc = (ctypes.c_size_t * n)(*[c * es for c in in_counts])
+        rc = (ctypes.c_size_t * n)(*[c * es for c in out_counts])
+        sd = (ctypes.c_size_t * n)(*[sum(in_counts[:i]) * es for i in range(n)])
+        rd = (ctypes.c_size_t * n)(*[sum(out_counts[:i]) * es for i in range(n)])
+        return self._start(what, _lib.all_to_allv_async, (_ptr(ib), sc, sd, _ptr(ob), rc, rd, d),
+                           keep + (sc, rc, sd, rd, ob, ib), result, back, dev)
 
     def alltoall_base(self, output, input, output_split_sizes, input_split_sizes, opts=None):
         what = "all_to_all_single"
         dev = self._check_device([output, input], what)
         if output.dtype != input.dtype:
             raise RuntimeError(f"ringreduce: {what}: input {input.dtype}, output {output.dtype}")
-        out, back = _contiguous(output)
+        out, back = _contiguous(output, what)
         inp = input.contiguous()
         n = self._size
         if not output_split_sizes and not input_split_sizes:
             if inp.numel() % n or out.numel() != inp.numel():
                 raise RuntimeError(f"ringreduce: {what}: {inp.numel()} elements do not split "
                                    f"evenly over {n} ranks")
-            return self._start(what, _lib.all_to_all_async,
-                               (_ptr(inp), _ptr(out), inp.numel() // n, _dtype(inp, what)),
+            (ib, d), (ob, _) = _move_view(inp), _move_view(out)
+            return self._start(what, _lib.all_to_all_async, (_ptr(ib), _ptr(ob), ib.numel() // n, d),
                                (output, out, inp), [output], back, dev)
+
         # Splits are along the first dimension: rows of size numel / shape[0].
         def counts(t, splits):
             if not splits:
@@ -632,6 +808,11 @@ class ProcessGroupRingreduce(dist.ProcessGroup):
                                counts(inp, input_split_sizes), back, (output, out, inp),
                                [output], dev)
 
+    def all_to_all_single(self, output, input, output_split_sizes=None, input_split_sizes=None,
+                          opts=None):
+        return self.alltoall_base(output, input, output_split_sizes or [],
+                                  input_split_sizes or [], opts)
+
     def alltoall(self, output_tensors, input_tensors, opts=None):
         what = "all_to_all"
         n = self._size
@@ -642,6 +823,8 @@ class ProcessGroupRingreduce(dist.ProcessGroup):
         dtypes = {t.dtype for t in list(output_tensors) + list(input_tensors)}
         if len(dtypes) != 1:
             raise RuntimeError(f"ringreduce: {what}: tensors of one dtype only")
+        for t in output_tensors:
+            _writable(t, what)
         inp = torch.cat([t.reshape(-1) for t in input_tensors])
         out = torch.empty(sum(t.numel() for t in output_tensors), dtype=inp.dtype, device=inp.device)
 
@@ -653,10 +836,6 @@ class ProcessGroupRingreduce(dist.ProcessGroup):
         return self._alltoallv(what, out, inp, [t.numel() for t in output_tensors],
                                [t.numel() for t in input_tensors], back,
                                (out, inp, output_tensors), output_tensors, dev)
-
-    def monitored_barrier(self, opts=None, wait_all_ranks=False):
-        # Every wait in the library already names the rank it waits for when it times out.
-        return self.barrier().wait()
 
 
 def _create(*args, **kwargs):
@@ -684,6 +863,12 @@ def _register():
     # Importing twice (or under two names) must not register twice: torch refuses that.
     if BACKEND.upper() in getattr(dist.Backend, "_plugins", {}) or hasattr(dist.Backend, BACKEND.upper()):
         return
+    # torch 2.x attaches its flight recorder (a C++ hook keyed on the C++ group's name) to
+    # every group that names a device and does not record itself; a Python group has no C++
+    # name to key it on, and the library names whom a stuck call waits for on its own.
+    recorders = getattr(dist.distributed_c10d, "_FR_SELF_RECORDING_BACKENDS", None)
+    if isinstance(recorders, set):
+        recorders.add(BACKEND)
     params = inspect.signature(dist.Backend.register_backend).parameters
     if "devices" in params:  # 2.x: say which devices this backend serves
         dist.Backend.register_backend(BACKEND, _create, devices=_DEVICES)

@@ -208,9 +208,38 @@ if os.environ.get(_CONFIG_ENV):
         """test_distributed_spawn.py's TestDistBackendWithSpawn."""
 
         def setUp(self):
-            super().setUp()
+            super().setUp()  # a fresh TEMP_DIR and INIT_METHOD in os.environ, for this test
+            if _START != "spawn":
+                # A forked rank has the forkserver's environment: hand it this test's, as
+                # spawn would (TEMP_DIR and INIT_METHOD are new for each test).
+                with open(self.file_name + ".env", "w") as f:
+                    json.dump(dict(os.environ), f)
             self._spawn_processes()
             torch.backends.cudnn.flags(allow_tf32=False).__enter__()
+
+        def tearDown(self):
+            super().tearDown()
+            try:
+                os.unlink(self.file_name + ".env")
+            except OSError:
+                pass
+
+        def _spawn_processes(self):
+            if _START == "spawn":
+                return super()._spawn_processes()
+            self._start_processes(torch.multiprocessing.get_context(_START).Process)
+
+        @classmethod
+        def _run(cls, rank, test_name, file_name, pipe, **kwargs):
+            env = file_name + ".env"
+            if _START != "spawn" and os.path.exists(env):
+                with open(env) as f:
+                    environ = json.load(f)
+                os.environ.clear()
+                os.environ.update(environ)
+                # What the suite reads from the environment at import.
+                _dt.INIT_METHOD = os.environ.get("INIT_METHOD", "env://")
+            return super()._run(rank, test_name, file_name, pipe, **kwargs)
 
         # In a rank: note why a test skipped itself (the parent only sees exit code 86).
         def run_test(self, test_name, parent_pipe):
@@ -263,8 +292,23 @@ if os.environ.get(_CONFIG_ENV):
                     os.killpg(0, signal.SIGKILL)
         threading.Thread(target=watch, daemon=True).start()
 
+    # How a test starts its ranks. torch's suite spawns them (a fresh interpreter imports
+    # torch and the suite, 1-5 s a rank); a forkserver that imported them once forks each
+    # rank instead, as fresh (nothing initialized). Not where a GPU is: the server has asked
+    # CUDA for its devices, and a forked rank could not use CUDA after that.
+    _START = _CFG.get("start", "spawn")
+    if _START != "spawn" and torch.cuda.is_available():
+        _START = "spawn"
+
     def _worker_main():
         _orphan_watch()
+        if _START == "forkserver":
+            # The server imports this file under its own name, and so torch and the suite,
+            # configured as here. (Preloading "__main__" does nothing on Python 3.11.)
+            import multiprocessing
+            os.environ["PYTHONPATH"] = os.pathsep.join(  # the server's sys.path (3.11)
+                [os.path.dirname(_HERE)] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p])
+            multiprocessing.set_forkserver_preload([os.path.splitext(os.path.basename(_HERE))[0]])
         out = open(_CFG["results"], "a", buffering=1)
         err = sys.stderr
         n_gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
@@ -279,7 +323,7 @@ if os.environ.get(_CONFIG_ENV):
                 self.t0 = time.monotonic()
                 self.outcome = ("pass", "", "")
                 name = test.id().split(".")[-1]
-                err.write(f"\n{_MARK} start {name}\n")
+                err.write(f"\n{_MARK} start {name} {time.time():.3f}\n")
                 err.flush()
                 emit(event="start", test=name)
 
@@ -309,7 +353,7 @@ if os.environ.get(_CONFIG_ENV):
                 status, detail, text = self.outcome
                 emit(event="end", test=name, status=status, detail=detail,
                      seconds=round(time.monotonic() - self.t0, 2), text=text[-6000:])
-                err.write(f"\n{_MARK} end {name} {status}\n")
+                err.write(f"\n{_MARK} end {name} {status} {time.time():.3f}\n")
                 err.flush()
                 super().stopTest(test)
 
@@ -381,7 +425,7 @@ def _split_log(path):
         with open(path, errors="replace") as f:
             for line in f:
                 if line.startswith(_MARK + " start "):
-                    cur, buf = line.split()[-1], []
+                    cur, buf = line.split()[3], []
                 elif line.startswith(_MARK + " end "):
                     if cur:
                         out[cur] = "".join(buf)
@@ -404,7 +448,7 @@ def _crash_line(log):
     return "the worker died"
 
 
-def _run_backend(py, work, backend, tests, features, ungate, timeout, preskip):
+def _run_backend(py, work, backend, tests, features, ungate, timeout, preskip, start):
     """Run `tests` on one backend; ({test: result}, seconds). A worker runs them in order;
     when one outlives the timeout (plus grace) or the worker dies, that test is reported and
     the rest go on in a new worker."""
@@ -416,7 +460,7 @@ def _run_backend(py, work, backend, tests, features, ungate, timeout, preskip):
         tmp = tempfile.mkdtemp(prefix=f"{backend}-", dir=work)
         res_path = os.path.join(tmp, "results.jsonl")
         cfg = _write_cfg(work, backend, features=features, ungate=ungate, timeout=timeout,
-                         results=res_path, tests=todo, preskip=preskip)
+                         results=res_path, tests=todo, preskip=preskip, start=start)
         with open(log_path, "ab") as log:
             proc = subprocess.Popen([py, _HERE], env=_env_for(backend, cfg, tmp), stdout=log,
                                     stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
@@ -510,6 +554,10 @@ def main():
                     help="leave the tests the suite reserves for gloo by name skipped on ringreduce")
     ap.add_argument("--no-preskip", action="store_true",
                     help="spawn the ranks of tests that need more GPUs than the machine has")
+    ap.add_argument("--start", choices=("forkserver", "spawn"), default="forkserver",
+                    help="how a test starts its ranks: spawn, as torch's own runner does, or "
+                         "forked from a server that imported torch and the suite once (the "
+                         "default: the same fresh ranks, much sooner; spawn where a GPU is)")
     ap.add_argument("--compare-with", metavar="JSON",
                     help="with --backend ringreduce: take gloo's results from this earlier --json")
     ap.add_argument("--list", action="store_true", help="list the selected tests and exit")
@@ -581,7 +629,7 @@ def _drive(args, py, version, features, work):
         res, secs = _run_backend(py, work, b, names,
                                  features if b == "ringreduce" else [],
                                  [] if (b == "gloo" or args.keep_gates) else sorted(gated),
-                                 args.timeout, not args.no_preskip)
+                                 args.timeout, not args.no_preskip, args.start)
         report["backends"][b] = {"seconds": round(secs, 1), "tests": res}
         _log(f"{b}: {_counts(res)} in {secs:.0f} s")
 

@@ -62,7 +62,15 @@ def launch(how, world, backend, out, rrun):
     else:
         cmd = [rrun, "--nproc-per-node", str(world), "--master-port", env["MASTER_PORT"], py,
                SCRIPT] + args
-    r = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
+    for attempt in range(3):
+        r = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
+        # torch 2.15's own gloo sometimes dies at exit under torchrun ("terminate called
+        # without an active exception", SIGABRT, in 3 of 12 runs here) after the job's work
+        # is done: the reference, not the backend under test. Run it again.
+        crashed = "terminate called without an active exception" in r.stdout + r.stderr
+        if r.returncode == 0 or backend != "gloo" or not crashed:
+            break
+        print(f"note: gloo under {how} crashed at exit (torch's gloo, not ringreduce): run {attempt + 2}")
     if r.returncode != 0:
         print(f"FAILED: {backend} under {how}: exit {r.returncode}\n{r.stdout[-3000:]}\n{r.stderr[-3000:]}")
         sys.exit(1)
@@ -71,14 +79,20 @@ def launch(how, world, backend, out, rrun):
 
 def launch_reordered(world, order, out):
     """gloo with the gradients summed in `order`: `world` rank processes of this file."""
-    env = base_env()
-    procs = []
-    for r in range(world):
-        e = dict(env, RANK=str(r), WORLD_SIZE=str(world), LOCAL_RANK=str(r))
-        procs.append(subprocess.Popen([sys.executable, __file__, "--reordered", order, SCRIPT,
-                                       "--backend", "gloo", "--out", out], env=e,
-                                      stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
-    logs = [p.communicate(timeout=600)[0] for p in procs]
+    for attempt in range(3):
+        env = base_env()
+        procs = []
+        for r in range(world):
+            e = dict(env, RANK=str(r), WORLD_SIZE=str(world), LOCAL_RANK=str(r))
+            procs.append(subprocess.Popen([sys.executable, __file__, "--reordered", order, SCRIPT,
+                                           "--backend", "gloo", "--out", out], env=e,
+                                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                          text=True))
+        logs = [p.communicate(timeout=600)[0] for p in procs]
+        crashed = any("terminate called without an active exception" in x for x in logs)
+        if not any(p.returncode for p in procs) or not crashed:
+            break
+        print(f"note: gloo ({order} order) crashed at exit (torch's gloo): run {attempt + 2}")
     if any(p.returncode for p in procs):
         print(f"FAILED: gloo summed in {order} order:\n" + "\n".join(x[-2000:] for x in logs))
         sys.exit(1)

@@ -1,0 +1,253 @@
+"""Library calls in flight as torch sees them: _Call (one rr_work), Work (torch's handle for
+one or more calls) and _Completer (the thread that completes futures).
+
+Nothing here decides what to call; ringreduce/torch.py issues the calls and wraps them."""
+
+import collections
+import threading
+import time
+
+import torch
+import torch.distributed as dist
+
+from . import _lib
+
+
+def _timeout_ms(timeout):
+    """A torch timeout (timedelta, seconds or None) as the library's milliseconds: 0 means the
+    group's own deadline (torch's C++ callers pass a zero timedelta for "no timeout")."""
+    if timeout is None:
+        return 0
+    seconds = timeout.total_seconds() if hasattr(timeout, "total_seconds") else float(timeout)
+    return max(int(seconds * 1000), 1) if seconds > 0 else 0
+
+
+class _Call:
+    """One library call: its handle, what must stay alive until it completes, and what to do
+    once it completed (copy results out of a contiguous staging tensor). complete() records
+    the outcome once, from whichever thread sees it first."""
+
+    __slots__ = ("handle", "keep", "finish", "lock", "done", "error", "what", "__weakref__")
+
+    def __init__(self, handle, keep, finish, what):
+        self.handle, self.keep, self.finish, self.what = handle, keep, finish, what
+        self.lock = threading.Lock()
+        self.done = False
+        self.error = None
+
+    def complete(self, status):
+        with self.lock:
+            if self.done:
+                return
+            if status < 0:
+                msg = _lib.work_error(self.handle)
+                msg = msg.decode("utf-8", "replace") if msg else _lib.status_name(status).decode()
+                if status == _lib.ETIMEDOUT and "timed out" not in msg.lower():
+                    msg = f"Timed out: {msg}"
+                self.error = RuntimeError(f"ringreduce: {msg}")
+            elif self.finish is not None:
+                # A copy-out that fails (torch refusing the copy) fails this call only: the
+                # group and every later call go on.
+                try:
+                    self.finish()
+                except Exception as e:  # noqa: BLE001
+                    self.error = RuntimeError(f"ringreduce: {self.what}: copying the result "
+                                              f"into the caller's tensor failed: {e}")
+            self.keep = None
+            self.finish = None
+            self.done = True
+
+    def poll(self):
+        """True once complete (without waiting)."""
+        if not self.done:
+            st = _lib.work_test(self.handle)
+            if st == _lib.INPROGRESS:
+                return False
+            self.complete(st)
+        return True
+
+    def __del__(self):
+        if self.handle:
+            _lib.work_free(self.handle)
+            self.handle = None
+
+
+class Batch:
+    """The calls one torch Work stands for. A call issued inside a coalescing block is issued
+    only when the block ends (torch.py): until then `pending` is true and there is nothing to
+    wait for."""
+
+    __slots__ = ("calls", "pending", "what")
+
+    def __init__(self, calls, what, pending=False):
+        self.calls, self.what, self.pending = calls, what, pending
+
+    def error(self):
+        for c in self.calls:
+            if c.error is not None:
+                return c.error
+        return None
+
+    def done(self):
+        return not self.pending and all(c.done for c in self.calls)
+
+    def poll(self):
+        return not self.pending and all([c.poll() for c in self.calls])
+
+    def wait(self, timeout_ms):
+        if self.pending:
+            raise RuntimeError(f"ringreduce: {self.what}: waited for inside a coalescing block "
+                               "(batch_isend_irecv, _coalescing_manager); its operations start "
+                               "when the block ends: wait for the block's work instead")
+        deadline = time.monotonic() + timeout_ms / 1000 if timeout_ms else None
+        for c in self.calls:
+            if c.done:
+                continue
+            ms = 0
+            if deadline is not None:
+                ms = max(int((deadline - time.monotonic()) * 1000), 1)
+            c.complete(_lib.work_wait(c.handle, ms))  # the GIL is released while it waits
+
+
+def _settle(source, batch, result):
+    """Complete `source` with the call's tensors, or with its error object for
+    _raise_or_pass to raise."""
+    err = batch.error()
+    source.set_result(err if err is not None else result)
+
+
+def _raise_or_pass(source):
+    """The callback between a call's source future and the future get_future() returns.
+
+    torch.futures.Future.set_exception does not fail the future underneath: it stores the
+    exception as the future's value and raises it only from Python's wait(). C++ readers
+    such as DDP's reducer then take that value for the result (torch 1.13 crashes on it).
+    An exception raised inside a then() callback does fail the child future in C++, so the
+    error travels that way: to Python's wait(), to C++'s, and to callbacks chained after."""
+    value = source.value()
+    if isinstance(value, BaseException):
+        raise value
+    return value
+
+
+class _Completer:
+    """Completes futures: a thread that waits for works in issue order (the library runs a
+    group's calls in that order) and then sets each work's future. Only works someone asked
+    a future of come here; a plain wait() needs no thread. Holds no reference to the process
+    group, so that dropping the group frees it. Nothing a future's callbacks do stops it."""
+
+    def __init__(self):
+        self.q = collections.deque()
+        self.cv = threading.Condition()
+        self.thread = None
+        self.stopping = False
+
+    def add(self, batch, fut, result):
+        with self.cv:
+            if self.thread is None:
+                self.stopping = False
+                self.thread = threading.Thread(target=self._run, name="ringreduce-futures",
+                                               daemon=True)
+                self.thread.start()
+            self.q.append((batch, fut, result))
+            self.cv.notify()
+
+    def _run(self):
+        while True:
+            with self.cv:
+                while not self.q and not self.stopping:
+                    self.cv.wait()
+                if not self.q:
+                    return
+                batch, fut, result = self.q.popleft()
+            try:
+                batch.wait(0)
+            except RuntimeError:
+                pass  # recorded in the batch's calls; _settle passes it on
+            try:
+                _settle(fut, batch, result)
+            except Exception as e:  # noqa: BLE001 (torch refused the value: say so, go on)
+                try:
+                    fut.set_result(RuntimeError(f"ringreduce: {batch.what}: completing its "
+                                                f"future failed: {e}"))
+                except Exception:  # noqa: BLE001 (already completed)
+                    pass
+
+    def stop(self):
+        """Let the thread finish the futures it holds, then end it."""
+        with self.cv:
+            t, self.thread = self.thread, None
+            self.stopping = True
+            self.cv.notify()
+        if t is not None and t is not threading.current_thread():
+            t.join()
+
+
+class Work(dist._Work):
+    """torch's Work for one torch call (one or more library calls): wait() blocks until they
+    completed (raising the library's error), get_future() gives a torch Future completed
+    with the output tensors.
+
+    torch 1.13's C++ code (DDP's construction checks, for one) calls a Python Work's methods
+    through a trampoline that finds them only while the Python object lives, and it does not
+    keep it alive: the process group does, until the call completed and someone waited for it
+    or took its future (ProcessGroupRingreduce._prune). torch 2.x keeps it alive itself."""
+
+    def __init__(self, batch, result, completer, device=None, source_rank=-1):
+        super().__init__()
+        self._batch = batch
+        self._result = result
+        # A future that carries CUDA tensors must name their device (torch checks it when the
+        # future completes); CPU futures name none.
+        self._devices = [device] if device is not None and device.type == "cuda" else None
+        self._completer = completer
+        self._observed = False
+        self._source = source_rank
+
+    def wait(self, timeout=None):
+        b = self._batch
+        self._observed = True
+        if not b.done():
+            b.wait(_timeout_ms(timeout))
+        err = b.error()
+        if err is not None:
+            raise err
+        return True
+
+    def is_completed(self):
+        return self._batch.poll()
+
+    def is_success(self):
+        return self.is_completed() and self._batch.error() is None
+
+    def exception(self):
+        return self._batch.error() if self.is_completed() else None
+
+    def result(self):
+        self.wait()
+        return self._result
+
+    def get_future(self):
+        source = torch.futures.Future(devices=self._devices)
+        fut = source.then(_raise_or_pass)
+        self._observed = True
+        if self._batch.poll():
+            _settle(source, self._batch, self._result)
+        else:
+            self._completer.add(self._batch, source, self._result)
+        return fut
+
+    def synchronize(self):
+        self.wait()
+
+    def block_current_stream(self):
+        # CPU work has no stream to order: the caller's next step may read the results once
+        # this returns.
+        self.wait()
+
+    def source_rank(self):
+        """The sender of a receive from any source (the group rank), once it completed."""
+        self.wait()
+        return self._source
+
+    _source_rank = source_rank

@@ -58,6 +58,15 @@ endforeach()
 foreach(w 2 4)
   rr_torch_test(ddp_plain_w${w} 240 ${rr_py}/torch_ddp.py plain ${w})
 endforeach()
+# torch 2.x's users of a group, against gloo: FSDP (fully_shard), distributed checkpointing
+# (saved at one world size, loaded at another), DDP's options and hooks, Join, ZeRO.
+foreach(w 2 4)
+  rr_torch_test(train_w${w} 600 ${rr_py}/torch_train.py ${w})
+endforeach()
+# torch's own distributed test suite (the one torch runs on gloo), at world 2, on gloo and on
+# ringreduce: every test that passes on gloo must pass here (torch_suite.py's allow-list
+# names the ones torch reserves for gloo by name, with the reason).
+rr_torch_test(suite_w2 900 ${rr_py}/torch_suite.py --backend both)
 # Failures as a torch user meets them: a killed rank, mismatched calls, a refused dtype,
 # and 20 init/destroy rounds that must give back every descriptor and thread.
 foreach(case kill9 mismatch dtype lifecycle)

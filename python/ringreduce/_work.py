@@ -42,8 +42,9 @@ class _Call:
             if status < 0:
                 msg = _lib.work_error(self.handle)
                 msg = msg.decode("utf-8", "replace") if msg else _lib.status_name(status).decode()
-                if status == _lib.ETIMEDOUT and "timed out" not in msg.lower():
-                    msg = f"Timed out: {msg}"
+                if status == _lib.ETIMEDOUT and "Timed out" not in msg:
+                    # The words torch's users and tests look for (gloo and NCCL say so).
+                    msg = f"Timed out waiting for the call to finish: {msg}"
                 self.error = RuntimeError(f"ringreduce: {msg}")
             elif self.finish is not None:
                 # A copy-out that fails (torch refusing the copy) fails this call only: the
@@ -131,39 +132,68 @@ def _raise_or_pass(source):
 
 
 class _Completer:
-    """Completes futures: a thread that waits for works in issue order (the library runs a
-    group's calls in that order) and then sets each work's future. Only works someone asked
-    a future of come here; a plain wait() needs no thread. Holds no reference to the process
-    group, so that dropping the group frees it. Nothing a future's callbacks do stops it."""
+    """Completes futures. One thread waits for works in issue order (the library runs a
+    group's calls in that order); settler threads then set each work's future, which runs
+    the callbacks chained to it. A callback may itself start a call and wait for its future
+    (PowerSGD's hook does): the settler it runs on is then busy, so a free one is started
+    for the futures behind it, and the waiting thread is never the one blocked. Only works
+    someone asked a future of come here; a plain wait() needs no thread. Holds no reference
+    to the process group, so that dropping the group frees it. Nothing a future's callbacks
+    do stops it."""
+
+    MAX_SETTLERS = 16  # callbacks blocked at once before futures queue behind them
 
     def __init__(self):
-        self.q = collections.deque()
+        self.q = collections.deque()      # (batch, future, result) to wait for, in order
+        self.ready = collections.deque()  # ... done, to settle
         self.cv = threading.Condition()
-        self.thread = None
+        self.waiter = None
+        self.settlers = []
+        self.idle = 0
         self.stopping = False
 
     def add(self, batch, fut, result):
         with self.cv:
-            if self.thread is None:
+            if self.waiter is None:
                 self.stopping = False
-                self.thread = threading.Thread(target=self._run, name="ringreduce-futures",
-                                               daemon=True)
-                self.thread.start()
+                self.waiter = self._thread(self._wait_loop, "ringreduce-futures")
             self.q.append((batch, fut, result))
-            self.cv.notify()
+            self.cv.notify_all()
 
-    def _run(self):
+    @staticmethod
+    def _thread(fn, name):
+        t = threading.Thread(target=fn, name=name, daemon=True)
+        t.start()
+        return t
+
+    def _wait_loop(self):
         while True:
             with self.cv:
                 while not self.q and not self.stopping:
                     self.cv.wait()
                 if not self.q:
                     return
-                batch, fut, result = self.q.popleft()
+                item = self.q.popleft()
             try:
-                batch.wait(0)
+                item[0].wait(0)
             except RuntimeError:
                 pass  # recorded in the batch's calls; _settle passes it on
+            with self.cv:
+                self.ready.append(item)
+                if self.idle == 0 and len(self.settlers) < self.MAX_SETTLERS:
+                    self.settlers.append(self._thread(self._settle_loop, "ringreduce-callbacks"))
+                self.cv.notify_all()
+
+    def _settle_loop(self):
+        while True:
+            with self.cv:
+                self.idle += 1
+                while not self.ready and not (self.stopping and self.waiter is None):
+                    self.cv.wait()
+                self.idle -= 1
+                if not self.ready:
+                    return
+                batch, fut, result = self.ready.popleft()
             try:
                 _settle(fut, batch, result)
             except Exception as e:  # noqa: BLE001 (torch refused the value: say so, go on)
@@ -174,13 +204,20 @@ class _Completer:
                     pass
 
     def stop(self):
-        """Let the thread finish the futures it holds, then end it."""
+        """Let the threads finish the futures they hold, then end them."""
         with self.cv:
-            t, self.thread = self.thread, None
+            waiter, self.waiter = self.waiter, None
             self.stopping = True
-            self.cv.notify()
-        if t is not None and t is not threading.current_thread():
-            t.join()
+            self.cv.notify_all()
+        me = threading.current_thread()
+        if waiter is not None and waiter is not me:
+            waiter.join()
+        with self.cv:
+            settlers, self.settlers = self.settlers, []
+            self.cv.notify_all()
+        for t in settlers:
+            if t is not me:
+                t.join()
 
 
 class Work(dist._Work):
@@ -203,12 +240,14 @@ class Work(dist._Work):
         self._completer = completer
         self._observed = False
         self._source = source_rank
+        self._default_timeout = None  # a call's own limit (barrier(timeout=...))
 
     def wait(self, timeout=None):
         b = self._batch
         self._observed = True
         if not b.done():
-            b.wait(_timeout_ms(timeout))
+            ms = _timeout_ms(timeout)
+            b.wait(ms if ms or self._default_timeout is None else _timeout_ms(self._default_timeout))
         err = b.error()
         if err is not None:
             raise err

@@ -24,6 +24,7 @@ rank, which call, why)."""
 
 import collections
 import ctypes
+import datetime
 import inspect
 import weakref
 
@@ -679,13 +680,54 @@ class ProcessGroupRingreduce(dist.ProcessGroup):
     def barrier(self, opts=None):
         what = "barrier"
         self._live(what)
-        return self._start(what, _lib.barrier_async, (), None, [])
+        work = self._start(what, _lib.barrier_async, (), None, [])
+        # torch 2.x's barrier(timeout=...): this call's own limit (unset: negative).
+        t = getattr(opts, "timeout", None)
+        if t is not None and t.total_seconds() > 0:
+            work._default_timeout = t
+        return work
 
     def monitored_barrier(self, opts=None, wait_all_ranks=False):
-        # torch passes the timeout (a timedelta) or options carrying it. Every wait in the
-        # library names the rank it waits for when it times out.
+        """gloo's monitored barrier: every rank reports to rank 0, which names the ranks that
+        did not arrive within the timeout (the first, or all with wait_all_ranks), then
+        releases the others. A rank that misses the deadline fails the group, as any timeout
+        does in this library (rr_work_wait). Uses the group's messages (tags are not sent,
+        so it must not interleave with the caller's own sends to or receives from rank 0)."""
+        import time
         timeout = opts if hasattr(opts, "total_seconds") else getattr(opts, "timeout", None)
-        return self.barrier().wait(timeout)
+        ms = int(timeout.total_seconds() * 1000) if timeout is not None else 30 * 60 * 1000
+        self._live("monitored_barrier")
+        token = torch.zeros(1, dtype=torch.uint8)
+        if self._rank != 0:
+            self.send([token], 0).wait()
+            try:
+                self.recv([token], 0).wait(datetime.timedelta(milliseconds=max(ms, 1)))
+            except RuntimeError as e:
+                raise RuntimeError(f"ringreduce: Rank {self._rank} successfully reached "
+                                   "monitoredBarrier, but received errors while waiting for "
+                                   f"send/recv from rank 0: {e}") from None
+            return True
+        if ms <= 0:
+            raise RuntimeError("ringreduce: Rank 0 timed out in monitoredBarrier after 0 ms")
+        deadline = time.monotonic() + ms / 1000
+        works = [(r, self.recv([torch.zeros(1, dtype=torch.uint8)], r)) for r in range(1, self._size)]
+        failed, why = [], ""
+        for r, w in works:
+            left = deadline - time.monotonic()
+            try:
+                if failed and not wait_all_ranks:
+                    break
+                w.wait(datetime.timedelta(seconds=max(left, 0.001)))
+            except RuntimeError as e:
+                failed.append(r)
+                why = why or str(e)
+        if failed:
+            who = (f"Ranks {', '.join(map(str, failed))}" if len(failed) > 1 else f"Rank {failed[0]}")
+            raise RuntimeError(f"ringreduce: {who} failed to pass monitoredBarrier in {ms} ms "
+                               f"({why})")
+        for r in range(1, self._size):
+            self.send([token], r).wait()
+        return True
 
     def send(self, tensors, dst, tag=0):
         return self._p2p("send", tensors, dst, "send")

@@ -123,7 +123,16 @@ static int rr__validate(rr_pg *pg, rr__args *a, int root_or_peer, int *by_role) 
   if (a->kind == RR__K_BROADCAST || a->kind == RR__K_REDUCE || a->kind == RR__K_GATHER ||
       a->kind == RR__K_SCATTER)
     RR__CHECK(rr__rank_arg(pg, "root", root_or_peer, &a->root));
-  if (a->kind == RR__K_SEND || a->kind == RR__K_RECV || a->kind == RR__K_SENDRECV) {
+  if (a->kind == RR__K_RECV && root_or_peer == RR_ANY_SOURCE) {
+    if (pg->size < 2)
+      return rr__set_error(RR_EINVAL, "peer RR_ANY_SOURCE in a group of one rank: no other "
+                                      "rank could ever send");
+    a->peer = RR__PEER_ANY;
+  } else if (a->kind == RR__K_SEND || a->kind == RR__K_RECV || a->kind == RR__K_SENDRECV) {
+    if (root_or_peer == RR_ANY_SOURCE && a->kind != RR__K_RECV)
+      return rr__set_error(RR_EINVAL, "%s RR_ANY_SOURCE (-1): only a receive may take it; a "
+                                      "send needs its destination",
+                           a->kind == RR__K_SENDRECV ? "dst" : "peer");
     RR__CHECK(rr__rank_arg(pg, a->kind == RR__K_SENDRECV ? "dst" : "peer", root_or_peer, &a->peer));
     if (a->peer == pg->rank)
       return rr__set_error(RR_EINVAL, "peer %d is this rank: sending to oneself is not supported",
@@ -131,6 +140,9 @@ static int rr__validate(rr_pg *pg, rr__args *a, int root_or_peer, int *by_role) 
   }
   if (a->kind == RR__K_SENDRECV) {
     int global_src = a->src;
+    if (global_src == RR_ANY_SOURCE)
+      return rr__set_error(RR_EINVAL, "src RR_ANY_SOURCE (-1) is not supported by sendrecv: "
+                                      "use rr_recv with RR_ANY_SOURCE");
     RR__CHECK(rr__rank_arg(pg, "src", global_src, &a->src));
     if (a->src == pg->rank)
       return rr__set_error(RR_EINVAL, "src %d is this rank: receiving from oneself is not supported",
@@ -220,6 +232,13 @@ static int rr__submit(rr_pg *pg, rr__args *a, int root_or_peer, rr_work **work, 
     if (by_role) rr__comm_abort(pg->comm, st, rr__error(), 1);
     return st;
   }
+  /* The sender of a receive from any rank is found by peeking at host memory and sockets;
+   * staging a device buffer around that is not done (nor tested on a GPU). */
+  if (a->kind == RR__K_RECV && a->peer == RR__PEER_ANY && rr__pg_device_call(pg, a))
+    return rr__set_error(RR_EINVAL, "rank %d: recv from any rank: buf is CUDA device or managed "
+                                    "memory; RR_ANY_SOURCE takes host buffers only (name the "
+                                    "source, or receive into host memory)",
+                         pg->global_ranks[pg->rank]);
   /* Device buffers: the call is ordered after its stream with an event (group/staging.c). */
   RR__CHECK(rr__cuda_pg_prepare(pg, a));
   if (async) {
@@ -330,6 +349,15 @@ int rr_recv(rr_pg *pg, void *buf, size_t n, rr_dtype d, int peer) {
 }
 int rr_recv_async(rr_pg *pg, void *buf, size_t n, rr_dtype d, int peer, rr_work **w) {
   return rr__call(pg, RR__K_RECV, NULL, buf, n, d, RR_SUM, peer, w, 1);
+}
+
+int rr_recv_any(rr_pg *pg, void *buf, size_t n, rr_dtype d, int *src) {
+  int from = -1;
+  rr__args a = {.kind = RR__K_RECV, .recvbuf = buf, .count = n, .dtype = d, .op = RR_SUM,
+                .source = &from};
+  int st = rr__submit(pg, &a, RR_ANY_SOURCE, NULL, 0);
+  if (src) *src = st == RR_OK ? from : -1;
+  return st;
 }
 
 static int rr__sendrecv(rr_pg *pg, const void *s, size_t sn, int dst, void *r, size_t rn,

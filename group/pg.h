@@ -26,6 +26,7 @@ struct rr_work {
   pthread_cond_t cv;
   int done;
   int status;
+  int source; /* a recv's sender (global rank), written by the ring through args.source */
   char error[RR__ERRMSG_MAX];
 };
 

@@ -89,6 +89,10 @@ static int rr__enqueue(rr_pg *pg, const rr__args *a, rr_work **out, int async) {
   w->args = *a;
   w->cuda_owned = async; /* a blocking call keeps its events (group/api.c) */
   w->args.owned = NULL;
+  /* The caller's int may be gone when a queued call runs: the sender goes into the work,
+   * and a blocking caller copies it out (rr__pg_submit). */
+  w->source = -1;
+  w->args.source = &w->source;
   if (rr__work_own_counts(w, pg->size) != RR_OK) {
     free(w);
     return RR_ENOMEM;
@@ -143,6 +147,7 @@ int rr__pg_submit(rr_pg *pg, const rr__args *a, rr_work **work) {
   rr_work *w;
   RR__CHECK(rr__enqueue(pg, a, &w, 0));
   int st = rr_work_wait(w, 0);
+  if (a->source) *a->source = w->source; /* the wait saw `done` under w->mu: written */
   rr_work_free(w);
   return st;
 }
@@ -243,6 +248,15 @@ const char *rr_work_error(const rr_work *w) {
   const char *e = m->done ? m->error : "";
   pthread_mutex_unlock(&m->mu);
   return e;
+}
+
+int rr_work_source(const rr_work *w) {
+  if (!w) return -1;
+  rr_work *m = (rr_work *)w; /* the lock protects `done`; the source never changes after it */
+  pthread_mutex_lock(&m->mu);
+  int src = m->done && m->status == RR_OK && m->args.kind == RR__K_RECV ? m->source : -1;
+  pthread_mutex_unlock(&m->mu);
+  return src;
 }
 
 void rr_work_free(rr_work *w) {

@@ -207,7 +207,11 @@ int rr__coll_send_ack(rr__coll *c, int to) { return rr__send_hdr_kind(c, to, RR_
 
 /* Describe this rank's side of a point-to-point for a mismatch message. */
 static const char *rr__describe_own(const rr__coll *c, const rr__hdr *h, char *buf, size_t n) {
-  if (c->a->kind == RR__K_RECV || c->a->kind == RR__K_SENDRECV)
+  if (c->a->kind == RR__K_RECV && c->a->peer == RR__PEER_ANY)
+    snprintf(buf, n, "recv from any rank (%llu x %s; #%llu of its pair with rank %d)",
+             (unsigned long long)h->count, rr_dtype_name((rr_dtype)h->dtype),
+             (unsigned long long)h->seq, rr__grank(c, h->from));
+  else if (c->a->kind == RR__K_RECV || c->a->kind == RR__K_SENDRECV)
     snprintf(buf, n, "recv #%llu of this pair (%llu x %s)", (unsigned long long)h->seq,
              (unsigned long long)h->count, rr_dtype_name((rr_dtype)h->dtype));
   else
@@ -323,6 +327,9 @@ void rr__coll_begin(rr__coll *c) {
       h->from = c->r;
       break;
     case RR__K_RECV:
+      /* From any rank: the pair's number and the sender are known once a sender is chosen
+       * (sendrecv.c); taking a number now would skip one of a pair that never sends. */
+      if (a->peer == RR__PEER_ANY) break;
       h->seq = cs->p2p_recvd[a->peer]++;
       h->from = a->peer; /* what the sender's header will say */
       break;
@@ -358,6 +365,12 @@ const char *rr__coll_describe(const rr__coll *c, char *desc, size_t n) {
     snprintf(desc, n, "send to rank %d (#%llu of this pair, %zu x %s)",
              rr__grank(c, a->peer), (unsigned long long)c->hdr.seq, a->count,
              rr_dtype_name(a->dtype));
+  else if (a->kind == RR__K_RECV && a->peer == RR__PEER_ANY && c->any_src < 0)
+    snprintf(desc, n, "recv from any rank (%zu x %s)", a->count, rr_dtype_name(a->dtype));
+  else if (a->kind == RR__K_RECV && a->peer == RR__PEER_ANY)
+    snprintf(desc, n, "recv from any rank (took rank %d's, #%llu of that pair, %zu x %s)",
+             rr__grank(c, c->any_src), (unsigned long long)c->hdr.seq, a->count,
+             rr_dtype_name(a->dtype));
   else if (a->kind == RR__K_RECV)
     snprintf(desc, n, "recv from rank %d (#%llu of this pair, %zu x %s)",
              rr__grank(c, a->peer), (unsigned long long)c->hdr.seq, a->count,
@@ -386,6 +399,7 @@ void rr__coll_init(rr__coll *c, rr__coll_state *cs, rr__comm *cm, const rr__args
   c->seg = RR__MAX(cs->seg_bytes / (c->esize ? c->esize : 1), 1);
   c->timeout_ms = timeout_ms;
   c->deadline_ms = rr__deadline(timeout_ms);
+  c->any_src = -1;
 }
 
 int rr__coll_exec(rr__coll *c) {

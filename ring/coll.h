@@ -28,7 +28,7 @@ typedef struct rr__args {
   rr_dtype dtype;
   rr_op op;
   int root; /* group rank, -1 if none */
-  int peer; /* group rank for send / recv; the destination of a sendrecv */
+  int peer; /* group rank for send / recv (RR__PEER_ANY: recv from any); sendrecv's dst */
   int src;  /* the source of a sendrecv */
   size_t recvcount; /* of a sendrecv; all_to_allv: the total received (messages only) */
   /* all_to_allv: [size] each, in elements, indexed by group rank. A call that runs at once
@@ -36,6 +36,10 @@ typedef struct rr__args {
    * into `owned`, a copy it frees with itself (group/work.c). */
   const size_t *sendcounts, *sdispls, *recvcounts, *rdispls;
   void *owned;
+  /* recv: where the global rank of the sender goes once the receive succeeded (NULL: nobody
+   * asks). The caller's int for a blocking call, the work's for a queued one: the ring never
+   * writes into the args themselves, which are const there. */
+  int *source;
   void *stream;     /* the group's: cudaStream_t of the call (device buffers; ring/ ignores it) */
   /* Device buffers (group/staging.c; ring/ ignores them): events made at submission on the
    * buffers' device. cuda_ready is recorded on the call's stream then; cuda_done after the
@@ -46,6 +50,8 @@ typedef struct rr__args {
 /* Call kinds beyond the wire kinds: both halves of point to point. */
 #define RR__K_RECV (RR__K_COUNT + 1)
 #define RR__K_SENDRECV (RR__K_COUNT + 2)
+/* rr__args.peer of a recv from any rank (RR_ANY_SOURCE): not -1, which means "no peer". */
+#define RR__PEER_ANY (-2)
 
 /* What the ring keeps between the calls of one group; the group owns it and lends it to
  * each call. */
@@ -54,6 +60,8 @@ typedef struct rr__coll_state {
   uint64_t seq;            /* collectives run so far: the next one's number */
   uint64_t *p2p_sent;      /* [size] sends to each peer so far */
   uint64_t *p2p_recvd;     /* [size] receives from each peer so far */
+  int any_last;            /* the group rank a recv from any rank took its message from last */
+  uint64_t any_calls;      /* recvs from any rank so far (their peek stamps, sendrecv.c) */
   char *staging;           /* nslots * seg_bytes: receive slots for reductions */
   size_t seg_bytes;
   int nslots;
@@ -76,6 +84,7 @@ typedef struct rr__coll {
   size_t seg;   /* elements per pipeline segment */
   int may_spin; /* the caller blocks on this call: a wait may poll before sleeping */
   rr__hdr hdr;  /* this rank's call as it goes on the wire */
+  int any_src;  /* recv from any rank: the group rank it takes its message from; -1 before */
   int64_t deadline_ms;
   int64_t timeout_ms;
   /* Where the call is ("reduce-scatter step 2/3"), for error messages and traces. Set with

@@ -280,6 +280,9 @@ int rr__comm_progress(rr__comm *cm, size_t *moved) {
   return RR_OK;
 }
 
+/* Has the peer left (a goodbye) or lost its control socket? It sends nothing more. */
+static int rr__peer_gone(const rr__peer *p) { return p->said_bye || p->ctrl_fd < 0; }
+
 /* Should a waiting call watch this peer's first lane for a header nobody asked for? */
 static rr__conn *rr__sniffable(rr__comm *cm, int i, const rr__sniff *sn) {
   rr__peer *p = &cm->peers[i];
@@ -340,7 +343,7 @@ int rr__comm_wait(rr__comm *cm, int64_t deadline_ms, const rr__sniff *sn) {
     if (got == sizeof hdr) {
       cm->peers[i].sniffed = sn->seq + 1;
       RR__CHECK(sn->check(sn->ctx, i, hdr));
-    } else if (got == 0) {
+    } else if (got == 0 && (!sn->watch_live || rr__peer_gone(&cm->peers[i]))) {
       cm->peers[i].sniffed = sn->seq + 1; /* closed: the control socket will say why */
     }
   }

@@ -38,10 +38,15 @@ int rr__ctl_decode(const uint8_t in[RR__CTL_FIXED], rr__ctl *c);
  * from: a peer in the same call with a different idea of it (another collective, another
  * pattern) is a mismatch, even when the two patterns never meet. */
 typedef struct rr__sniff {
-  uint64_t seq; /* the waiting call's sequence number */
+  uint64_t seq; /* the waiting call's sequence number (each peer is looked at once per seq) */
   /* RR_OK, or the error (RR_EMISMATCH / RR_EPROTO) for this header from `peer`. */
   int (*check)(void *ctx, int peer, const uint8_t hdr[RR__SNIFF_BYTES]);
   void *ctx;
+  /* 1: a wake-up with nothing to peek (a stray shared-memory wake-up byte) keeps the peer
+   * watched while it may still send; only a peer that said goodbye or lost its control
+   * socket is let go. A receive from any rank that stopped watching a live peer would miss
+   * its message; a collective only misses a mismatch check, so it lets any empty peer go. */
+  int watch_live;
 } rr__sniff;
 
 typedef struct rr__peer {

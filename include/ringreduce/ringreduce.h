@@ -247,6 +247,17 @@ int rr_barrier(rr_pg *pg);
  * rr_sendrecv for exchanges. */
 int rr_send(rr_pg *pg, const void *buf, size_t count, rr_dtype dtype, int peer);
 int rr_recv(rr_pg *pg, void *buf, size_t count, rr_dtype dtype, int peer);
+/* As peer of rr_recv / rr_recv_async (MPI_ANY_SOURCE, torch's recv with src=None): take the
+ * first message that any other rank of the group sends to this rank, the next one of that
+ * pair (pairs still match in order). When several wait, the ranks after the last one chosen
+ * come first, so one busy sender cannot starve the others. Count and dtype are checked
+ * against that sender's send as for a named peer (RR_EMISMATCH naming both). Host buffers
+ * only: a CUDA device or managed buffer is RR_EINVAL (name the source instead). Not for
+ * rr_send or rr_sendrecv. */
+#define RR_ANY_SOURCE (-1)
+/* rr_recv from RR_ANY_SOURCE, blocking; *src (may be NULL) gets the sender's global rank, or
+ * -1 when the call failed. */
+int rr_recv_any(rr_pg *pg, void *buf, size_t count, rr_dtype dtype, int *src);
 /* Send to `dst` and receive from `src` at the same time (MPI_Sendrecv); each half matches
  * an rr_recv / rr_send, or the other half of an rr_sendrecv, on the peer. */
 int rr_sendrecv(rr_pg *pg, const void *sendbuf, size_t sendcount, int dst, void *recvbuf,
@@ -290,6 +301,10 @@ int rr_sendrecv_async(rr_pg *pg, const void *sendbuf, size_t sendcount, int dst,
 int rr_work_wait(rr_work *work, int64_t timeout_ms);
 /* RR_OK when finished successfully, RR_INPROGRESS while running, the error otherwise. */
 int rr_work_test(rr_work *work);
+/* The global rank a completed rr_recv_async took its message from (the named peer, or the
+ * sender found for RR_ANY_SOURCE); -1 for any other work, and while it runs or after it
+ * failed. */
+int rr_work_source(const rr_work *work);
 /* The error text of a failed work, "" otherwise. It lives in the work: valid until
  * rr_work_free. */
 const char *rr_work_error(const rr_work *work);

@@ -357,8 +357,11 @@ static int rr__ib_irecv(rr__conn *base, rr__req *r) {
 }
 
 /* Arm the CQ and look once more (see the top); fill pfd with the channel's fd, or with the
- * always-ready fd when something is there already (or the lane failed: progress says why). */
-static void rr__ib_arm(rr__ib_conn *c, struct pollfd *pfd) {
+ * always-ready fd when something is there already (or the lane failed: progress says why).
+ * `peeking`: bytes that arrived before (taken off the CQ by an earlier look) and that no
+ * receive took yet count as there: no completion announces them again, and a receive from any
+ * rank waits for exactly those. */
+static void rr__ib_arm(rr__ib_conn *c, int peeking, struct pollfd *pfd) {
   uint64_t before = c->rx_arrived + c->tx_credit + c->sq_retired;
   int ready = c->failed;
   if (!ready && !c->armed) {
@@ -368,7 +371,7 @@ static void rr__ib_arm(rr__ib_conn *c, struct pollfd *pfd) {
       c->armed = 1;
   }
   if (!ready) ready = rr__ib_poll(c) != RR_OK || before != c->rx_arrived + c->tx_credit + c->sq_retired;
-  if (!ready && c->rq.head && c->rx_tail < c->rx_arrived) ready = 1;
+  if (!ready && (c->rq.head || peeking) && c->rx_tail < c->rx_arrived) ready = 1;
   pthread_once(&rr__ib_ready_once, rr__ib_ready_init);
   pfd->fd = ready && rr__ib_ready_fd >= 0 ? rr__ib_ready_fd : c->ch->fd;
   pfd->events = POLLIN;
@@ -378,7 +381,7 @@ static void rr__ib_arm(rr__ib_conn *c, struct pollfd *pfd) {
 static int rr__ib_pollfd(rr__conn *base, struct pollfd *pfd) {
   rr__ib_conn *c = (rr__ib_conn *)base;
   if (!c->sq.head && !c->rq.head && !c->ack_head && !c->credit_owed) return 0;
-  rr__ib_arm(c, pfd);
+  rr__ib_arm(c, 0, pfd);
   return 1;
 }
 
@@ -401,7 +404,7 @@ static int rr__ib_peek(rr__conn *base, void *buf, size_t len, size_t *got) {
 }
 
 static void rr__ib_peekfd(rr__conn *base, struct pollfd *pfd) {
-  rr__ib_arm((rr__ib_conn *)base, pfd);
+  rr__ib_arm((rr__ib_conn *)base, 1, pfd);
 }
 
 static void rr__ib_close(rr__conn *base) {

@@ -123,9 +123,32 @@ all_to_all_async = _proto("rr_all_to_all_async", _i, c_pg, _p, _p, _sz, _i, _pw)
 _sizes = ctypes.POINTER(ctypes.c_size_t)
 all_to_allv_async = _proto("rr_all_to_allv_async", _i, c_pg, _p, _sizes, _sizes, _p, _sizes,
                            _sizes, _i, _pw)
+# The blocking forms: a call on an idle group runs on the caller's thread, no hand-off.
+all_reduce = _proto("rr_all_reduce", _i, c_pg, _p, _p, _sz, _i, _i)
+broadcast = _proto("rr_broadcast", _i, c_pg, _p, _p, _sz, _i, _i)
+reduce = _proto("rr_reduce", _i, c_pg, _p, _p, _sz, _i, _i, _i)
+all_gather = _proto("rr_all_gather", _i, c_pg, _p, _p, _sz, _i)
+reduce_scatter = _proto("rr_reduce_scatter", _i, c_pg, _p, _p, _sz, _i, _i)
+barrier = _proto("rr_barrier", _i, c_pg)
+send = _proto("rr_send", _i, c_pg, _p, _sz, _i, _i)
+recv = _proto("rr_recv", _i, c_pg, _p, _sz, _i, _i)
+sendrecv = _proto("rr_sendrecv", _i, c_pg, _p, _sz, _i, _p, _sz, _i, _i)
+gather = _proto("rr_gather", _i, c_pg, _p, _p, _sz, _i, _i)
+scatter = _proto("rr_scatter", _i, c_pg, _p, _p, _sz, _i, _i)
+all_to_all = _proto("rr_all_to_all", _i, c_pg, _p, _p, _sz, _i)
+all_to_allv = _proto("rr_all_to_allv", _i, c_pg, _p, _sizes, _sizes, _p, _sizes, _sizes, _i)
+# Keyed by id(): ctypes function pointers do not hash. Both live as long as this module.
+BLOCKING = {id(a): b for a, b in (
+    (all_reduce_async, all_reduce), (broadcast_async, broadcast), (reduce_async, reduce),
+    (all_gather_async, all_gather), (reduce_scatter_async, reduce_scatter),
+    (barrier_async, barrier), (send_async, send), (recv_async, recv),
+    (sendrecv_async, sendrecv), (gather_async, gather), (scatter_async, scatter),
+    (all_to_all_async, all_to_all), (all_to_allv_async, all_to_allv))}
 work_wait = _proto("rr_work_wait", _i, c_work, ctypes.c_int64)
 work_test = _proto("rr_work_test", _i, c_work)
 work_error = _proto("rr_work_error", ctypes.c_char_p, c_work)
+work_source = _proto("rr_work_source", _i, c_work)
+ANY_SOURCE = -1  # RR_ANY_SOURCE
 work_free = _proto("rr_work_free", None, c_work)
 
 

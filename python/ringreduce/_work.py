@@ -22,6 +22,16 @@ def _timeout_ms(timeout):
     return max(int(seconds * 1000), 1) if seconds > 0 else 0
 
 
+def call_error(status, text, what):
+    """The RuntimeError a failed call raises: the library's sentence (which rank, which call,
+    why), a timeout worded as torch's users and tests look for it (gloo and NCCL say "Timed
+    out")."""
+    msg = text or f"{what}: {_lib.status_name(status).decode()}"
+    if status == _lib.ETIMEDOUT and "Timed out" not in msg:
+        msg = f"Timed out waiting for the call to finish: {msg}"
+    return RuntimeError(f"ringreduce: {msg}")
+
+
 class _Call:
     """One library call: its handle, what must stay alive until it completes, and what to do
     once it completed (copy results out of a contiguous staging tensor). complete() records
@@ -41,11 +51,8 @@ class _Call:
                 return
             if status < 0:
                 msg = _lib.work_error(self.handle)
-                msg = msg.decode("utf-8", "replace") if msg else _lib.status_name(status).decode()
-                if status == _lib.ETIMEDOUT and "Timed out" not in msg:
-                    # The words torch's users and tests look for (gloo and NCCL say so).
-                    msg = f"Timed out waiting for the call to finish: {msg}"
-                self.error = RuntimeError(f"ringreduce: {msg}")
+                self.error = call_error(status, msg.decode("utf-8", "replace") if msg else "",
+                                        self.what)
             elif self.finish is not None:
                 # A copy-out that fails (torch refusing the copy) fails this call only: the
                 # group and every later call go on.
@@ -285,8 +292,11 @@ class Work(dist._Work):
         self.wait()
 
     def source_rank(self):
-        """The sender of a receive from any source (the group rank), once it completed."""
+        """The sender of a receive (the group rank: a torch group is a library group of its
+        own), once it completed; the library says whom a receive from any source took."""
         self.wait()
+        if self._source < 0 and self._batch.calls:
+            self._source = _lib.work_source(self._batch.calls[0].handle)
         return self._source
 
     _source_rank = source_rank

@@ -26,6 +26,8 @@ import collections
 import ctypes
 import datetime
 import inspect
+import os
+import sys
 import weakref
 
 import torch
@@ -33,7 +35,7 @@ import torch.distributed as dist
 
 from . import _lib
 from ._store import StoreBridge
-from ._work import Batch, Work, _Call, _Completer, _timeout_ms
+from ._work import Batch, Work, _Call, _Completer, _timeout_ms, call_error
 
 BACKEND = "ringreduce"
 _KEEP = 256  # completed works nobody waited for, kept in case a C++ caller still asks
@@ -156,6 +158,34 @@ def _contiguous(t, what=None):
 
 def _ptr(t):
     return ctypes.c_void_p(t.data_ptr())
+
+
+# torch's functions that call a group method and wait for its work before returning, when
+# their own async_op is False (or, for send/recv, always).
+_C10D = os.path.normcase(dist.distributed_c10d.__file__)
+_ALWAYS_WAIT = frozenset(("send", "recv"))
+
+
+def _caller_waits(opts, depth):
+    """Whether torch will wait for this call's work as soon as the group returns it: then the
+    call runs on the caller's thread (the library's blocking form), with no hand-off to the
+    group's thread, which costs tens of microseconds on a busy machine. torch 2.x says so in
+    the options (asyncOp); 1.13 does not, and its Python functions keep it in their local
+    `async_op`, read here from the caller's frame (`depth` frames up). Anything else, C++
+    callers (DDP) included, is taken as asynchronous."""
+    a = getattr(opts, "asyncOp", None)
+    if a is not None:
+        return not a
+    try:
+        f = sys._getframe(depth + 1)
+    except ValueError:
+        return False
+    code = f.f_code
+    if os.path.normcase(code.co_filename) != _C10D:
+        return False
+    if code.co_name in _ALWAYS_WAIT:
+        return True
+    return f.f_locals.get("async_op", True) is False
 
 
 def _p2p_order(me, ops):
@@ -345,10 +375,18 @@ class ProcessGroupRingreduce(dist.ProcessGroup):
             stream = torch.cuda.current_stream(device).cuda_stream
             _lib.check(_lib.pg_set_cuda_stream(self._pg, ctypes.c_void_p(stream)), what)
 
-    def _start(self, what, fn, args, keep, result, finish=None, device=None):
-        """Issue one asynchronous library call and wrap it as a Work."""
+    def _start(self, what, fn, args, keep, result, finish=None, device=None, sync=False):
+        """Issue one library call and wrap it as a Work: asynchronous, or, when the caller
+        waits at once for host tensors (_caller_waits), run here and now."""
         self._live(what)
         self._prune()
+        if sync and self._coalescing is None and (device is None or device.type == "cpu"):
+            st = _lib.BLOCKING[id(fn)](self._pg, *args)
+            if st < 0:
+                raise call_error(st, _lib.error_text(), what)
+            if finish is not None:
+                finish()
+            return self._wrap(Batch([], what), result, device)
         self._cuda_stream(device, what)
         return self._wrap(Batch([self._issue(what, fn, args, keep, finish)], what), result, device)
 
@@ -443,7 +481,7 @@ class ProcessGroupRingreduce(dist.ProcessGroup):
             return work
         fn = _lib.send_async if kind == "send" else _lib.recv_async
         work = self._start(what, fn, (_ptr(data), data.numel(), ld, peer), (t, buf), tensors,
-                           finish, dev)
+                           finish, dev, sync=_caller_waits(None, 2))
         work._source = peer
         return work
 
@@ -460,7 +498,8 @@ class ProcessGroupRingreduce(dist.ProcessGroup):
         buf, back = _contiguous(t, what)
         r, d = _reduce_view(buf, what)
         return self._start(what, _lib.all_reduce_async, (_ptr(r), _ptr(r), r.numel(), d, op),
-                           (t, buf), tensors, back, dev)
+                           (t, buf), tensors, back, dev,
+                           sync=_caller_waits(opts, 1))
 
     def allreduce_coalesced(self, tensors, opts=None):
         what = "all_reduce_coalesced"
@@ -483,7 +522,8 @@ class ProcessGroupRingreduce(dist.ProcessGroup):
                 t.copy_(flat[o:o + n].view_as(t))
                 o += n
         return self._start(what, _lib.all_reduce_async, (_ptr(r), _ptr(r), r.numel(), d, op),
-                           (tensors, flat), tensors, back, dev)
+                           (tensors, flat), tensors, back, dev,
+                           sync=_caller_waits(opts, 1))
 
     def _sparse_allreduce(self, t, op_in, tensors):
         """A sparse COO all_reduce, as gloo does it: every rank's indices and values gathered,
@@ -521,7 +561,8 @@ class ProcessGroupRingreduce(dist.ProcessGroup):
         buf, back = _contiguous(t, what)
         b, d = _move_view(buf)
         return self._start(what, _lib.broadcast_async, (_ptr(b), _ptr(b), b.numel(), d, root),
-                           (t, buf), tensors, back, dev)
+                           (t, buf), tensors, back, dev,
+                           sync=_caller_waits(opts, 1))
 
     def reduce(self, tensors, opts=None):
         what = "reduce"
@@ -533,7 +574,8 @@ class ProcessGroupRingreduce(dist.ProcessGroup):
         r, d = _reduce_view(buf, what)
         # torch reduces in place: the root's tensor gets the result, the others keep theirs.
         return self._start(what, _lib.reduce_async, (_ptr(r), _ptr(r), r.numel(), d, op, root),
-                           (t, buf), tensors, back if self._rank == root else None, dev)
+                           (t, buf), tensors, back if self._rank == root else None, dev,
+                           sync=_caller_waits(opts, 1))
 
     def _allgather_base(self, output, input, opts=None):
         what = "all_gather_into_tensor"
@@ -546,7 +588,8 @@ class ProcessGroupRingreduce(dist.ProcessGroup):
         inp, d = _move_view(input.contiguous())
         ob, _ = _move_view(out)
         return self._start(what, _lib.all_gather_async, (_ptr(inp), _ptr(ob), inp.numel(), d),
-                           (output, out, inp), [output], back, dev)
+                           (output, out, inp), [output], back, dev,
+                           sync=_caller_waits(opts, 1))
 
     all_gather_single = _allgather_base  # torch 2.x's name
 
@@ -597,7 +640,8 @@ class ProcessGroupRingreduce(dist.ProcessGroup):
             for i, o in enumerate(outs):
                 o.copy_(flat[i * inp.numel():(i + 1) * inp.numel()].view_as(o))
         return self._start(what, _lib.all_gather_async, (_ptr(ib), _ptr(fb), ib.numel(), d),
-                           (inp, flat, outs), output_tensors, back, dev)
+                           (inp, flat, outs), output_tensors, back, dev,
+                           sync=_caller_waits(opts, 1))
 
     def allgather_coalesced(self, output_lists, input_list, opts=None):
         """output_lists[r][i] gets rank r's input_list[i]: one all_gather per input."""
@@ -643,7 +687,8 @@ class ProcessGroupRingreduce(dist.ProcessGroup):
         dev = self._check_device([output, input], what)
         fn, args, keep, back = self._reduce_scatter_call(
             output, input, opts.reduceOp if opts is not None else dist.ReduceOp.SUM, what)
-        return self._start(what, fn, args, keep, [output], back, dev)
+        return self._start(what, fn, args, keep, [output], back, dev,
+                           sync=_caller_waits(opts, 1))
 
     reduce_scatter_single = _reduce_scatter_base  # torch 2.x's name
 
@@ -675,12 +720,13 @@ class ProcessGroupRingreduce(dist.ProcessGroup):
         flat = torch.cat([i.reshape(-1) for i in ins]) if ins else out.new_empty(0)
         fn, args, keep, back = self._reduce_scatter_call(
             out, flat, opts.reduceOp if opts is not None else dist.ReduceOp.SUM, what)
-        return self._start(what, fn, args, keep, output_tensors, back, dev)
+        return self._start(what, fn, args, keep, output_tensors, back, dev,
+                           sync=_caller_waits(opts, 1))
 
     def barrier(self, opts=None):
         what = "barrier"
         self._live(what)
-        work = self._start(what, _lib.barrier_async, (), None, [])
+        work = self._start(what, _lib.barrier_async, (), None, [], sync=_caller_waits(opts, 1))
         # torch 2.x's barrier(timeout=...): this call's own limit (unset: negative).
         t = getattr(opts, "timeout", None)
         if t is not None and t.total_seconds() > 0:
@@ -736,8 +782,19 @@ class ProcessGroupRingreduce(dist.ProcessGroup):
         return self._p2p("recv", tensors, src, "recv")
 
     def recv_anysource(self, tensors, tag=0):
-        raise RuntimeError("ringreduce: recv from any source is not supported: name the source "
-                           "rank (messages between two ranks arrive in the order sent)")
+        """The next message any other rank sends to this one (torch's recv(src=None)); the
+        work's source_rank() names the sender. Issued at once, also inside a coalescing
+        block (it pairs with no particular send)."""
+        what = "recv from any rank"
+        t = _one(tensors, what)
+        dev = self._check_device([t], what)
+        if dev.type != "cpu":
+            raise RuntimeError(f"ringreduce: {what}: host tensors only (the library refuses "
+                               "device buffers for a receive from any rank)")
+        buf, finish = _contiguous(t, what)
+        data, ld = _move_view(buf)
+        return self._start(what, _lib.recv_async, (_ptr(data), data.numel(), ld, _lib.ANY_SOURCE),
+                           (t, buf), tensors, finish, dev)
 
     def gather(self, output_tensors, input_tensors, opts=None):
         what = "gather"
@@ -764,7 +821,8 @@ class ProcessGroupRingreduce(dist.ProcessGroup):
         ib, d = _move_view(inp)
         return self._start(what, _lib.gather_async,
                            (_ptr(ib), _ptr(flat) if flat is not None else None, ib.numel(), d,
-                            root), (inp, flat, outs), output_tensors, back, dev)
+                            root), (inp, flat, outs), output_tensors, back, dev,
+                           sync=_caller_waits(opts, 1))
 
     def gather_single(self, output, input, opts=None):
         """torch 2.x's gather into one flat tensor on the root (gather_into_tensor)."""
@@ -781,7 +839,8 @@ class ProcessGroupRingreduce(dist.ProcessGroup):
             ob, _ = _move_view(out)
         return self._start(what, _lib.gather_async,
                            (_ptr(inp), _ptr(ob) if ob is not None else None, inp.numel(), d,
-                            root), (output, out, inp), [output], back, dev)
+                            root), (output, out, inp), [output], back, dev,
+                           sync=_caller_waits(opts, 1))
 
     def scatter(self, output_tensors, input_tensors, opts=None):
         what = "scatter"
@@ -803,7 +862,8 @@ class ProcessGroupRingreduce(dist.ProcessGroup):
         ob, d = _move_view(o)
         return self._start(what, _lib.scatter_async,
                            (_ptr(flat) if flat is not None else None, _ptr(ob), ob.numel(), d,
-                            root), (flat, o, out), output_tensors, back, dev)
+                            root), (flat, o, out), output_tensors, back, dev,
+                           sync=_caller_waits(opts, 1))
 
     def _alltoallv(self, what, out, inp, out_counts, in_counts, back, keep, result, dev):
         """All-to-all with per-rank counts in elements of out's dtype (in bytes when the
@@ -832,7 +892,8 @@ class ProcessGroupRingreduce(dist.ProcessGroup):
                                    f"evenly over {n} ranks")
             (ib, d), (ob, _) = _move_view(inp), _move_view(out)
             return self._start(what, _lib.all_to_all_async, (_ptr(ib), _ptr(ob), ib.numel() // n, d),
-                               (output, out, inp), [output], back, dev)
+                               (output, out, inp), [output], back, dev,
+                           sync=_caller_waits(opts, 1))
 
         # Splits are along the first dimension: rows of size numel / shape[0].
         def counts(t, splits):

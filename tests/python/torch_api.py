@@ -13,7 +13,8 @@ Cases (every rank checks every element, integers exactly, floats by sumorder.py'
   coalesced    all_reduce_coalesced, all_gather_coalesced, _coalescing_manager over
                all_reduce, all_gather_into_tensor and reduce_scatter_tensor
   p2p_batch    batch_isend_irecv to and from every peer, 4 MiB each way (beyond what a
-               transport buffers: issued in issue order this deadlocks), and a mixed batch
+               transport buffers: issued in issue order this deadlocks), a mixed batch, and
+               recv from any source (dist.recv(t) names each sender once)
   work         Work.wait(timeout), is_completed, is_success, exception, result,
                get_future, then() chains; a failed call surfaces once and the group goes on
   overlap      an output that overlaps itself (expand()) is refused before the call; a
@@ -195,7 +196,21 @@ def case_p2p_batch(rank, world, gloo):
     check(torch.equal(a, rnd(20, left, 7, torch.int64)) and
           torch.equal(b, rnd(21, left, 3, torch.float16)) and torch.equal(c, rnd(22, left, 300000)),
           f"mixed batch from rank {left}")
-    return f"every peer, 4 MiB each way, in {time.monotonic() - t0:.2f} s; a mixed batch"
+    # recv from any source: rank 0 takes every other rank's message in whatever order they
+    # come; dist.recv returns the sender.
+    if rank == 0:
+        seen = []
+        for _ in range(world - 1):
+            got = torch.full((5,), -1, dtype=torch.int64)
+            src = dist.recv(got)
+            check(torch.equal(got, rnd(30, src, 5, torch.int64)), f"recv from any: data of {src}")
+            seen.append(src)
+        check(sorted(seen) == list(range(1, world)), f"recv from any: senders {seen}")
+    else:
+        time.sleep(0.05 * (world - rank))  # the last rank first
+        dist.send(rnd(30, rank, 5, torch.int64), 0)
+    return (f"every peer, 4 MiB each way, in {time.monotonic() - t0:.2f} s; a mixed batch; "
+            "recv from any source")
 
 
 def case_work(rank, world, gloo):

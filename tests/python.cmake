@@ -83,7 +83,8 @@ rr_torch_test(tutorial_rrun 600 ${rr_py}/torch_tutorial.py rrun 4 $<TARGET_FILE:
 add_test(NAME torch1.pip_install
   COMMAND bash ${rr_py}/test_pip_install.sh ${CMAKE_SOURCE_DIR} ${RR_TORCH_PYTHON})
 set_tests_properties(torch1.pip_install PROPERTIES LABELS "torch;torch1" TIMEOUT 600
-  SKIP_RETURN_CODE 77 ENVIRONMENT "OMP_NUM_THREADS=1;PYTHONDONTWRITEBYTECODE=1")
+  SKIP_RETURN_CODE 77
+  ENVIRONMENT "OMP_NUM_THREADS=1;PYTHONDONTWRITEBYTECODE=1;RINGREDUCE_CMAKE_ARGS=-DRR_CUDA=OFF")
 # The README's install lines for each torch, run as written in a copy of the tree (a fresh
 # venv, pip building the library: a few minutes on 2 cores; torch2 also installs torch).
 foreach(v 1 2)

@@ -32,6 +32,9 @@ if [ "${RR_DEPS_TORCH:-0}" = 1 ]; then
   # tools/torch_env.sh (torch 2.x from PyPI) and the README's install lines make venvs
   /usr/bin/python3 -c "import ensurepip" >/dev/null 2>&1 || need+=(python3-venv)
 fi
+if [ "${RR_DEPS_PLOT:-0}" = 1 ]; then                   # bench/*/run.sh: the plots
+  command -v gnuplot >/dev/null 2>&1 || need+=(gnuplot-nox)
+fi
 if [ "${RR_DEPS_FUZZ:-0}" = 1 ]; then                   # CI: libFuzzer harnesses
   command -v clang >/dev/null 2>&1 || need+=(clang)
   dpkg -s libclang-rt-14-dev >/dev/null 2>&1 || need+=(libclang-rt-14-dev)

@@ -15,7 +15,9 @@ coll: dist.all_reduce (float32 sum, in place, as DDP calls it) per size: warm-up
   back-to-back calls for about 0.2 s between barriers; the time per call is the slowest
   rank's mean, and busbw = size / time * 2(n-1)/n as nccl-tests counts it. Each size's
   result is checked once per backend: rank r adds r+1 everywhere, every element must be
-  exactly n(n+1)/2.
+  exactly n(n+1)/2. A third contender, "C", is the library's own blocking rr_all_reduce
+  called through ctypes on the same library group, buffers and processes, interleaved with
+  the other two: what the torch layer costs is torch's time minus its time.
 ddp: torch's DistributedDataParallel training step (zero_grad, forward, backward, SGD step)
   on three copies of one model, identically initialised: wrapped on ringreduce, wrapped on
   gloo, and not wrapped at all (no communication: the floor). Milliseconds per step, the
@@ -51,7 +53,21 @@ def slowest(x, group):
 
 
 def coll_rank(rank, world, args, gloo):
-    groups = {"ringreduce": None, "gloo": gloo}
+    groups = {"ringreduce": None, "gloo": gloo, "C": "C"}
+    import ctypes
+    from ringreduce import _lib
+    lib_pg = dist.group.WORLD._pg
+
+    def c_all_reduce(t):
+        p = t.data_ptr()
+        if _lib.all_reduce(lib_pg, p, p, t.numel(), _lib.FLOAT32, _lib.SUM) < 0:
+            raise RuntimeError(_lib.error_text())
+
+    def call(t, g):
+        if g == "C":
+            c_all_reduce(t)
+        else:
+            dist.all_reduce(t, group=g)
     for size in args.sizes:
         n = max(size // 4, 1)
         t = torch.rand(n)
@@ -62,27 +78,28 @@ def coll_rank(rank, world, args, gloo):
             for name in order:
                 g = groups[name]
                 for _ in range(2):
-                    dist.all_reduce(t, group=g)
+                    call(t, g)
                 if iters is None:  # about 0.2 s per measurement, from the first warm-up
                     dist.barrier(group=gloo)
                     t0 = time.perf_counter()
-                    dist.all_reduce(t, group=g)
+                    call(t, g)
                     once = slowest(time.perf_counter() - t0, gloo)
                     iters = int(min(max(0.2 / max(once, 1e-7), 3), 2000))
-                dist.barrier(group=g)
+                dist.barrier(group=gloo)
                 t0 = time.perf_counter()
                 for _ in range(iters):
-                    dist.all_reduce(t, group=g)
+                    call(t, g)
                 per[name].append(slowest((time.perf_counter() - t0) / iters, gloo))
                 t.mul_(0)  # keep values bounded: repeated sums of rand grow by n each call
                 t.add_(torch.rand(n))
         for name, g in groups.items():
             c = torch.full((n,), float(rank + 1))
-            dist.all_reduce(c, group=g)
+            call(c, g)
             wrong = int((c != world * (world + 1) / 2).sum().item())
             sec = statistics.median(per[name])
             if rank == 0:
                 row = {"kind": "coll", "backend": name, "world": world, "size": n * 4,
+                       "torch": torch.__version__,
                        "transport": os.environ.get("RR_TRANSPORT", "default"),
                        "iters": iters, "rounds": per[name], "time_us": sec * 1e6,
                        "algbw_GBps": n * 4 / sec / 1e9,
@@ -115,6 +132,19 @@ def ddp_rank(rank, world, args, gloo):
         "gloo": nn.parallel.DistributedDataParallel(copy.deepcopy(base), process_group=gloo),
         "no-comm": copy.deepcopy(base),
     }
+    try:  # torch 2.x: FSDP2 on each backend too
+        from torch.distributed.fsdp import fully_shard
+        from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
+    except (ImportError, ValueError):
+        fully_shard = None
+    if fully_shard is not None:
+        for name, mesh in (("fsdp ringreduce", init_device_mesh("cpu", (world,))),
+                           ("fsdp gloo", DeviceMesh.from_group(gloo, "cpu"))):
+            m = copy.deepcopy(base)
+            for layer in m.modules():
+                if isinstance(layer, (nn.Linear, nn.Conv2d)):
+                    fully_shard(layer, mesh=mesh)
+            variants[name] = fully_shard(m, mesh=mesh)
     opts = {k: torch.optim.SGD(m.parameters(), lr=1e-3) for k, m in variants.items()}
     torch.manual_seed(1 + rank)
     x = batch()
@@ -140,6 +170,7 @@ def ddp_rank(rank, world, args, gloo):
         with open(args.out, "a") as f:
             for name, v in per.items():
                 f.write(json.dumps({"kind": "ddp", "model": args.model, "params": nparams,
+                                    "torch": torch.__version__,
                                     "backend": name, "world": world, "steps": args.steps,
                                     "transport": os.environ.get("RR_TRANSPORT", "default"),
                                     "rounds": v, "ms": statistics.median(v) * 1e3}) + "\n")
@@ -165,53 +196,44 @@ def fmt_size(b):
 
 
 def report(d):
-    """DIR/results.jsonl (coll and ddp lines) and DIR/c/*.json (all_reduce_perf -J of the same
-    run) -> DIR/table.md and DIR/busbw_w{2,4}.dat for bench/torch/busbw.gp."""
+    """DIR/results.jsonl (coll and ddp lines of one torch version) -> DIR/table.md and
+    DIR/busbw_w{2,4}.dat for bench/torch/busbw.gp. Every figure comes from the same run:
+    gloo, ringreduce and the C library's own call interleaved in the same ranks."""
     rows = [json.loads(line) for line in open(os.path.join(d, "results.jsonl"))]
-    c = {}
-    cdir = os.path.join(d, "c")
-    for name in sorted(os.listdir(cdir)) if os.path.isdir(cdir) else []:
-        j = json.load(open(os.path.join(cdir, name)))
-        transport = name.split("_")[1]
-        for r in j["rows"]:  # torch's all_reduce works in place: compare with that column
-            c[(j["options"]["nranks"], transport, r["size"])] = r["in_place"]
     out = []
     coll = [r for r in rows if r["kind"] == "coll"]
-    wrong = sum(r["wrong"] for r in coll) + sum(v["wrong"] for v in c.values())
+    wrong = sum(r["wrong"] for r in coll)
+    if rows:
+        out.append(f"torch {rows[0].get('torch', '?')}\n")
     for world in sorted({r["world"] for r in coll}):
-        out.append(f"### all_reduce, world {world}: time per call (us) and busbw (GB/s)\n")
+        out.append(f"### all_reduce, world {world}: time per call (us) / busbw (GB/s)\n")
         out.append("| size | gloo | ringreduce shm | ringreduce tcp | rr shm / gloo | rr tcp / gloo "
-                   "| C shm | C tcp | torch shm / C shm | torch tcp / C tcp |")
-        out.append("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+                   "| C shm | C tcp | torch shm / C | torch tcp / C | layer shm (us) |")
+        out.append("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
         dat = []
         for size in sorted({r["size"] for r in coll if r["world"] == world}):
-            def get(backend, transport):
-                for r in coll:
-                    if (r["world"], r["size"], r["backend"]) == (world, size, backend) and \
-                            (backend == "gloo" or r["transport"] == transport):
-                        return r
-                return None
-            # gloo ran beside both ringreduce transports: its median of the two launches.
-            gl = [r for r in coll if (r["world"], r["size"], r["backend"]) == (world, size, "gloo")]
-            g_us = statistics.median(r["time_us"] for r in gl) if gl else None
-            rs, rt = get("ringreduce", "default"), get("ringreduce", "tcp")
-            cs, ct = c.get((world, "default", size)), c.get((world, "tcp", size))
+            def us(backend, transport=None):
+                v = [r["time_us"] for r in coll if (r["world"], r["size"], r["backend"]) ==
+                     (world, size, backend) and (transport is None or r["transport"] == transport)]
+                return statistics.median(v) if v else None
+            # gloo ran beside both ringreduce transports: the median of its two launches.
+            g = us("gloo")
+            r_s, r_t = us("ringreduce", "default"), us("ringreduce", "tcp")
+            c_s, c_t = us("C", "default"), us("C", "tcp")
 
-            def cell(us):
-                if us is None:
+            def cell(t):
+                if t is None:
                     return "-"
-                bw = size / us / 1e3 * 2 * (world - 1) / world
-                return f"{us:.1f} / {bw:.3f}"
+                return f"{t:.1f} / {size / t / 1e3 * 2 * (world - 1) / world:.3f}"
 
             def ratio(a, b):
                 return f"{a / b:.2f}x" if a and b else "-"
-            r_s, r_t = (rs or {}).get("time_us"), (rt or {}).get("time_us")
-            c_s, c_t = (cs or {}).get("time_us"), (ct or {}).get("time_us")
-            out.append(f"| {fmt_size(size)} | {cell(g_us)} | {cell(r_s)} | {cell(r_t)} | "
-                       f"{ratio(g_us, r_s)} | {ratio(g_us, r_t)} | {cell(c_s)} | {cell(c_t)} | "
-                       f"{ratio(r_s, c_s)} | {ratio(r_t, c_t)} |")
-            bw = [size / us / 1e3 * 2 * (world - 1) / world if us else float("nan")
-                  for us in (g_us, r_s, r_t, c_s, c_t)]
+            layer = f"{r_s - c_s:.1f}" if r_s and c_s else "-"
+            out.append(f"| {fmt_size(size)} | {cell(g)} | {cell(r_s)} | {cell(r_t)} | "
+                       f"{ratio(g, r_s)} | {ratio(g, r_t)} | {cell(c_s)} | {cell(c_t)} | "
+                       f"{ratio(r_s, c_s)} | {ratio(r_t, c_t)} | {layer} |")
+            bw = [size / t / 1e3 * 2 * (world - 1) / world if t else float("nan")
+                  for t in (g, r_s, r_t, c_s, c_t)]
             dat.append(f"{size} " + " ".join(f"{v:.6g}" for v in bw))
         out.append("")
         with open(os.path.join(d, f"busbw_w{world}.dat"), "w") as f:
@@ -219,17 +241,21 @@ def report(d):
     out.append(f"Wrong elements over every checked call: {wrong}.\n")
     ddp = [r for r in rows if r["kind"] == "ddp"]
     if ddp:
-        out.append("### DDP training step (ms, slowest rank, median round)\n")
-        out.append("| model | params | world | transport | no-comm | gloo | ringreduce "
-                   "| gloo / ringreduce | ringreduce / no-comm |")
-        out.append("|---|---:|---:|---|---:|---:|---:|---:|---:|")
+        names = ["no-comm", "gloo", "ringreduce", "fsdp gloo", "fsdp ringreduce"]
+        have = [n for n in names if any(r["backend"] == n for r in ddp)]
+        out.append("### Training step (ms, slowest rank, median round): DDP and FSDP2\n")
+        out.append("| model | params | world | transport | " + " | ".join(have) +
+                   " | DDP gloo / rr | FSDP gloo / rr |")
+        out.append("|---|---:|---:|---|" + "---:|" * (len(have) + 2))
         keys = sorted({(r["model"], r["params"], r["world"], r["transport"]) for r in ddp})
         for k in keys:
             v = {r["backend"]: r["ms"] for r in ddp
                  if (r["model"], r["params"], r["world"], r["transport"]) == k}
-            out.append(f"| {k[0]} | {k[1]:,} | {k[2]} | {k[3]} | {v['no-comm']:.3f} | "
-                       f"{v['gloo']:.3f} | {v['ringreduce']:.3f} | "
-                       f"{v['gloo'] / v['ringreduce']:.2f}x | {v['ringreduce'] / v['no-comm']:.2f}x |")
+            f = (f"{v['fsdp gloo'] / v['fsdp ringreduce']:.2f}x"
+                 if "fsdp gloo" in v and "fsdp ringreduce" in v else "-")
+            out.append(f"| {k[0]} | {k[1]:,} | {k[2]} | {k[3]} | " +
+                       " | ".join(f"{v[n]:.3f}" if n in v else "-" for n in have) +
+                       f" | {v['gloo'] / v['ringreduce']:.2f}x | {f} |")
         out.append("")
     with open(os.path.join(d, "table.md"), "w") as f:
         f.write("\n".join(out))

@@ -1,5 +1,5 @@
 # bench/torch/run.sh: busbw of torch's dist.all_reduce per backend, and of the C library
-# (all_reduce_perf, in place) underneath, from busbw_w2.dat and busbw_w4.dat.
+# (its blocking rr_all_reduce on the same group, in the same ranks) underneath, from busbw_w2.dat and busbw_w4.dat.
 set terminal pngcairo size 1400,560 font ',10' noenhanced
 set output 'busbw.png'
 set logscale x 2
@@ -17,7 +17,7 @@ do for [w in "2 4"] {
   plot f using 1:2 with linespoints lw 2 lc rgb '#2ca02c' pt 5 ps 0.7 title 'torch gloo', \
        f using 1:3 with linespoints lw 3 lc rgb '#1f77b4' pt 9 ps 0.7 title 'torch ringreduce (shm)', \
        f using 1:4 with linespoints lw 3 lc rgb '#d62728' pt 8 ps 0.7 title 'torch ringreduce (tcp)', \
-       f using 1:5 with linespoints lw 1.5 dt 2 lc rgb '#1f77b4' pt 1 ps 0.7 title 'C all_reduce_perf (shm)', \
-       f using 1:6 with linespoints lw 1.5 dt 2 lc rgb '#d62728' pt 2 ps 0.7 title 'C all_reduce_perf (tcp)'
+       f using 1:5 with linespoints lw 1.5 dt 2 lc rgb '#1f77b4' pt 1 ps 0.7 title 'C rr_all_reduce, same ranks (shm)', \
+       f using 1:6 with linespoints lw 1.5 dt 2 lc rgb '#d62728' pt 2 ps 0.7 title 'C rr_all_reduce, same ranks (tcp)'
 }
 unset multiplot

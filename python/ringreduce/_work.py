@@ -251,6 +251,8 @@ class Work(dist._Work):
 
     def wait(self, timeout=None):
         b = self._batch
+        if not b.calls and not b.pending:
+            return True  # ran on the caller's thread, or nothing to run
         self._observed = True
         if not b.done():
             ms = _timeout_ms(timeout)
@@ -282,6 +284,21 @@ class Work(dist._Work):
         else:
             self._completer.add(self._batch, source, self._result)
         return fut
+
+    def get_future_result(self):
+        """torch 2.x: a future completed with the work's WorkResult (SUCCESS, TIMEOUT or
+        COMM_ERROR) instead of its tensors; it never fails."""
+        results = getattr(torch._C._distributed_c10d, "WorkResult", None)
+        if results is None:
+            raise RuntimeError("ringreduce: get_future_result: this torch has no WorkResult")
+
+        def outcome(fut):
+            try:
+                fut.wait()
+                return results.SUCCESS
+            except RuntimeError as e:
+                return results.TIMEOUT if "Timed out" in str(e) else results.COMM_ERROR
+        return self.get_future().then(outcome)
 
     def synchronize(self):
         self.wait()

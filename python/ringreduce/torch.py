@@ -76,7 +76,13 @@ def _sparse_checked():
 _SPARSE_CHECKED = _sparse_checked()
 
 
+_SUM = dist.ReduceOp.SUM
+_CPU = torch.device("cpu")
+
+
 def _op(reduce_op, t, what):
+    if reduce_op == _SUM and t.dtype != torch.bool:
+        return _lib.SUM  # the common case first
     for theirs, ours, name in _OPS:
         if reduce_op == theirs:
             if t.dtype == torch.bool and ours not in _BOOL_OPS:
@@ -225,6 +231,9 @@ class _P2P:
         self.keep, self.finish, self.batch = keep, finish, batch
 
 
+_DONE = Batch([], "a finished call")  # the batch of every call that ran on the caller's thread
+
+
 def _release(pg_handle, bridge, completer, abort=False):
     """Destroy the library group (waiting for its calls, or failing them at once after an
     abort), then the store bridge; once."""
@@ -244,6 +253,10 @@ class ProcessGroupRingreduce(dist.ProcessGroup):
     # batch_isend_irecv and _coalescing_manager coalesce through it, split_group splits it.
     supports_coalescing = True
     supports_splitting = True
+    # torch 2.x's collective time estimator and in-place reconfiguration are C++ backend
+    # features: say no, so torch refuses them in its own words.
+    _supports_time_estimate = False
+    supports_reconfigure = False
 
     def __init__(self, store, rank, size, timeout):
         super().__init__(rank, size)
@@ -386,7 +399,8 @@ class ProcessGroupRingreduce(dist.ProcessGroup):
                 raise call_error(st, _lib.error_text(), what)
             if finish is not None:
                 finish()
-            return self._wrap(Batch([], what), result, device)
+            # Done already: nothing to keep alive (torch holds it while it waits).
+            return Work(_DONE, result, self._completer, device)
         self._cuda_stream(device, what)
         return self._wrap(Batch([self._issue(what, fn, args, keep, finish)], what), result, device)
 
@@ -399,6 +413,8 @@ class ProcessGroupRingreduce(dist.ProcessGroup):
         return self._wrap(Batch(issued, what), result, device)
 
     def _check_device(self, tensors, what):
+        if len(tensors) == 1 and tensors[0].is_cpu and tensors[0].layout == torch.strided:
+            return _CPU  # the common case, checked in a fraction of the general loop's time
         dev = tensors[0].device
         for t in tensors:
             if t.device != dev:

@@ -232,7 +232,14 @@ def case_work(rank, world, gloo):
     for i in range(3):
         v = dist.all_reduce(torch.ones(2), async_op=True).get_future().wait()[0]
         check(torch.equal(v, torch.full((2,), float(world))), f"future {i} after a refusal")
-    return "wait(timeout), state, result, get_future + then, refusal then 3 futures"
+    done = "wait(timeout), state, result, get_future + then, refusal then 3 futures"
+    results = getattr(torch._C._distributed_c10d, "WorkResult", None)
+    if results is not None and hasattr(dist.all_reduce(torch.ones(1), async_op=True),
+                                       "get_future_result"):
+        r = dist.all_reduce(torch.ones(1), async_op=True).get_future_result().wait()
+        check(r == results.SUCCESS, f"get_future_result: {r}")
+        done += ", get_future_result"
+    return done
 
 
 def case_overlap(rank, world, gloo):
@@ -392,6 +399,24 @@ def case_groups(rank, world, gloo):
             r = fc.wait_tensor(r) if hasattr(fc, "wait_tensor") else r
             close(r, pair, "functional reduce_scatter_tensor")
             done.append("functional all_reduce, all_gather_tensor, reduce_scatter_tensor")
+            if hasattr(torch, "compile"):
+                g = torch.compile(lambda v: fc.all_reduce(v * 2, "sum", mesh.get_group("tp")),
+                                  backend="eager")
+                y = g(x)
+                y = fc.wait_tensor(y) if hasattr(fc, "wait_tensor") else y
+                close(y, [2 * p for p in pair], "torch.compile'd functional all_reduce")
+                done.append("torch.compile of it")
+    try:
+        import torch.distributed.nn.functional as dnf
+    except ImportError:
+        dnf = None
+    if dnf is not None and hasattr(dnf, "all_reduce"):
+        x = rnd(61, rank, 3).requires_grad_()
+        y = dnf.all_reduce(x * 2)
+        y.sum().backward()
+        close(y.detach(), [2 * rnd(61, r, 3) for r in range(world)], "autograd all_reduce")
+        check(torch.equal(x.grad, torch.full((3,), 2.0 * world)), f"autograd all_reduce's gradient {x.grad}")
+        done.append("torch.distributed.nn all_reduce with its backward")
     return ", ".join(done)
 
 

@@ -18,7 +18,6 @@ world 3 within SPREAD_FACTOR times gloo's own spread, measured in the same job w
 gloo summing in other orders (the same model, data and steps). Each case skips, saying why,
 where the installed torch lacks the API. Exit 0, 1 or 77."""
 
-import copy
 import datetime
 import os
 import sys

@@ -1,0 +1,166 @@
+"""How torch's tensors, dtypes, reduce ops and calls map onto the library's arguments: the
+dtype and op tables, the views a call hands the library (contiguous, real pairs for complex,
+bytes for dtypes the library has no type for), the refusals, and whether torch waits for a
+call at once. Nothing here issues a call (ringreduce/torch.py does)."""
+
+import ctypes
+import os
+import sys
+
+import torch
+import torch.distributed as dist
+
+from . import _lib
+
+# torch dtype -> library dtype, for reductions. bool travels as uint8, for the ops that keep
+# 0/1 (below); complex as its real and imaginary parts, for SUM and AVG.
+_DTYPES = {
+    torch.int8: _lib.INT8, torch.uint8: _lib.UINT8, torch.int32: _lib.INT32,
+    torch.int64: _lib.INT64, torch.float16: _lib.FLOAT16, torch.bfloat16: _lib.BFLOAT16,
+    torch.float32: _lib.FLOAT32, torch.float64: _lib.FLOAT64, torch.bool: _lib.UINT8,
+}
+_COMPLEX = {torch.complex64: _lib.FLOAT32, torch.complex128: _lib.FLOAT64}
+_SUPPORTED = ("float16, bfloat16, float32, float64, int8, uint8, int32, int64, bool, and "
+              "complex64/complex128 for SUM and AVG")
+
+# torch's ReduceOp values are not ours: map each explicitly (compared with ==, as torch's
+# ReduceOp objects are not plain ints on every version).
+_OPS = [(dist.ReduceOp.SUM, _lib.SUM, "SUM"), (dist.ReduceOp.PRODUCT, _lib.PROD, "PRODUCT"),
+        (dist.ReduceOp.MIN, _lib.MIN, "MIN"), (dist.ReduceOp.MAX, _lib.MAX, "MAX"),
+        (dist.ReduceOp.BAND, _lib.BAND, "BAND"), (dist.ReduceOp.BOR, _lib.BOR, "BOR"),
+        (dist.ReduceOp.BXOR, _lib.BXOR, "BXOR")]
+if hasattr(dist.ReduceOp, "AVG"):
+    _OPS.append((dist.ReduceOp.AVG, _lib.AVG, "AVG"))
+# On 0/1 values these stay 0/1; SUM and AVG would not, so bool refuses them.
+_BOOL_OPS = (_lib.PROD, _lib.MIN, _lib.MAX, _lib.BAND, _lib.BOR, _lib.BXOR)
+
+
+def _sparse_checked():
+    """torch 2.x warns unless a sparse tensor's invariant checks are chosen; 1.13 has no such
+    choice."""
+    try:
+        torch.sparse_coo_tensor([[0]], [0.0], (1,), check_invariants=True)
+        return {"check_invariants": True}
+    except TypeError:
+        return {}
+
+
+_SPARSE_CHECKED = _sparse_checked()
+
+
+_SUM = dist.ReduceOp.SUM
+_CPU = torch.device("cpu")
+
+
+def _op(reduce_op, t, what):
+    if reduce_op == _SUM and t.dtype != torch.bool:
+        return _lib.SUM  # the common case first
+    for theirs, ours, name in _OPS:
+        if reduce_op == theirs:
+            if t.dtype == torch.bool and ours not in _BOOL_OPS:
+                raise RuntimeError(f"ringreduce: {what}: {name} of bool tensors is not supported "
+                                   "(it would leave values other than 0 and 1; use MAX for "
+                                   "'any' or MIN for 'all')")
+            if t.is_complex() and ours not in (_lib.SUM, _lib.AVG):
+                raise RuntimeError(f"ringreduce: {what}: {name} of complex tensors is not "
+                                   "defined part by part (SUM and AVG are)")
+            return ours
+    raise RuntimeError(f"ringreduce: {what}: reduce op {reduce_op} is not supported (SUM, "
+                       "PRODUCT, MIN, MAX, BAND, BOR, BXOR and AVG are; PREMUL_SUM is "
+                       "NCCL's: scale the tensor and use SUM)")
+
+
+def _reduce_view(t, what):
+    """(a tensor to reduce, its library dtype): complex as its real and imaginary parts."""
+    d = _DTYPES.get(t.dtype)
+    if d is not None:
+        return t, d
+    d = _COMPLEX.get(t.dtype)
+    if d is not None:
+        return torch.view_as_real(t), d
+    raise RuntimeError(f"ringreduce: {what}: tensors of dtype {t.dtype} are not supported "
+                       f"(supported: {_SUPPORTED})")
+
+
+def _bytes(t):
+    """A contiguous tensor's data as uint8."""
+    return t.reshape(-1).view(torch.uint8) if t.dtype != torch.uint8 else t.reshape(-1)
+
+
+def _move_view(t):
+    """(a contiguous tensor, its library dtype) for calls that only move data: any dtype
+    travels, as its bytes when the library has no such type (the ranks' calls are then
+    compared by size in bytes rather than by dtype)."""
+    d = _DTYPES.get(t.dtype)
+    return (t.reshape(-1), d) if d is not None else (_bytes(t), _lib.UINT8)
+
+
+def _one(tensors, what):
+    if len(tensors) != 1:
+        raise RuntimeError(f"ringreduce: {what}: one tensor per call (got {len(tensors)}); "
+                           "several per process is the multi-device API, not supported")
+    return tensors[0]
+
+
+def _overlaps(t):
+    """Whether a tensor's elements may share memory (an expand()ed view): writing a result
+    into it cannot give every element its own value. Dimensions sorted by stride must each
+    step past the whole of the smaller ones."""
+    dims = sorted((st, sz) for st, sz in zip(t.stride(), t.shape) if sz > 1)
+    extent = 1
+    for st, sz in dims:
+        if st < extent:
+            return True
+        extent = st * sz
+    return False
+
+
+def _writable(t, what):
+    if _overlaps(t):
+        raise RuntimeError(f"ringreduce: {what}: the output tensor overlaps itself (shape "
+                           f"{tuple(t.shape)}, strides {tuple(t.stride())}, e.g. from expand()): "
+                           "its elements cannot each receive their own result; pass a "
+                           "tensor that owns its elements (.contiguous() or .clone())")
+
+
+def _contiguous(t, what=None):
+    """(a contiguous tensor to hand to the library, a copy-back to run after a call that
+    writes it, or None). With `what`, t is an output and must not overlap itself."""
+    if t.is_contiguous():
+        return t, None
+    if what is not None:
+        _writable(t, what)
+    c = t.contiguous()
+    return c, (lambda: t.copy_(c))
+
+
+def _ptr(t):
+    return ctypes.c_void_p(t.data_ptr())
+
+
+# torch's functions that call a group method and wait for its work before returning, when
+# their own async_op is False (or, for send/recv, always).
+_C10D = os.path.normcase(dist.distributed_c10d.__file__)
+_ALWAYS_WAIT = frozenset(("send", "recv"))
+
+
+def _caller_waits(opts, depth):
+    """Whether torch will wait for this call's work as soon as the group returns it: then the
+    call runs on the caller's thread (the library's blocking form), with no hand-off to the
+    group's thread, which costs tens of microseconds on a busy machine. torch 2.x says so in
+    the options (asyncOp); 1.13 does not, and its Python functions keep it in their local
+    `async_op`, read here from the caller's frame (`depth` frames up). Anything else, C++
+    callers (DDP) included, is taken as asynchronous."""
+    a = getattr(opts, "asyncOp", None)
+    if a is not None:
+        return not a
+    try:
+        f = sys._getframe(depth + 1)
+    except ValueError:
+        return False
+    code = f.f_code
+    if os.path.normcase(code.co_filename) != _C10D:
+        return False
+    if code.co_name in _ALWAYS_WAIT:
+        return True
+    return f.f_locals.get("async_op", True) is False

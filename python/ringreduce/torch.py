@@ -403,36 +403,24 @@ class ProcessGroupRingreduce(dist.ProcessGroup):
                            (t, buf), tensors, back if self._rank == root else None, dev,
                            sync=_caller_waits(opts, 1))
 
+    def _allgather_call(self, out, inp, what):
+        """(fn, args, keep, copy-back) of an all_gather of `inp` into the flat `out`."""
+        if out.dtype != inp.dtype or out.numel() != inp.numel() * self._size:
+            raise RuntimeError(f"ringreduce: {what}: the output must have {self._size} x "
+                               f"{inp.numel()} elements of {inp.dtype} (has {out.numel()} "
+                               f"of {out.dtype})")
+        o, back = _contiguous(out, what)
+        i, d = _move_view(inp.contiguous())
+        ob, _ = _move_view(o)
+        return _lib.all_gather_async, (_ptr(i), _ptr(ob), i.numel(), d), (out, o, i), back
+
     def _allgather_base(self, output, input, opts=None):
         what = "all_gather_into_tensor"
         dev = self._check_device([output, input], what)
-        if output.dtype != input.dtype or output.numel() != input.numel() * self._size:
-            raise RuntimeError(f"ringreduce: {what}: the output must have {self._size} x "
-                               f"{input.numel()} elements of {input.dtype} (has {output.numel()} "
-                               f"of {output.dtype})")
-        out, back = _contiguous(output, what)
-        inp, d = _move_view(input.contiguous())
-        ob, _ = _move_view(out)
-        return self._start(what, _lib.all_gather_async, (_ptr(inp), _ptr(ob), inp.numel(), d),
-                           (output, out, inp), [output], back, dev,
-                           sync=_caller_waits(opts, 1))
+        fn, args, keep, back = self._allgather_call(output, input, what)
+        return self._start(what, fn, args, keep, [output], back, dev, sync=_caller_waits(opts, 1))
 
     all_gather_single = _allgather_base  # torch 2.x's name
-
-    def _allgather_calls(self, pairs, what):
-        """(library calls, copy-back) for all_gathers of (flat output, input) pairs."""
-        calls = []
-        for out, inp in pairs:
-            if out.dtype != inp.dtype or out.numel() != inp.numel() * self._size:
-                raise RuntimeError(f"ringreduce: {what}: an output must have {self._size} x "
-                                   f"{inp.numel()} elements of {inp.dtype} (has {out.numel()} "
-                                   f"of {out.dtype})")
-            o, back = _contiguous(out, what)
-            i, d = _move_view(inp.contiguous())
-            ob, _ = _move_view(o)
-            calls.append((_lib.all_gather_async, (_ptr(i), _ptr(ob), i.numel(), d), (out, o, i),
-                          back))
-        return calls
 
     def all_gather_single_coalesced(self, outputs, inputs, opts=None):
         what = "all_gather_into_tensor_coalesced"
@@ -441,8 +429,8 @@ class ProcessGroupRingreduce(dist.ProcessGroup):
         if not inputs:
             return self._wrap(Batch([], what), [])
         dev = self._check_device(list(outputs) + list(inputs), what)
-        return self._start_many(what, self._allgather_calls(zip(outputs, inputs), what),
-                                list(outputs), dev)
+        return self._start_many(what, [self._allgather_call(o, i, what)
+                                       for o, i in zip(outputs, inputs)], list(outputs), dev)
 
     allgather_into_tensor_coalesced = all_gather_single_coalesced  # the name before 2.x's
 

@@ -72,47 +72,45 @@ def case_names(rank, world, gloo):
     n = 5
     ins = [rnd(1, r, n) for r in range(world)]
     names = []
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")  # the current names must not warn
-        if hasattr(dist, "all_gather_into_tensor"):
-            out = torch.full((world * n,), -1.0)
-            dist.all_gather_into_tensor(out, ins[rank])
-            check(torch.equal(out, torch.cat(ins)), "all_gather_into_tensor")
-            out2 = torch.full((world, n), -1.0)  # the stacked form
-            dist.all_gather_into_tensor(out2, ins[rank])
-            check(torch.equal(out2, torch.stack(ins)), "all_gather_into_tensor (stacked)")
-            names.append("all_gather_into_tensor")
-        if hasattr(dist, "reduce_scatter_tensor"):
-            big = [rnd(2, r, world * n) for r in range(world)]
-            out = torch.full((n,), -1.0)
-            dist.reduce_scatter_tensor(out, big[rank])
-            close(out, [b[rank * n:(rank + 1) * n] for b in big], "reduce_scatter_tensor")
-            names.append("reduce_scatter_tensor")
+
+    def gathered(fn, name):
         out = torch.full((world * n,), -1.0)
-        dist.all_to_all_single(out, torch.cat([ins[rank]] * world))
-        check(torch.equal(out, torch.cat(ins)), "all_to_all_single")
-        names.append("all_to_all_single")
-        if hasattr(dist, "gather_into_tensor"):
-            for root in range(world):
-                out = torch.full((world * n,), -1.0)
-                dist.gather_into_tensor(ins[rank], out if rank == root else None, dst=root)
-                if rank == root:
-                    check(torch.equal(out, torch.cat(ins)), f"gather_into_tensor to {root}")
-            names.append("gather_into_tensor")
-    # The deprecated spellings still work (torch itself warns about them).
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        if hasattr(dist, "_all_gather_base"):
-            out = torch.full((world * n,), -1.0)
-            dist._all_gather_base(out, ins[rank])
-            check(torch.equal(out, torch.cat(ins)), "_all_gather_base")
-            names.append("_all_gather_base")
-        if hasattr(dist, "_reduce_scatter_base"):
-            big = [rnd(3, r, world * n) for r in range(world)]
-            out = torch.full((n,), -1.0)
-            dist._reduce_scatter_base(out, big[rank])
-            close(out, [b[rank * n:(rank + 1) * n] for b in big], "_reduce_scatter_base")
-            names.append("_reduce_scatter_base")
+        fn(out, ins[rank])
+        check(torch.equal(out, torch.cat(ins)), name)
+
+    def scattered(fn, name, seed):
+        big = [rnd(seed, r, world * n) for r in range(world)]
+        out = torch.full((n,), -1.0)
+        fn(out, big[rank])
+        close(out, [b[rank * n:(rank + 1) * n] for b in big], name)
+
+    # The current names must not warn; the deprecated ones still work (torch warns of them).
+    for deprecated, gather, scatter in ((False, "all_gather_into_tensor", "reduce_scatter_tensor"),
+                                        (True, "_all_gather_base", "_reduce_scatter_base")):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore" if deprecated else "error")
+            if hasattr(dist, gather):
+                gathered(getattr(dist, gather), gather)
+                names.append(gather)
+            if hasattr(dist, scatter):
+                scattered(getattr(dist, scatter), scatter, 2 + deprecated)
+                names.append(scatter)
+            if deprecated:
+                continue
+            if hasattr(dist, "all_gather_into_tensor"):
+                out2 = torch.full((world, n), -1.0)  # the stacked form
+                dist.all_gather_into_tensor(out2, ins[rank])
+                check(torch.equal(out2, torch.stack(ins)), "all_gather_into_tensor (stacked)")
+            gathered(lambda o, i: dist.all_to_all_single(o, torch.cat([i] * world)),
+                     "all_to_all_single")
+            names.append("all_to_all_single")
+            if hasattr(dist, "gather_into_tensor"):
+                for root in range(world):
+                    out = torch.full((world * n,), -1.0)
+                    dist.gather_into_tensor(ins[rank], out if rank == root else None, dst=root)
+                    if rank == root:
+                        check(torch.equal(out, torch.cat(ins)), f"gather_into_tensor to {root}")
+                names.append("gather_into_tensor")
     return ", ".join(names)
 
 

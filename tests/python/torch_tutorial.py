@@ -47,6 +47,32 @@ def results(out):
     return losses, torch.load(os.path.join(out, "model.pt"))
 
 
+JOB_LIMIT = 200  # seconds for one training job (about 10-40 s here)
+
+
+def run_job(cmd, env, what):
+    """Run one job in its own session; if it outlives JOB_LIMIT, make every process of it
+    print where each thread is (faulthandler, on SIGABRT), then fail saying which job hung:
+    a hang must be reported, not left to ctest's limit."""
+    import signal
+    env = dict(env, PYTHONFAULTHANDLER="1")
+    p = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                         start_new_session=True)
+    try:
+        out, err = p.communicate(timeout=JOB_LIMIT)
+    except subprocess.TimeoutExpired:
+        os.killpg(p.pid, signal.SIGABRT)
+        try:
+            out, err = p.communicate(timeout=20)
+        except subprocess.TimeoutExpired:
+            os.killpg(p.pid, signal.SIGKILL)
+            out, err = p.communicate()
+        print(f"FAILED: {what} still running after {JOB_LIMIT} s; its processes' stacks:\n"
+              f"{out[-6000:]}\n{err[-12000:]}")
+        sys.exit(1)
+    return subprocess.CompletedProcess(cmd, p.returncode, out, err)
+
+
 def launch(how, world, backend, out, rrun):
     env = base_env()
     py = sys.executable
@@ -63,7 +89,7 @@ def launch(how, world, backend, out, rrun):
         cmd = [rrun, "--nproc-per-node", str(world), "--master-port", env["MASTER_PORT"], py,
                SCRIPT] + args
     for attempt in range(3):
-        r = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
+        r = run_job(cmd, env, f"{backend} under {how}")
         # torch 2.15's own gloo sometimes dies at exit under torchrun ("terminate called
         # without an active exception", SIGABRT, in 3 of 12 runs here) after the job's work
         # is done: the reference, not the backend under test. Run it again.
@@ -81,14 +107,15 @@ def launch_reordered(world, order, out):
     """gloo with the gradients summed in `order`: `world` rank processes of this file."""
     for attempt in range(3):
         env = base_env()
-        procs = []
-        for r in range(world):
-            e = dict(env, RANK=str(r), WORLD_SIZE=str(world), LOCAL_RANK=str(r))
-            procs.append(subprocess.Popen([sys.executable, __file__, "--reordered", order, SCRIPT,
-                                           "--backend", "gloo", "--out", out], env=e,
-                                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                          text=True))
-        logs = [p.communicate(timeout=600)[0] for p in procs]
+        # One job: this file started once per rank, in one session (see run_job).
+        ranks = "".join(
+            f"RANK={r} LOCAL_RANK={r} WORLD_SIZE={world} '{sys.executable}' '{__file__}' "
+            f"--reordered {order} '{SCRIPT}' --backend gloo --out '{out}' 2>&1 & pids+=($!); "
+            for r in range(world))
+        r = run_job(["bash", "-c", f"pids=(); {ranks}rc=0; for p in ${{pids[@]}}; do "
+                     "wait $p || rc=1; done; exit $rc"], env, f"gloo summed in {order} order")
+        logs = [r.stdout + r.stderr]
+        procs = [r]
         crashed = any("terminate called without an active exception" in x for x in logs)
         if not any(p.returncode for p in procs) or not crashed:
             break
@@ -109,6 +136,17 @@ def reordered_rank(order, script, args):
             super().__init__(*a, **k)
             self.register_comm_hook(None, sumorder.reordered_hook(order))
     parallel.DistributedDataParallel = Reordered  # the script imports it after this
+    # torch 1.13's gloo with a DDP comm hook sometimes hangs tearing down after training
+    # (3 jobs in 32 here, in the reducer's or the group's destructor, with every result
+    # written): this reference job leaves as soon as its group is destroyed.
+    destroy = dist.destroy_process_group
+
+    def destroy_then_leave(*a, **k):
+        destroy(*a, **k)
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(0)
+    dist.destroy_process_group = destroy_then_leave
     sys.argv = [script] + args
     runpy.run_path(script, run_name="__main__")
 

@@ -1,5 +1,6 @@
 #include "common/log.h"
 
+#include <errno.h>
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdatomic.h>
@@ -52,12 +53,16 @@ static void rr__open_file(const char *pattern) {
     }
   }
   path[o] = '\0';
-  FILE *f = fopen(path, "a");
+  char why[128];
+  int fd = rr__open_append_private(path, why, sizeof why);
+  FILE *f = fd >= 0 ? fdopen(fd, "a") : NULL;
   if (f) {
     setvbuf(f, NULL, _IOLBF, 0);
     rr__logger.out = f;
   } else {
-    fprintf(stderr, "ringreduce: cannot open RR_DEBUG_FILE %s; logging to stderr\n", path);
+    if (fd >= 0) snprintf(why, sizeof why, "%s", strerror(errno)), close(fd);
+    fprintf(stderr, "ringreduce: refusing RR_DEBUG_FILE %s (%s); logging to stderr\n", path,
+            why);
   }
 }
 

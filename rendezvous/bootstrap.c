@@ -14,6 +14,7 @@
 
 #include <errno.h>
 #include <inttypes.h>
+#include <stdarg.h>
 #include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -54,6 +55,26 @@ static void rr__hostid(char *out, size_t n) {
     if (*p == ' ') *p = '_';
 }
 
+/* A MAC keyed with the job token over a context string (what is proved, and in which
+ * group, setup and socket), so that a proof is worth nothing anywhere else; 0 without a
+ * token, never 0 with one. */
+static uint64_t rr__mac(const rr__boot *b, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+static uint64_t rr__mac(const rr__boot *b, const char *fmt, ...) {
+  if (!b->token_key) return 0;
+  char ctx[768];
+  va_list ap;
+  va_start(ap, fmt);
+  int n = vsnprintf(ctx, sizeof ctx, fmt, ap);
+  va_end(ap);
+  uint64_t h = rr__siphash(b->token_key, ctx, (size_t)RR__MIN(n, (int)sizeof ctx - 1));
+  return h ? h : 1;
+}
+
+/* A record is its fields and, with a job token, a MAC over them bound to the group and the
+ * rank: the store is shared with whoever can reach it (torch's TCPStore listens on every
+ * interface and asks nobody), so an address, pid or host id read from it is believed only
+ * when it was written by a holder of the token. */
 static int rr__publish(const rr__boot *b, const rr__peer_info *me) {
   char key[96], val[512];
   snprintf(key, sizeof key, "rr/%s/peer/%d", b->group_id, b->rank);
@@ -61,22 +82,41 @@ static int rr__publish(const rr__boot *b, const rr__peer_info *me) {
                      "global=%d pid=%d nsocks=%d mode=%s nonce=%016" PRIx64 " ib=%d addr=%s host=%s",
                      me->global_rank, me->pid, me->nsocks, me->mode, me->nonce, me->ib, me->addr,
                      me->hostid);
+  uint64_t mac = rr__mac(b, "rr-record-v1/%s/%d/%s", b->group_id, b->rank, val);
+  len += snprintf(val + len, sizeof val - (size_t)len, " mac=%016" PRIx64, mac);
   return rr_store_set(b->store, key, val, (size_t)len);
 }
 
-static int rr__parse_info(const char *s, size_t len, rr__peer_info *p) {
+static int rr__parse_info(const rr__boot *b, int rank, const char *s, size_t len,
+                          rr__peer_info *p) {
   char buf[512];
-  if (len >= sizeof buf) return rr__set_error(RR_EPROTO, "peer record too long");
+  if (len >= sizeof buf)
+    return rr__set_error(RR_EPROTO, "the record of rank %d in the store is too long",
+                         b->global_ranks[rank]);
   memcpy(buf, s, len);
   buf[len] = '\0';
   memset(p, 0, sizeof *p);
+  char *m = strstr(buf, " mac=");
+  uint64_t mac = 0;
+  if (m) {
+    *m = '\0';
+    if (sscanf(m + 5, "%16" SCNx64, &mac) != 1) mac = 0;
+  }
+  if (b->token_key && mac != rr__mac(b, "rr-record-v1/%s/%d/%s", b->group_id, rank, buf))
+    return rr__set_error(RR_EPROTO,
+                         "the record of rank %d in the store does not carry this job's token "
+                         "(written or changed by someone without RR_JOB_TOKEN: can others reach "
+                         "the store?); not connecting to what it names",
+                         b->global_ranks[rank]);
   int got = sscanf(buf,
                    "global=%d pid=%d nsocks=%d mode=%7s nonce=%16" SCNx64 " ib=%d addr=%63s "
                    "host=%127s",
                    &p->global_rank, &p->pid, &p->nsocks, p->mode, &p->nonce, &p->ib, p->addr,
                    p->hostid);
-  if (got != 8 || p->nsocks < 1 || p->nsocks > RR__MAX_LANES || (p->ib != 0 && p->ib != 1))
-    return rr__set_error(RR_EPROTO, "malformed peer record '%s'", buf);
+  if (got != 8 || p->nsocks < 1 || p->nsocks > RR__MAX_LANES || (p->ib != 0 && p->ib != 1) ||
+      p->global_rank != b->global_ranks[rank])
+    return rr__set_error(RR_EPROTO, "malformed record of rank %d in the store: '%s'",
+                         b->global_ranks[rank], buf);
   return RR_OK;
 }
 
@@ -160,10 +200,11 @@ static int rr__gather(const rr__boot *b, rr__peer_info *infos) {
                        missing[0] ? missing : "?", b->size - nmiss, b->size);
   }
   for (int i = 0; i < b->size && st == RR_OK; i++) {
+    if (i == b->rank) continue; /* our own is what we wrote, not what the store says now */
     void *v = NULL;
     size_t len = 0;
     st = rr_store_get(b->store, keys[i], &v, &len);
-    if (st == RR_OK) st = rr__parse_info(v, len, &infos[i]);
+    if (st == RR_OK) st = rr__parse_info(b, i, v, len, &infos[i]);
     free(v);
   }
   for (int i = 0; i < b->size; i++) free(keys[i]);
@@ -186,19 +227,24 @@ typedef struct rr__mesh {
   const rr__transport **tp; /* [size] */
   int *nsock;               /* [size] sockets per pair, control included */
   int (*fds)[1 + RR__MAX_LANES];
+  rr__hello (*sent)[1 + RR__MAX_LANES]; /* our greetings, to check the replies against */
 } rr__mesh;
 
-/* Proof of the job token for one socket: a MAC over the group, both ranks, the socket and
- * the acceptor's nonce of this setup (published in its record), so a greeting captured from
- * one connection is worth nothing on another or in a later setup. 0 without a token. */
-static uint64_t rr__greeting_proof(const rr__boot *b, int from, int to, int index,
-                                   uint64_t acceptor_nonce) {
-  if (!b->token_key) return 0;
-  char ctx[RR__GROUP_ID_MAX + 80];
-  int n = snprintf(ctx, sizeof ctx, "rr-hello-v2/%s/%d/%d/%d/%016" PRIx64, b->group_id, from, to,
-                   index, acceptor_nonce);
-  uint64_t h = rr__siphash(b->token_key, ctx, (size_t)n);
-  return h ? h : 1;
+/* Both ends of every socket prove the job token, each over nonces the other chose:
+ * the caller's proof covers the acceptor's setup nonce (from its authenticated record), its
+ * own record's nonce and a nonce fresh for this socket; the acceptor's reply covers the same
+ * and its verdict. A greeting or reply recorded from one connection is worth nothing on
+ * another or in a later setup, and whoever answers at an address without the token cannot
+ * pass for the rank (the reply proof is what catches a relay or an impostor there). */
+static uint64_t rr__greeting_proof(const rr__mesh *m, const rr__hello *h) {
+  return rr__mac(m->b, "rr-hello-v3/%s/%d/%d/%d/%d/%s/%016" PRIx64 "/%016" PRIx64 "/%016" PRIx64,
+                 h->group, h->from, h->to, h->index, h->nsockets, h->transport,
+                 m->infos[h->to].nonce, m->infos[h->from].nonce, h->nonce);
+}
+static uint64_t rr__reply_proof(const rr__mesh *m, const rr__hello *h, int32_t verdict) {
+  return rr__mac(m->b, "rr-reply-v1/%s/%d/%d/%d/%d/%016" PRIx64 "/%016" PRIx64 "/%016" PRIx64,
+                 h->group, h->from, h->to, h->index, (int)verdict, m->infos[h->to].nonce,
+                 m->infos[h->from].nonce, h->nonce);
 }
 
 /* Connect every socket to each lower rank and send its greeting. */
@@ -213,10 +259,13 @@ static int rr__connect_lower(rr__mesh *m) {
       if (st != RR_OK)
         return rr__prefix_error(st, "connecting to rank %d", b->global_ranks[p]);
       m->fds[p][k] = fd;
-      rr__hello h = {.from = b->rank, .to = p, .index = k, .nsockets = m->nsock[p],
-                     .token_hash = rr__greeting_proof(b, b->rank, p, k, m->infos[p].nonce)};
+      rr__hello h = {.from = b->rank, .to = p, .index = k, .nsockets = m->nsock[p]};
       snprintf(h.group, sizeof h.group, "%s", b->group_id);
       snprintf(h.transport, sizeof h.transport, "%s", m->tp[p]->name);
+      if (getrandom(&h.nonce, sizeof h.nonce, 0) != (ssize_t)sizeof h.nonce)
+        return rr__set_error(RR_ESYS, "getrandom: %s", strerror(errno));
+      h.token_hash = rr__greeting_proof(m, &h);
+      m->sent[p][k] = h;
       uint8_t wire[RR__HELLO_BYTES];
       rr__hello_encode(&h, wire);
       st = rr__sock_send_all(fd, wire, sizeof wire, b->deadline_ms);
@@ -244,7 +293,7 @@ static int rr__file_greeting(rr__mesh *m, rr__pending *pd) {
                   h.from);
     return RR_EPROTO;
   }
-  if (h.token_hash != rr__greeting_proof(b, h.from, h.to, h.index, m->infos[b->rank].nonce)) {
+  if (h.token_hash != rr__greeting_proof(m, &h)) {
     m->refused_token++;
     rr__set_error(RR_EPROTO, "a connection claiming to be rank %d does not hold this job's "
                   "token (another job, or RR_JOB_TOKEN differs between the ranks)",
@@ -270,6 +319,7 @@ static int rr__file_greeting(rr__mesh *m, rr__pending *pd) {
     return RR_EPROTO;
   }
   rr__put_u32(reply + 4, (uint32_t)verdict);
+  rr__put_u64(reply + 8, rr__reply_proof(m, &h, verdict));
   int st = rr__sock_send_all(pd->fd, reply, sizeof reply, b->deadline_ms);
   if (verdict != RR_OK) return verdict;
   if (st != RR_OK) return RR_EPROTO;
@@ -376,6 +426,12 @@ static int rr__read_replies(rr__mesh *m) {
       if (rr__get_u32(reply) != RR__HELLO_OK)
         return rr__set_error(RR_EPROTO, "rank %d answered our greeting with garbage",
                              b->global_ranks[p]);
+      if (rr__get_u64(reply + 8) != rr__reply_proof(m, &m->sent[p][k], verdict))
+        return rr__set_error(RR_EPROTO,
+                             "whoever answered at rank %d's address %s does not hold this job's "
+                             "token: not rank %d (a relay or an impostor between the ranks?); "
+                             "refusing the connection",
+                             b->global_ranks[p], m->infos[p].addr, b->global_ranks[p]);
       if (verdict != RR_OK)
         return rr__set_error(verdict < 0 && verdict > -100 ? verdict : RR_EPROTO,
                              "rank %d refused our connection: %s (see its log)",
@@ -418,7 +474,8 @@ int rr__bootstrap(const rr__boot *b, rr__comm **out) {
   m.tp = rr__calloc((size_t)size, sizeof *m.tp);
   m.nsock = rr__calloc((size_t)size, sizeof *m.nsock);
   m.fds = rr__calloc((size_t)size, sizeof *m.fds);
-  if (!m.infos || !m.tp || !m.nsock || !m.fds) {
+  m.sent = rr__calloc((size_t)size, sizeof *m.sent);
+  if (!m.infos || !m.tp || !m.nsock || !m.fds || !m.sent) {
     st = RR_ENOMEM;
     goto done;
   }
@@ -446,6 +503,7 @@ int rr__bootstrap(const rr__boot *b, rr__comm **out) {
   RR__CHECK_GOTO(rr__publish(b, &me), st, done);
 
   /* 2. Everyone's records. */
+  m.infos[b->rank] = me;
   RR__CHECK_GOTO(rr__gather(b, m.infos), st, done);
   RR__CHECK_GOTO(rr__check_modes(b, m.infos), st, done);
   for (int p = 0; p < size; p++) {
@@ -496,6 +554,7 @@ done:
   free(m.tp);
   free(m.nsock);
   free(m.fds);
+  free(m.sent);
   if (cm) {
     cm->no_bye = 1; /* no goodbyes from a group that never formed */
     rr__comm_free(cm);

@@ -17,12 +17,15 @@ typedef struct rr__hello {
   int32_t index;                /* 0: control socket, 1..: data sockets */
   int32_t nsockets;             /* sockets the caller opens to this peer in total */
   char transport[16];           /* the transport the caller chose for this pair */
-  uint64_t token_hash;          /* job token check (0 when none) */
+  uint64_t token_hash;          /* the caller's proof of the job token (0 when none) */
+  uint64_t nonce;               /* fresh for this socket: the acceptor's reply proof covers it */
 } rr__hello;
 void rr__hello_encode(const rr__hello *h, uint8_t out[RR__HELLO_BYTES]);
 int rr__hello_decode(const uint8_t in[RR__HELLO_BYTES], rr__hello *h);
-#define RR__HELLO_OK 0x4f4b /* reply: 4 bytes magic + 4 bytes status */
-#define RR__REPLY_BYTES 8
+/* The reply: magic(4) status(4) proof(8), the proof the acceptor's answer to this greeting
+ * (0 without a job token). */
+#define RR__HELLO_OK 0x4f4b
+#define RR__REPLY_BYTES 16
 
 
 typedef struct rr__boot {

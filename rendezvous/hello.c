@@ -7,10 +7,10 @@
 #include "rendezvous/bootstrap.h"
 
 #define RR__HELLO_MAGIC 0x31425252u /* "RRB1" */
-#define RR__HELLO_VERSION 1
+#define RR__HELLO_VERSION 2 /* 2: the caller's socket nonce; the reply proves the token too */
 
 /* Layout: magic(4) version(4) group(48) from(4) to(4) index(4) nsockets(4) transport(16)
- *         token_hash(8) reserved(32) = 128 */
+ *         token_hash(8) nonce(8) reserved(24) = 128 */
 void rr__hello_encode(const rr__hello *h, uint8_t out[RR__HELLO_BYTES]) {
   memset(out, 0, RR__HELLO_BYTES);
   rr__put_u32(out, RR__HELLO_MAGIC);
@@ -22,6 +22,7 @@ void rr__hello_encode(const rr__hello *h, uint8_t out[RR__HELLO_BYTES]) {
   rr__put_u32(out + 68, (uint32_t)h->nsockets);
   memcpy(out + 72, h->transport, strnlen(h->transport, sizeof h->transport - 1));
   rr__put_u64(out + 88, h->token_hash);
+  rr__put_u64(out + 96, h->nonce);
 }
 
 int rr__hello_decode(const uint8_t in[RR__HELLO_BYTES], rr__hello *h) {
@@ -39,6 +40,7 @@ int rr__hello_decode(const uint8_t in[RR__HELLO_BYTES], rr__hello *h) {
   memcpy(h->transport, in + 72, sizeof h->transport);
   h->transport[sizeof h->transport - 1] = '\0';
   h->token_hash = rr__get_u64(in + 88);
+  h->nonce = rr__get_u64(in + 96);
   if (h->from < 0 || h->to < 0 || h->index < 0 || h->nsockets < 1 || h->nsockets > 64 ||
       h->index >= h->nsockets)
     return rr__set_error(RR_EPROTO, "malformed greeting (from %d to %d socket %d of %d)",

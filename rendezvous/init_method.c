@@ -73,7 +73,8 @@ static void rr__env_local(rr__init_info *in) {
   rr__clear_error();
 }
 
-/* "rank=R&world_size=N" -> fields (an unknown key is an error: a typo must not pass). */
+/* "rank=R&world_size=N" -> fields (an unknown or repeated key is an error: a typo, or two
+ * values of which one would silently win, must not pass). */
 static int rr__parse_query(const char *q, rr__init_info *in, int *have_rank, int *have_world) {
   char key[32], val[32];
   while (q && *q) {
@@ -85,6 +86,8 @@ static int rr__parse_query(const char *q, rr__init_info *in, int *have_rank, int
     key[eq - q] = '\0';
     memcpy(val, eq + 1, n - (size_t)(eq - q) - 1);
     val[n - (size_t)(eq - q) - 1] = '\0';
+    if ((!strcmp(key, "rank") && *have_rank) || (!strcmp(key, "world_size") && *have_world))
+      return rr__set_error(RR_EINVAL, "init_method parameter '%s' given twice", key);
     if (!strcmp(key, "rank")) {
       RR__CHECK(rr__parse_int("rank", val, 0, INT_MAX - 1, &in->rank));
       *have_rank = 1;
@@ -139,10 +142,28 @@ int rr__init_parse(const rr_pg_options *opt, int on_store, rr__init_info *in) {
     if (addr && *addr && strlen(addr) < sizeof in->host) snprintf(in->host, sizeof in->host, "%s", addr);
   } else if (!strncmp(m, "env://", 6)) {
     in->kind = RR__INIT_ENV;
+    /* As torch: env:// names nothing after the scheme; ?rank= and ?world_size= in the URL
+     * win over RANK and WORLD_SIZE, each on its own. */
+    if (body_len != 6)
+      return rr__set_error(RR_EINVAL, "init_method '%s': env:// takes no host or path, only "
+                           "?rank=R&world_size=N (the rest comes from MASTER_ADDR, MASTER_PORT)",
+                           m);
+    RR__CHECK(rr__parse_query(q ? q + 1 : NULL, in, &have_rank, &have_world));
     if (opt && opt->world_size > 0) {
       in->rank = opt->rank;
       in->world_size = opt->world_size;
       in->source = "options";
+    } else if (have_rank && have_world) {
+      in->source = "init_method";
+    } else if (have_rank || have_world) {
+      int found = 0;
+      const char *name = have_rank ? "WORLD_SIZE" : "RANK";
+      RR__CHECK(have_rank ? rr__env_int(name, 1, INT_MAX, &in->world_size, &found)
+                          : rr__env_int(name, 0, INT_MAX - 1, &in->rank, &found));
+      if (!found)
+        return rr__set_error(RR_EENV, "environment variable %s expected, but not set (the "
+                             "init_method gives only %s)", name, have_rank ? "rank" : "world_size");
+      in->source = "init_method and environment";
     } else {
       RR__CHECK(rr__env_rank_world(in));
     }

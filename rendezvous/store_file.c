@@ -17,6 +17,13 @@
  * A file left behind by a job that crashed keeps its keys and its count: remove it before
  * starting a new job on the same path, or the new job sees the old job's keys.
  *
+ * Who may use the file: the store holds what every rank believes about every other (and,
+ * without RR_JOB_TOKEN, the group's token), so only this user may write or read it. The
+ * file must be this user's, a regular file with one link, readable and writable by nobody
+ * else; its directory must be this user's or root's, and writable by others only when
+ * sticky (as /tmp is: nobody else can then rename or remove our file). Anything else is
+ * refused by name before a byte is read (rr__file_check_place).
+ *
  * Locking: flock() is per open file description, so threads of one process sharing a store
  * also take a mutex; and a store object must not be used across fork(). The lock is only
  * held for one read-and-append; taking it gives up after the store's timeout. */
@@ -398,6 +405,55 @@ static const rr__store_ops rr__file_ops = {
     .free = rr__file_free,
 };
 
+/* The directory: nobody but us (or root) may replace what is in it. */
+static int rr__file_check_dir(const char *path) {
+  char dir[4096];
+  const char *slash = strrchr(path, '/');
+  if (!slash) snprintf(dir, sizeof dir, ".");
+  else if (slash == path) snprintf(dir, sizeof dir, "/");
+  else snprintf(dir, sizeof dir, "%.*s", (int)(slash - path), path);
+  struct stat d;
+  if (stat(dir, &d) != 0)
+    return rr__set_error(RR_ESYS,
+                         "rr_store_file: cannot use the store file %s: its directory %s: %s",
+                         path, dir, strerror(errno));
+  if (d.st_uid != geteuid() && d.st_uid != 0)
+    return rr__set_error(RR_EINVAL,
+                         "rr_store_file: the store file's directory %s belongs to uid %u, not to "
+                         "this user (%u) or root: its owner could replace the store; use a "
+                         "directory of your own",
+                         dir, (unsigned)d.st_uid, (unsigned)geteuid());
+  if ((d.st_mode & (S_IWGRP | S_IWOTH)) && !(d.st_mode & S_ISVTX))
+    return rr__set_error(RR_EINVAL,
+                         "rr_store_file: the store file's directory %s is writable by others "
+                         "(mode %03o, not sticky): they could replace the store; use a "
+                         "directory only you can write",
+                         dir, (unsigned)(d.st_mode & 07777));
+  return RR_OK;
+}
+
+/* The file, once open: ours, plain, private. */
+static int rr__file_check_file(const rr__file_store *s) {
+  struct stat f;
+  if (fstat(s->fd, &f) != 0)
+    return rr__set_error(RR_ESYS, "rr_store_file: fstat of the store file %s: %s", s->path,
+                         strerror(errno));
+  if (!S_ISREG(f.st_mode) || f.st_nlink != 1)
+    return rr__set_error(RR_EINVAL, "rr_store_file: the store file %s is not a plain file with "
+                         "one name (a link?)", s->path);
+  if (f.st_uid != geteuid())
+    return rr__set_error(RR_EINVAL,
+                         "rr_store_file: the store file %s belongs to uid %u, not to this user "
+                         "(%u): someone else made it; remove it, or use another path",
+                         s->path, (unsigned)f.st_uid, (unsigned)geteuid());
+  if (f.st_mode & 077)
+    return rr__set_error(RR_EINVAL,
+                         "rr_store_file: the store file %s is open to others (mode %03o); the "
+                         "store must be readable and writable by this user only (chmod 600)",
+                         s->path, (unsigned)(f.st_mode & 0777));
+  return RR_OK;
+}
+
 int rr__store_file_open(const char *path, int64_t timeout_ms, rr_store **store) {
   *store = NULL;
   rr__file_store *s = rr__calloc(1, sizeof *s);
@@ -415,17 +471,20 @@ int rr__store_file_open(const char *path, int64_t timeout_ms, rr_store **store) 
     rr__file_destroy(s);
     return RR_ENOMEM;
   }
+  RR__CHECK_GOTO(rr__file_check_dir(path), rc, fail);
   int64_t deadline = rr__deadline(timeout_ms);
   for (;;) {
     rr__kv_free(s->kv);
     s->kv = NULL;
     s->off = 0;
     RR__CHECK_GOTO(rr__kv_new(&s->kv), rc, fail);
-    s->fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+    s->fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
     if (s->fd < 0) {
-      rc = rr__set_error(RR_ESYS, "cannot open the store file %s: %s", path, strerror(errno));
+      rc = rr__set_error(RR_ESYS, "cannot open the store file %s: %s%s", path, strerror(errno),
+                         errno == ELOOP ? " (it is a symbolic link: refused)" : "");
       goto fail;
     }
+    RR__CHECK_GOTO(rr__file_check_file(s), rc, fail);
     rc = rr__file_begin(s, "rr_store_file");
     if (rc == RR_OK) break;
     /* The last user of a previous file unlinked it between our open and our lock. */

@@ -50,11 +50,11 @@ static void rr__trace_load(void) {
     rr__trace_mode = RR__TRACE_TEXT;
     return;
   }
-  rr__trace_fd = open(v, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+  char why[128];
+  rr__trace_fd = rr__open_append_private(v, why, sizeof why);
   if (rr__trace_fd < 0) {
     RR__LOG_WARN(RR__SUB_COLL,
-                 "RR_TRACE=%s: cannot open it for appending (%s); no trace is written", v,
-                 strerror(errno));
+                 "RR_TRACE=%s: cannot open it for appending (%s); no trace is written", v, why);
     return;
   }
   rr__trace_mode = RR__TRACE_FILE;

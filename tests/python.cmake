@@ -72,6 +72,14 @@ rr_torch_test(suite_w2 900 ${rr_py}/torch_suite.py --backend both)
 foreach(case kill9 mismatch dtype lifecycle)
   rr_torch_test(faults_${case} 240 ${rr_py}/torch_faults.py ${case})
 endforeach()
+# A man in the middle through torch's store, by a second local user the test creates (root
+# only; 77 otherwise): rank 0's record rewritten to a relay, its host id too, and a stale
+# record answered at its old address by an impostor; each must fail at setup naming rank 0.
+# torch1 only: the attacker runs Debian's python and torch, which every user can read (the
+# torch 2.x environment lives in the checkout, which may be private).
+add_test(NAME torch1.mitm COMMAND ${RR_TORCH_PYTHON} ${rr_py}/torch_mitm.py)
+set_tests_properties(torch1.mitm PROPERTIES LABELS "torch;torch1;reliability" TIMEOUT 240
+  SKIP_RETURN_CODE 77 ENVIRONMENT "${rr_torch_env}")
 # The tutorial (examples/torch_digits.py) under each way users start it, against gloo.
 rr_torch_test(tutorial_spawn 600 ${rr_py}/torch_tutorial.py spawn 2)
 rr_torch_test(tutorial_torchrun_w2 600 ${rr_py}/torch_tutorial.py torchrun 2)

@@ -338,6 +338,22 @@ static int env_errors(void) {
   T_CHECK(rr_init_process_group(&pg, &o) == RR_EINVAL && strstr(rr_last_error(), "wrld_size"), "%s", rr_last_error());
   o.init_method = "udp://x";
   T_CHECK(rr_init_process_group(&pg, &o) == RR_EINVAL && strstr(rr_last_error(), "unknown init_method"), "%s", rr_last_error());
+  /* As torch: env:// takes nothing but a query, whose rank and world_size win over RANK
+   * and WORLD_SIZE one by one; a key given twice is refused, not settled silently. */
+  o.init_method = "env://garbage";
+  T_CHECK(rr_init_process_group(&pg, &o) == RR_EINVAL && strstr(rr_last_error(), "env:// takes no host"), "%s", rr_last_error());
+  o.init_method = "tcp://127.0.0.1:29500?rank=0&rank=1&world_size=2";
+  T_CHECK(rr_init_process_group(&pg, &o) == RR_EINVAL && strstr(rr_last_error(), "'rank' given twice"), "%s", rr_last_error());
+  o.init_method = "env://?world_size=2&rank=0&world_size=3";
+  T_CHECK(rr_init_process_group(&pg, &o) == RR_EINVAL && strstr(rr_last_error(), "'world_size' given twice"), "%s", rr_last_error());
+  setenv("RANK", "0", 1), setenv("WORLD_SIZE", "2", 1);
+  o.init_method = "env://?rank=4&world_size=3";
+  T_CHECK(rr_init_process_group(&pg, &o) == RR_EINVAL && strstr(rr_last_error(), "rank 4 is outside 0..2 (world size 3, from init_method)"), "%s", rr_last_error());
+  o.init_method = "env://?rank=3";
+  T_CHECK(rr_init_process_group(&pg, &o) == RR_EINVAL && strstr(rr_last_error(), "rank 3 is outside 0..1 (world size 2"), "%s", rr_last_error());
+  unsetenv("WORLD_SIZE");
+  T_CHECK(rr_init_process_group(&pg, &o) == RR_EENV && strstr(rr_last_error(), "WORLD_SIZE expected, but not set (the init_method gives only rank)"), "%s", rr_last_error());
+  unsetenv("RANK");
   return bad;
 }
 

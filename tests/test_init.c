@@ -3,13 +3,15 @@
  * %p, and timeout_ms in the options. Each rank is a process of t_run with its own
  * environment; each checks its rank, the group's size and a collective's exact result.
  *
- *   test_init <tcp|file|options|slurm|ompi|ipv6|debug_file|timeout_opt|store_callbacks> */
+ *   test_init <tcp|file|options|slurm|ompi|ipv6|debug_file|debug_link|file_perms|timeout_opt|store_callbacks> */
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <netinet/in.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "tests/harness.h"
@@ -250,6 +252,9 @@ static int debug_file_rank(int rank, void *p) {
   host[strcspn(host, ".")] = '\0';
   char path[512];
   snprintf(path, sizeof path, "/tmp/%s.%s.%d.log", a->tag, host, (int)getpid());
+  struct stat st;
+  T_CHECK(lstat(path, &st) == 0 && S_ISREG(st.st_mode) && (st.st_mode & 0777) == 0600,
+          "the log file %s is not a plain file of mode 600 (mode %o)", path, (unsigned)st.st_mode);
   char *s = slurp(path);
   T_CHECK(s != NULL, "no log file %s (RR_DEBUG_FILE=%s)", path, pattern);
   int lines = 0, mine = 0, ready = 0;
@@ -271,6 +276,101 @@ static int debug_file_rank(int rank, void *p) {
           lines, mine, rank, ready, path);
   unlink(path);
   return 0;
+}
+
+/* ---- RR_DEBUG_FILE and RR_TRACE where another user planted links (issue 22, item 6) ----
+ * With the documented /tmp/rr.%h.%p.log pattern, anyone can create the name a future pid
+ * will use, as a symbolic link to a file they want written (as root, any file). Each rank
+ * plants links for its own pid before the library first logs or traces; the files the
+ * links point to must stay empty, the links must stay links, and the job must still run. */
+static int debug_link_rank(int rank, void *p) {
+  iarg *a = p;
+  char victim[256], logp[256], tracep[256], pattern[256];
+  snprintf(victim, sizeof victim, "/tmp/%s.victim.%d", a->tag, (int)getpid());
+  snprintf(pattern, sizeof pattern, "/tmp/%s.%%p.log", a->tag);
+  snprintf(logp, sizeof logp, "/tmp/%s.%d.log", a->tag, (int)getpid());
+  snprintf(tracep, sizeof tracep, "/tmp/%s.%d.trace", a->tag, (int)getpid());
+  int fd = open(victim, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  T_CHECK(fd >= 0, "create %s: %s", victim, strerror(errno));
+  close(fd);
+  unlink(logp), unlink(tracep);
+  T_CHECK(symlink(victim, logp) == 0 && symlink(victim, tracep) == 0, "symlink: %s", strerror(errno));
+  setenv("RR_DEBUG", "INFO", 1);
+  setenv("RR_DEBUG_FILE", pattern, 1);
+  setenv("RR_TRACE", tracep, 1);
+  rr_pg *pg;
+  T_OK(rr_init_process_group(&pg, NULL));
+  if (check_group(pg, rank, a->world, 23)) return 1;
+  T_OK(rr_destroy_process_group(pg));
+  struct stat st;
+  int ok = stat(victim, &st) == 0 && st.st_size == 0;
+  struct stat l1, l2;
+  int links = lstat(logp, &l1) == 0 && S_ISLNK(l1.st_mode) && lstat(tracep, &l2) == 0 &&
+              S_ISLNK(l2.st_mode);
+  unlink(victim), unlink(logp), unlink(tracep);
+  T_CHECK(ok, "the file behind the planted links got %lld bytes: RR_DEBUG_FILE or RR_TRACE "
+          "followed a symbolic link", (long long)st.st_size);
+  T_CHECK(links, "a planted link was replaced");
+  return 0;
+}
+
+/* ---- the file store refuses a place others can write, or a file not ours alone ----
+ * (issue 22, item 1: a store in an attacker's world-writable directory was accepted, and
+ * its records were readable.) One process, rr_store_file directly; the cases that need
+ * another owner run only as root. */
+static int file_refused(const char *path, const char *needle) {
+  rr_store *st = NULL;
+  int rc = rr_store_file(path, 2000, &st);
+  if (rc == RR_OK) rr_store_free(st);
+  T_CHECK(rc != RR_OK, "rr_store_file(%s) was accepted; want a refusal saying '%s'", path, needle);
+  T_HAS(rr_last_error(), needle);
+  return 0;
+}
+
+static int file_perms(const char *tag) {
+  char dir[256], path[300], target[300];
+  snprintf(dir, sizeof dir, "/tmp/%s.d", tag);
+  snprintf(path, sizeof path, "%s/store", dir);
+  snprintf(target, sizeof target, "%s/elsewhere", dir);
+  unlink(path), unlink(target), rmdir(dir);
+  T_CHECK(mkdir(dir, 0700) == 0, "mkdir %s: %s", dir, strerror(errno));
+  int bad = 0;
+  T_CHECK(chmod(dir, 0777) == 0, "chmod: %s", strerror(errno));
+  bad |= file_refused(path, "is writable by others (mode 777, not sticky)");
+  T_CHECK(chmod(dir, 0700) == 0, "chmod: %s", strerror(errno));
+  int fd = open(path, O_WRONLY | O_CREAT | O_EXCL, 0600);
+  T_CHECK(fd >= 0 && fchmod(fd, 0644) == 0, "create %s: %s", path, strerror(errno));
+  close(fd);
+  bad |= file_refused(path, "is open to others (mode 644)");
+  unlink(path);
+  T_CHECK(symlink(target, path) == 0, "symlink: %s", strerror(errno));
+  bad |= file_refused(path, "symbolic link");
+  struct stat st;
+  T_CHECK(lstat(target, &st) != 0, "the store followed the link and made %s", target);
+  unlink(path);
+  if (geteuid() == 0) {
+    fd = open(path, O_WRONLY | O_CREAT | O_EXCL, 0600);
+    T_CHECK(fd >= 0 && fchown(fd, 65534, 65534) == 0, "chown %s: %s", path, strerror(errno));
+    close(fd);
+    bad |= file_refused(path, "belongs to uid 65534, not to this user");
+    unlink(path);
+    T_CHECK(chown(dir, 65534, 65534) == 0 && chmod(dir, 0755) == 0, "chown: %s", strerror(errno));
+    bad |= file_refused(path, "belongs to uid 65534, not to this user (0) or root");
+    T_CHECK(chown(dir, 0, 0) == 0 && chmod(dir, 0700) == 0, "chown: %s", strerror(errno));
+  }
+  /* Ours alone: accepted, and what it creates is 600. In /tmp (sticky, writable by all)
+   * too: nobody else can replace our file there. */
+  rr_store *store = NULL;
+  T_OK(rr_store_file(path, 2000, &store));
+  T_CHECK(stat(path, &st) == 0 && (st.st_mode & 0777) == 0600, "the store file has mode %o",
+          (unsigned)(st.st_mode & 0777));
+  rr_store_free(store);
+  snprintf(path, sizeof path, "/tmp/%s.store", tag);
+  unlink(path);
+  T_OK(rr_store_file(path, 2000, &store));
+  rr_store_free(store);
+  unlink(path), rmdir(dir);
+  return bad;
 }
 
 /* ---- timeout_ms in the options: the rendezvous and the calls obey it ---- */
@@ -422,7 +522,7 @@ static void cleanup_tmp(const char *tag) {
 
 int main(int argc, char **argv) {
   if (argc < 2) {
-    fprintf(stderr, "usage: %s <tcp|file|options|slurm|ompi|ipv6|debug_file|timeout_opt|store_callbacks>\n", argv[0]);
+    fprintf(stderr, "usage: %s <tcp|file|options|slurm|ompi|ipv6|debug_file|debug_link|file_perms|timeout_opt|store_callbacks>\n", argv[0]);
     return 2;
   }
   const char *s = argv[1];
@@ -456,6 +556,11 @@ int main(int argc, char **argv) {
   } else if (!strcmp(s, "debug_file")) {
     a.world = 2;
     rc = t_run_all(2, debug_file_rank, &a, 45, NULL);
+  } else if (!strcmp(s, "file_perms")) {
+    rc = file_perms(a.tag);
+  } else if (!strcmp(s, "debug_link")) {
+    a.world = 2;
+    rc = t_run_all(2, debug_link_rank, &a, 45, NULL);
   } else if (!strcmp(s, "store_callbacks")) {
     rc = t_run_all(3, callbacks_rank, &a, 45, NULL);
     a.phase = 1;

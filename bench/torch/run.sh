@@ -12,7 +12,10 @@
 #      difference between the first and the last;
 #   2. training steps of the tutorial's CNN and of a 9.4M-parameter MLP with DDP on
 #      ringreduce and on gloo, FSDP2 on each (2.x), and without communication (bench_torch.py
-#      ddp).
+#      ddp);
+#   3. bench/torch/floor.py: the time torch itself takes per dist.all_reduce on a process
+#      group that does nothing, Python and (2.x) C++, beside ringreduce and the C call, at
+#      world 1 (floor.md): the least any backend can cost through torch.
 # Then per version the tables (torch<ver>/table.md), the raw lines (results.jsonl), the
 # machine (env.txt) and the plot (busbw.png, when gnuplot is installed).
 #
@@ -66,6 +69,9 @@ for v in $TORCHES; do
       $PY "$here/bench_torch.py" ddp "$w" "$o/results.jsonl" --model "$m" --rounds "$ROUNDS"
     done
   done
+  log "torch $v: what one dist.all_reduce costs torch itself (floor.py, world 1)"
+  PYTHONPATH="$root/python${PYTHONPATH:+:$PYTHONPATH}" $PY "$here/floor.py" "$o/floor.jsonl" \
+    > "$o/floor.md"
   echo "load after: $(cut -d' ' -f1-3 /proc/loadavg)" >> "$o/env.txt"
   $PY "$here/bench_torch.py" report "$o"
   if command -v gnuplot >/dev/null 2>&1; then

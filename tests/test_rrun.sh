@@ -332,6 +332,77 @@ case_rrun_killed_grandchild() {
   for r in 0 1; do expect_dead "$(cat "$T/gc.$r")" "the child of rank $r of the killed rrun"; done
 }
 
+# Issue 22 item 3: a worker leaves a child in its process group and exits; the child exits
+# too, and its group id is reused by an unrelated process (forced: in a fresh pid namespace,
+# ns_last_pid = id - 1 makes the next fork get that id). When the job ends, successfully,
+# the keeper must not SIGKILL the unrelated group that now has the old id.
+case_keeper_pid_reuse() {
+  [ "$(id -u)" = 0 ] || skip "needs root for a pid namespace"
+  command -v unshare >/dev/null || skip "no unshare"
+  unshare --pid --fork --mount-proc true 2>/dev/null || skip "cannot make a pid namespace"
+  mkfifo "$T/go"
+  # Rank 0: a child in its group that outlives it by 0.3 s. Rank 1: holds the job open
+  # until the fifo says go, with a builtin read (no fork to disturb the pid order).
+  local job='if [ "$RANK" = 0 ]; then
+      sleep 0.3 & echo $! >"$1/leftover.tmp"; echo $$ >"$1/pgid.tmp"
+      mv "$1/leftover.tmp" "$1/leftover"; mv "$1/pgid.tmp" "$1/pgid"; exit 0
+    fi
+    read -r line <"$1/go"; exit 0'
+  # Runs as pid 1 of the namespace, so the leftover is reparented to it and reaped.
+  local driver='RRUN=$1 T=$2 JOB=$3
+    "$RRUN" --nproc-per-node 2 bash -c "$JOB" bash "$T" >"$T/out" 2>"$T/err" & rrun=$!
+    for ((i = 0; i < 200; i++)); do [ -s "$T/leftover" ] && break; sleep 0.05; done
+    pgid=$(cat "$T/pgid") left=$(cat "$T/leftover")
+    for ((i = 0; i < 200; i++)); do [ -e "/proc/$left" ] || break; sleep 0.05; done
+    [ -e "/proc/$left" ] && { echo "leftover $left did not end"; exit 1; }
+    # The next process gets the freed id and makes it its own session and group.
+    echo $((pgid - 1)) >/proc/sys/kernel/ns_last_pid
+    setsid sleep 30 & other=$!
+    [ "$other" = "$pgid" ] || { echo "SKIP: pid $other, not $pgid"; exit 77; }
+    for ((i = 0; i < 200; i++)); do
+      [ "$(awk "{print \$5}" "/proc/$other/stat")" = "$other" ] && break; sleep 0.01
+    done
+    echo go >"$T/go"
+    wait $rrun; echo "rrun exit $?"
+    sleep 0.5 # the keeper acts on rrun'"'"'s exit
+    if [ -e "/proc/$other" ] && [ "$(awk "{print \$3}" "/proc/$other/stat")" != Z ]; then
+      echo "unrelated process $other survived"; kill $other; exit 0
+    fi
+    echo "unrelated process $other (group $pgid) was killed"; exit 1'
+  timeout -s KILL 30 unshare --pid --fork --mount-proc bash -c "$driver" driver "$RRUN" "$T" "$job" \
+    >"$T/driver" 2>&1
+  RC=$?
+  cat "$T/driver"
+  [ "$RC" != 77 ] || skip "$(cat "$T/driver")"
+  grep -q "rrun exit 0" "$T/driver" || fail "the job did not succeed: $(cat "$T/driver")"
+  [ "$RC" = 0 ] || fail "$(tail -1 "$T/driver")"
+}
+
+# Issue 22 item 5: with --tee and a reader that stopped reading, rrun must still act on a
+# signal: forward it, and after the grace period SIGKILL, whatever it has left to write.
+case_tee_stalled_reader() {
+  mkfifo "$T/fifo"
+  exec 7<>"$T/fifo" # a reader that never reads, holding the pipe open
+  local t0 pid
+  t0=$(now_ms)
+  timeout -s KILL 30 "$RRUN" --nproc-per-node 2 --tee 3 --grace-period 2 \
+    sh -c 'echo $$ >"$1/w.$RANK"; exec yes "rank $RANK"' sh "$T" >"$T/fifo" 2>"$T/err" &
+  pid=$!
+  wait_for "$T"/w.{0,1}
+  sleep 1 # the fifo is full: rrun has more to write than it takes
+  kill -s TERM $pid
+  wait $pid
+  RC=$?
+  ELAPSED=$(($(now_ms) - t0))
+  exec 7<&-
+  expect_rc 143
+  expect_faster 8000
+  expect_err "rrun: received SIGTERM"
+  expect_err "of rank 0's output"
+  expect_dead "$(cat "$T/w.0")" "rank 0"
+  expect_dead "$(cat "$T/w.1")" "rank 1"
+}
+
 # A worker frozen with SIGSTOP gets SIGCONT with its SIGTERM: stopping the job takes
 # moments, not the 20 s grace period.
 case_stopped_worker() {

@@ -176,6 +176,7 @@ static int setup(launcher *L, const options *o) {
     rr__say("setting up signals: %s", strerror(errno));
     return -1;
   }
+  rr__output_init(L->sigfd);
   L->w = calloc((size_t)o->nproc, sizeof *L->w);
   L->pfd = calloc(2 * (size_t)o->nproc + 1, sizeof *L->pfd);
   L->pwatch = calloc(2 * (size_t)o->nproc + 1, sizeof *L->pwatch);

@@ -56,6 +56,7 @@ typedef struct {
   int target; /* STDOUT_FILENO or STDERR_FILENO */
   char *buf;  /* RRUN_LINE_MAX bytes */
   size_t len;
+  size_t dropped; /* bytes dropped for a stalled reader, not yet reported */
 } stream;
 
 typedef struct {
@@ -94,13 +95,14 @@ typedef struct {
   int first_failed;  /* index of the first failed worker, -1 if none */
   int signal_in;     /* first signal rrun received, 0 if none */
   bool launch_error; /* rrun itself could not start a worker */
-  int keeper_fd;     /* write end of the keeper's pipe (rrun_keeper.c), -1: none */
+  int keeper_fd;     /* rrun's end of the keeper's socket (rrun_keeper.c), -1: none */
 } launcher;
 
 /* rrun_flags.c. Exits (2, with a message) on any mistake, and for --help and --version. */
 void rr__parse_args(int argc, char **argv, options *o);
 
 /* rrun_output.c: rrun's own messages and the prefixed output of workers. */
+void rr__output_init(int wake_fd);
 int rr__write_all(int fd, const char *buf, size_t len);
 __attribute__((format(printf, 1, 2))) void rr__say(const char *fmt, ...);
 void rr__emit_lines(launcher *L, const worker *w, stream *s, bool eof);
@@ -115,8 +117,9 @@ int rr__set_env_int(const char *name, long value);
 int rr__run_job(launcher *L);
 
 /* rrun_keeper.c: the process that kills the workers' process groups when rrun ends, even by
- * SIGKILL. Start it before the first worker; watch each worker's group as it starts and
- * forget it once the worker is reaped (it stays listed while anything is left in it). */
+ * SIGKILL. Start it before the first worker; watch each worker's group as it starts (before
+ * it can be reaped: the keeper holds a pidfd of it) and forget it once the worker is reaped
+ * (it stays listed while anything is left in it). */
 int rr__keeper_start(launcher *L);
 void rr__keeper_watch(launcher *L, pid_t pgid);
 void rr__keeper_forget(launcher *L, pid_t pgid);

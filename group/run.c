@@ -31,7 +31,7 @@ int rr__pg_run_coll(rr_pg *pg, const rr__args *a, int64_t timeout_ms, const rr__
   rr__coll_begin(&c);
   if (rr__log_enabled(RR__LEVEL_TRACE, RR__SUB_COLL))
     RR__LOG_TRACE(RR__SUB_COLL, "start %s", rr__coll_describe(&c, desc, sizeof desc));
-  if (atomic_load(&pg->comm->aborted)) {
+  if (rr__comm_abort_concerns(pg->comm, !rr__coll_is_p2p(&c), c.hdr.seq)) {
     /* The first call to meet the abort reports its cause; later ones say the group is gone. */
     int st = rr__comm_check(pg->comm);
     rr__coll_describe(&c, desc, sizeof desc);

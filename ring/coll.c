@@ -144,9 +144,13 @@ miss:
   return RR_OK;
 }
 
+int rr__coll_is_p2p(const rr__coll *c) {
+  return c->a->kind == RR__K_SEND || c->a->kind == RR__K_RECV || c->a->kind == RR__K_SENDRECV;
+}
+
 int rr__coll_block(rr__coll *c, int peer) {
   /* Point-to-point calls have no group-wide number to compare against. */
-  int p2p = c->a->kind == RR__K_SEND || c->a->kind == RR__K_RECV || c->a->kind == RR__K_SENDRECV;
+  int p2p = rr__coll_is_p2p(c);
   rr__sniff sn = {.seq = c->hdr.seq, .check = rr__sniff_check, .ctx = c};
   rr__comm *cm = c->cm;
   /* Only a caller that blocks on this call spins; background work (async calls) sleeps
@@ -162,7 +166,7 @@ int rr__coll_block(rr__coll *c, int peer) {
   }
   int st = rr__comm_wait(c->cm, c->deadline_ms, p2p ? NULL : &sn);
   /* An abort may carry RR_ETIMEDOUT too (rr_work_wait gave up); keep its own words. */
-  if (st != RR_ETIMEDOUT || atomic_load(&cm->aborted)) return st;
+  if (st != RR_ETIMEDOUT || rr__comm_abort_concerns(cm, !p2p, c->hdr.seq)) return st;
   int g = peer >= 0 ? rr__grank(c, peer) : -1;
   char seg[48] = "";
   if (c->seg_total)
@@ -406,7 +410,8 @@ int rr__coll_exec(rr__coll *c) {
   rr__hdr_sends sends;
   sends.n = 0;
   c->sends = &sends;
-  rr__comm_new_call(c->cm);
+  int coll = !rr__coll_is_p2p(c);
+  rr__comm_new_call(c->cm, coll, c->hdr.seq);
   const int trace = rr__trace_json();
   if (trace) rr__trace_begin(c);
   int st = rr__dispatch(c);
@@ -414,6 +419,7 @@ int rr__coll_exec(rr__coll *c) {
   for (int i = 0; st == RR_OK && i < sends.n; i++)
     st = rr__coll_wait(c, &sends.req[i], sends.peer[i]);
   c->sends = NULL;
+  if (st == RR_OK && coll) rr__comm_call_done(c->cm, c->hdr.seq);
   if (trace) rr__trace_end(c, st);
   return st;
 }

@@ -112,6 +112,9 @@ static inline int rr__grank(const rr__coll *c, int r) { return c->cs->global_ran
 /* Set up the context of a call of group rank `rank` of `size` over `cm`. */
 void rr__coll_init(rr__coll *c, rr__coll_state *cs, rr__comm *cm, const rr__args *a, int rank,
                    int size, int64_t timeout_ms);
+/* A point-to-point call (send, recv, sendrecv): numbered per pair, not in the group's
+ * sequence of collectives. */
+int rr__coll_is_p2p(const rr__coll *c);
 /* Number the call and write its header (takes the next sequence number). */
 void rr__coll_begin(rr__coll *c);
 /* Run the call's algorithm to the end: RR_OK, or the failure with the last error set (the

@@ -64,7 +64,7 @@ static int scenario(int via_sniff, int peer2_dead) {
                                  &cm->peers[1].nlanes));
   cm->peers[1].ctrl_fd = c1[0];
   cm->peers[2].ctrl_fd = c2[0];
-  rr__comm_new_call(cm);
+  rr__comm_new_call(cm, 1, 0);
 
   uint8_t hdr[RR__SNIFF_BYTES];
   rr__req req = {.buf = (char *)hdr, .len = sizeof hdr};

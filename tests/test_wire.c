@@ -68,10 +68,12 @@ static int hdr_roundtrip(void) {
 
 static int ctl_and_hello(void) {
   uint8_t w[RR__CTL_FIXED];
-  rr__ctl c = {.type = RR__CTL_ABORT, .origin = 3, .status = RR_EPEER, .len = 17}, d;
+  rr__ctl c = {.type = RR__CTL_ABORT, .origin = 3, .status = RR_EPEER, .len = 17,
+               .seq = 0x123456789aULL}, d;
   rr__ctl_encode(&c, w);
   T_OK(rr__ctl_decode(w, &d));
-  T_CHECK(d.type == c.type && d.origin == 3 && d.status == RR_EPEER && d.len == 17, "ctl round trip");
+  T_CHECK(d.type == c.type && d.origin == 3 && d.status == RR_EPEER && d.len == 17 &&
+          d.seq == 0x123456789aULL, "ctl round trip");
   c.len = RR__CTL_TEXT_MAX + 1;
   rr__ctl_encode(&c, w);
   T_CHECK(rr__ctl_decode(w, &d) == RR_EPROTO, "oversized control text accepted");
@@ -82,7 +84,8 @@ static int ctl_and_hello(void) {
   rr__ctl_encode(&c, w);
   T_CHECK(rr__ctl_decode(w, &d) == RR_EPROTO, "positive status accepted");
 
-  rr__hello h = {.from = 4, .to = 1, .index = 2, .nsockets = 3, .token_hash = 0x1234};
+  rr__hello h = {.from = 4, .to = 1, .index = 2, .nsockets = 3, .token_hash = 0x1234,
+                 .nonce = 0xfeedULL};
   snprintf(h.group, sizeof h.group, "w.3");
   snprintf(h.transport, sizeof h.transport, "tcp");
   uint8_t hw[RR__HELLO_BYTES];
@@ -90,7 +93,8 @@ static int ctl_and_hello(void) {
   rr__hello e;
   T_OK(rr__hello_decode(hw, &e));
   T_CHECK(!strcmp(e.group, "w.3") && e.from == 4 && e.to == 1 && e.index == 2 &&
-          e.nsockets == 3 && !strcmp(e.transport, "tcp") && e.token_hash == 0x1234, "hello round trip");
+          e.nsockets == 3 && !strcmp(e.transport, "tcp") && e.token_hash == 0x1234 &&
+              e.nonce == 0xfeedULL, "hello round trip");
   h.index = 3; /* index must be below nsockets */
   rr__hello_encode(&h, hw);
   T_CHECK(rr__hello_decode(hw, &e) == RR_EPROTO, "socket index out of range accepted");

@@ -14,7 +14,7 @@
 #include "common/status.h"
 #include "common/util.h"
 
-#define RR__CTL_MAGIC 0x31435252u /* "RRC1" */
+#define RR__CTL_MAGIC 0x32435252u /* "RRC2": 2 adds the ABORT's collective number */
 
 void rr__ctl_encode(const rr__ctl *c, uint8_t out[RR__CTL_FIXED]) {
   rr__put_u32(out, RR__CTL_MAGIC);
@@ -22,6 +22,7 @@ void rr__ctl_encode(const rr__ctl *c, uint8_t out[RR__CTL_FIXED]) {
   rr__put_u32(out + 8, (uint32_t)c->origin);
   rr__put_u32(out + 12, (uint32_t)c->status);
   rr__put_u32(out + 16, c->len);
+  rr__put_u64(out + 20, c->seq);
 }
 
 int rr__ctl_decode(const uint8_t in[RR__CTL_FIXED], rr__ctl *c) {
@@ -31,6 +32,7 @@ int rr__ctl_decode(const uint8_t in[RR__CTL_FIXED], rr__ctl *c) {
   c->origin = (int32_t)rr__get_u32(in + 8);
   c->status = (int32_t)rr__get_u32(in + 12);
   c->len = rr__get_u32(in + 16);
+  c->seq = rr__get_u64(in + 20);
   if ((c->type != RR__CTL_ABORT && c->type != RR__CTL_BYE) || c->len > RR__CTL_TEXT_MAX ||
       c->status > 0 || c->status < -1000)
     return rr__set_error(RR_EPROTO, "malformed control message (type %u, length %u)", c->type,
@@ -66,10 +68,12 @@ int rr__comm_new(int rank, int size, int global_rank, rr__comm **out) {
 
 void rr__comm_poll_ctl(rr__comm *cm);
 
-static void rr__send_ctl(int fd, uint32_t type, int origin, int status, const char *text) {
+static void rr__send_ctl(int fd, uint32_t type, int origin, int status, uint64_t seq,
+                         const char *text) {
   uint8_t buf[RR__CTL_FIXED + RR__CTL_TEXT_MAX];
   size_t len = text ? strnlen(text, RR__CTL_TEXT_MAX) : 0;
-  rr__ctl c = {.type = type, .origin = origin, .status = status, .len = (uint32_t)len};
+  rr__ctl c = {.type = type, .origin = origin, .status = status, .len = (uint32_t)len,
+               .seq = seq};
   rr__ctl_encode(&c, buf);
   if (len) memcpy(buf + RR__CTL_FIXED, text, len);
   /* Best effort and never blocking: control sockets carry a few small messages, so the
@@ -87,10 +91,12 @@ void rr__comm_free(rr__comm *cm) {
       /* After an abort, repeat its cause first: a peer that has not heard it from its
        * origin yet must not take our leaving for the reason. Then a goodbye, so our closing
        * sockets are not taken for a crash. */
-      if (!cm->no_bye && atomic_load(&cm->aborted))
+      if (!cm->no_bye && atomic_load(&cm->aborted)) {
+        uint64_t from = atomic_load(&cm->abort_from);
         rr__send_ctl(p->ctrl_fd, RR__CTL_ABORT, cm->global_rank, cm->abort_status,
-                     cm->abort_reason);
-      if (!cm->no_bye) rr__send_ctl(p->ctrl_fd, RR__CTL_BYE, cm->global_rank, 0, NULL);
+                     from ? from : atomic_load(&cm->unfinished), cm->abort_reason);
+      }
+      if (!cm->no_bye) rr__send_ctl(p->ctrl_fd, RR__CTL_BYE, cm->global_rank, 0, 0, NULL);
       close(p->ctrl_fd);
     }
     for (int l = 0; l < p->nlanes; l++)
@@ -104,24 +110,45 @@ void rr__comm_free(rr__comm *cm) {
   free(cm);
 }
 
-int rr__comm_abort(rr__comm *cm, int status, const char *reason, int tell_peers) {
+/* from: the first collective the abort concerns (0: every call). A local abort (from 0)
+ * also overrides a peer's that concerns only later calls: this rank stops now. */
+static int rr__abort_set(rr__comm *cm, int status, const char *reason, int tell_peers,
+                         uint64_t from) {
   pthread_mutex_lock(&cm->abort_mu);
-  if (!atomic_load(&cm->aborted)) {
+  int first = !atomic_load(&cm->aborted);
+  if (first || (from == 0 && atomic_load(&cm->abort_from) > 0)) {
     cm->abort_status = status;
     snprintf(cm->abort_reason, sizeof cm->abort_reason, "%s", reason);
+    atomic_store(&cm->abort_from, from);
     atomic_store(&cm->aborted, 1);
     if (tell_peers) atomic_store(&cm->halt, 1);
     RR__LOG_WARN(RR__SUB_COLL, "group aborted: %s", reason);
     uint64_t one = 1;
     if (write(cm->wake_fd, &one, sizeof one) < 0 && errno != EAGAIN)
       RR__LOG_WARN(RR__SUB_COLL, "eventfd write: %s", strerror(errno));
+    /* Peers fail from the first collective this rank did not finish on. */
+    uint64_t seq = atomic_load(&cm->unfinished);
     if (tell_peers)
       for (int i = 0; i < cm->size; i++)
         if (i != cm->rank && cm->peers[i].ctrl_fd >= 0)
-          rr__send_ctl(cm->peers[i].ctrl_fd, RR__CTL_ABORT, cm->global_rank, status, reason);
+          rr__send_ctl(cm->peers[i].ctrl_fd, RR__CTL_ABORT, cm->global_rank, status, seq,
+                       reason);
   }
   pthread_mutex_unlock(&cm->abort_mu);
   return status;
+}
+
+int rr__comm_abort(rr__comm *cm, int status, const char *reason, int tell_peers) {
+  return rr__abort_set(cm, status, reason, tell_peers, 0);
+}
+
+int rr__comm_abort_concerns(rr__comm *cm, int coll, uint64_t seq) {
+  return atomic_load(&cm->aborted) && (!coll || seq >= atomic_load(&cm->abort_from));
+}
+
+/* The abort concerns the call running now. */
+static int rr__abort_now(rr__comm *cm) {
+  return rr__comm_abort_concerns(cm, cm->cur_coll, cm->cur_seq);
 }
 
 int rr__comm_check(rr__comm *cm) {
@@ -157,9 +184,13 @@ int rr__comm_isend(rr__comm *cm, int peer, int msg, rr__req *r) {
   return RR_OK;
 }
 
-void rr__comm_new_call(rr__comm *cm) {
+void rr__comm_new_call(rr__comm *cm, int coll, uint64_t seq) {
   for (int i = 0; i < cm->size; i++) cm->peers[i].rx_used = 0;
+  cm->cur_coll = coll;
+  cm->cur_seq = seq;
 }
+
+void rr__comm_call_done(rr__comm *cm, uint64_t seq) { atomic_store(&cm->unfinished, seq + 1); }
 
 int rr__comm_irecv(rr__comm *cm, int peer, int msg, rr__req *r) {
   rr__conn *c = rr__lane_for(cm, peer, msg);
@@ -196,7 +227,8 @@ static int rr__read_ctl_msgs(rr__comm *cm, int i, int *lost) {
       char reason[RR__ERRMSG_MAX];
       snprintf(reason, sizeof reason, "rank %d aborted the group: %.900s", p->info.global_rank,
                text);
-      rr__comm_abort(cm, c.status ? c.status : RR_EABORTED, reason, 0);
+      rr__abort_set(cm, c.status ? c.status : RR_EABORTED, reason, 0, c.seq);
+      if (!rr__abort_now(cm)) continue; /* for a later collective: this one goes on */
       return rr__comm_check(cm);
     }
     ssize_t r = recv(p->ctrl_fd, p->ctl_buf + p->ctl_have, need - p->ctl_have, MSG_DONTWAIT);
@@ -250,7 +282,7 @@ static int rr__lane_error(rr__comm *cm, rr__conn *c, int st) {
     char saved[RR__ERRMSG_MAX];
     snprintf(saved, sizeof saved, "%s", rr__error());
     rr__comm_poll_ctl(cm);
-    if (atomic_load(&cm->aborted)) return rr__comm_check(cm);
+    if (rr__abort_now(cm)) return rr__comm_check(cm);
     rr__copy_error(saved);
   }
   if (st == RR_EPEER && p->said_bye)
@@ -323,8 +355,15 @@ int rr__comm_wait(rr__comm *cm, int64_t deadline_ms, const rr__sniff *sn) {
    * since given up on a later call. The abort is seen when we would otherwise sleep. */
   for (int i = 0; i < first_sniff; i++)
     if (cm->pfds[i].revents && !atomic_load(&cm->halt)) return RR_OK;
-  if (atomic_load(&cm->aborted)) return rr__comm_check(cm);
+  if (rr__abort_now(cm)) return rr__comm_check(cm);
   if (rc == 0) return rr__set_error(RR_ETIMEDOUT, "timed out");
+  if (cm->pfds[n - 1].revents && atomic_load(&cm->aborted)) {
+    /* A peer's abort for a later collective woke us: drain the wake-up and wait on for
+     * this one's data (a local abort, if one comes, writes it again). */
+    uint64_t v;
+    if (read(cm->wake_fd, &v, sizeof v) < 0 && errno != EAGAIN)
+      return rr__set_error(RR_ESYS, "eventfd read: %s", strerror(errno));
+  }
   for (int k = first_sniff, i = 0; i < cm->size; i++) {
     rr__conn *l0 = rr__sniffable(cm, i, sn);
     if (!l0 || !cm->pfds[k++].revents) continue;
@@ -336,7 +375,7 @@ int rr__comm_wait(rr__comm *cm, int64_t deadline_ms, const rr__sniff *sn) {
       char saved[RR__ERRMSG_MAX];
       snprintf(saved, sizeof saved, "%s", rr__error());
       rr__comm_poll_ctl(cm);
-      if (atomic_load(&cm->aborted)) return rr__comm_check(cm);
+      if (rr__abort_now(cm)) return rr__comm_check(cm);
       rr__copy_error(saved);
       return pst;
     }
@@ -356,8 +395,10 @@ int rr__comm_wait(rr__comm *cm, int64_t deadline_ms, const rr__sniff *sn) {
     if (cm->pfds[k++].revents) RR__CHECK(rr__read_ctl_msgs(cm, i, &gone));
     if (gone && lost < 0) lost = i;
   }
-  if (lost >= 0 && !atomic_load(&cm->aborted)) return rr__lost(cm, lost);
-  return rr__comm_check(cm);
+  /* A peer that vanished fails this call, unless an abort that concerns it explains why
+   * (a peer's abort for a later call does not: this call may be waiting for the dead). */
+  if (lost >= 0 && !rr__abort_now(cm)) return rr__lost(cm, lost);
+  return rr__abort_now(cm) ? rr__comm_check(cm) : RR_OK;
 }
 
 void rr__comm_poll_ctl(rr__comm *cm) {
@@ -377,7 +418,7 @@ void rr__comm_poll_ctl(rr__comm *cm) {
     if (cm->pfds[k++].revents) (void)rr__read_ctl_msgs(cm, i, &gone);
     if (gone && lost < 0) lost = i;
   }
-  if (lost >= 0 && !atomic_load(&cm->aborted)) (void)rr__lost(cm, lost);
+  if (lost >= 0 && !rr__abort_now(cm)) (void)rr__lost(cm, lost);
 }
 
 int64_t rr__comm_idle_ms(const rr__comm *cm, int peer) {

@@ -17,15 +17,19 @@
 #include "transport/transport.h"
 
 /* Control messages, on the per-peer control socket (little-endian): ABORT with the reason,
- * and BYE, an orderly leave, so that the socket closing next is not taken for a crash. */
+ * and BYE, an orderly leave, so that the socket closing next is not taken for a crash.
+ * An ABORT names the first collective its sender did not finish: it finished every earlier
+ * one, so a peer still in an earlier collective completes it and fails from that one on
+ * (every rank fails in the same call). */
 enum rr__ctl_type { RR__CTL_ABORT = 1, RR__CTL_BYE = 2 };
-#define RR__CTL_FIXED 20
+#define RR__CTL_FIXED 28
 #define RR__CTL_TEXT_MAX 1024
 typedef struct rr__ctl {
   uint32_t type;
   int32_t origin; /* global rank that sent it */
   int32_t status; /* rr_status of an ABORT */
   uint32_t len;   /* bytes of text that follow */
+  uint64_t seq;   /* ABORT: the first collective (group sequence number) it concerns */
 } rr__ctl;
 void rr__ctl_encode(const rr__ctl *c, uint8_t out[RR__CTL_FIXED]);
 int rr__ctl_decode(const uint8_t in[RR__CTL_FIXED], rr__ctl *c);
@@ -85,6 +89,13 @@ typedef struct rr__comm {
   int abort_status;
   char abort_reason[RR__ERRMSG_MAX];
   pthread_mutex_t abort_mu;
+  /* Which calls an abort concerns. A local abort concerns every call (abort_from 0); a
+   * peer's, the collectives from the number it names on (and every point-to-point call),
+   * so the collective running here, if earlier, still completes on the data that comes. */
+  _Atomic uint64_t abort_from;
+  _Atomic uint64_t unfinished; /* the first collective this rank has not finished */
+  uint64_t cur_seq;            /* the call running now (rr__comm_new_call) ... */
+  int cur_coll;                /* ... and whether it is a collective */
 } rr__comm;
 
 /* Allocate the comm for a group of `size` (peers filled in by the bootstrap). */
@@ -96,8 +107,14 @@ void rr__comm_free(rr__comm *cm);
  * lanes, the same rule on both sides). */
 int rr__comm_isend(rr__comm *cm, int peer, int msg, rr__req *r);
 int rr__comm_irecv(rr__comm *cm, int peer, int msg, rr__req *r);
-/* A new call starts: forget which peers the previous one received from. */
-void rr__comm_new_call(rr__comm *cm);
+/* A new call starts (a collective numbered seq, or a point-to-point call): forget which
+ * peers the previous one received from. */
+void rr__comm_new_call(rr__comm *cm, int coll, uint64_t seq);
+/* Collective seq finished on this rank: an abort from here on concerns the next ones. */
+void rr__comm_call_done(rr__comm *cm, uint64_t seq);
+/* Does the group's abort (if any) concern a call: a collective numbered seq, or (coll 0) a
+ * point-to-point call? */
+int rr__comm_abort_concerns(rr__comm *cm, int coll, uint64_t seq);
 /* Move bytes on every busy lane without blocking. *moved gets the bytes moved. */
 int rr__comm_progress(rr__comm *cm, size_t *moved);
 /* Sleep until a busy lane or control socket is ready, the group is aborted, or
@@ -113,7 +130,8 @@ int64_t rr__comm_idle_ms(const rr__comm *cm, int peer);
  * (tell_peers) also stops transfers at once and sends every peer an ABORT with the
  * reason. Safe from any thread. Returns status. */
 int rr__comm_abort(rr__comm *cm, int status, const char *reason, int tell_peers);
-/* RR_OK, or the abort status with the last error set to the reason. */
+/* RR_OK, or the abort status with the last error set to the reason (whichever call it
+ * concerns). */
 int rr__comm_check(rr__comm *cm);
 
 #endif /* RR__RING_COMM_H_ */

@@ -37,22 +37,35 @@ class _Call:
     once it completed (copy results out of a contiguous staging tensor). complete() records
     the outcome once, from whichever thread sees it first."""
 
-    __slots__ = ("handle", "keep", "finish", "lock", "done", "error", "what", "__weakref__")
+    __slots__ = ("handle", "keep", "finish", "lock", "done", "error", "what", "memory",
+                 "__weakref__")
 
     def __init__(self, handle, keep, finish, what):
         self.handle, self.keep, self.finish, self.what = handle, keep, finish, what
         self.lock = threading.Lock()
         self.done = False
         self.error = None
+        # Where each tensor's memory was when the call started: the library reads and writes
+        # there until it completes. torch gives a backend no way to pin that memory, so a
+        # tensor resized (resize_, set_) meanwhile is found here, at completion, and named.
+        self.memory = [(t, t.data_ptr()) for t in _tensors_in(keep)]
 
     def complete(self, status):
         with self.lock:
             if self.done:
                 return
+            moved = [t for t, ptr in self.memory if t.data_ptr() != ptr]
             if status < 0:
                 msg = _lib.work_error(self.handle)
                 self.error = call_error(status, msg.decode("utf-8", "replace") if msg else "",
                                         self.what)
+            elif moved:
+                self.error = RuntimeError(
+                    f"ringreduce: {self.what}: a tensor of this call got new memory (resize_, "
+                    "set_) while the call was in flight; the library wrote into the memory it "
+                    "had when the call started, which the tensor no longer owns: the result is "
+                    "lost (and, if that memory was freed, the process may be damaged). Leave a "
+                    "tensor alone until its work has completed")
             elif self.finish is not None:
                 # A copy-out that fails (torch refusing the copy) fails this call only: the
                 # group and every later call go on.
@@ -63,6 +76,7 @@ class _Call:
                                               f"into the caller's tensor failed: {e}")
             self.keep = None
             self.finish = None
+            self.memory = ()
             self.done = True
 
     def poll(self):
@@ -78,6 +92,15 @@ class _Call:
         if self.handle:
             _lib.work_free(self.handle)
             self.handle = None
+
+
+def _tensors_in(keep):
+    """The host and device tensors (strided) among what a call keeps alive."""
+    if isinstance(keep, torch.Tensor):
+        return [keep] if keep.layout == torch.strided else []
+    if isinstance(keep, (list, tuple)):
+        return [t for k in keep for t in _tensors_in(k)]
+    return []
 
 
 class Batch:

@@ -255,12 +255,32 @@ def case_overlap(rank, world, gloo):
         t = torch.ones(4)
         fut = dist.all_reduce(t, async_op=True).get_future()
         check(torch.equal(fut.wait()[0], torch.full((4,), float(world))), f"after refusal {i}")
+    # A tensor given new memory while its call is in flight: named at completion, once, and
+    # the group goes on. (The old memory stays alive here, in `base`, so that the library's
+    # writes land somewhere harmless; with freed memory it is the user's crash.)
+    base = torch.ones(1 << 16)
+    t = base[: 1 << 14]
+    if rank == 0:
+        time.sleep(0.5)  # so that rank 1's call is still in flight when it moves the tensor
+    work = dist.all_reduce(t, async_op=True)
+    t.set_(torch.zeros(8))
+    try:
+        work.wait()
+        moved_refused = False
+    except RuntimeError as e:
+        moved_refused = "got new memory" in str(e)
+    if world > 1 and rank != 0:
+        check(moved_refused, "a tensor moved during its call was not named")
+    t = torch.ones(4)
+    dist.all_reduce(t)
+    check(torch.equal(t, torch.full((4,), float(world))), "after a moved tensor")
     # A transposed view does not overlap: it is copied in and out.
     m = rnd(30, rank, 12).view(3, 4).t()
     dist.all_reduce(m)
     close(m.reshape(-1), [rnd(30, r, 12).view(3, 4).t().reshape(-1) for r in range(world)],
           "transposed view")
-    return "expand()ed outputs refused by all_reduce, broadcast, all_gather; group goes on"
+    return ("expand()ed outputs refused by all_reduce, broadcast, all_gather; a tensor moved "
+            "in flight named; group goes on")
 
 
 def case_dtypes(rank, world, gloo):

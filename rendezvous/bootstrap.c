@@ -20,6 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include "common/bytes.h"
@@ -247,6 +248,53 @@ static uint64_t rr__reply_proof(const rr__mesh *m, const rr__hello *h, int32_t v
                  m->infos[h->from].nonce, h->nonce);
 }
 
+/* A step of the setup with peer p failed with st (the error set). If the peer gave up
+ * first, it said why on the pair's control socket (an ABORT, rr__tell_peers): that is the
+ * cause, not the closed connection it led to. fd: the control socket, once its greeting is
+ * done (-1: nothing to read). */
+static int rr__peer_said_why(const rr__boot *b, int fd, int p, int st) {
+  /* Only a failure the peer caused (it closed, reset or refused a connection) can have its
+   * reason there; a local one (out of descriptors here) is the cause itself, and waiting
+   * would only hold back telling the others. */
+  const char *e = rr__error();
+  int remote = st == RR_EPEER || st == RR_EPROTO ||
+               (st == RR_ESYS && (strstr(e, "Connection refused") || strstr(e, "reset") ||
+                                  strstr(e, "Broken pipe")));
+  if (fd < 0 || !remote) return st;
+  char mine[RR__ERRMSG_MAX], theirs[RR__CTL_TEXT_MAX + 1];
+  snprintf(mine, sizeof mine, "%s", rr__error());
+  int their_st = RR_OK;
+  int64_t soon = RR__MIN(b->deadline_ms, rr__now_ms() + 1000);
+  if (rr__ctl_read_abort(fd, soon, &their_st, theirs, sizeof theirs) == RR_OK)
+    return rr__set_error(their_st, "rank %d gave up setting up the group: %s",
+                         b->global_ranks[p], theirs);
+  rr__copy_error(mine);
+  return st;
+}
+
+/* This rank's setup failed after the records were in: tell every peer it has a control
+ * socket with (greeting done) why it stops, so that whichever rank a launcher reports
+ * first, its message carries the root cause (a rank out of descriptors, say) instead of
+ * "connection reset by the peer" blaming the messenger. A peer reads it where a setup
+ * message was due (rr__peer_said_why, rr__ctl_next_is_ctl). */
+static void rr__tell_peers(const rr__boot *b, rr__mesh *m, rr__comm *cm, int st) {
+  char why[RR__ERRMSG_MAX + 16];
+  snprintf(why, sizeof why, "rank %d: %s", b->global_ranks[b->rank], rr__error());
+  for (int q = 0; q < b->size; q++) {
+    int fd = q == b->rank                       ? -1
+             : cm && cm->peers[q].ctrl_fd >= 0 ? cm->peers[q].ctrl_fd
+                                                : m->fds[q][0];
+    if (fd < 0) continue;
+    rr__ctl_send_abort(fd, b->global_ranks[b->rank], st, 0, why);
+    /* Closing a socket with unread bytes resets it, and a reset can cost the peer the
+     * ABORT still queued for it: read what waits, and send our FIN now. */
+    char sink[512];
+    while (recv(fd, sink, sizeof sink, MSG_DONTWAIT) > 0) {
+    }
+    shutdown(fd, SHUT_WR);
+  }
+}
+
 /* Connect every socket to each lower rank and send its greeting. */
 static int rr__connect_lower(rr__mesh *m) {
   const rr__boot *b = m->b;
@@ -325,6 +373,49 @@ static int rr__file_greeting(rr__mesh *m, rr__pending *pd) {
   if (st != RR_OK) return RR_EPROTO;
   m->fds[p][h.index] = pd->fd;
   return RR_OK;
+}
+
+/* This rank's setup failed (st, the error set) while a higher rank's connection waited for
+ * its answer: finish reading its greeting (briefly), answer it with the failure and then
+ * the reason as an ABORT, so that the connecting rank reports the cause (rr__read_replies)
+ * instead of a reset connection. A greeting that does not check out gets nothing. */
+static void rr__answer_failure(rr__mesh *m, rr__pending *pd, int st, const char *why) {
+  const rr__boot *b = m->b;
+  int64_t soon = RR__MIN(b->deadline_ms, rr__now_ms() + 200);
+  if (rr__sock_recv_all(pd->fd, pd->buf + pd->have, RR__HELLO_BYTES - pd->have, soon) != RR_OK)
+    return;
+  pd->have = RR__HELLO_BYTES;
+  rr__hello h;
+  if (rr__hello_decode(pd->buf, &h) != RR_OK || strcmp(h.group, b->group_id) != 0 ||
+      h.to != b->rank || h.from <= b->rank || h.from >= b->size ||
+      h.token_hash != rr__greeting_proof(m, &h))
+    return;
+  uint8_t reply[RR__REPLY_BYTES];
+  rr__put_u32(reply, RR__HELLO_OK);
+  rr__put_u32(reply + 4, (uint32_t)st);
+  rr__put_u64(reply + 8, rr__reply_proof(m, &h, st));
+  if (rr__sock_send_all(pd->fd, reply, sizeof reply, soon) != RR_OK) return;
+  rr__ctl_send_abort(pd->fd, b->global_ranks[b->rank], st, 0, why);
+  shutdown(pd->fd, SHUT_WR);
+}
+
+/* After a failure: answer the connections still in the listen backlog (rr__answer_failure),
+ * now that this rank's other descriptors are closed and accept() can work again. */
+static void rr__answer_backlog(rr__mesh *m, int lfd, int st) {
+  char saved[RR__ERRMSG_MAX], why[RR__ERRMSG_MAX + 16];
+  snprintf(saved, sizeof saved, "%s", rr__error());
+  snprintf(why, sizeof why, "rank %d: %s", m->b->global_ranks[m->b->rank], saved);
+  if (rr__sock_nonblock(lfd, 1) != RR_OK) { /* accept() must not wait for a next one */
+    rr__copy_error(saved);
+    return;
+  }
+  for (int n = 0; n < 256; n++) {
+    rr__pending pd = {.fd = accept4(lfd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK)};
+    if (pd.fd < 0) break;
+    rr__answer_failure(m, &pd, st, why);
+    close(pd.fd);
+  }
+  rr__copy_error(saved);
 }
 
 /* Accept the sockets of every higher rank, tolerating strangers, slow writers and junk. */
@@ -408,6 +499,14 @@ static int rr__accept_higher(rr__mesh *m, int lfd) {
     }
   }
 out:
+  if (st != RR_OK) {
+    /* Failing: the connections half way through their greeting still get the reason. */
+    char saved[RR__ERRMSG_MAX], why[RR__ERRMSG_MAX + 16];
+    snprintf(saved, sizeof saved, "%s", rr__error());
+    snprintf(why, sizeof why, "rank %d: %s", b->global_ranks[b->rank], saved);
+    for (int i = 0; i < npend; i++) rr__answer_failure(m, &pend[i], st, why);
+    rr__copy_error(saved);
+  }
   for (int i = 0; i < npend; i++) close(pend[i].fd);
   return st;
 }
@@ -419,9 +518,11 @@ static int rr__read_replies(rr__mesh *m) {
     for (int k = 0; k < m->nsock[p]; k++) {
       uint8_t reply[RR__REPLY_BYTES];
       int st = rr__sock_recv_all(m->fds[p][k], reply, sizeof reply, b->deadline_ms);
-      if (st != RR_OK)
-        return rr__prefix_error(st, "waiting for rank %d to accept our connection",
-                                b->global_ranks[p]);
+      if (st != RR_OK) {
+        rr__prefix_error(st, "waiting for rank %d to accept our connection", b->global_ranks[p]);
+        /* The control socket's greeting was answered: the rest of it is the peer's. */
+        return rr__peer_said_why(b, k > 0 ? m->fds[p][0] : -1, p, st);
+      }
       int32_t verdict = (int32_t)rr__get_u32(reply + 4);
       if (rr__get_u32(reply) != RR__HELLO_OK)
         return rr__set_error(RR_EPROTO, "rank %d answered our greeting with garbage",
@@ -432,10 +533,13 @@ static int rr__read_replies(rr__mesh *m) {
                              "token: not rank %d (a relay or an impostor between the ranks?); "
                              "refusing the connection",
                              b->global_ranks[p], m->infos[p].addr, b->global_ranks[p]);
-      if (verdict != RR_OK)
-        return rr__set_error(verdict < 0 && verdict > -100 ? verdict : RR_EPROTO,
-                             "rank %d refused our connection: %s (see its log)",
-                             b->global_ranks[p], rr_strerror(verdict));
+      if (verdict != RR_OK) {
+        int vst = verdict < 0 && verdict > -100 ? verdict : RR_EPROTO;
+        rr__set_error(vst, "rank %d refused our connection: %s (see its log)",
+                      b->global_ranks[p], rr_strerror(verdict));
+        /* A rank that failed its own setup sends the reason after its refusal. */
+        return rr__peer_said_why(b, m->fds[p][k], p, vst);
+      }
     }
   return RR_OK;
 }
@@ -536,6 +640,7 @@ int rr__bootstrap(const rr__boot *b, rr__comm **out) {
     for (int k = 1; k < m.nsock[p]; k++) m.fds[p][k] = -1; /* owned by the transport now */
     if (st != RR_OK) {
       rr__prefix_error(st, "setting up %s to rank %d", pe->tp->name, b->global_ranks[p]);
+      st = rr__peer_said_why(b, pe->ctrl_fd, p, st);
       goto done;
     }
     RR__LOG_INFO(RR__SUB_INIT, "group %s: rank %d <-> rank %d over %s, %d lane(s)", b->group_id,
@@ -545,11 +650,15 @@ int rr__bootstrap(const rr__boot *b, rr__comm **out) {
   cm = NULL;
   st = RR_OK;
 done:
-  if (lfd >= 0) close(lfd);
+  if (st != RR_OK && m.fds) rr__tell_peers(b, &m, cm, st);
   if (m.fds)
     for (int p = 0; p < size; p++)
       for (int k = 0; k <= RR__MAX_LANES; k++)
         if (m.fds[p][k] >= 0) close(m.fds[p][k]);
+  if (lfd >= 0) {
+    if (st != RR_OK && m.infos && m.sent) rr__answer_backlog(&m, lfd, st);
+    close(lfd);
+  }
   free(m.infos);
   free(m.tp);
   free(m.nsock);

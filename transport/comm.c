@@ -2,6 +2,7 @@
 
 #include <ctype.h>
 #include <errno.h>
+#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -13,6 +14,7 @@
 #include "common/log.h"
 #include "common/status.h"
 #include "common/util.h"
+#include "transport/socket.h"
 
 #define RR__CTL_MAGIC 0x32435252u /* "RRC2": 2 adds the ABORT's collective number */
 
@@ -81,6 +83,42 @@ static void rr__send_ctl(int fd, uint32_t type, int origin, int status, uint64_t
   ssize_t w = send(fd, buf, RR__CTL_FIXED + len, MSG_DONTWAIT | MSG_NOSIGNAL);
   if (w != (ssize_t)(RR__CTL_FIXED + len))
     RR__LOG_INFO(RR__SUB_NET, "control message %u not fully sent on fd %d", type, fd);
+}
+
+void rr__ctl_send_abort(int fd, int origin, int status, uint64_t seq, const char *text) {
+  rr__send_ctl(fd, RR__CTL_ABORT, origin, status, seq, text);
+}
+
+int rr__ctl_next_is_ctl(int fd, int64_t deadline_ms) {
+  uint8_t b[4];
+  for (;;) {
+    ssize_t r = recv(fd, b, sizeof b, MSG_PEEK | MSG_DONTWAIT);
+    if (r == (ssize_t)sizeof b) return rr__get_u32(b) == RR__CTL_MAGIC;
+    if (r == 0 || (r < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR))
+      return 0;
+    if (rr__ms_left(deadline_ms) == 0) return 0;
+    struct pollfd p = {.fd = fd, .events = POLLIN};
+    /* Fewer than 4 bytes so far: poll returns at once while they sit there; nap briefly. */
+    if (r > 0) usleep(1000);
+    else if (poll(&p, 1, (int)RR__MIN(rr__ms_left(deadline_ms), 1000)) < 0 && errno != EINTR)
+      return 0;
+  }
+}
+
+int rr__ctl_read_abort(int fd, int64_t deadline_ms, int *status, char *text, size_t n) {
+  uint8_t hdr[RR__CTL_FIXED];
+  RR__CHECK(rr__sock_recv_all(fd, hdr, sizeof hdr, deadline_ms));
+  rr__ctl c;
+  RR__CHECK(rr__ctl_decode(hdr, &c));
+  char buf[RR__CTL_TEXT_MAX + 1];
+  RR__CHECK(rr__sock_recv_all(fd, buf, c.len, deadline_ms));
+  buf[c.len] = '\0';
+  for (char *t = buf; *t; t++)
+    if (!isprint((unsigned char)*t)) *t = '?';
+  if (c.type != RR__CTL_ABORT) return rr__set_error(RR_EPROTO, "not an abort");
+  *status = c.status ? c.status : RR_EABORTED;
+  snprintf(text, n, "%s", buf);
+  return RR_OK;
 }
 
 void rr__comm_free(rr__comm *cm) {

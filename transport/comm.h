@@ -33,6 +33,15 @@ typedef struct rr__ctl {
 } rr__ctl;
 void rr__ctl_encode(const rr__ctl *c, uint8_t out[RR__CTL_FIXED]);
 int rr__ctl_decode(const uint8_t in[RR__CTL_FIXED], rr__ctl *c);
+/* Send an ABORT on a control socket, best effort, never blocking. */
+void rr__ctl_send_abort(int fd, int origin, int status, uint64_t seq, const char *text);
+/* During setup: 1 when the next bytes on a control socket begin a control message (a peer
+ * that gave up sent its ABORT where a setup message was due), without consuming them;
+ * waits until deadline_ms for the first 4 bytes, 0 on anything else. */
+int rr__ctl_next_is_ctl(int fd, int64_t deadline_ms);
+/* During setup: read one ABORT from a control socket (waiting until deadline_ms); RR_OK
+ * with its status and text (NUL-terminated, n > 0), or an error when none came. */
+int rr__ctl_read_abort(int fd, int64_t deadline_ms, int *status, char *text, size_t n);
 
 
 /* A waiting call peeks at most this many bytes of a peer's next message: a call header. */

@@ -67,6 +67,7 @@
 #include "common/param.h"
 #include "common/status.h"
 #include "common/util.h"
+#include "transport/comm.h"
 #include "transport/cuda_ipc.h"
 #include "transport/queue.h"
 #include "transport/socket.h"
@@ -719,6 +720,13 @@ static int rr__shm_connect(const rr__peer_info *self, const rr__peer_info *peer,
   /* Both hellos are small: the sends never wait on each other. */
   rr__shm_hello theirs;
   RR__CHECK_GOTO(rr__sock_send_all(ctrl_fd, &mine, sizeof mine, deadline_ms), st, fail);
+  /* A peer that failed before its hello sent an ABORT instead: leave it for the bootstrap
+   * to read (it says why), rather than taking its bytes for a garbled hello. */
+  if (rr__ctl_next_is_ctl(ctrl_fd, deadline_ms)) {
+    st = rr__set_error(RR_EPEER, "rank %d gave up before its shared-memory hello",
+                       peer->global_rank);
+    goto fail;
+  }
   RR__CHECK_GOTO(rr__sock_recv_all(ctrl_fd, &theirs, sizeof theirs, deadline_ms), st, fail);
   RR__CHECK_GOTO(rr__shm_check_hello(&theirs, peer, !lower), st, fail);
   c->nslots = RR__MAX(mine.nslots, theirs.nslots);

@@ -93,11 +93,6 @@ static void rr__log_init(void) {
   if (p->debug_file[0]) rr__open_file(p->debug_file);
 }
 
-int rr__log_level(void) {
-  pthread_once(&rr__log_once, rr__log_init);
-  return rr__logger.level;
-}
-
 int rr__log_enabled(int level, int subsys) {
   pthread_once(&rr__log_once, rr__log_init);
   return level <= rr__logger.level && (subsys & rr__logger.subsys);

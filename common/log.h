@@ -16,8 +16,6 @@ enum {
   RR__SUB_ALL = 0xff
 };
 
-/* Current level (read once from RR_DEBUG). */
-int rr__log_level(void);
 int rr__log_enabled(int level, int subsys);
 void rr__log(int level, int subsys, const char *file, int line, const char *fmt, ...)
     RR__PRINTF(5, 6);

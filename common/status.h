@@ -41,16 +41,4 @@ void rr__clear_error(void);
     if ((st) < 0) goto label;          \
   } while (0)
 
-/* A system call that returns -1 with errno: retried on EINTR; on failure sets the last
- * error to "<what>: <strerror>" and yields RR_ESYS. Evaluates to the call's result or
- * RR_ESYS (negative), so: `int fd = RR__SYS(socket(...), "socket"); if (fd < 0) return fd;` */
-#define RR__SYS(call, what)                                                       \
-  ({                                                                             \
-    long rr__r_;                                                                 \
-    do rr__r_ = (long)(call);                                                    \
-    while (rr__r_ == -1 && errno == EINTR);                                      \
-    rr__r_ == -1 ? (long)rr__set_error(RR_ESYS, "%s: %s", (what), strerror(errno)) \
-                 : rr__r_;                                                       \
-  })
-
 #endif /* RR__COMMON_STATUS_H_ */

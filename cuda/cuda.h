@@ -26,8 +26,6 @@ extern "C" {
  * before the first CUDA question of the process (RR_ESTATE after it). Hidden in the shared
  * library; reached through the internal static library. */
 int rr__cuda_use_api(const rr__cuda_api *api);
-/* The table's name ("CUDA runtime", the fake's, or "none"). */
-const char *rr__cuda_api_name(void);
 
 /* 1 when this process has a CUDA table: the build has CUDA compiled in (whether or not a GPU
  * is present), or a test installed the fake. */

@@ -71,12 +71,6 @@ int rr__cuda_device_count(void) {
   return rr__cuda_available() ? rr__ndev : 0;
 }
 
-const char *rr__cuda_api_name(void) {
-  pthread_once(&rr__table_once, rr__table_init);
-  const rr__cuda_api *api = rr__api;
-  return api ? api->name : "none";
-}
-
 static int rr__no_cuda(const char *what) {
   return rr__set_error(RR_ENOTSUP,
                        "%s: this build of ringreduce has no CUDA support (configure with "

@@ -16,7 +16,6 @@
 #include "common/util.h"
 #include "rendezvous/bootstrap.h"
 #include "rendezvous/init_method.h"
-#include "ring/op.h"
 #include "group/pg.h"
 #include "rendezvous/store.h"
 

@@ -257,10 +257,6 @@ void rr__kv_free(rr__kv *kv) {
   free(kv);
 }
 
-size_t rr__kv_count(const rr__kv *kv) {
-  return kv->count;
-}
-
 static rr__kv_entry **rr__kv_slot(const rr__kv *kv, const void *key, size_t klen, uint64_t h) {
   rr__kv_entry **pp = &kv->buckets[h & (kv->nbuckets - 1)];
   for (; *pp; pp = &(*pp)->next)

@@ -71,7 +71,6 @@ typedef struct rr__kv_val {
 
 int rr__kv_new(rr__kv **kv);
 void rr__kv_free(rr__kv *kv);
-size_t rr__kv_count(const rr__kv *kv);
 /* The value under key, or NULL. Valid until the table is next changed. */
 const rr__kv_val *rr__kv_get(const rr__kv *kv, const void *key, size_t klen);
 /* Store value (taken over: freed by the table, also when this fails). RR_ENOMEM. */

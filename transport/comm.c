@@ -68,8 +68,6 @@ int rr__comm_new(int rank, int size, int global_rank, rr__comm **out) {
   return RR_OK;
 }
 
-void rr__comm_poll_ctl(rr__comm *cm);
-
 static void rr__send_ctl(int fd, uint32_t type, int origin, int status, uint64_t seq,
                          const char *text) {
   uint8_t buf[RR__CTL_FIXED + RR__CTL_TEXT_MAX];

@@ -35,7 +35,6 @@ typedef struct rr__req {
   size_t len;
   size_t done;  /* bytes moved so far */
   int complete; /* set by the transport once done == len */
-  int tag;      /* free for the caller (segment index, slot, ...) */
   /* Optional, receives only: a transport whose bytes sit in memory of its own (shared
    * memory) may, instead of copying them to buf, call consume once with the whole message
    * contiguous, and set consumed. The ring uses it to reduce straight out of the transport's

@@ -10,8 +10,10 @@
  *                      caller's backward
  *   rr_ddp_sync        wait for the works in order, copy each bucket back to the grads
  *
- * Only the public collectives are used (rr_all_reduce_async, rr_broadcast, rr_all_gather),
- * with roots given as global ranks, so the wrapper works on any group, subgroups included.
+ * The collectives are the public ones (rr_all_reduce_async, rr_broadcast, rr_all_gather),
+ * with roots given as global ranks, so the wrapper works on any group, subgroups included;
+ * from group/pg.h it takes only rr__cuda_pg_stream, to order device work on the stream the
+ * group's calls are ordered on.
  *
  * CUDA gradients (device >= 0, in a build with CUDA and a device present; docs/ddp.md).
  * Buckets of device tensors live in device memory on that device, and the four element

@@ -18,10 +18,11 @@
  * overlap (NCCL's aliasing for all_gather / reduce_scatter included) they are staged as one
  * range with the same offsets, so rr__pg_run_host sees the same aliasing the user passed.
  *
- * This is the correct-everywhere path (any GPU, any transport, several ranks per GPU). The
- * faster ones the design leaves room for, from cuda/cuda.h's launcher: reducing received
- * segments on the GPU with the fused receive-reduce-copy kernel (pipe.c's reduce hook), and
- * transport/cuda_ipc for ranks on one host (docs/cuda.md).
+ * This is the correct-everywhere path (any GPU, any transport, several ranks per GPU).
+ * Ranks on one host whose buffers are device memory go device to device over CUDA IPC
+ * instead (rr__pg_ipc_call and rr__pg_run_ipc, at the end of this file; docs/cuda.md). On
+ * this path the host still reduces the staged copy: cuda/cuda.h's reduction kernels are not
+ * wired into it yet.
  *
  * A failure here (a CUDA error, or buffers on two devices) aborts the group like any other
  * failure inside a call, so no peer waits for this rank in vain. */

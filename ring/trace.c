@@ -17,8 +17,9 @@
  * mid-line. On a network file system appends of two hosts can mix; give each host its own
  * file there (the viewer merges several files by time).
  *
- * Kept out of the step engine so that pipe.c reads as the data path alone; nothing here can
- * fail a call: a file that cannot be opened is reported once, as a warning, and no trace is
+ * The records are built and written here; the step engine (pipe.c) and recursive doubling
+ * (all_reduce_rd.c) still capture their steps' operands themselves. Nothing here can fail a
+ * call: a file that cannot be opened is reported once, as a warning, and no trace is
  * written. */
 #include <errno.h>
 #include <fcntl.h>

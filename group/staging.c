@@ -19,10 +19,10 @@
  * range with the same offsets, so rr__pg_run_host sees the same aliasing the user passed.
  *
  * This is the correct-everywhere path (any GPU, any transport, several ranks per GPU).
- * Ranks on one host whose buffers are device memory go device to device over CUDA IPC
- * instead (rr__pg_ipc_call and rr__pg_run_ipc, at the end of this file; docs/cuda.md). On
- * this path the host still reduces the staged copy: cuda/cuda.h's reduction kernels are not
- * wired into it yet.
+ * With RR_CUDA_IPC=1, ring collectives of ranks on one host whose buffers are device memory
+ * go device to device over CUDA IPC instead, reducing with kernels (rr__pg_ipc_call and
+ * rr__pg_run_ipc, at the end of this file; docs/cuda.md). On this path the host reduces the
+ * staged copy: the GPU kernels are not wired into it.
  *
  * A failure here (a CUDA error, or buffers on two devices) aborts the group like any other
  * failure inside a call, so no peer waits for this rank in vain. */

@@ -248,18 +248,22 @@ static uint64_t rr__reply_proof(const rr__mesh *m, const rr__hello *h, int32_t v
                  m->infos[h->from].nonce, h->nonce);
 }
 
+/* Did the peer cause this failure of a setup step (it closed, reset or refused a
+ * connection)? Only then can its reason be on the control socket; a local failure (out of
+ * descriptors here) is the cause itself, and waiting would only hold back telling the
+ * others. */
+static int rr__failure_is_remote(int st) {
+  const char *e = rr__error();
+  return st == RR_EPEER || st == RR_EPROTO ||
+         (st == RR_ESYS &&
+          (strstr(e, "Connection refused") || strstr(e, "reset") || strstr(e, "Broken pipe")));
+}
+
 /* A step of the setup with peer p failed with st (the error set). If the peer gave up
  * first, it said why on the pair's control socket (an ABORT, rr__tell_peers): that is the
  * cause, not the closed connection it led to. fd: the control socket, once its greeting is
  * done (-1: nothing to read). */
-static int rr__peer_said_why(const rr__boot *b, int fd, int p, int st) {
-  /* Only a failure the peer caused (it closed, reset or refused a connection) can have its
-   * reason there; a local one (out of descriptors here) is the cause itself, and waiting
-   * would only hold back telling the others. */
-  const char *e = rr__error();
-  int remote = st == RR_EPEER || st == RR_EPROTO ||
-               (st == RR_ESYS && (strstr(e, "Connection refused") || strstr(e, "reset") ||
-                                  strstr(e, "Broken pipe")));
+static int rr__peer_said_why(const rr__boot *b, int fd, int p, int st, int remote) {
   if (fd < 0 || !remote) return st;
   char mine[RR__ERRMSG_MAX], theirs[RR__CTL_TEXT_MAX + 1];
   snprintf(mine, sizeof mine, "%s", rr__error());
@@ -521,7 +525,7 @@ static int rr__read_replies(rr__mesh *m) {
       if (st != RR_OK) {
         rr__prefix_error(st, "waiting for rank %d to accept our connection", b->global_ranks[p]);
         /* The control socket's greeting was answered: the rest of it is the peer's. */
-        return rr__peer_said_why(b, k > 0 ? m->fds[p][0] : -1, p, st);
+        return rr__peer_said_why(b, k > 0 ? m->fds[p][0] : -1, p, st, 1);
       }
       int32_t verdict = (int32_t)rr__get_u32(reply + 4);
       if (rr__get_u32(reply) != RR__HELLO_OK)
@@ -538,7 +542,7 @@ static int rr__read_replies(rr__mesh *m) {
         rr__set_error(vst, "rank %d refused our connection: %s (see its log)",
                       b->global_ranks[p], rr_strerror(verdict));
         /* A rank that failed its own setup sends the reason after its refusal. */
-        return rr__peer_said_why(b, m->fds[p][k], p, vst);
+        return rr__peer_said_why(b, m->fds[p][k], p, vst, 1);
       }
     }
   return RR_OK;
@@ -640,7 +644,7 @@ int rr__bootstrap(const rr__boot *b, rr__comm **out) {
     for (int k = 1; k < m.nsock[p]; k++) m.fds[p][k] = -1; /* owned by the transport now */
     if (st != RR_OK) {
       rr__prefix_error(st, "setting up %s to rank %d", pe->tp->name, b->global_ranks[p]);
-      st = rr__peer_said_why(b, pe->ctrl_fd, p, st);
+      st = rr__peer_said_why(b, pe->ctrl_fd, p, st, rr__failure_is_remote(st));
       goto done;
     }
     RR__LOG_INFO(RR__SUB_INIT, "group %s: rank %d <-> rank %d over %s, %d lane(s)", b->group_id,

@@ -62,6 +62,17 @@ def record_keys(store):
     return None
 
 
+def serve(lsock, stats, handle):
+    """Accept connections until the socket closes, count them, hand each to handle."""
+    while True:
+        try:
+            c, _ = lsock.accept()
+        except OSError:
+            return
+        stats["connections"] += 1
+        handle(c)
+
+
 def relay(lsock, target, stats):
     """Forward every connection to target, both ways; count them."""
     def pump(a, b):
@@ -79,30 +90,22 @@ def relay(lsock, target, stats):
             except OSError:
                 pass
 
-    while True:
-        try:
-            c, _ = lsock.accept()
-        except OSError:
-            return
-        stats["connections"] += 1
+    def forward(c):
         try:
             u = socket.create_connection(target)
         except OSError:
             c.close()
-            continue
+            return
         threading.Thread(target=pump, args=(c, u), daemon=True).start()
         threading.Thread(target=pump, args=(u, c), daemon=True).start()
+
+    serve(lsock, stats, forward)
 
 
 def impostor(lsock, stats):
     """Answer greetings at a stale address as rank 0 would, without the token: the reply's
     magic, "accepted", and a proof that is a guess."""
-    while True:
-        try:
-            c, _ = lsock.accept()
-        except OSError:
-            return
-        stats["connections"] += 1
+    def answer(c):
         try:
             c.settimeout(5)
             got = b""
@@ -115,6 +118,8 @@ def impostor(lsock, stats):
             threading.Thread(target=lambda: (time.sleep(30), c.close()), daemon=True).start()
         except OSError:
             c.close()
+
+    serve(lsock, stats, answer)
 
 
 def attacker(case, host, port, statefile):

@@ -125,9 +125,6 @@ int rr__cuda_ddp(int kind, void *dst, const void *src, size_t n, rr_dtype dtype,
 int rr__cuda_reduce(void *dst, void *dst2, const void *a, const void *b, size_t n, rr_dtype dtype,
                     rr_op op, int avg_div, void *stream);
 
-/* 1 when reduce.cu has a kernel for (dtype, op) (the same pairs as rr__op_check). */
-int rr__cuda_reduce_supported(int dtype, int op);
-
 /* ---- implemented in cuda/reduce.cu (nvcc); the real table's reduce entry ---- */
 /* Launches the kernel; returns a cudaError_t and, on failure, the call that failed. */
 int rr__cuda_reduce_launch(void *dst, void *dst2, const void *a, const void *b, size_t n,

@@ -43,7 +43,6 @@ int rr__cuda_device_count(void);
  * no CUDA at all. It creates no context (the real table asks the driver, see cuda/real.c),
  * so CPU-only programs never create one. Never fails; any CUDA error it meets is cleared.
  * *device (may be NULL) gets the pointer's device, or -1. */
-int rr__cuda_is_device_ptr(const void *p);
 int rr__cuda_ptr_device(const void *p, int *device);
 /* What p is: RR__CUDA_MEM_DEVICE (and *device), RR__CUDA_MEM_MANAGED (cudaMallocManaged:
  * host-accessible, but written by kernels in stream order), or RR__CUDA_MEM_HOST /

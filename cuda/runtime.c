@@ -113,10 +113,6 @@ int rr__cuda_ptr_device(const void *p, int *device) {
   return rr__cuda_ptr_type(p, device) == RR__CUDA_MEM_DEVICE;
 }
 
-int rr__cuda_is_device_ptr(const void *p) {
-  return rr__cuda_ptr_device(p, NULL);
-}
-
 int rr__cuda_pick_device(int option, int local_rank, int *device) {
   *device = -1;
   if (!rr__cuda_built()) return rr__no_cuda("choosing a CUDA device");

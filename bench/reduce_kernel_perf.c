@@ -94,7 +94,7 @@ int main(int argc, char **argv) {
     for (int oi = 0; oi < RR_NUM_OPS; oi++) {
       rr_op o = all_o ? (rr_op)oi : op;
       if (!all_o && oi) break;
-      if (!rr__cuda_reduce_supported((int)dt, (int)o)) continue;
+      if (!rr__op_applies(dt, o)) continue;
       /* AVG's divisor: > 1, or the launcher runs the sum kernel (cuda-review 10). */
       const int div = o == RR_AVG ? 4 : 0;
       for (size_t s = minb; s <= maxb && s > 0; s *= factor) {

@@ -43,7 +43,6 @@ int rr__cuda_device_count(void);
  * no CUDA at all. It creates no context (the real table asks the driver, see cuda/real.c),
  * so CPU-only programs never create one. Never fails; any CUDA error it meets is cleared.
  * *device (may be NULL) gets the pointer's device, or -1. */
-int rr__cuda_is_device_ptr(const void *p);
 int rr__cuda_ptr_device(const void *p, int *device);
 /* What p is: RR__CUDA_MEM_DEVICE (and *device), RR__CUDA_MEM_MANAGED (cudaMallocManaged:
  * host-accessible, but written by kernels in stream order), or RR__CUDA_MEM_HOST /
@@ -124,9 +123,6 @@ int rr__cuda_ddp(int kind, void *dst, const void *src, size_t n, rr_dtype dtype,
  * overlap the inputs. Results are bit-identical to rr__reduce (ring/op.c). */
 int rr__cuda_reduce(void *dst, void *dst2, const void *a, const void *b, size_t n, rr_dtype dtype,
                     rr_op op, int avg_div, void *stream);
-
-/* 1 when reduce.cu has a kernel for (dtype, op) (the same pairs as rr__op_check). */
-int rr__cuda_reduce_supported(int dtype, int op);
 
 /* ---- implemented in cuda/reduce.cu (nvcc); the real table's reduce entry ---- */
 /* Launches the kernel; returns a cudaError_t and, on failure, the call that failed. */

@@ -12,6 +12,7 @@
 #include <cuda_runtime.h>
 #include <stdint.h>
 
+#include "common/dtype.h"
 #include "cuda/cuda.h"
 #include "cuda/reduce_elem.cuh"
 
@@ -199,7 +200,7 @@ extern "C" int rr__cuda_reduce_launch(void *dst, void *dst2, const void *a, cons
   int handled = 0;
   cudaError_t e = cudaSuccess;
   *what = "";
-  if (!rr__cuda_reduce_supported(dtype, op)) return (int)cudaErrorInvalidValue;
+  if (!rr__op_applies((rr_dtype)dtype, (rr_op)op)) return (int)cudaErrorInvalidValue;
   switch (dtype) {
     case RR_INT8: e = RR__DISPATCH_INT(i8, int8_t, double); break;
     case RR_UINT8: e = RR__DISPATCH_INT(u8, uint8_t, double); break;

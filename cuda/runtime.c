@@ -14,6 +14,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "common/dtype.h"
 #include "common/status.h"
 #include "cuda/api.h"
 
@@ -110,10 +111,6 @@ int rr__cuda_ptr_type(const void *p, int *device) {
 int rr__cuda_ptr_device(const void *p, int *device) {
   /* Managed memory is host-accessible: used as it is, ordered on the stream (staging.c). */
   return rr__cuda_ptr_type(p, device) == RR__CUDA_MEM_DEVICE;
-}
-
-int rr__cuda_is_device_ptr(const void *p) {
-  return rr__cuda_ptr_device(p, NULL);
 }
 
 int rr__cuda_pick_device(int option, int local_rank, int *device) {
@@ -318,19 +315,11 @@ int rr__cuda_ddp(int kind, void *dst, const void *src, size_t n, rr_dtype dtype,
   return RR_OK;
 }
 
-int rr__cuda_reduce_supported(int dtype, int op) {
-  if (dtype < 0 || dtype >= RR_NUM_DTYPES || op < 0 || op >= RR_NUM_OPS) return 0;
-  int integer = dtype == RR_INT8 || dtype == RR_UINT8 || dtype == RR_INT32 || dtype == RR_INT64;
-  return op <= RR_AVG || integer;
-}
-
 int rr__cuda_reduce(void *dst, void *dst2, const void *a, const void *b, size_t n, rr_dtype dtype,
                     rr_op op, int avg_div, void *stream) {
   const rr__cuda_api *api = rr__cu();
   if (!api) return rr__no_cuda("the CUDA reduction kernel");
-  if (!rr__cuda_reduce_supported((int)dtype, (int)op))
-    return rr__set_error(RR_EINVAL, "CUDA reduce: op %s is not defined for dtype %s",
-                         rr_op_name(op), rr_dtype_name(dtype));
+  if (rr__op_check(dtype, op) != RR_OK) return rr__prefix_error(RR_EINVAL, "CUDA reduce");
   const char *what = "";
   int e = api->reduce(dst, dst2, a, b, n, (int)dtype, (int)op, avg_div, stream, &what);
   if (e != 0) return rr__cuda_fail(e, what);

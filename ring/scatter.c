@@ -15,38 +15,24 @@
  * the completion notice, which every rank waits for. A call that any rank's header
  * contradicts thus fails on every rank. (The root could instead collect the headers before
  * sending anything; that costs the same round trip, but before the data rather than after.)
+ *
+ * The block moves and the root's loop are ring/linear.h's, shared with gather.c.
  */
-#include <stdio.h>
-#include <string.h>
-
-#include "ring/coll.h"
+#include "ring/linear.h"
 
 int rr__scatter_linear(rr__coll *c) {
   const int n = c->n, r = c->r, root = c->a->root;
-  const size_t count = c->a->count, blk = count * c->esize;
 
   if (r != root) {
     RR__WHERE(c, "scatter: receiving from rank %d", rr__grank(c, root));
     RR__CHECK(rr__coll_send_hdr(c, root));
     RR__CHECK(rr__coll_recv_hdr(c, root));
-    rr__step st = rr__step_recv(root, c->a->recvbuf, count);
-    st.rchunk = r;
-    RR__CHECK(rr__pipe_step(c, &st));
+    RR__CHECK(rr__linear_block(c, RR__FROM_ROOT, r));
     RR__WHERE(c, "scatter: completion notice from rank %d", rr__grank(c, root));
     return rr__coll_recv_ack(c, root);
   }
 
-  const char *src = c->a->sendbuf;
-  if (blk && c->a->recvbuf != src + (size_t)r * blk)
-    memcpy(c->a->recvbuf, src + (size_t)r * blk, blk);
-  for (int k = 1; k < n; k++) {
-    const int q = rr__mod(root + k, n);
-    RR__WHERE(c, "scatter: sending to rank %d (%d/%d)", rr__grank(c, q), k, n - 1);
-    RR__CHECK(rr__coll_send_hdr(c, q));
-    rr__step st = rr__step_send(q, src + (size_t)q * blk, count);
-    st.schunk = q;
-    RR__CHECK(rr__pipe_step(c, &st));
-  }
+  RR__CHECK(rr__linear_root(c, RR__FROM_ROOT));
   for (int k = 1; k < n; k++) {
     const int q = rr__mod(root + k, n);
     RR__WHERE(c, "scatter: checking the call of rank %d", rr__grank(c, q));

@@ -71,7 +71,3 @@ foreach(s kill9 mismatch destroy_early abort)
   set_tests_properties(shm_fault_${s} PROPERTIES TIMEOUT 120 LABELS "shm;fault"
     ENVIRONMENT "RR_TIMEOUT=30;RR_GRACE_PERIOD=2;RR_TRANSPORT=auto")
 endforeach()
-
-# Measurement tool for docs/shm.md, not a test.
-add_executable(test_shm_perf ${RR_TEST_DIR}/test_shm_perf.c)
-target_link_libraries(test_shm_perf PRIVATE rrtest)

@@ -86,10 +86,10 @@ static int test_ptr(void) {
   C_OK(malloc(&dev, 64));
   C_OK(malloc_managed(&man, 64));
   int d = -2;
-  T_CHECK(!rr__cuda_is_device_ptr(NULL), "NULL");
-  T_CHECK(!rr__cuda_is_device_ptr(h), "malloc'd memory taken for device memory");
-  T_CHECK(!rr__cuda_is_device_ptr(pinned), "pinned host memory taken for device memory");
-  T_CHECK(!rr__cuda_is_device_ptr(man), "managed memory must be used as host memory");
+  T_CHECK(!rr__cuda_ptr_device(NULL, NULL), "NULL");
+  T_CHECK(!rr__cuda_ptr_device(h, NULL), "malloc'd memory taken for device memory");
+  T_CHECK(!rr__cuda_ptr_device(pinned, NULL), "pinned host memory taken for device memory");
+  T_CHECK(!rr__cuda_ptr_device(man, NULL), "managed memory must be used as host memory");
   T_CHECK(rr__cuda_ptr_type(man, NULL) == RR__CUDA_MEM_MANAGED, "managed memory not recognised");
   T_CHECK(rr__cuda_ptr_device(dev, &d) == 1 && d == 0, "cudaMalloc'd memory: got device %d", d);
   T_CHECK(rr__cuda_ptr_device((char *)dev + 17, &d) == 1, "an interior device pointer");

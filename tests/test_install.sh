@@ -88,7 +88,7 @@ done
 [ -x "$P/bin/rrun" ] || fail "rrun not installed"
 tools=0
 # The *_perf programs bench/ defines (each target has a CMakeFiles/<name>.dir, whatever the
-# generator); bin/ also holds test programs such as test_shm_perf, which stay uninstalled.
+# generator); bin/ also holds the test programs, which stay uninstalled.
 for d in "$BUILD"/bench/CMakeFiles/*_perf.dir; do
   t=$BUILD/bin/$(basename "$d" .dir)
   [ -x "$t" ] || fail "bench/ defines ${t##*/} but $t is not built"

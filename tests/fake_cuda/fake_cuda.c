@@ -81,6 +81,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "common/dtype.h"
 #include "cuda/cuda.h"
 #include "ringreduce/ringreduce.h"
 
@@ -619,7 +620,7 @@ static int f_reduce_launch(void *dst, void *dst2, const void *a, const void *b, 
   int e = f_ctx();
   if (e) return e;
   if (n == 0) return 0;
-  if (!rr__cuda_reduce_supported(dtype, op)) {
+  if (!rr__op_applies((rr_dtype)dtype, (rr_op)op)) {
     *what = "reduce dispatch";
     return fail(RR__CUDA_ERR_INVALID_VALUE);
   }

@@ -1,15 +1,16 @@
-/* Measurements for docs/shm.md: float32 sum all-reduce busbw (nccl-tests definition,
- * 2(n-1)/n x bytes / time, out of place) and 8-byte latency over whatever transport the
+/* shm_perf, the measurements behind docs/shm.md: float32 sum all-reduce busbw (nccl-tests
+ * definition, 2(n-1)/n x bytes / time, out of place) and 8-byte latency over whatever transport the
  * environment selects (RR_TRANSPORT=auto: shm between ranks of this host; tcp: sockets),
  * plus the bandwidth of a plain memcpy of the same bytes in one process.
  *
- *   test_shm_perf <np> [bytes ...]     (default: 8 2097152 268435456)
- *   test_shm_perf lane                 the transport alone: two processes, one shm lane,
- *                                      8-byte ping-pong busy-polling and sleeping in poll()
+ *   shm_perf <np> [bytes ...]     (default: 8 2097152 268435456)
+ *   shm_perf lane                 the transport alone: two processes, one shm lane,
+ *                                 8-byte ping-pong busy-polling and sleeping in poll()
  *
  * Every size runs warm-up calls, then 5 batches of calls; a batch's time is the slowest
- * rank's average per call. Printed: the median batch and the range. Not a CTest test (it
- * measures, it does not check); the bench suite (bench/) is the user-facing tool. */
+ * rank's average per call. Printed: the median batch and the range. It forks its own ranks
+ * (rr_spawn, no launcher) and reaches into the group and the shm transport, so it links the
+ * internal library; the nccl-tests style *_perf tools are the user-facing ones. */
 #include <poll.h>
 #include <signal.h>
 #include <stdint.h>
@@ -18,14 +19,30 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "common/util.h"
 #include "group/pg.h"
-#include "tests/harness.h"
-#include "transport/shm.h"
+#include "transport/transport.h" /* rr__shm_transport */
 
 #define BATCHES 5
+
+/* A rank's call that must succeed: otherwise say which and why, and fail the rank. */
+#define OK(call)                                                                                   \
+  do {                                                                                             \
+    int st_ = (call);                                                                              \
+    if (st_ != RR_OK) {                                                                            \
+      fprintf(stderr, "rank %d: %s: %s: %s\n", rank, #call, rr_status_name(st_), rr_last_error()); \
+      return 1;                                                                                    \
+    }                                                                                              \
+  } while (0)
+
+static double now_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
 
 typedef struct pargs {
   int nsizes;
@@ -46,30 +63,34 @@ static int iters_for(size_t bytes) {
 
 static int rank_main(int rank, void *arg) {
   const pargs *pa = arg;
-  t_rank = rank;
   rr_pg *pg;
-  T_OK(rr_init_process_group(&pg, NULL));
+  OK(rr_init_process_group(&pg, NULL));
   int n = rr_get_world_size(pg);
   const char *tp = n > 1 ? pg->comm->peers[(rank + 1) % n].tp->name : "none";
   for (int s = 0; s < pa->nsizes; s++) {
     size_t bytes = pa->sizes[s], count = bytes / sizeof(float);
     float *src = malloc(bytes ? bytes : 4), *dst = malloc(bytes ? bytes : 4);
-    T_CHECK(src && dst, "out of memory for %zu bytes", bytes);
+    if (!src || !dst) {
+      fprintf(stderr, "rank %d: out of memory for %zu bytes\n", rank, bytes);
+      return 1;
+    }
     for (size_t i = 0; i < count; i++) src[i] = (float)(i % 7);
     memset(dst, 0, bytes);
     int it = iters_for(bytes);
     for (int w = 0; w < (it > 10 ? 10 : 2); w++)
-      T_OK(rr_all_reduce(pg, src, dst, count, RR_FLOAT32, RR_SUM));
+      OK(rr_all_reduce(pg, src, dst, count, RR_FLOAT32, RR_SUM));
     double per[BATCHES];
     for (int b = 0; b < BATCHES; b++) {
-      T_OK(rr_barrier(pg));
-      double t0 = t_now();
-      for (int i = 0; i < it; i++) T_OK(rr_all_reduce(pg, src, dst, count, RR_FLOAT32, RR_SUM));
-      double t = (t_now() - t0) / it;
-      T_OK(rr_all_reduce(pg, &t, &per[b], 1, RR_FLOAT64, RR_MAX));
+      OK(rr_barrier(pg));
+      double t0 = now_s();
+      for (int i = 0; i < it; i++) OK(rr_all_reduce(pg, src, dst, count, RR_FLOAT32, RR_SUM));
+      double t = (now_s() - t0) / it;
+      OK(rr_all_reduce(pg, &t, &per[b], 1, RR_FLOAT64, RR_MAX));
     }
-    T_CHECK(dst[count ? count - 1 : 0] == (count ? (float)(((count - 1) % 7) * n) : 0.0f),
-            "wrong result");
+    if (dst[count ? count - 1 : 0] != (count ? (float)(((count - 1) % 7) * n) : 0.0f)) {
+      fprintf(stderr, "rank %d: wrong result at %zu bytes\n", rank, bytes);
+      return 1;
+    }
     qsort(per, BATCHES, sizeof per[0], cmp_dbl);
     if (rank == 0) {
       double f = 2.0 * (n - 1) / n;
@@ -85,7 +106,7 @@ static int rank_main(int rank, void *arg) {
     free(src);
     free(dst);
   }
-  T_OK(rr_destroy_process_group(pg));
+  OK(rr_destroy_process_group(pg));
   return 0;
 }
 
@@ -97,12 +118,12 @@ static void memcpy_bw(size_t bytes) {
   double per[BATCHES];
   int it = iters_for(bytes);
   for (int k = 0; k < BATCHES; k++) {
-    double t0 = t_now();
+    double t0 = now_s();
     for (int i = 0; i < it; i++) {
       memcpy(b, a, bytes);
       __asm__ volatile("" ::"r"(b) : "memory");
     }
-    per[k] = (t_now() - t0) / it;
+    per[k] = (now_s() - t0) / it;
   }
   qsort(per, BATCHES, sizeof per[0], cmp_dbl);
   printf("memcpy     %10zu B  %6.2f GB/s (median of %d)\n", bytes, bytes / per[BATCHES / 2] / 1e9,
@@ -140,7 +161,7 @@ static int lane_side(int me, int ctrl, pid_t peer_pid) {
     double per[BATCHES];
     for (int b = 0; b < BATCHES; b++) {
       int rounds = sleep ? 2000 : 20000;
-      double t0 = t_now();
+      double t0 = now_s();
       for (int i = 0; i < rounds; i++) {
         uint64_t v = (uint64_t)i, w = 0;
         rr__req s = {.buf = (char *)&v, .len = 8}, r = {.buf = (char *)&w, .len = 8};
@@ -155,7 +176,7 @@ static int lane_side(int me, int ctrl, pid_t peer_pid) {
           if (lane_wait(c, &s, sleep)) return 1;
         }
       }
-      per[b] = (t_now() - t0) / rounds / 2; /* one way */
+      per[b] = (now_s() - t0) / rounds / 2; /* one way */
     }
     qsort(per, BATCHES, sizeof per[0], cmp_dbl);
     if (me == 0)

@@ -36,7 +36,7 @@ static int rr__overlap(const void *a, size_t na, const void *b, size_t nb) {
 }
 
 static int rr__rank_arg(rr_pg *pg, const char *what, int global, int *group) {
-  int g = rr_get_group_rank(pg, global);
+  int g = rr__pg_group_rank(pg, global);
   if (g < 0) {
     if (pg->world == pg)
       return rr__set_error(RR_EINVAL, "%s %d is out of range 0..%d", what, global,
@@ -232,9 +232,11 @@ static int rr__submit(rr_pg *pg, rr__args *a, int root_or_peer, rr_work **work, 
     if (by_role) rr__comm_abort(pg->comm, st, rr__error(), 1);
     return st;
   }
+  /* Where its buffers are decides how the call runs: looked at once, here (group/run.c). */
+  rr__pg_path(pg, a);
   /* The sender of a receive from any rank is found by peeking at host memory and sockets;
    * staging a device buffer around that is not done (nor tested on a GPU). */
-  if (a->kind == RR__K_RECV && a->peer == RR__PEER_ANY && rr__pg_device_call(pg, a))
+  if (a->kind == RR__K_RECV && a->peer == RR__PEER_ANY && a->path != RR__PATH_HOST)
     return rr__set_error(RR_EINVAL, "rank %d: recv from any rank: buf is CUDA device or managed "
                                     "memory; RR_ANY_SOURCE takes host buffers only (name the "
                                     "source, or receive into host memory)",

@@ -220,7 +220,6 @@ static int rr__submit(rr_pg *pg, rr__args *a, int root_or_peer, rr_work **work, 
   if (async && !work)
     return rr__set_error(RR_EINVAL, "rank %d: %s_async: work is NULL",
                          pg->global_ranks[pg->rank], rr__api_name(a->kind));
-  a->stream = rr__cuda_pg_stream(pg);
   int by_role = 0;
   int st = rr__validate(pg, a, root_or_peer, &by_role);
   if (st != RR_OK) {
@@ -241,8 +240,12 @@ static int rr__submit(rr_pg *pg, rr__args *a, int root_or_peer, rr_work **work, 
                                     "memory; RR_ANY_SOURCE takes host buffers only (name the "
                                     "source, or receive into host memory)",
                          pg->global_ranks[pg->rank]);
-  /* Device buffers: the call is ordered after its stream with an event (group/staging.c). */
-  RR__CHECK(rr__cuda_pg_prepare(pg, a));
+  if (a->path != RR__PATH_HOST) {
+    /* Device buffers: the call is ordered after its stream, taken now, with an event
+     * (group/staging.c). Host calls have nothing to order. */
+    a->stream = rr__cuda_pg_stream(pg);
+    RR__CHECK(rr__cuda_pg_prepare(pg, a));
+  }
   if (async) {
     st = rr__pg_submit(pg, a, work);
     if (st != RR_OK) rr__cuda_pg_release(a); /* never queued: the events are still ours */

@@ -12,6 +12,7 @@
 #include "common/log.h"
 #include "common/status.h"
 #include "common/util.h"
+#include "cuda/cuda.h"
 #include "group/pg.h"
 
 /* dev != NULL: the algorithm runs on the device buffers themselves (CUDA IPC). */
@@ -60,6 +61,10 @@ static int rr__run_coll(rr_pg *pg, const rr__args *a, int64_t timeout_ms, const 
 }
 
 void rr__pg_path(const rr_pg *pg, rr__args *a) {
+  a->path = RR__PATH_HOST;
+  a->device = a->send_device = a->recv_device = -1;
+  /* Without a CUDA driver every buffer is host memory: nothing to look at. */
+  if (!rr__cuda_available()) return;
   rr__cuda_pg_buffers(pg, a);
   if (a->path == RR__PATH_STAGED && rr__pg_ipc_call(pg, a)) a->path = RR__PATH_IPC;
 }

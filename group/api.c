@@ -36,7 +36,7 @@ static int rr__overlap(const void *a, size_t na, const void *b, size_t nb) {
 }
 
 static int rr__rank_arg(rr_pg *pg, const char *what, int global, int *group) {
-  int g = rr_get_group_rank(pg, global);
+  int g = rr__pg_group_rank(pg, global);
   if (g < 0) {
     if (pg->world == pg)
       return rr__set_error(RR_EINVAL, "%s %d is out of range 0..%d", what, global,
@@ -220,7 +220,6 @@ static int rr__submit(rr_pg *pg, rr__args *a, int root_or_peer, rr_work **work, 
   if (async && !work)
     return rr__set_error(RR_EINVAL, "rank %d: %s_async: work is NULL",
                          pg->global_ranks[pg->rank], rr__api_name(a->kind));
-  a->stream = rr__cuda_pg_stream(pg);
   int by_role = 0;
   int st = rr__validate(pg, a, root_or_peer, &by_role);
   if (st != RR_OK) {
@@ -232,15 +231,21 @@ static int rr__submit(rr_pg *pg, rr__args *a, int root_or_peer, rr_work **work, 
     if (by_role) rr__comm_abort(pg->comm, st, rr__error(), 1);
     return st;
   }
+  /* Where its buffers are decides how the call runs: looked at once, here (group/run.c). */
+  rr__pg_path(pg, a);
   /* The sender of a receive from any rank is found by peeking at host memory and sockets;
    * staging a device buffer around that is not done (nor tested on a GPU). */
-  if (a->kind == RR__K_RECV && a->peer == RR__PEER_ANY && rr__pg_device_call(pg, a))
+  if (a->kind == RR__K_RECV && a->peer == RR__PEER_ANY && a->path != RR__PATH_HOST)
     return rr__set_error(RR_EINVAL, "rank %d: recv from any rank: buf is CUDA device or managed "
                                     "memory; RR_ANY_SOURCE takes host buffers only (name the "
                                     "source, or receive into host memory)",
                          pg->global_ranks[pg->rank]);
-  /* Device buffers: the call is ordered after its stream with an event (group/staging.c). */
-  RR__CHECK(rr__cuda_pg_prepare(pg, a));
+  if (a->path != RR__PATH_HOST) {
+    /* Device buffers: the call is ordered after its stream, taken now, with an event
+     * (group/staging.c). Host calls have nothing to order. */
+    a->stream = rr__cuda_pg_stream(pg);
+    RR__CHECK(rr__cuda_pg_prepare(pg, a));
+  }
   if (async) {
     st = rr__pg_submit(pg, a, work);
     if (st != RR_OK) rr__cuda_pg_release(a); /* never queued: the events are still ours */

@@ -1,7 +1,7 @@
 /* Process groups: creation (init_process_group, new_group), destruction, and the small
  * calls on a group (ranks, timeout, abort). The calls themselves: group/api.c (arguments),
- * group/work.c (queue and worker), group/run.c (running one), group/staging.c (device
- * buffers). */
+ * group/work.c (queue and worker), group/run.c (its path, and running one), group/staging.c
+ * and group/ipc.c (device buffers). */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -32,10 +32,7 @@ int rr_get_global_rank(const rr_pg *pg, int group_rank) {
 }
 
 int rr_get_group_rank(const rr_pg *pg, int global_rank) {
-  if (!pg) return -1;
-  for (int i = 0; i < pg->size; i++)
-    if (pg->global_ranks[i] == global_rank) return i;
-  return -1;
+  return pg ? rr__pg_group_rank(pg, global_rank) : -1;
 }
 
 int rr_pg_set_timeout(rr_pg *pg, int64_t timeout_ms) {

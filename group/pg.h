@@ -74,28 +74,56 @@ struct rr_pg {
   void *cuda_host_busy;
 };
 
+/* The group rank of a global rank, -1 when it is not a member (rr_get_group_rank). */
+static inline int rr__pg_group_rank(const rr_pg *pg, int global_rank) {
+  for (int i = 0; i < pg->size; i++)
+    if (pg->global_ranks[i] == global_rank) return i;
+  return -1;
+}
+
 /* Queue a validated call (work != NULL: async, the handle goes to *work) or run it now,
  * in issue order either way (group/work.c). */
 int rr__pg_submit(rr_pg *pg, const rr__args *a, rr_work **work);
 /* The group's worker thread: runs queued calls until the group stops. */
 void *rr__pg_worker_main(void *arg);
-/* Run a validated call on the current thread (group/run.c); sets the last error on failure,
- * and aborts the group (telling every peer why) when the call fails. */
+/* How a validated call runs (group/run.c): look at its buffers once and record its path
+ * (enum rr__path) and devices in its arguments. At submission, before rr__cuda_pg_prepare. */
+void rr__pg_path(const rr_pg *pg, rr__args *a);
+/* Run a validated call on the current thread along its path (group/run.c); sets the last
+ * error on failure, and aborts the group (telling every peer why) when the call fails. */
 int rr__pg_run(rr_pg *pg, const rr__args *a, int64_t timeout_ms);
-/* The same for host buffers only. */
-int rr__pg_run_host(rr_pg *pg, const rr__args *a, int64_t timeout_ms);
-/* ... and for either: dev != NULL runs the algorithm on device buffers (CUDA IPC). */
-int rr__pg_run_coll(rr_pg *pg, const rr__args *a, int64_t timeout_ms, const rr__req_dev *dev);
-/* CUDA IPC (group/staging.c): can the call run on its device buffers through the lanes'
- * device messages (every peer on shared memory, RR_TRANSPORT=auto, all_reduce,
- * reduce_scatter or all_gather)?
- * Then rr__pg_run_ipc runs it, ordered on the call's stream as the staged path is. */
+
+/* Device buffers (group/staging.c): where the buffers the call reads and writes are
+ * (RR__PATH_HOST, RR__PATH_MANAGED or RR__PATH_STAGED, and the devices), for rr__pg_path. */
+void rr__cuda_pg_buffers(const rr_pg *pg, rr__args *a);
+/* A staged call, around the ring's run on the host copy: stage_in fills *h (the arguments
+ * on host memory: pinned copies of the device buffers, managed memory as it is, after the
+ * call's stream) and *sg; stage_out, given the ring's status, copies the result back. Each
+ * fails as a failure inside the call does (the group aborts); on a failed stage_in there is
+ * nothing to run and nothing to finish. */
+typedef struct rr__stage {
+  int staged;     /* device buffers were copied: stage_out has work */
+  int prev;       /* the device to make current again */
+  void *stream;   /* the copies' */
+  char *result;   /* the receive buffer's host copy; NULL: none to copy back */
+  size_t out;     /* its bytes */
+} rr__stage;
+int rr__pg_stage_in(rr_pg *pg, const rr__args *a, rr__args *h, rr__stage *sg);
+int rr__pg_stage_out(rr_pg *pg, const rr__args *a, const rr__stage *sg, int st);
+/* CUDA IPC (group/ipc.c): can a staged call run on its device buffers through the lanes'
+ * device messages instead (every peer on shared memory, RR_TRANSPORT=auto, all_reduce,
+ * reduce_scatter or all_gather)? Then ipc_in makes the buffers' device current and gives the
+ * stream the ring runs on (*dev), ordered after the call's stream as the staged path is, and
+ * ipc_out, given the ring's status, marks the result's completion. */
 int rr__pg_ipc_call(const rr_pg *pg, const rr__args *a);
-int rr__pg_run_ipc(rr_pg *pg, const rr__args *a, int64_t timeout_ms);
-/* Device buffers (group/staging.c): does the call read or write CUDA device memory? Then
- * it runs through pinned host memory, ordered on the call's stream. */
-int rr__pg_device_call(const rr_pg *pg, const rr__args *a);
-int rr__pg_run_staged(rr_pg *pg, const rr__args *a, int64_t timeout_ms);
+int rr__pg_ipc_in(rr_pg *pg, const rr__args *a, rr__req_dev *dev, int *prev);
+int rr__pg_ipc_out(rr_pg *pg, const rr__args *a, const rr__req_dev *dev, int prev, int st);
+/* Shared by the device paths (group/staging.c): the stream their copies and kernels go on
+ * (the group's own for the device, after cuda_ready; without events, the call's), and a
+ * failure on a device path: its message names the rank, the call and `how` it ran, and the
+ * group aborts. */
+int rr__cuda_pg_copy_stream(rr_pg *pg, const rr__args *a, int device, void **s);
+int rr__cuda_pg_fail(rr_pg *pg, const rr__args *a, int st, const char *what, const char *how);
 /* The group's CUDA stream (NULL: the legacy default stream), captured when a call is made. */
 void *rr__cuda_pg_stream(rr_pg *pg);
 /* rr_pg_options.device: check it and make it current on the calling thread. */

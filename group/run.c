@@ -1,17 +1,22 @@
-/* Running one call of a group on the current thread: calls with a device buffer go through
- * CUDA IPC or host memory (group/staging.c), which bring them back here. The ring (ring/coll.c)
- * runs the algorithm; this file is what the group adds around it: a look at the control sockets
- * before starting, refusing calls on a group that already failed, and turning any failure into one
- * sentence that names this rank, the call, the place in the algorithm and the cause, then aborting
- * the group so no peer waits for us in vain. */
+/* How a call of a group runs, and running it on the current thread. Its path is decided once,
+ * at submission (rr__pg_path: host memory, managed memory, staged through pinned memory, or
+ * device to device over CUDA IPC) and kept in its arguments; rr__pg_run is a switch over it.
+ * The device paths prepare and finish around the ring (group/staging.c, group/ipc.c), which
+ * this file alone runs. The ring (ring/coll.c) runs the algorithm; this file is what the group
+ * adds around it: a look at the control sockets before starting, refusing calls on a group
+ * that already failed, and turning any failure into one sentence that names this rank, the
+ * call, the place in the algorithm and the cause, then aborting the group so no peer waits
+ * for us in vain. */
 #include <stdio.h>
 
 #include "common/log.h"
 #include "common/status.h"
 #include "common/util.h"
+#include "cuda/cuda.h"
 #include "group/pg.h"
 
-int rr__pg_run_coll(rr_pg *pg, const rr__args *a, int64_t timeout_ms, const rr__req_dev *dev) {
+/* dev != NULL: the algorithm runs on the device buffers themselves (CUDA IPC). */
+static int rr__run_coll(rr_pg *pg, const rr__args *a, int64_t timeout_ms, const rr__req_dev *dev) {
   rr__coll c;
   rr__coll_init(&c, &pg->cs, pg->comm, a, pg->rank, pg->size, timeout_ms);
   c.may_spin = pg->inline_call;
@@ -55,14 +60,36 @@ int rr__pg_run_coll(rr_pg *pg, const rr__args *a, int64_t timeout_ms, const rr__
   return RR_OK;
 }
 
-int rr__pg_run_host(rr_pg *pg, const rr__args *a, int64_t timeout_ms) {
-  return rr__pg_run_coll(pg, a, timeout_ms, NULL);
+void rr__pg_path(const rr_pg *pg, rr__args *a) {
+  a->path = RR__PATH_HOST;
+  a->device = a->send_device = a->recv_device = -1;
+  /* Without a CUDA driver every buffer is host memory: nothing to look at. */
+  if (!rr__cuda_available()) return;
+  rr__cuda_pg_buffers(pg, a);
+  if (a->path == RR__PATH_STAGED && rr__pg_ipc_call(pg, a)) a->path = RR__PATH_IPC;
+}
+
+/* The ring on a host copy of the device buffers (or on managed memory, as it is). */
+static int rr__run_staged(rr_pg *pg, const rr__args *a, int64_t timeout_ms) {
+  rr__args h;
+  rr__stage sg;
+  RR__CHECK(rr__pg_stage_in(pg, a, &h, &sg));
+  return rr__pg_stage_out(pg, a, &sg, rr__run_coll(pg, &h, timeout_ms, NULL));
+}
+
+static int rr__run_ipc(rr_pg *pg, const rr__args *a, int64_t timeout_ms) {
+  rr__req_dev dev;
+  int prev = -1;
+  RR__CHECK(rr__pg_ipc_in(pg, a, &dev, &prev));
+  return rr__pg_ipc_out(pg, a, &dev, prev, rr__run_coll(pg, a, timeout_ms, &dev));
 }
 
 int rr__pg_run(rr_pg *pg, const rr__args *a, int64_t timeout_ms) {
-  if (rr__pg_device_call(pg, a)) {
-    if (rr__pg_ipc_call(pg, a)) return rr__pg_run_ipc(pg, a, timeout_ms);
-    return rr__pg_run_staged(pg, a, timeout_ms);
+  switch (a->path) {
+    case RR__PATH_MANAGED:
+    case RR__PATH_STAGED: return rr__run_staged(pg, a, timeout_ms);
+    case RR__PATH_IPC: return rr__run_ipc(pg, a, timeout_ms);
+    case RR__PATH_HOST:
+    default: return rr__run_coll(pg, a, timeout_ms, NULL);
   }
-  return rr__pg_run_host(pg, a, timeout_ms);
 }

@@ -1,8 +1,11 @@
-/* Device buffers in every collective: stage through pinned host memory.
+/* Device buffers in every collective: stage through pinned host memory; and the CUDA
+ * bookkeeping every device path shares (the call's events, the group's copy streams).
  *
- * group/run.c sends a call here only when one of its buffers is CUDA device (or managed)
- * memory (rr__pg_device_call); host calls never pass through. Without a CUDA table, or
- * with CUDA but no driver, that check is one flag read.
+ * Where a call's buffers are is looked at once, at submission (rr__cuda_pg_buffers, for
+ * group/run.c's rr__pg_path), and recorded in its arguments; group/run.c then runs a call
+ * whose path is RR__PATH_STAGED or RR__PATH_MANAGED between rr__pg_stage_in and
+ * rr__pg_stage_out. Host calls never pass through this file after that look. Without a CUDA
+ * table, or with CUDA but no driver, the look is one flag read per buffer.
  *
  * Order with the caller's stream, by events (docs/cuda.md, "Streams"): at submission, on
  * the caller's thread, rr__cuda_pg_prepare records cuda_ready on the call's stream. Here a
@@ -16,25 +19,22 @@
  *
  * In-place calls stay in place: when the send and receive ranges of one device buffer
  * overlap (NCCL's aliasing for all_gather / reduce_scatter included) they are staged as one
- * range with the same offsets, so rr__pg_run_host sees the same aliasing the user passed.
+ * range with the same offsets, so the host collective sees the same aliasing the user passed.
  *
  * This is the correct-everywhere path (any GPU, any transport, several ranks per GPU).
  * With RR_CUDA_IPC=1, ring collectives of ranks on one host whose buffers are device memory
- * go device to device over CUDA IPC instead, reducing with kernels (rr__pg_ipc_call and
- * rr__pg_run_ipc, at the end of this file; docs/cuda.md). On this path the host reduces the
- * staged copy: the GPU kernels are not wired into it.
+ * go device to device over CUDA IPC instead, reducing with kernels (group/ipc.c;
+ * docs/cuda.md). On this path the host reduces the staged copy: the GPU kernels are not
+ * wired into it.
  *
  * A failure here (a CUDA error, or buffers on two devices) aborts the group like any other
  * failure inside a call, so no peer waits for this rank in vain. */
 #include <stdio.h>
-#include <string.h>
 
-#include "common/param.h"
 #include "common/status.h"
 #include "common/util.h"
 #include "cuda/cuda.h"
 #include "group/pg.h"
-#include "transport/shm.h"
 
 #define RR__STAGE_ALIGN ((uintptr_t)256)
 
@@ -134,7 +134,7 @@ static void rr__io(const rr_pg *pg, const rr__args *a, size_t *in, size_t *out, 
 
 static uintptr_t rr__align_up(uintptr_t x) { return (x + RR__STAGE_ALIGN - 1) & ~(RR__STAGE_ALIGN - 1); }
 
-static int rr__dev_fail(rr_pg *pg, const rr__args *a, int st, const char *what, const char *how) {
+int rr__cuda_pg_fail(rr_pg *pg, const rr__args *a, int st, const char *what, const char *how) {
   rr__prefix_error(st, "%s", what);
   rr__prefix_error(
       st, "rank %d: %s (%zu x %s, %s)", pg->global_ranks[pg->rank],
@@ -147,31 +147,22 @@ static int rr__dev_fail(rr_pg *pg, const rr__args *a, int st, const char *what, 
 }
 
 static int rr__stage_fail(rr_pg *pg, const rr__args *a, int st, const char *what) {
-  return rr__dev_fail(pg, a, st, what, "device buffer staged through host memory");
+  return rr__cuda_pg_fail(pg, a, st, what, "device buffer staged through host memory");
 }
 
-/* Device memory, or managed memory (which the host reads as it is, but only once the
- * stream's kernels have written it). */
-static int rr__cuda_buffer(const void *p) {
-  int t = rr__cuda_ptr_type(p, NULL);
-  return t == RR__CUDA_MEM_DEVICE || t == RR__CUDA_MEM_MANAGED;
-}
-
-int rr__pg_device_call(const rr_pg *pg, const rr__args *a) {
+/* Device memory counts as the device it is on; managed memory (which the host reads as it
+ * is, but only once the stream's kernels have written it) as a reason to synchronise. A
+ * buffer the call does not read or write is not looked at. */
+void rr__cuda_pg_buffers(const rr_pg *pg, rr__args *a) {
   size_t in, out;
   int reads, writes, gaps;
   rr__io(pg, a, &in, &out, &reads, &writes, &gaps);
-  return (in > 0 && rr__cuda_buffer(a->sendbuf)) || (out > 0 && rr__cuda_buffer(a->recvbuf));
-}
-
-/* The device of a call's device buffers, or -1 when it has none (host or managed only). */
-static int rr__call_device(const rr_pg *pg, const rr__args *a) {
-  size_t in, out;
-  int reads, writes, gaps, d = -1;
-  rr__io(pg, a, &in, &out, &reads, &writes, &gaps);
-  if (in > 0 && rr__cuda_ptr_device(a->sendbuf, &d)) return d;
-  if (out > 0 && rr__cuda_ptr_device(a->recvbuf, &d)) return d;
-  return -1;
+  a->send_device = a->recv_device = -1;
+  int stype = in > 0 ? rr__cuda_ptr_type(a->sendbuf, &a->send_device) : RR__CUDA_MEM_HOST;
+  int rtype = out > 0 ? rr__cuda_ptr_type(a->recvbuf, &a->recv_device) : RR__CUDA_MEM_HOST;
+  a->device = a->send_device >= 0 ? a->send_device : a->recv_device;
+  int managed = stype == RR__CUDA_MEM_MANAGED || rtype == RR__CUDA_MEM_MANAGED;
+  a->path = a->device >= 0 ? RR__PATH_STAGED : managed ? RR__PATH_MANAGED : RR__PATH_HOST;
 }
 
 void rr__cuda_pg_release(rr__args *a) {
@@ -182,9 +173,8 @@ void rr__cuda_pg_release(rr__args *a) {
 
 int rr__cuda_pg_prepare(rr_pg *pg, rr__args *a) {
   a->cuda_ready = a->cuda_done = NULL;
-  if (!rr__cuda_available()) return RR_OK;
-  int device = rr__call_device(pg, a);
-  if (device < 0) return RR_OK;
+  int device = a->device;
+  if (!rr__cuda_available() || device < 0) return RR_OK;
   /* Events belong to a device, and cudaEventRecord wants the stream's: the buffers'. */
   int prev = -1;
   int st = rr__cuda_set_device(device, &prev);
@@ -214,7 +204,7 @@ int rr__cuda_pg_finish(const rr_pg *pg, const rr__args *a, int blocking) {
 
 /* The stream the staging copies go on: the group's own for the device (made once), which
  * waits for the call's stream through cuda_ready; without events, the call's stream. */
-static int rr__copy_stream(rr_pg *pg, const rr__args *a, int device, void **s) {
+int rr__cuda_pg_copy_stream(rr_pg *pg, const rr__args *a, int device, void **s) {
   *s = a->stream;
   if (!a->cuda_ready || device >= RR__CUDA_MAX_DEVICES) return RR_OK;
   if (!pg->cuda_copy[device]) RR__CHECK(rr__cuda_stream_create(&pg->cuda_copy[device]));
@@ -222,28 +212,27 @@ static int rr__copy_stream(rr_pg *pg, const rr__args *a, int device, void **s) {
   return rr__cuda_stream_wait_event(*s, a->cuda_ready);
 }
 
-int rr__pg_run_staged(rr_pg *pg, const rr__args *a, int64_t timeout_ms) {
-  size_t in, out;
-  int reads, writes, gaps;
-  rr__io(pg, a, &in, &out, &reads, &writes, &gaps);
-  int sdevice = -1, rdevice = -1;
-  int sdev = in > 0 && rr__cuda_ptr_device(a->sendbuf, &sdevice);
-  int rdev = out > 0 && rr__cuda_ptr_device(a->recvbuf, &rdevice);
-  if (!sdev && !rdev) {
+int rr__pg_stage_in(rr_pg *pg, const rr__args *a, rr__args *h, rr__stage *sg) {
+  *h = *a;
+  *sg = (rr__stage){.prev = -1};
+  if (a->path == RR__PATH_MANAGED) {
     /* Managed memory: the host reads and writes it directly, once the work queued on the
      * call's stream before the call (a kernel writing it) is done. Kernels queued after the
      * call see the host's writes (the call returns after them). */
     int st = rr__cuda_stream_sync(a->stream);
     if (st != RR_OK) return rr__stage_fail(pg, a, st, "waiting for the stream (managed buffer)");
-    return rr__pg_run_host(pg, a, timeout_ms);
+    return RR_OK;
   }
-
-  if (sdev && rdev && sdevice != rdevice) {
-    rr__set_error(RR_EINVAL, "sendbuf is on CUDA device %d but recvbuf on device %d", sdevice,
-                  rdevice);
+  size_t in, out;
+  int reads, writes, gaps;
+  rr__io(pg, a, &in, &out, &reads, &writes, &gaps);
+  int sdev = a->send_device >= 0, rdev = a->recv_device >= 0;
+  if (sdev && rdev && a->send_device != a->recv_device) {
+    rr__set_error(RR_EINVAL, "sendbuf is on CUDA device %d but recvbuf on device %d",
+                  a->send_device, a->recv_device);
     return rr__stage_fail(pg, a, RR_EINVAL, "checking buffers");
   }
-  int device = sdev ? sdevice : rdevice;
+  int device = a->device;
 
   /* Lay out the host copy: one range when one device buffer's send and receive ranges
    * overlap (in place), else a send area and a receive area. */
@@ -267,7 +256,7 @@ int rr__pg_run_staged(rr_pg *pg, const rr__args *a, int64_t timeout_ms) {
   int st = rr__cuda_set_device(device, &prev);
   if (st != RR_OK) return rr__stage_fail(pg, a, st, "selecting the buffers' device");
   void *cs = NULL;
-  st = rr__copy_stream(pg, a, device, &cs);
+  st = rr__cuda_pg_copy_stream(pg, a, device, &cs);
   if (st == RR_OK) st = rr__host_idle(pg);
   if (st != RR_OK) {
     rr__cuda_restore_device(prev);
@@ -285,9 +274,8 @@ int rr__pg_run_staged(rr_pg *pg, const rr__args *a, int64_t timeout_ms) {
     pg->cuda_host_bytes = (size_t)total;
   }
   char *host = pg->cuda_host;
-  rr__args h = *a;
-  if (sdev) h.sendbuf = host + soff;
-  if (rdev) h.recvbuf = host + roff;
+  if (sdev) h->sendbuf = host + soff;
+  if (rdev) h->recvbuf = host + roff;
 
   const char *what = NULL;
   if (sdev) {
@@ -301,78 +289,33 @@ int rr__pg_run_staged(rr_pg *pg, const rr__args *a, int64_t timeout_ms) {
     st = rr__cuda_memcpy_sync(host + roff, r, out, cs);
     if (st != RR_OK) what = "copying the receive buffer from the device";
   }
-  if (st == RR_OK) {
-    st = rr__pg_run_host(pg, &h, timeout_ms);
-    if (st == RR_OK && rdev && a->cuda_done) {
-      /* Not waited for here: cuda_done tells the caller (rr__cuda_pg_finish), and the next
-       * call waits before it writes the pinned buffer again (rr__host_idle). */
-      st = rr__cuda_memcpy_async(r, host + roff, out, cs);
-      if (st == RR_OK) pg->cuda_host_busy = cs;
-      if (st == RR_OK) st = rr__cuda_event_record(a->cuda_done, cs);
-      if (st != RR_OK) what = "copying the result to the device";
-    } else if (st == RR_OK && rdev) {
-      st = rr__cuda_memcpy_sync(r, host + roff, out, cs);
-      if (st != RR_OK) what = "copying the result to the device";
-    }
+  if (st != RR_OK) {
+    rr__cuda_restore_device(prev);
+    return rr__stage_fail(pg, a, st, what);
+  }
+  *sg = (rr__stage){.staged = 1, .prev = prev, .stream = cs, .result = rdev ? host + roff : NULL,
+                    .out = out};
+  return RR_OK;
+}
+
+int rr__pg_stage_out(rr_pg *pg, const rr__args *a, const rr__stage *sg, int st) {
+  if (!sg->staged) return st;
+  const char *what = NULL;
+  if (st == RR_OK && sg->result && a->cuda_done) {
+    /* Not waited for here: cuda_done tells the caller (rr__cuda_pg_finish), and the next
+     * call waits before it writes the pinned buffer again (rr__host_idle). */
+    st = rr__cuda_memcpy_async(a->recvbuf, sg->result, sg->out, sg->stream);
+    if (st == RR_OK) pg->cuda_host_busy = sg->stream;
+    if (st == RR_OK) st = rr__cuda_event_record(a->cuda_done, sg->stream);
+    if (st != RR_OK) what = "copying the result to the device";
+  } else if (st == RR_OK && sg->result) {
+    st = rr__cuda_memcpy_sync(a->recvbuf, sg->result, sg->out, sg->stream);
+    if (st != RR_OK) what = "copying the result to the device";
   }
   /* Restoring never touches the error text (it clears its own failure), and it happens only
    * where the previous device already had a context (rr__cuda_set_device). */
-  rr__cuda_restore_device(prev);
-  /* A failed collective has its message and abort from rr__pg_run_host already. */
+  rr__cuda_restore_device(sg->prev);
+  /* A failed collective has its message and abort from group/run.c already. */
   if (st != RR_OK && what) return rr__stage_fail(pg, a, st, what);
-  return st;
-}
-
-/* ---- CUDA IPC (transport/cuda_ipc.c, docs/cuda.md "The CUDA IPC path") ----
- *
- * Every rank decides alone, from what all ranks share: the call (kind, count), the group's
- * ranks all on one host (then every lane is shared memory; otherwise every rank has a peer
- * elsewhere), RR_TRANSPORT and RR_ALGO (checked equal at setup / in the call header), and
- * its own buffers. A rank whose buffers are host memory while its peers' are device memory
- * fails the call with RR_EMISMATCH (the lane sees host bytes where it expects device ones);
- * RR_TRANSPORT=shm stages instead. */
-int rr__pg_ipc_call(const rr_pg *pg, const rr__args *a) {
-  const rr__params *p = rr__params_get();
-  /* The ring algorithms, whose steps are all pipelined send / receive(-reduce) steps. */
-  const int ring =
-      a->kind == RR__K_ALL_REDUCE || a->kind == RR__K_REDUCE_SCATTER || a->kind == RR__K_ALL_GATHER;
-  /* Opt-in (RR_CUDA_IPC=1) until a peer killed mid-call cannot leave this rank's streams
-   * waiting for its events (docs/cuda.md): the staged path fails such a call cleanly. */
-  if (!p->cuda_ipc) return 0;
-  if (!ring || a->count == 0 || pg->size < 2 || !a->cuda_ready) return 0;
-  if (strcmp(p->transport, "auto") || (strcmp(p->algo, "auto") && strcmp(p->algo, "ring")))
-    return 0;
-  if (rr__trace_on()) return 0;                      /* traces copy a step's values on the host */
-  if (pg->cs.seg_bytes > RR__SHM_MAX_SLOT) return 0; /* a segment must fit one slot */
-  int sd = -1, rd = -1;
-  if (rr__cuda_ptr_type(a->sendbuf, &sd) != RR__CUDA_MEM_DEVICE ||
-      rr__cuda_ptr_type(a->recvbuf, &rd) != RR__CUDA_MEM_DEVICE || sd != rd)
-    return 0;
-  for (int i = 0; i < pg->size; i++)
-    if (i != pg->rank && !(pg->comm->peers[i].tp && pg->comm->peers[i].tp->device_msgs)) return 0;
-  return 1;
-}
-
-/* The ring runs on the device buffers themselves: segments go device to device through the
- * lanes, reductions are kernels, all on the group's copy stream for the device, which first
- * waits for the call's stream (cuda_ready); cuda_done is recorded behind the last of it, and
- * nothing is waited for here (rr__cuda_pg_finish does, as for the staged path). */
-int rr__pg_run_ipc(rr_pg *pg, const rr__args *a, int64_t timeout_ms) {
-  const char *how = "device buffer through CUDA IPC";
-  int device = -1, prev = -1;
-  rr__cuda_ptr_device(a->recvbuf, &device);
-  int st = rr__cuda_set_device(device, &prev);
-  if (st != RR_OK) return rr__dev_fail(pg, a, st, "selecting the buffers' device", how);
-  void *cs = NULL;
-  st = rr__copy_stream(pg, a, device, &cs);
-  if (st != RR_OK) {
-    rr__cuda_restore_device(prev);
-    return rr__dev_fail(pg, a, st, "ordering the call after its stream", how);
-  }
-  rr__req_dev dev = {.stream = cs, .device = device};
-  st = rr__pg_run_coll(pg, a, timeout_ms, &dev);
-  int rec = st == RR_OK ? rr__cuda_event_record(a->cuda_done, cs) : RR_OK;
-  rr__cuda_restore_device(prev);
-  if (rec != RR_OK) return rr__dev_fail(pg, a, rec, "marking the result's completion", how);
   return st;
 }

@@ -45,7 +45,19 @@ typedef struct rr__args {
    * buffers' device. cuda_ready is recorded on the call's stream then; cuda_done after the
    * result's copy back. NULL for host calls. */
   void *cuda_ready, *cuda_done;
+  /* How the group runs the call, decided once at submission (group/run.c, rr__pg_path) from
+   * one look at each buffer: rr__path. ring/ ignores these. send_device / recv_device: the
+   * CUDA device of the range the call reads / writes, -1 when that is not device memory (host
+   * or managed, or nothing); device: the call's (its events', copies' and kernels'), the send
+   * buffer's if it has one, else the receive buffer's, -1 for none. */
+  int path;
+  int device, send_device, recv_device;
 } rr__args;
+
+/* Where a call's bytes are: host memory, read as it is (zero: the default); managed memory
+ * only (read as it is once the call's stream is synchronised); a device buffer, staged
+ * through pinned host memory; device buffers moved device to device over CUDA IPC. */
+enum rr__path { RR__PATH_HOST = 0, RR__PATH_MANAGED, RR__PATH_STAGED, RR__PATH_IPC };
 
 /* Call kinds beyond the wire kinds: both halves of point to point. */
 #define RR__K_RECV (RR__K_COUNT + 1)
@@ -97,7 +109,7 @@ typedef struct rr__coll {
   struct rr__hdr_sends *sends; /* header messages of this call still to be flushed */
   int trace_step;              /* RR_TRACE: steps of this call traced so far */
   int64_t trace_t0;            /* RR_TRACE file: the call's start on the wall clock */
-  /* Device buffers moved through CUDA IPC (group/staging.c sets it; NULL: host memory):
+  /* Device buffers moved through CUDA IPC (group/run.c sets it, for group/ipc.c; NULL: host):
    * segments travel as device messages and reductions run as kernels on dev->stream. Only
    * the ring algorithms run so: all_reduce, reduce_scatter, all_gather (pipe.c refuses the
    * chain steps). */

@@ -464,3 +464,10 @@ int64_t rr__comm_idle_ms(const rr__comm *cm, int peer) {
   for (int l = 0; l < p->nlanes; l++) last = RR__MAX(last, p->lane[l]->last_rx_ms);
   return last ? rr__now_ms_coarse() - last : 0;
 }
+
+size_t rr__comm_device_msg_max(const rr__comm *cm) {
+  size_t max = SIZE_MAX;
+  for (int i = 0; i < cm->size; i++)
+    if (i != cm->rank) max = RR__MIN(max, cm->peers[i].tp ? cm->peers[i].tp->device_msg_max : 0);
+  return max;
+}

@@ -134,6 +134,9 @@ int rr__comm_wait(rr__comm *cm, int64_t deadline_ms, const rr__sniff *sniff);
 void rr__comm_poll_ctl(rr__comm *cm);
 /* Milliseconds since bytes last arrived from `peer` (for timeout messages). */
 int64_t rr__comm_idle_ms(const rr__comm *cm, int peer);
+/* The largest message in device memory that the lanes to every peer carry (the smallest of
+ * their transports' device_msg_max); 0 when some peer's transport carries none. */
+size_t rr__comm_device_msg_max(const rr__comm *cm);
 
 /* Abort the group: the first reason is kept, waiting calls wake up. A local abort
  * (tell_peers) also stops transfers at once and sends every peer an ABORT with the

@@ -809,7 +809,7 @@ fail:
 
 const rr__transport rr__shm_transport = {
     .name = "shm",
-    .device_msgs = 1,
+    .device_msg_max = RR__SHM_MAX_SLOT,
     .can_connect = rr__shm_can_connect,
     .setup_sockets = rr__shm_setup_sockets,
     .connect = rr__shm_connect,

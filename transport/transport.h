@@ -23,7 +23,7 @@
 /* A request whose bytes are in CUDA device memory (transport/cuda_ipc.c): buf (or, for a
  * consumed receive, the hook's destination) is on `device`, and the transport queues its
  * copies on `stream`, in order with the call's other device work; completion means
- * "queued", not "done". Only transports with device_msgs accept such requests. */
+ * "queued", not "done". Only transports with a device_msg_max accept such requests. */
 typedef struct rr__req_dev {
   void *stream; /* cudaStream_t */
   int device;
@@ -76,9 +76,10 @@ typedef struct rr__transport {
   /* Optional: fill this transport's fields of the record this rank publishes (what it can
    * offer peers), before anything is published. */
   void (*publish)(rr__peer_info *self);
-  /* 1: requests may carry device memory (rr__req.dev): the shm transport does, through
-   * CUDA IPC (transport/cuda_ipc.c). */
-  int device_msgs;
+  /* The largest message in device memory (rr__req.dev) a request may carry, in bytes; 0:
+   * none. The shm transport carries them through CUDA IPC (transport/cuda_ipc.c), one slot
+   * each. */
+  size_t device_msg_max;
   /* Can this transport carry data between self and peer? Pure function of the two infos
    * and the environment, evaluated identically on both sides. */
   int (*can_connect)(const rr__peer_info *self, const rr__peer_info *peer);

@@ -1,0 +1,62 @@
+/* Device buffers over CUDA IPC (transport/cuda_ipc.c, docs/cuda.md "The CUDA IPC path"):
+ * which calls take this path, decided once at submission (rr__pg_ipc_call, asked by
+ * group/run.c's rr__pg_path), and what running one adds around the ring (rr__pg_ipc_in and
+ * rr__pg_ipc_out, around group/run.c's run of the ring on the device buffers themselves).
+ * The events and copy streams are group/staging.c's, shared with the staged path. */
+#include <string.h>
+
+#include "common/param.h"
+#include "common/status.h"
+#include "cuda/cuda.h"
+#include "group/pg.h"
+
+static const char *const rr__ipc_how = "device buffer through CUDA IPC";
+
+/* Every rank decides alone, from what all ranks share: the call (kind, count), the group's
+ * ranks all on one host (then every lane is shared memory; otherwise every rank has a peer
+ * elsewhere), RR_TRANSPORT and RR_ALGO (checked equal at setup / in the call header), and
+ * its own buffers. A rank whose buffers are host memory while its peers' are device memory
+ * fails the call with RR_EMISMATCH (the lane sees host bytes where it expects device ones);
+ * RR_TRANSPORT=shm stages instead. Asked only of a call whose path is RR__PATH_STAGED, which
+ * gets its events at submission (rr__cuda_pg_prepare) or fails there. */
+int rr__pg_ipc_call(const rr_pg *pg, const rr__args *a) {
+  const rr__params *p = rr__params_get();
+  /* The ring algorithms, whose steps are all pipelined send / receive(-reduce) steps. */
+  const int ring =
+      a->kind == RR__K_ALL_REDUCE || a->kind == RR__K_REDUCE_SCATTER || a->kind == RR__K_ALL_GATHER;
+  /* Opt-in (RR_CUDA_IPC=1) until a peer killed mid-call cannot leave this rank's streams
+   * waiting for its events (docs/cuda.md): the staged path fails such a call cleanly. */
+  if (!p->cuda_ipc) return 0;
+  if (!ring || a->count == 0 || pg->size < 2) return 0;
+  if (strcmp(p->transport, "auto") || (strcmp(p->algo, "auto") && strcmp(p->algo, "ring")))
+    return 0;
+  if (rr__trace_on()) return 0; /* traces copy a step's values on the host */
+  if (a->send_device < 0 || a->recv_device < 0 || a->send_device != a->recv_device) return 0;
+  /* A segment must fit one device message on the lane to every peer (0 where a peer's
+   * transport carries none). */
+  return pg->cs.seg_bytes <= rr__comm_device_msg_max(pg->comm);
+}
+
+/* The ring runs on the group's copy stream for the device, which first waits for the call's
+ * stream (cuda_ready); cuda_done is recorded behind the last of it, and nothing is waited
+ * for here (rr__cuda_pg_finish does, as for the staged path). */
+int rr__pg_ipc_in(rr_pg *pg, const rr__args *a, rr__req_dev *dev, int *prev) {
+  int st = rr__cuda_set_device(a->device, prev);
+  if (st != RR_OK) return rr__cuda_pg_fail(pg, a, st, "selecting the buffers' device", rr__ipc_how);
+  void *cs = NULL;
+  st = rr__cuda_pg_copy_stream(pg, a, a->device, &cs);
+  if (st != RR_OK) {
+    rr__cuda_restore_device(*prev);
+    return rr__cuda_pg_fail(pg, a, st, "ordering the call after its stream", rr__ipc_how);
+  }
+  *dev = (rr__req_dev){.stream = cs, .device = a->device};
+  return RR_OK;
+}
+
+int rr__pg_ipc_out(rr_pg *pg, const rr__args *a, const rr__req_dev *dev, int prev, int st) {
+  int rec = st == RR_OK ? rr__cuda_event_record(a->cuda_done, dev->stream) : RR_OK;
+  rr__cuda_restore_device(prev);
+  if (rec != RR_OK)
+    return rr__cuda_pg_fail(pg, a, rec, "marking the result's completion", rr__ipc_how);
+  return st;
+}

@@ -341,7 +341,7 @@ static int rr__shm_recv_some(rr__shm_conn *c, size_t *moved) {
     const char *data = rr__shm_rx_bytes(c, c->rx_tail, c->rx_len) + c->rx_off;
     size_t avail = c->rx_len - c->rx_off;
     rr__req *r = c->rq.head;
-    size_t need = r->len - r->done, take;
+    size_t take;
     if (((c->rx_flags & RR__SHM_DEVICE) != 0) != (r->dev != NULL))
       return rr__set_error(RR_EMISMATCH,
                            "receiving from rank %d: it sent %s memory where this rank expects "
@@ -351,21 +351,17 @@ static int rr__shm_recv_some(rr__shm_conn *c, size_t *moved) {
                            r->dev ? "device" : "host");
     if (r->dev) {
       /* One request per slot: the whole slot belongs to this request. */
-      if (c->rx_off != 0 || avail > need) return rr__shm_corrupt(c, "device slot overruns");
+      if (c->rx_off != 0 || avail > r->len - r->done)
+        return rr__shm_corrupt(c, "device slot overruns");
       int o = rr__ipc_open_peer(c->ipc, c->ipc_theirs);
       if (o == 0) return rr__shm_corrupt(c, "a device message before the device slots");
       if (o < 0) return rr__prefix_error(o, "receiving from rank %d", c->base.peer_global);
       take = avail;
       RR__CHECK(rr__ipc_take(c->ipc, (uint32_t)(c->rx_tail % c->nslots), r, take, r->dev->stream));
-    } else if (r->consume && r->done == 0 && avail >= need) {
-      take = need;
-      r->consume(r, data, take); /* the whole message, straight from shared memory */
-      r->consumed = 1;
+      r->done += take;
     } else {
-      take = RR__MIN(avail, need);
-      memcpy(r->buf + r->done, data, take);
+      take = rr__req_deliver(r, data, avail); /* straight from shared memory when it can */
     }
-    r->done += take;
     c->rx_off += take;
     *moved += take;
     got = 1;

@@ -265,15 +265,13 @@ static int rr__failure_is_remote(int st) {
  * done (-1: nothing to read). */
 static int rr__peer_said_why(const rr__boot *b, int fd, int p, int st, int remote) {
   if (fd < 0 || !remote) return st;
-  char mine[RR__ERRMSG_MAX], theirs[RR__CTL_TEXT_MAX + 1];
-  snprintf(mine, sizeof mine, "%s", rr__error());
+  char theirs[RR__CTL_TEXT_MAX + 1];
   int their_st = RR_OK;
   int64_t soon = RR__MIN(b->deadline_ms, rr__now_ms() + 1000);
   if (rr__ctl_read_abort(fd, soon, &their_st, theirs, sizeof theirs) == RR_OK)
     return rr__set_error(their_st, "rank %d gave up setting up the group: %s",
                          b->global_ranks[p], theirs);
-  rr__copy_error(mine);
-  return st;
+  return st; /* the error text is still ours */
 }
 
 /* This rank's setup failed after the records were in: tell every peer it has a control
@@ -403,22 +401,23 @@ static void rr__answer_failure(rr__mesh *m, rr__pending *pd, int st, const char 
   shutdown(pd->fd, SHUT_WR);
 }
 
-/* After a failure: answer the connections still in the listen backlog (rr__answer_failure),
- * now that this rank's other descriptors are closed and accept() can work again. */
-static void rr__answer_backlog(rr__mesh *m, int lfd, int st) {
+/* This rank's setup failed (st, the error set): give the reason (rr__answer_failure) to
+ * the npend connections half way through their greeting, and, lfd >= 0, to those still in
+ * the listen backlog (called once this rank's other descriptors are closed and accept()
+ * can work again). Answering may fail; the error text stays this rank's failure. */
+static void rr__answer_pending(rr__mesh *m, rr__pending *pend, int npend, int lfd, int st) {
   char saved[RR__ERRMSG_MAX], why[RR__ERRMSG_MAX + 16];
   snprintf(saved, sizeof saved, "%s", rr__error());
   snprintf(why, sizeof why, "rank %d: %s", m->b->global_ranks[m->b->rank], saved);
-  if (rr__sock_nonblock(lfd, 1) != RR_OK) { /* accept() must not wait for a next one */
-    rr__copy_error(saved);
-    return;
-  }
-  for (int n = 0; n < 256; n++) {
-    rr__pending pd = {.fd = accept4(lfd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK)};
-    if (pd.fd < 0) break;
-    rr__answer_failure(m, &pd, st, why);
-    close(pd.fd);
-  }
+  for (int i = 0; i < npend; i++) rr__answer_failure(m, &pend[i], st, why);
+  /* accept() must not wait for a next one */
+  if (lfd >= 0 && rr__sock_nonblock(lfd, 1) == RR_OK)
+    for (int n = 0; n < 256; n++) {
+      rr__pending pd = {.fd = accept4(lfd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK)};
+      if (pd.fd < 0) break;
+      rr__answer_failure(m, &pd, st, why);
+      close(pd.fd);
+    }
   rr__copy_error(saved);
 }
 
@@ -503,14 +502,8 @@ static int rr__accept_higher(rr__mesh *m, int lfd) {
     }
   }
 out:
-  if (st != RR_OK) {
-    /* Failing: the connections half way through their greeting still get the reason. */
-    char saved[RR__ERRMSG_MAX], why[RR__ERRMSG_MAX + 16];
-    snprintf(saved, sizeof saved, "%s", rr__error());
-    snprintf(why, sizeof why, "rank %d: %s", b->global_ranks[b->rank], saved);
-    for (int i = 0; i < npend; i++) rr__answer_failure(m, &pend[i], st, why);
-    rr__copy_error(saved);
-  }
+  /* Failing: the connections half way through their greeting still get the reason. */
+  if (st != RR_OK) rr__answer_pending(m, pend, npend, -1, st);
   for (int i = 0; i < npend; i++) close(pend[i].fd);
   return st;
 }
@@ -660,7 +653,7 @@ done:
       for (int k = 0; k <= RR__MAX_LANES; k++)
         if (m.fds[p][k] >= 0) close(m.fds[p][k]);
   if (lfd >= 0) {
-    if (st != RR_OK && m.infos && m.sent) rr__answer_backlog(&m, lfd, st);
+    if (st != RR_OK && m.infos && m.sent) rr__answer_pending(&m, NULL, 0, lfd, st);
     close(lfd);
   }
   free(m.infos);

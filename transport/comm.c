@@ -103,7 +103,8 @@ int rr__ctl_next_is_ctl(int fd, int64_t deadline_ms) {
   }
 }
 
-int rr__ctl_read_abort(int fd, int64_t deadline_ms, int *status, char *text, size_t n) {
+static int rr__ctl_read_abort_msg(int fd, int64_t deadline_ms, int *status, char *text,
+                                  size_t n) {
   uint8_t hdr[RR__CTL_FIXED];
   RR__CHECK(rr__sock_recv_all(fd, hdr, sizeof hdr, deadline_ms));
   rr__ctl c;
@@ -117,6 +118,14 @@ int rr__ctl_read_abort(int fd, int64_t deadline_ms, int *status, char *text, siz
   *status = c.status ? c.status : RR_EABORTED;
   snprintf(text, n, "%s", buf);
   return RR_OK;
+}
+
+int rr__ctl_read_abort(int fd, int64_t deadline_ms, int *status, char *text, size_t n) {
+  char saved[RR__ERRMSG_MAX];
+  snprintf(saved, sizeof saved, "%s", rr__error());
+  int st = rr__ctl_read_abort_msg(fd, deadline_ms, status, text, n);
+  if (st != RR_OK) rr__copy_error(saved); /* no ABORT: the caller's own failure stands */
+  return st;
 }
 
 void rr__comm_free(rr__comm *cm) {
@@ -295,32 +304,33 @@ garbage: {
 /* A peer vanished without a word: abort, and tell everyone why we stop, so that when we
  * exit in turn nobody blames us. */
 static int rr__lost(rr__comm *cm, int i) {
-  {
-    rr__peer *p = &cm->peers[i];
-    char reason[RR__ERRMSG_MAX];
-    snprintf(reason, sizeof reason,
-             "lost rank %d: its connection closed without a goodbye (the process exited, "
-             "crashed or was killed)",
-             p->info.global_rank);
-    rr__comm_abort(cm, RR_EPEER, reason, 1);
-    return rr__comm_check(cm);
-  }
+  char reason[RR__ERRMSG_MAX];
+  snprintf(reason, sizeof reason,
+           "lost rank %d: its connection closed without a goodbye (the process exited, "
+           "crashed or was killed)",
+           cm->peers[i].info.global_rank);
+  rr__comm_abort(cm, RR_EPEER, reason, 1);
+  return rr__comm_check(cm);
 }
 
+/* A link failed (its error set). Any peer may have said why the group is going down (an
+ * ABORT queued on its control socket): that is the cause, not the closed or reset link it
+ * led to. Reads the control sockets; 1: such an abort is in force (rr__comm_check reports
+ * it); 0: none, and the link's error text is as it was. */
+static int rr__abort_is_cause(rr__comm *cm) {
+  char saved[RR__ERRMSG_MAX];
+  snprintf(saved, sizeof saved, "%s", rr__error());
+  rr__comm_poll_ctl(cm);
+  if (rr__abort_now(cm)) return 1;
+  rr__copy_error(saved);
+  return 0;
+}
 
 /* A data lane failed. The peer's control socket says more: an ABORT it sent before going
  * (the real cause), a goodbye (it left on purpose), or nothing (it died). */
 static int rr__lane_error(rr__comm *cm, rr__conn *c, int st) {
   rr__peer *p = &cm->peers[c->peer];
-  if (st == RR_EPEER) {
-    /* Any peer may have said why the group is going down (an ABORT queued on its control
-     * socket): that is the cause, not the closed link it led to. */
-    char saved[RR__ERRMSG_MAX];
-    snprintf(saved, sizeof saved, "%s", rr__error());
-    rr__comm_poll_ctl(cm);
-    if (rr__abort_now(cm)) return rr__comm_check(cm);
-    rr__copy_error(saved);
-  }
+  if (st == RR_EPEER && rr__abort_is_cause(cm)) return rr__comm_check(cm);
   if (st == RR_EPEER && p->said_bye)
     rr__prefix_error(st, "rank %d destroyed its process group while this call still needed it",
                      p->info.global_rank);
@@ -406,15 +416,7 @@ int rr__comm_wait(rr__comm *cm, int64_t deadline_ms, const rr__sniff *sn) {
     uint8_t hdr[RR__SNIFF_BYTES];
     size_t got = 0;
     int pst = l0->tp->peek(l0, hdr, sizeof hdr, &got);
-    if (pst != RR_OK) {
-      /* A reset link is the effect; a peer's ABORT, if one is queued, is the cause. */
-      char saved[RR__ERRMSG_MAX];
-      snprintf(saved, sizeof saved, "%s", rr__error());
-      rr__comm_poll_ctl(cm);
-      if (rr__abort_now(cm)) return rr__comm_check(cm);
-      rr__copy_error(saved);
-      return pst;
-    }
+    if (pst != RR_OK) return rr__abort_is_cause(cm) ? rr__comm_check(cm) : pst;
     if (got == sizeof hdr) {
       cm->peers[i].sniffed = sn->seq + 1;
       RR__CHECK(sn->check(sn->ctx, i, hdr));

@@ -39,8 +39,10 @@ void rr__ctl_send_abort(int fd, int origin, int status, uint64_t seq, const char
  * that gave up sent its ABORT where a setup message was due), without consuming them;
  * waits until deadline_ms for the first 4 bytes, 0 on anything else. */
 int rr__ctl_next_is_ctl(int fd, int64_t deadline_ms);
-/* During setup: read one ABORT from a control socket (waiting until deadline_ms); RR_OK
- * with its status and text (NUL-terminated, n > 0), or an error when none came. */
+/* During setup, after a step with the peer failed: read one ABORT from its control socket
+ * (waiting until deadline_ms); RR_OK with its status and text (NUL-terminated, n > 0), or
+ * an error when none came, with this thread's error text left as it was (the caller's own
+ * failure is then the one to report). */
 int rr__ctl_read_abort(int fd, int64_t deadline_ms, int *status, char *text, size_t n);
 
 

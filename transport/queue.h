@@ -1,4 +1,5 @@
-/* The request FIFO every transport keeps per lane and direction, written once.
+/* The request FIFO every transport keeps per lane and direction, and the hand-over of a
+ * received slot's bytes to the head receive, written once.
  *
  * Requests belong to the caller (no allocation per message): a transport links them in
  * through req->next while it moves their bytes, completes them strictly in order, and keeps
@@ -7,6 +8,9 @@
 #ifndef RR__TRANSPORT_QUEUE_H_
 #define RR__TRANSPORT_QUEUE_H_
 
+#include <string.h>
+
+#include "common/util.h"
 #include "transport/transport.h"
 
 typedef struct rr__reqq {
@@ -41,6 +45,24 @@ static inline void rr__reqq_pop(rr__conn *c, rr__reqq *q, int rx) {
   if (!q->head) q->tail = NULL;
   c->pending--;
   if (rx) c->rx_pending--;
+}
+
+/* Hand `avail` bytes of a received slot (at data) to the receive r; returns how many it
+ * took. A message that sits whole in the slot goes to its consume hook, if it has one (the
+ * ring reduces straight out of the transport's memory); anything else is copied to r->buf,
+ * up to what r still needs. Used by the transports that receive into slots (shm, ib). */
+static inline size_t rr__req_deliver(rr__req *r, const char *data, size_t avail) {
+  size_t need = r->len - r->done, take;
+  if (r->consume && r->done == 0 && avail >= need) {
+    take = need;
+    r->consume(r, data, take);
+    r->consumed = 1;
+  } else {
+    take = RR__MIN(avail, need);
+    memcpy(r->buf + r->done, data, take);
+  }
+  r->done += take;
+  return take;
 }
 
 #endif /* RR__TRANSPORT_QUEUE_H_ */

@@ -39,41 +39,24 @@
  *
  * Device messages (rr__req.dev) keep this protocol slot for slot, but their bytes go into the
  * receiver's device slot of the same index (flags say so); transport/cuda_ipc.h has the rest.
- * (Past 800 lines: protocol, setup and device messages share the lane's state.)
  *
- * Setup, per pair, in connect() over the pair's TCP control socket: both send a hello
- * (rank, pid, slot wishes); the lower rank also names an abstract-namespace UNIX socket it
- * listens on (pids and a random nonce in the name). The higher rank connects; each side
- * checks with SO_PEERCRED that the other end is the process the rendezvous published; the
- * lower rank passes the memfd over the socket (SCM_RIGHTS), the higher maps it, checks it
- * and acknowledges. One lane per pair: one memory pipe, more lanes would not add bandwidth.
+ * This file is the data path (posting, progress, waiting, peeking) and the transport's
+ * table; transport/shm_setup.c makes a lane (the handshake, the mapping) and closes it;
+ * transport/shm_lane.h is the lane's state, which both read.
  */
 #include "transport/shm.h"
 
 #include <errno.h>
-#include <fcntl.h>
 #include <stdatomic.h>
-#include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
-#include <sys/random.h>
 #include <sys/socket.h>
-#include <sys/stat.h>
-#include <sys/un.h>
 #include <unistd.h>
 
-#include "common/log.h"
-#include "common/param.h"
 #include "common/status.h"
 #include "common/util.h"
-#include "transport/comm.h"
 #include "transport/cuda_ipc.h"
 #include "transport/queue.h"
-#include "transport/socket.h"
-
-#define RR__SHM_MAGIC 0x31764d4853525252ull /* "RRRSHMv1" */
-#define RR__SHM_VERSION 1u
+#include "transport/shm_lane.h"
 
 _Static_assert(ATOMIC_LLONG_LOCK_FREE == 2 && ATOMIC_INT_LOCK_FREE == 2,
                "shared-memory counters must be lock-free atomics");
@@ -88,51 +71,6 @@ void rr__shm_race_point(void);
 #else
 #define RR__SHM_RACE_POINT() ((void)0)
 #endif
-
-static size_t rr__round_up(size_t v, size_t a) {
-  return (v + a - 1) / a * a;
-}
-
-void rr__shm_layout_of(uint32_t nslots, size_t slot, rr__shm_layout *l) {
-  size_t o = RR__SHM_PAGE; /* page 0: header */
-  for (int d = 0; d < 2; d++) l->ring[d] = o, o += sizeof(rr__shm_ring);
-  for (int d = 0; d < 2; d++) l->desc[d] = o, o += (size_t)nslots * sizeof(rr__shm_desc);
-  for (int d = 0; d < 2; d++) l->ipc[d] = o, o += rr__round_up(sizeof(rr__ipc_export), RR__SHM_CL);
-  o = rr__round_up(o, RR__SHM_PAGE);
-  for (int d = 0; d < 2; d++) l->data[d] = o, o += (size_t)nslots * slot;
-  l->total = o;
-}
-
-/* ---- a lane ---- */
-
-typedef struct rr__shm_conn {
-  rr__conn base; /* first: the ring sees only this */
-  int sock;      /* AF_UNIX stream to the peer: wake-ups, and EOF when it dies */
-  char *map;
-  size_t map_len;
-  uint32_t nslots;
-  size_t slot;
-  rr__shm_ring *tx, *rx;
-  rr__shm_desc *tx_desc, *rx_desc;
-  char *tx_data, *rx_data;
-  uint64_t tx_head, tx_tail; /* slots we published; the peer's tail as last seen */
-  uint64_t rx_tail;          /* slots we released */
-  size_t rx_off;             /* bytes of slot rx_tail already handed out */
-  uint32_t rx_len;           /* its length, read once (0: not yet read) */
-  uint32_t rx_flags;         /* and its flags, read with it */
-  int armed_rx, armed_tx;    /* we set rx->rx_wait / tx->tx_wait */
-  int wake_due;              /* the peer took a flag of ours: its byte is (or will be) here */
-  int idle;                  /* pollfd calls since progress last moved bytes */
-  int dead;                  /* the socket hit EOF or an error */
-  int dead_errno;
-  rr__reqq sq, rq;
-  /* Device messages (transport/cuda_ipc.c), started by the first one: what we publish and
-   * what the peer does, in the mapping. */
-  rr__ipc *ipc;
-  rr__ipc_export *ipc_mine, *ipc_theirs;
-  int self_global;
-  int peer_pid; /* the rendezvous's, checked with SO_PEERCRED at setup */
-} rr__shm_conn;
 
 static int rr__shm_corrupt(rr__shm_conn *c, const char *what) {
   return rr__set_error(RR_EPROTO,
@@ -341,7 +279,7 @@ static int rr__shm_recv_some(rr__shm_conn *c, size_t *moved) {
     const char *data = rr__shm_rx_bytes(c, c->rx_tail, c->rx_len) + c->rx_off;
     size_t avail = c->rx_len - c->rx_off;
     rr__req *r = c->rq.head;
-    size_t need = r->len - r->done, take;
+    size_t take;
     if (((c->rx_flags & RR__SHM_DEVICE) != 0) != (r->dev != NULL))
       return rr__set_error(RR_EMISMATCH,
                            "receiving from rank %d: it sent %s memory where this rank expects "
@@ -351,21 +289,17 @@ static int rr__shm_recv_some(rr__shm_conn *c, size_t *moved) {
                            r->dev ? "device" : "host");
     if (r->dev) {
       /* One request per slot: the whole slot belongs to this request. */
-      if (c->rx_off != 0 || avail > need) return rr__shm_corrupt(c, "device slot overruns");
+      if (c->rx_off != 0 || avail > r->len - r->done)
+        return rr__shm_corrupt(c, "device slot overruns");
       int o = rr__ipc_open_peer(c->ipc, c->ipc_theirs);
       if (o == 0) return rr__shm_corrupt(c, "a device message before the device slots");
       if (o < 0) return rr__prefix_error(o, "receiving from rank %d", c->base.peer_global);
       take = avail;
       RR__CHECK(rr__ipc_take(c->ipc, (uint32_t)(c->rx_tail % c->nslots), r, take, r->dev->stream));
-    } else if (r->consume && r->done == 0 && avail >= need) {
-      take = need;
-      r->consume(r, data, take); /* the whole message, straight from shared memory */
-      r->consumed = 1;
+      r->done += take;
     } else {
-      take = RR__MIN(avail, need);
-      memcpy(r->buf + r->done, data, take);
+      take = rr__req_deliver(r, data, avail); /* straight from shared memory when it can */
     }
-    r->done += take;
     c->rx_off += take;
     *moved += take;
     got = 1;
@@ -452,359 +386,6 @@ static void rr__shm_peekfd(rr__conn *base, struct pollfd *pfd) {
   pfd->events = POLLIN;
   pfd->revents = 0;
   if (rr__shm_arm(c, 1, 0)) pfd->events |= POLLOUT;
-}
-
-static void rr__shm_close(rr__conn *base) {
-  rr__shm_conn *c = (rr__shm_conn *)base;
-  rr__ipc_free(c->ipc);
-  if (c->map) munmap(c->map, c->map_len);
-  if (c->sock >= 0) close(c->sock);
-  free(c);
-}
-
-static int rr__shm_can_connect(const rr__peer_info *self, const rr__peer_info *peer) {
-  /* RR_TRANSPORT=auto or shm (which only keeps device buffers off CUDA IPC): tcp forces
-   * sockets, ib forces verbs. */
-  const char *mode = rr__params_get()->transport;
-  if (strcmp(mode, "auto") != 0 && strcmp(mode, "shm") != 0) return 0;
-  return self->hostid[0] != '\0' && strncmp(self->hostid, peer->hostid, sizeof self->hostid) == 0;
-}
-
-static int rr__shm_setup_sockets(const rr__peer_info *self, const rr__peer_info *peer) {
-  (void)self;
-  (void)peer;
-  return 0; /* everything goes through the mapping and one UNIX socket */
-}
-
-/* ---- setup ---- */
-
-#define RR__SHM_NAME_MAX 96
-
-/* Sent by both sides over the control socket. Same host, same ABI: sent as is. */
-typedef struct rr__shm_hello {
-  uint64_t magic;
-  int32_t global_rank;
-  int32_t pid;
-  uint32_t nslots; /* wishes */
-  uint32_t version;
-  uint64_t slot_bytes;
-  char name[RR__SHM_NAME_MAX]; /* the lower rank's socket (abstract; name[0] is '@') */
-} rr__shm_hello;
-
-/* Sent with the memfd. */
-typedef struct rr__shm_offer {
-  uint64_t magic;
-  uint64_t total_bytes;
-} rr__shm_offer;
-
-/* A slot holds a whole pipeline segment (so the ring can reduce straight out of it); the
- * ring is at least RR__SHM_DEPTH slots deep, RR_SLOTS if larger (docs/shm.md: deeper rings
- * let a sender run ahead while an oversubscribed receiver waits for a core). */
-static void rr__shm_wishes(uint32_t *nslots, size_t *slot) {
-  const rr__params *p = rr__params_get();
-  size_t s = rr__round_up((size_t)p->seg_bytes, RR__SHM_PAGE);
-  *slot = RR__MAX(RR__MIN(s, (size_t)RR__SHM_MAX_SLOT), (size_t)RR__SHM_MIN_SLOT);
-  int64_t n = RR__MAX(p->slots, (int64_t)RR__SHM_DEPTH);
-  *nslots = (uint32_t)RR__MIN(n, (int64_t)RR__SHM_MAX_SLOTS);
-}
-
-static int rr__shm_sockaddr(const char *name, struct sockaddr_un *sa, socklen_t *len) {
-  size_t n = strnlen(name, RR__SHM_NAME_MAX);
-  if (n < 2 || n >= RR__SHM_NAME_MAX || n >= sizeof sa->sun_path || name[0] != '@')
-    return rr__set_error(RR_EPROTO, "bad shared-memory socket name");
-  memset(sa, 0, sizeof *sa);
-  sa->sun_family = AF_UNIX;
-  memcpy(sa->sun_path, name, n);
-  sa->sun_path[0] = '\0'; /* abstract namespace: nothing on disk to clean up */
-  *len = (socklen_t)(offsetof(struct sockaddr_un, sun_path) + n);
-  return RR_OK;
-}
-
-/* The process at the other end of a UNIX socket must be the one the rendezvous named. */
-static int rr__shm_check_peer(int fd, const rr__peer_info *peer) {
-  struct ucred cr;
-  socklen_t l = sizeof cr;
-  if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cr, &l) != 0)
-    return rr__set_error(RR_ESYS, "SO_PEERCRED: %s", strerror(errno));
-  if (cr.pid != peer->pid)
-    return rr__set_error(RR_EPROTO,
-                         "the process on the shared-memory socket is pid %d, not rank %d's "
-                         "pid %d (separate pid namespaces? set RR_TRANSPORT=tcp)",
-                         (int)cr.pid, peer->global_rank, peer->pid);
-  return RR_OK;
-}
-
-static int rr__shm_send_fd(int sock, int fd, const rr__shm_offer *o, int64_t deadline_ms) {
-  char cbuf[CMSG_SPACE(sizeof(int))];
-  memset(cbuf, 0, sizeof cbuf);
-  struct iovec iov = {.iov_base = (void *)o, .iov_len = sizeof *o};
-  struct msghdr mh = {
-      .msg_iov = &iov, .msg_iovlen = 1, .msg_control = cbuf, .msg_controllen = sizeof cbuf};
-  struct cmsghdr *cm = CMSG_FIRSTHDR(&mh);
-  cm->cmsg_level = SOL_SOCKET;
-  cm->cmsg_type = SCM_RIGHTS;
-  cm->cmsg_len = CMSG_LEN(sizeof(int));
-  memcpy(CMSG_DATA(cm), &fd, sizeof fd);
-  for (;;) {
-    ssize_t w = sendmsg(sock, &mh, MSG_DONTWAIT | MSG_NOSIGNAL);
-    if (w == (ssize_t)sizeof *o) return RR_OK;
-    if (w >= 0) return rr__set_error(RR_ESYS, "sendmsg: short write");
-    if (errno == EINTR) continue;
-    if (errno != EAGAIN && errno != EWOULDBLOCK)
-      return rr__set_error(RR_EPEER, "sendmsg: %s", strerror(errno));
-    RR__CHECK(rr__sock_wait(sock, POLLOUT, deadline_ms));
-  }
-}
-
-static int rr__shm_recv_fd(int sock, int *fd, rr__shm_offer *o, int64_t deadline_ms) {
-  *fd = -1;
-  char cbuf[CMSG_SPACE(sizeof(int) * 4)];
-  struct iovec iov = {.iov_base = o, .iov_len = sizeof *o};
-  struct msghdr mh = {
-      .msg_iov = &iov, .msg_iovlen = 1, .msg_control = cbuf, .msg_controllen = sizeof cbuf};
-  ssize_t r;
-  for (;;) {
-    RR__CHECK(rr__sock_wait(sock, POLLIN, deadline_ms));
-    r = recvmsg(sock, &mh, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
-    if (r >= 0) break;
-    if (errno == EINTR || errno == EAGAIN || errno == EWOULDBLOCK) continue;
-    return rr__set_error(RR_EPEER, "recvmsg: %s", strerror(errno));
-  }
-  /* Take every descriptor that came, whatever else is wrong, so none leaks. */
-  for (struct cmsghdr *cm = CMSG_FIRSTHDR(&mh); cm; cm = CMSG_NXTHDR(&mh, cm)) {
-    if (cm->cmsg_level != SOL_SOCKET || cm->cmsg_type != SCM_RIGHTS) continue;
-    size_t nfd = (cm->cmsg_len - CMSG_LEN(0)) / sizeof(int);
-    for (size_t k = 0; k < nfd; k++) {
-      int f;
-      memcpy(&f, CMSG_DATA(cm) + k * sizeof(int), sizeof f);
-      if (*fd < 0)
-        *fd = f;
-      else
-        close(f);
-    }
-  }
-  if (r == 0) return rr__set_error(RR_EPEER, "the peer closed the socket during setup");
-  if (r != (ssize_t)sizeof *o || (mh.msg_flags & (MSG_CTRUNC | MSG_TRUNC)) || *fd < 0)
-    return rr__set_error(RR_EPROTO, "malformed shared-memory offer");
-  return RR_OK;
-}
-
-/* Map the memfd and point a lane at it; `lower` says which ring we send on. */
-static int rr__shm_attach(rr__shm_conn *c, int memfd, size_t total, int lower) {
-  void *m = mmap(NULL, total, PROT_READ | PROT_WRITE, MAP_SHARED, memfd, 0);
-  if (m == MAP_FAILED)
-    return rr__set_error(RR_ESYS, "mmap of %zu bytes: %s", total, strerror(errno));
-  c->map = m;
-  c->map_len = total;
-  rr__shm_layout l;
-  rr__shm_layout_of(c->nslots, c->slot, &l);
-  int t = lower ? 0 : 1, r = 1 - t;
-  c->tx = (rr__shm_ring *)(c->map + l.ring[t]);
-  c->rx = (rr__shm_ring *)(c->map + l.ring[r]);
-  c->tx_desc = (rr__shm_desc *)(c->map + l.desc[t]);
-  c->rx_desc = (rr__shm_desc *)(c->map + l.desc[r]);
-  c->tx_data = c->map + l.data[t];
-  c->rx_data = c->map + l.data[r];
-  c->ipc_mine = (rr__ipc_export *)(c->map + l.ipc[t]);
-  c->ipc_theirs = (rr__ipc_export *)(c->map + l.ipc[r]);
-  return RR_OK;
-}
-
-/* Lower rank: create, seal and fill in the mapping. */
-static int rr__shm_create(rr__shm_conn *c, const rr__peer_info *self, const rr__peer_info *peer,
-                          size_t total, int *memfd) {
-  int fd = memfd_create("ringreduce-shm", MFD_CLOEXEC | MFD_ALLOW_SEALING);
-  if (fd < 0) return rr__set_error(RR_ESYS, "memfd_create: %s", strerror(errno));
-  int st = RR_OK;
-  if (ftruncate(fd, (off_t)total) != 0) {
-    st = rr__set_error(RR_ESYS, "ftruncate to %zu bytes: %s", total, strerror(errno));
-    goto fail;
-  }
-  if (fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) != 0) {
-    st = rr__set_error(RR_ESYS, "sealing the memfd: %s", strerror(errno));
-    goto fail;
-  }
-  RR__CHECK_GOTO(rr__shm_attach(c, fd, total, 1), st, fail);
-  rr__shm_hdr *h = (rr__shm_hdr *)c->map;
-  *h = (rr__shm_hdr){.magic = RR__SHM_MAGIC,
-                     .version = RR__SHM_VERSION,
-                     .nslots = c->nslots,
-                     .slot_bytes = c->slot,
-                     .total_bytes = total,
-                     .lower_rank = self->global_rank,
-                     .higher_rank = peer->global_rank,
-                     .lower_pid = self->pid,
-                     .higher_pid = peer->pid};
-  *memfd = fd;
-  return RR_OK;
-fail:
-  close(fd);
-  return st;
-}
-
-/* Higher rank: check what the lower rank handed over, then map it. */
-static int rr__shm_open(rr__shm_conn *c, const rr__peer_info *self, const rr__peer_info *peer,
-                        int memfd, const rr__shm_offer *o, size_t total) {
-  struct stat sb;
-  if (o->magic != RR__SHM_MAGIC || o->total_bytes != total)
-    return rr__set_error(RR_EPROTO, "shared-memory offer does not match the agreed geometry");
-  if (fstat(memfd, &sb) != 0) return rr__set_error(RR_ESYS, "fstat: %s", strerror(errno));
-  if (!S_ISREG(sb.st_mode) || (uint64_t)sb.st_size != total)
-    return rr__set_error(RR_EPROTO, "the shared-memory file has %lld bytes, not %zu",
-                         (long long)sb.st_size, total);
-  int seals = fcntl(memfd, F_GET_SEALS);
-  if (seals < 0 || !(seals & F_SEAL_SHRINK))
-    return rr__set_error(RR_EPROTO, "the shared-memory file is not sealed against shrinking");
-  RR__CHECK(rr__shm_attach(c, memfd, total, 0));
-  const rr__shm_hdr *h = (const rr__shm_hdr *)c->map;
-  if (h->magic != RR__SHM_MAGIC || h->version != RR__SHM_VERSION || h->nslots != c->nslots ||
-      h->slot_bytes != c->slot || h->total_bytes != total || h->lower_rank != peer->global_rank ||
-      h->higher_rank != self->global_rank)
-    return rr__set_error(RR_EPROTO, "the shared-memory header does not match the agreed setup");
-  return RR_OK;
-}
-
-static int rr__shm_check_hello(const rr__shm_hello *h, const rr__peer_info *peer, int lower_peer) {
-  if (h->magic != RR__SHM_MAGIC || h->version != RR__SHM_VERSION)
-    return rr__set_error(RR_EPROTO, "garbage instead of the shared-memory hello");
-  if (h->global_rank != peer->global_rank || h->pid != peer->pid)
-    return rr__set_error(RR_EPROTO,
-                         "shared-memory hello from rank %d pid %d, expected rank %d pid %d",
-                         h->global_rank, h->pid, peer->global_rank, peer->pid);
-  if (h->nslots < RR__SHM_MIN_SLOTS || h->nslots > RR__SHM_MAX_SLOTS ||
-      h->slot_bytes < RR__SHM_MIN_SLOT || h->slot_bytes > RR__SHM_MAX_SLOT ||
-      h->slot_bytes % RR__SHM_PAGE)
-    return rr__set_error(RR_EPROTO, "shared-memory hello with a bad geometry");
-  if (lower_peer && (h->name[0] != '@' || !memchr(h->name, '\0', sizeof h->name)))
-    return rr__set_error(RR_EPROTO, "shared-memory hello without a socket name");
-  return RR_OK;
-}
-
-static int rr__shm_connect(const rr__peer_info *self, const rr__peer_info *peer, int peer_rank,
-                           const int *fds, int nfds, int ctrl_fd, int64_t deadline_ms,
-                           rr__conn **conns, int max_lanes, int *nlanes) {
-  int st = RR_OK, lfd = -1, sock = -1, memfd = -1;
-  for (int i = 0; i < nfds; i++) close(fds[i]); /* none are asked for */
-  const int lower = self->global_rank < peer->global_rank;
-  rr__shm_conn *c = rr__calloc(1, sizeof *c);
-  if (!c) return RR_ENOMEM;
-  c->sock = -1;
-  if (max_lanes < 1) {
-    st = rr__set_error(RR_EINVAL, "shm: no room for a lane");
-    goto fail;
-  }
-
-  rr__shm_hello mine = {.magic = RR__SHM_MAGIC,
-                        .version = RR__SHM_VERSION,
-                        .global_rank = self->global_rank,
-                        .pid = self->pid};
-  rr__shm_wishes(&mine.nslots, &mine.slot_bytes);
-  if (lower) {
-    uint64_t nonce;
-    if (getrandom(&nonce, sizeof nonce, 0) != (ssize_t)sizeof nonce) nonce = (uint64_t)rr__now_ns();
-    snprintf(mine.name, sizeof mine.name, "@ringreduce-shm/%d/%d/%016llx", self->pid, peer->pid,
-             (unsigned long long)nonce);
-    struct sockaddr_un sa;
-    socklen_t sl = 0;
-    RR__CHECK_GOTO(rr__shm_sockaddr(mine.name, &sa, &sl), st, fail);
-    lfd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
-    if (lfd < 0) {
-      st = rr__set_error(RR_ESYS, "socket(AF_UNIX): %s", strerror(errno));
-      goto fail;
-    }
-    if (bind(lfd, (struct sockaddr *)&sa, sl) != 0 || listen(lfd, 4) != 0) {
-      st = rr__set_error(RR_ESYS, "listening on an abstract UNIX socket: %s", strerror(errno));
-      goto fail;
-    }
-  }
-  /* Both hellos are small: the sends never wait on each other. */
-  rr__shm_hello theirs;
-  RR__CHECK_GOTO(rr__sock_send_all(ctrl_fd, &mine, sizeof mine, deadline_ms), st, fail);
-  /* A peer that failed before its hello sent an ABORT instead: leave it for the bootstrap
-   * to read (it says why), rather than taking its bytes for a garbled hello. */
-  if (rr__ctl_next_is_ctl(ctrl_fd, deadline_ms)) {
-    st = rr__set_error(RR_EPEER, "rank %d gave up before its shared-memory hello",
-                       peer->global_rank);
-    goto fail;
-  }
-  RR__CHECK_GOTO(rr__sock_recv_all(ctrl_fd, &theirs, sizeof theirs, deadline_ms), st, fail);
-  RR__CHECK_GOTO(rr__shm_check_hello(&theirs, peer, !lower), st, fail);
-  c->nslots = RR__MAX(mine.nslots, theirs.nslots);
-  c->slot = (size_t)RR__MAX(mine.slot_bytes, theirs.slot_bytes);
-  rr__shm_layout l;
-  rr__shm_layout_of(c->nslots, c->slot, &l);
-  rr__shm_offer offer = {.magic = RR__SHM_MAGIC, .total_bytes = l.total};
-
-  if (lower) {
-    RR__CHECK_GOTO(rr__shm_create(c, self, peer, l.total, &memfd), st, fail);
-    /* Anyone on the host can see the name: accept until the right process shows up. */
-    for (;;) {
-      RR__CHECK_GOTO(rr__sock_accept(lfd, deadline_ms, &sock, NULL), st, fail);
-      if (rr__shm_check_peer(sock, peer) == RR_OK) break;
-      RR__LOG_WARN(RR__SUB_INIT, "shm: refused a stranger on the socket for rank %d: %s",
-              peer->global_rank, rr__error());
-      close(sock);
-      sock = -1;
-    }
-    close(lfd);
-    lfd = -1;
-    RR__CHECK_GOTO(rr__shm_send_fd(sock, memfd, &offer, deadline_ms), st, fail);
-    close(memfd);
-    memfd = -1;
-    char ack = 0;
-    RR__CHECK_GOTO(rr__sock_recv_all(sock, &ack, 1, deadline_ms), st, fail);
-    if (ack != 'K') {
-      st = rr__set_error(RR_EPROTO, "rank %d refused the shared memory", peer->global_rank);
-      goto fail;
-    }
-  } else {
-    struct sockaddr_un sa;
-    socklen_t sl = 0;
-    RR__CHECK_GOTO(rr__shm_sockaddr(theirs.name, &sa, &sl), st, fail);
-    sock = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    if (sock < 0) {
-      st = rr__set_error(RR_ESYS, "socket(AF_UNIX): %s", strerror(errno));
-      goto fail;
-    }
-    int rc;
-    do rc = connect(sock, (struct sockaddr *)&sa, sl);
-    while (rc != 0 && errno == EINTR);
-    if (rc != 0) {
-      st = rr__set_error(RR_ESYS,
-                         "connecting to rank %d's shared-memory socket: %s (ranks in different "
-                         "network namespaces with one RR_HOSTID? set RR_TRANSPORT=tcp)",
-                         peer->global_rank, strerror(errno));
-      goto fail;
-    }
-    RR__CHECK_GOTO(rr__shm_check_peer(sock, peer), st, fail);
-    rr__shm_offer got;
-    RR__CHECK_GOTO(rr__shm_recv_fd(sock, &memfd, &got, deadline_ms), st, fail);
-    RR__CHECK_GOTO(rr__shm_open(c, self, peer, memfd, &got, l.total), st, fail);
-    close(memfd);
-    memfd = -1;
-    RR__CHECK_GOTO(rr__sock_send_all(sock, "K", 1, deadline_ms), st, fail);
-  }
-  RR__CHECK_GOTO(rr__sock_nonblock(sock, 1), st, fail);
-  c->sock = sock;
-  sock = -1;
-  c->base.tp = &rr__shm_transport;
-  c->base.peer = peer_rank;
-  c->base.peer_global = peer->global_rank;
-  c->self_global = self->global_rank;
-  c->peer_pid = peer->pid;
-  c->base.lane = 0;
-  c->base.last_rx_ms = rr__now_ms_coarse();
-  conns[0] = &c->base;
-  *nlanes = 1;
-  RR__LOG_INFO(RR__SUB_INIT, "shm: rank %d <-> rank %d: %u slots of %zu KiB each way (%zu KiB mapped)",
-          self->global_rank, peer->global_rank, c->nslots, c->slot >> 10, l.total >> 10);
-  return RR_OK;
-fail:
-  if (lfd >= 0) close(lfd);
-  if (sock >= 0) close(sock);
-  if (memfd >= 0) close(memfd);
-  rr__shm_close(&c->base);
-  return st;
 }
 
 const rr__transport rr__shm_transport = {

@@ -1,6 +1,7 @@
 /* Shared-memory transport: ranks on one host exchange messages through a mapping both
- * processes share, instead of loopback TCP. transport/shm.c has the protocol; docs/shm.md
- * the design choices and the measurements behind them.
+ * processes share, instead of loopback TCP. transport/shm.c has the protocol,
+ * transport/shm_setup.c the making of a lane (transport/shm_lane.h, what the two share);
+ * docs/shm.md the design choices and the measurements behind them.
  *
  * The format of the shared mapping is declared here (tests use it to play a corrupt peer).
  * It is private to one pair of processes of one build: no compatibility across versions is

@@ -310,18 +310,8 @@ static int rr__ib_recv_some(rr__ib_conn *c, size_t *moved) {
     uint32_t k = (uint32_t)(c->rx_tail % c->rx_nslots);
     uint32_t len = c->rx_len[k];
     const char *data = c->rx_ring + (size_t)k * c->rx_slot + c->rx_off;
-    size_t avail = len - c->rx_off;
     rr__req *r = c->rq.head;
-    size_t need = r->len - r->done, take;
-    if (r->consume && r->done == 0 && avail >= need) {
-      take = need;
-      r->consume(r, data, take); /* the whole message, straight from the slot */
-      r->consumed = 1;
-    } else {
-      take = RR__MIN(avail, need);
-      memcpy(r->buf + r->done, data, take);
-    }
-    r->done += take;
+    size_t take = rr__req_deliver(r, data, len - c->rx_off);
     c->rx_off += take;
     *moved += take;
     if (c->rx_off == len) {

@@ -47,9 +47,6 @@ typedef struct rr__args {
   void *cuda_ready, *cuda_done;
 } rr__args;
 
-/* Call kinds beyond the wire kinds: both halves of point to point. */
-#define RR__K_RECV (RR__K_COUNT + 1)
-#define RR__K_SENDRECV (RR__K_COUNT + 2)
 /* rr__args.peer of a recv from any rank (RR_ANY_SOURCE): not -1, which means "no peer". */
 #define RR__PEER_ANY (-2)
 

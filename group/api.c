@@ -135,12 +135,12 @@ static int rr__validate(rr_pg *pg, rr__args *a, int root_or_peer, int *by_role) 
   /* Sizes of what is read and written, in bytes from the buffers' starts. An all_to_allv's
    * blocks may leave the start of a buffer unused: only [in_lo, in) and [out_lo, out) must
    * not overlap. */
-  size_t in_lo = 0, out_lo = 0, in_hi, out_hi;
+  size_t in_lo = 0, out_lo = 0, in_end, out_end; /* the ends: rr__kind_io's in and out */
   if (a->kind == RR__K_ALL_TO_ALLV) {
     RR__CHECK(rr__check_blocks(pg, "sendcounts", a->sendcounts, "sdispls", a->sdispls, es,
-                               &a->count, &in_lo, &in_hi));
+                               &a->count, &in_lo, &in_end));
     RR__CHECK(rr__check_blocks(pg, "recvcounts", a->recvcounts, "rdispls", a->rdispls, es,
-                               &a->recvcount, &out_lo, &out_hi));
+                               &a->recvcount, &out_lo, &out_end));
     RR__CHECK(rr__check_recv_disjoint(pg, a->recvcounts, a->rdispls));
   }
   const rr__call_io io = rr__kind_io(a, pg->size, pg->rank);

@@ -7,7 +7,7 @@
 #include "common/util.h"
 #include "ring/coll.h"
 
-static const rr__kind_info rr__kinds[RR__K_END] = {
+const rr__kind_info rr__kind_table[RR__K_END] = {
 #define RR__KIND_ROW(K, nm, wnm, fl, i, o, ip, al, fn)                                       \
   [RR__K_##K] = {.name = (nm), .wire_name = (wnm), .flags = (fl), .in = RR__IO_##i,         \
                  .out = RR__IO_##o, .inplace = RR__INPLACE_##ip, .algo = RR__ALGO_##al,     \
@@ -16,15 +16,9 @@ static const rr__kind_info rr__kinds[RR__K_END] = {
 #undef RR__KIND_ROW
 };
 
-const rr__kind_info *rr__kind(int kind) {
-  /* RR__K_COUNT is a gap in the table: no row, no name. */
-  if (kind < 0 || kind >= RR__K_END || !rr__kinds[kind].name) return &rr__kinds[RR__K_NONE];
-  return &rr__kinds[kind];
-}
-
 const char *rr__kind_name(int kind) {
   const rr__kind_info *k = rr__kind(kind);
-  return k == &rr__kinds[RR__K_NONE] && kind != RR__K_NONE ? "unknown" : k->wire_name;
+  return k == &rr__kind_table[RR__K_NONE] && kind != RR__K_NONE ? "unknown" : k->wire_name;
 }
 
 /* The elements from a buffer's start to the end of its last non-empty block. */

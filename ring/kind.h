@@ -45,7 +45,8 @@ enum rr__inplace {
 #define RR__KF_P2P 0x04u         /* point to point: has a peer, numbered per pair */
 #define RR__KF_ROOT_READS 0x08u  /* only the root reads its sendbuf */
 #define RR__KF_ROOT_WRITES 0x10u /* only the root writes its recvbuf */
-#define RR__KF_SOLO 0x20u        /* its algorithm runs in a group of one (others copy) */
+#define RR__KF_SOLO 0x20u        /* its algorithm runs in a group of one too (for the
+                                  * others, one rank copies sendbuf to recvbuf) */
 #define RR__KF_VIEW 0x40u        /* tools/ringreduce-view replays it: the trace file keeps
                                   * its input and output values */
 
@@ -117,9 +118,15 @@ typedef struct rr__kind_info {
   int (*run)(struct rr__coll *c); /* NULL: not a call */
 } rr__kind_info;
 
-/* The row of a kind; that of RR__K_NONE (no name as a call, no algorithm) for a value
- * that is no kind. */
-const rr__kind_info *rr__kind(int kind);
+/* The table (ring/kind.c), indexed by kind; RR__K_COUNT is a gap (no name). */
+extern const rr__kind_info rr__kind_table[RR__K_END];
+/* The row of a kind; that of RR__K_NONE (no algorithm) for a value that is no kind. Inline:
+ * every call reads it on its way through (header, dispatch, waits). */
+static inline const rr__kind_info *rr__kind(int kind) {
+  if (kind < 0 || kind >= RR__K_END || !rr__kind_table[kind].name)
+    return &rr__kind_table[RR__K_NONE];
+  return &rr__kind_table[kind];
+}
 static inline int rr__kind_has(int kind, unsigned flag) {
   return (rr__kind(kind)->flags & flag) != 0;
 }
@@ -140,8 +147,8 @@ typedef struct rr__call_io {
 /* For a call of `size` ranks on group rank `rank` (a->root a group rank). An all_to_allv's
  * count and displacement arrays must be valid (group/api.c checks them first). */
 rr__call_io rr__kind_io(const struct rr__args *a, int size, int rank);
-/* Do sendbuf and recvbuf alias as the kind's in-place rule says (in, out: the bytes of
- * rr__kind_io)? Always 0 for RR__INPLACE_NEVER. */
+/* Do sendbuf and recvbuf alias as the kind's in-place rule says (in, out: rr__kind_io's
+ * sizes in bytes)? Always 0 for RR__INPLACE_NEVER. */
 int rr__kind_in_place(const struct rr__args *a, int rank, size_t in, size_t out);
 /* The in-place rule in words, for the error that refuses another overlap. */
 const char *rr__kind_in_place_rule(int kind, char *buf, size_t n);

@@ -10,23 +10,7 @@
 #include "group/pg.h"
 #include "ring/op.h"
 
-static const char *rr__api_name(int kind) {
-  switch (kind) {
-    case RR__K_ALL_REDUCE: return "all_reduce";
-    case RR__K_REDUCE_SCATTER: return "reduce_scatter";
-    case RR__K_ALL_GATHER: return "all_gather";
-    case RR__K_BROADCAST: return "broadcast";
-    case RR__K_REDUCE: return "reduce";
-    case RR__K_GATHER: return "gather";
-    case RR__K_SCATTER: return "scatter";
-    case RR__K_ALL_TO_ALL: return "all_to_all";
-    case RR__K_ALL_TO_ALLV: return "all_to_allv";
-    case RR__K_BARRIER: return "barrier";
-    case RR__K_SEND: return "send";
-    case RR__K_SENDRECV: return "sendrecv";
-    default: return "recv";
-  }
-}
+static const char *rr__api_name(int kind) { return rr__kind(kind)->name; }
 
 /* Do [a, a+na) and [b, b+nb) overlap? */
 static int rr__overlap(const void *a, size_t na, const void *b, size_t nb) {
@@ -111,24 +95,21 @@ static int rr__validate(rr_pg *pg, rr__args *a, int root_or_peer, int *by_role) 
   size_t es = rr_dtype_size(a->dtype);
   if ((int)a->dtype < 0 || a->dtype >= RR_NUM_DTYPES || es == 0)
     return rr__set_error(RR_EINVAL, "invalid dtype %d", (int)a->dtype);
-  int reducing = a->kind == RR__K_ALL_REDUCE || a->kind == RR__K_REDUCE ||
-                 a->kind == RR__K_REDUCE_SCATTER;
-  if (reducing) RR__CHECK(rr__op_check(a->dtype, a->op));
+  const rr__kind_info *k = rr__kind(a->kind);
+  if (k->flags & RR__KF_REDUCES) RR__CHECK(rr__op_check(a->dtype, a->op));
   else a->op = RR_SUM;
   if (a->count > SIZE_MAX / es / (size_t)pg->size / 2)
     return rr__set_error(RR_EINVAL, "count %zu of %s overflows the addressable size", a->count,
                          rr_dtype_name(a->dtype));
   a->root = -1;
   a->peer = -1;
-  if (a->kind == RR__K_BROADCAST || a->kind == RR__K_REDUCE || a->kind == RR__K_GATHER ||
-      a->kind == RR__K_SCATTER)
-    RR__CHECK(rr__rank_arg(pg, "root", root_or_peer, &a->root));
+  if (k->flags & RR__KF_ROOTED) RR__CHECK(rr__rank_arg(pg, "root", root_or_peer, &a->root));
   if (a->kind == RR__K_RECV && root_or_peer == RR_ANY_SOURCE) {
     if (pg->size < 2)
       return rr__set_error(RR_EINVAL, "peer RR_ANY_SOURCE in a group of one rank: no other "
                                       "rank could ever send");
     a->peer = RR__PEER_ANY;
-  } else if (a->kind == RR__K_SEND || a->kind == RR__K_RECV || a->kind == RR__K_SENDRECV) {
+  } else if (k->flags & RR__KF_P2P) {
     if (root_or_peer == RR_ANY_SOURCE && a->kind != RR__K_RECV)
       return rr__set_error(RR_EINVAL, "%s RR_ANY_SOURCE (-1): only a receive may take it; a "
                                       "send needs its destination",
@@ -154,60 +135,37 @@ static int rr__validate(rr_pg *pg, rr__args *a, int root_or_peer, int *by_role) 
   /* Sizes of what is read and written, in bytes from the buffers' starts. An all_to_allv's
    * blocks may leave the start of a buffer unused: only [in_lo, in) and [out_lo, out) must
    * not overlap. */
-  size_t n = (size_t)pg->size, in = a->count * es, out = a->count * es, in_lo = 0, out_lo = 0;
+  size_t in_lo = 0, out_lo = 0, in_end, out_end; /* the ends: rr__kind_io's in and out */
   if (a->kind == RR__K_ALL_TO_ALLV) {
     RR__CHECK(rr__check_blocks(pg, "sendcounts", a->sendcounts, "sdispls", a->sdispls, es,
-                               &a->count, &in_lo, &in));
+                               &a->count, &in_lo, &in_end));
     RR__CHECK(rr__check_blocks(pg, "recvcounts", a->recvcounts, "rdispls", a->rdispls, es,
-                               &a->recvcount, &out_lo, &out));
+                               &a->recvcount, &out_lo, &out_end));
     RR__CHECK(rr__check_recv_disjoint(pg, a->recvcounts, a->rdispls));
   }
-  if (a->kind == RR__K_SENDRECV) out = a->recvcount * es;
-  if (a->kind == RR__K_ALL_GATHER || a->kind == RR__K_GATHER) out = in * n;
-  if (a->kind == RR__K_REDUCE_SCATTER || a->kind == RR__K_SCATTER) in = out * n;
-  if (a->kind == RR__K_ALL_TO_ALL) in = out = in * n;
-  const int rooted = a->kind == RR__K_BROADCAST || a->kind == RR__K_REDUCE ||
-                     a->kind == RR__K_GATHER || a->kind == RR__K_SCATTER;
-  const int is_root = a->root == pg->rank;
-  int reads = a->kind != RR__K_RECV && a->kind != RR__K_BARRIER &&
-              !((a->kind == RR__K_BROADCAST || a->kind == RR__K_SCATTER) && !is_root);
-  int writes = a->kind != RR__K_SEND && a->kind != RR__K_BARRIER &&
-               !((a->kind == RR__K_REDUCE || a->kind == RR__K_GATHER) && !is_root);
+  const rr__call_io io = rr__kind_io(a, pg->size, pg->rank);
+  const size_t in = io.in * es, out = io.out * es;
   /* Only the root reads the sendbuf of a broadcast or scatter, and writes the recvbuf of a
    * reduce or gather: a rooted call's buffers are checked differently on each side. */
-  *by_role = rooted;
-  if (reads && in > 0 && !a->sendbuf)
+  *by_role = (k->flags & RR__KF_ROOTED) != 0;
+  if (io.reads && in > 0 && !a->sendbuf)
     return rr__set_error(RR_EINVAL, "%s is NULL but %zu bytes are to be sent",
                          a->kind == RR__K_SEND ? "buf" : "sendbuf", in);
-  if (writes && out > 0 && !a->recvbuf)
+  if (io.writes && out > 0 && !a->recvbuf)
     return rr__set_error(RR_EINVAL, "%s is NULL but %zu bytes are to be received",
                          a->kind == RR__K_RECV ? "buf" : "recvbuf", out);
-  if (reads && writes && in > 0 && a->recvbuf) {
-    /* In place means exactly NCCL's aliasing; any other overlap would corrupt data. */
-    const char *s = a->sendbuf, *r = a->recvbuf;
-    int in_place = s == r;
+  if (io.reads && io.writes && in > 0 && a->recvbuf) {
     /* The in-place offset of an all-gather or reduce-scatter depends on the rank. */
-    if (a->kind == RR__K_ALL_GATHER || a->kind == RR__K_REDUCE_SCATTER) *by_role = 1;
-    if (a->kind == RR__K_ALL_GATHER) in_place = s == r + (size_t)pg->rank * in;
-    if (a->kind == RR__K_REDUCE_SCATTER) in_place = r == s + (size_t)pg->rank * out;
-    /* Both buffers are the root's here: its own block is the one that may alias. */
-    if (a->kind == RR__K_GATHER) in_place = s == r + (size_t)a->root * in;
-    if (a->kind == RR__K_SCATTER) in_place = r == s + (size_t)a->root * out;
-    /* Receiving over what is still to be sent. */
-    if (a->kind == RR__K_SENDRECV || a->kind == RR__K_ALL_TO_ALL || a->kind == RR__K_ALL_TO_ALLV)
-      in_place = 0;
-    if (!in_place && rr__overlap(s + in_lo, in - in_lo, r + out_lo, out - out_lo))
+    if (k->inplace == RR__INPLACE_SEND_AT_RANK || k->inplace == RR__INPLACE_RECV_AT_RANK)
+      *by_role = 1;
+    const char *s = a->sendbuf, *r = a->recvbuf;
+    char rule[64];
+    if (!rr__kind_in_place(a, pg->rank, in, out) &&
+        rr__overlap(s + in_lo, in - in_lo, r + out_lo, out - out_lo))
       return rr__set_error(RR_EINVAL,
                            "sendbuf and recvbuf overlap without being in place (in place is "
                            "%s)",
-                           a->kind == RR__K_ALL_GATHER       ? "sendbuf == recvbuf + rank*count"
-                           : a->kind == RR__K_REDUCE_SCATTER ? "recvbuf == sendbuf + rank*count"
-                           : a->kind == RR__K_GATHER         ? "sendbuf == recvbuf + root*count"
-                           : a->kind == RR__K_SCATTER        ? "recvbuf == sendbuf + root*count"
-                           : a->kind == RR__K_SENDRECV       ? "not possible for sendrecv"
-                           : a->kind == RR__K_ALL_TO_ALL     ? "not possible for all_to_all"
-                           : a->kind == RR__K_ALL_TO_ALLV    ? "not possible for all_to_allv"
-                                                             : "sendbuf == recvbuf");
+                           rr__kind_in_place_rule(a->kind, rule, sizeof rule));
   }
   return RR_OK;
 }

@@ -97,39 +97,19 @@ void rr__cuda_pg_free(rr_pg *pg) {
   pg->cuda_host_bytes = 0;
 }
 
-/* The bytes from a buffer's start to the end of its last non-empty block (all_to_allv). */
-static size_t rr__blocks_end(const rr_pg *pg, const size_t *counts, const size_t *displs,
-                             size_t es) {
-  size_t end = 0;
-  for (int j = 0; j < pg->size; j++)
-    if (counts[j]) end = RR__MAX(end, (displs[j] + counts[j]) * es);
-  return end;
-}
-
-/* What a call reads and writes, in bytes from each buffer's start (as rr__validate computes
- * them). *gaps is set when the call writes only parts of [recvbuf, recvbuf + out): an
- * all_to_allv's blocks need not tile its recvbuf. */
+/* What a call reads and writes, in bytes from each buffer's start (ring/kind.c, as
+ * rr__validate checks them); 0 on a side whose buffer is NULL. *gaps is set when the call
+ * writes only parts of [recvbuf, recvbuf + out): an all_to_allv's blocks need not tile its
+ * recvbuf. */
 static void rr__io(const rr_pg *pg, const rr__args *a, size_t *in, size_t *out, int *reads,
                    int *writes, int *gaps) {
-  size_t es = rr_dtype_size(a->dtype), n = (size_t)pg->size;
-  *in = a->count * es;
-  *out = a->count * es;
-  *gaps = a->kind == RR__K_ALL_TO_ALLV;
-  if (a->kind == RR__K_ALL_TO_ALLV) {
-    *in = rr__blocks_end(pg, a->sendcounts, a->sdispls, es);
-    *out = rr__blocks_end(pg, a->recvcounts, a->rdispls, es);
-  }
-  if (a->kind == RR__K_SENDRECV) *out = a->recvcount * es;
-  if (a->kind == RR__K_ALL_GATHER || a->kind == RR__K_GATHER) *out = *in * n;
-  if (a->kind == RR__K_REDUCE_SCATTER || a->kind == RR__K_SCATTER) *in = *out * n;
-  if (a->kind == RR__K_ALL_TO_ALL) *in = *out = *in * n;
-  const int is_root = a->root == pg->rank;
-  *reads = a->kind != RR__K_RECV && a->kind != RR__K_BARRIER &&
-           !((a->kind == RR__K_BROADCAST || a->kind == RR__K_SCATTER) && !is_root);
-  *writes = a->kind != RR__K_SEND && a->kind != RR__K_BARRIER &&
-            !((a->kind == RR__K_REDUCE || a->kind == RR__K_GATHER) && !is_root);
-  if (!*reads || !a->sendbuf) *in = 0;
-  if (!*writes || !a->recvbuf) *out = 0;
+  const size_t es = rr_dtype_size(a->dtype);
+  const rr__call_io io = rr__kind_io(a, pg->size, pg->rank);
+  *reads = io.reads;
+  *writes = io.writes;
+  *gaps = io.gaps;
+  *in = a->sendbuf ? io.in * es : 0;
+  *out = a->recvbuf ? io.out * es : 0;
 }
 
 static uintptr_t rr__align_up(uintptr_t x) { return (x + RR__STAGE_ALIGN - 1) & ~(RR__STAGE_ALIGN - 1); }

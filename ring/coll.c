@@ -144,9 +144,7 @@ miss:
   return RR_OK;
 }
 
-int rr__coll_is_p2p(const rr__coll *c) {
-  return c->a->kind == RR__K_SEND || c->a->kind == RR__K_RECV || c->a->kind == RR__K_SENDRECV;
-}
+int rr__coll_is_p2p(const rr__coll *c) { return rr__kind_has(c->a->kind, RR__KF_P2P); }
 
 int rr__coll_block(rr__coll *c, int peer) {
   /* Point-to-point calls have no group-wide number to compare against. */
@@ -280,31 +278,17 @@ static int rr__choose_all_reduce(rr__coll *c) {
 
 static int rr__dispatch(rr__coll *c) {
   const rr__args *a = c->a;
+  const rr__kind_info *k = rr__kind(a->kind);
+  if (!k->run) return rr__set_error(RR_EINVAL, "internal: unknown call kind %d", a->kind);
   /* all_to_allv places its one block by displacement: its algorithm handles one rank. */
-  if (c->n == 1 && a->kind != RR__K_SEND && a->kind != RR__K_RECV &&
-      a->kind != RR__K_SENDRECV && a->kind != RR__K_ALL_TO_ALLV) {
+  if (c->n == 1 && !(k->flags & RR__KF_SOLO)) {
     rr__local_copy(c);
     return RR_OK;
   }
-  switch (a->kind) {
-    case RR__K_ALL_REDUCE:
-      return c->hdr.algo == RR__ALGO_RD     ? rr__all_reduce_rd(c)
-             : c->hdr.algo == RR__ALGO_STAR ? rr__all_reduce_star(c)
-                                            : rr__all_reduce_ring(c);
-    case RR__K_REDUCE_SCATTER: return rr__reduce_scatter_ring(c);
-    case RR__K_ALL_GATHER: return rr__all_gather_ring(c);
-    case RR__K_BROADCAST: return rr__broadcast_chain(c);
-    case RR__K_REDUCE: return rr__reduce_chain(c);
-    case RR__K_GATHER: return rr__gather_linear(c);
-    case RR__K_SCATTER: return rr__scatter_linear(c);
-    case RR__K_ALL_TO_ALL: return rr__all_to_all_pairwise(c);
-    case RR__K_ALL_TO_ALLV: return rr__all_to_allv_pairwise(c);
-    case RR__K_BARRIER: return rr__barrier_dissem(c);
-    case RR__K_SEND: return rr__send_p2p(c);
-    case RR__K_RECV: return rr__recv_p2p(c);
-    case RR__K_SENDRECV: return rr__sendrecv_p2p(c);
-  }
-  return rr__set_error(RR_EINVAL, "internal: unknown call kind %d", a->kind);
+  /* The one kind with a choice of algorithm (rr__choose_all_reduce). */
+  if (a->kind == RR__K_ALL_REDUCE && c->hdr.algo == RR__ALGO_RD) return rr__all_reduce_rd(c);
+  if (a->kind == RR__K_ALL_REDUCE && c->hdr.algo == RR__ALGO_STAR) return rr__all_reduce_star(c);
+  return k->run(c);
 }
 
 /* The call's number and fingerprint, as its header will carry them. */
@@ -312,19 +296,17 @@ void rr__coll_begin(rr__coll *c) {
   const rr__args *a = c->a;
   rr__coll_state *cs = c->cs;
   rr__hdr *h = &c->hdr;
+  const rr__kind_info *k = rr__kind(a->kind);
   memset(h, 0, sizeof *h);
-  h->kind = (uint8_t)(a->kind == RR__K_RECV || a->kind == RR__K_SENDRECV ? RR__K_SEND : a->kind);
+  h->kind = (uint8_t)rr__kind_wire(a->kind);
   h->dtype = (uint8_t)a->dtype;
-  h->op = (uint8_t)((a->kind == RR__K_ALL_REDUCE || a->kind == RR__K_REDUCE ||
-                     a->kind == RR__K_REDUCE_SCATTER)
-                        ? a->op
-                        : 0);
+  h->op = (uint8_t)(k->flags & RR__KF_REDUCES ? a->op : 0);
   h->root = a->root;
   h->from = c->r;
   /* Only calls that cut data into segments need the same segment size on both sides. */
-  if (a->kind != RR__K_BARRIER) h->seg_bytes = (uint32_t)cs->seg_bytes;
+  if (k->in != RR__IO_NONE || k->out != RR__IO_NONE) h->seg_bytes = (uint32_t)cs->seg_bytes;
   /* all_to_allv sets the count of each pair as its headers go and are checked. */
-  h->count = a->kind == RR__K_ALL_TO_ALLV ? 0 : a->count;
+  h->count = k->in == RR__IO_DISPLS ? 0 : a->count;
   switch (a->kind) {
     case RR__K_SEND:
       h->seq = cs->p2p_sent[a->peer]++;
@@ -341,13 +323,7 @@ void rr__coll_begin(rr__coll *c) {
       break;
     default:
       h->seq = cs->seq++;
-      h->algo = a->kind == RR__K_ALL_REDUCE  ? (uint8_t)rr__choose_all_reduce(c)
-                : a->kind == RR__K_BARRIER   ? RR__ALGO_DISSEM
-                : a->kind == RR__K_BROADCAST || a->kind == RR__K_REDUCE ? RR__ALGO_CHAIN
-                : a->kind == RR__K_GATHER || a->kind == RR__K_SCATTER   ? RR__ALGO_LINEAR
-                : a->kind == RR__K_ALL_TO_ALL || a->kind == RR__K_ALL_TO_ALLV
-                    ? RR__ALGO_PAIRWISE
-                    : RR__ALGO_RING;
+      h->algo = a->kind == RR__K_ALL_REDUCE ? (uint8_t)rr__choose_all_reduce(c) : k->algo;
       if (h->algo == RR__ALGO_RD) h->seg_bytes = 0; /* recursive doubling sends whole buffers */
   }
 }

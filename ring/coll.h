@@ -59,9 +59,6 @@ typedef struct rr__args {
  * through pinned host memory; device buffers moved device to device over CUDA IPC. */
 enum rr__path { RR__PATH_HOST = 0, RR__PATH_MANAGED, RR__PATH_STAGED, RR__PATH_IPC };
 
-/* Call kinds beyond the wire kinds: both halves of point to point. */
-#define RR__K_RECV (RR__K_COUNT + 1)
-#define RR__K_SENDRECV (RR__K_COUNT + 2)
 /* rr__args.peer of a recv from any rank (RR_ANY_SOURCE): not -1, which means "no peer". */
 #define RR__PEER_ANY (-2)
 

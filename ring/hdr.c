@@ -9,14 +9,6 @@
 #define RR__HDR_MAGIC 0x31485252u /* "RRH1" */
 #define RR__HDR_VERSION 1
 
-const char *rr__kind_name(int kind) {
-  static const char *names[RR__K_COUNT] = {
-      "none",    "all_reduce", "reduce_scatter", "all_gather", "broadcast",  "reduce",
-      "barrier", "send/recv",  "completion",     "gather",     "scatter",    "all_to_all",
-      "all_to_allv"};
-  return kind >= 0 && kind < RR__K_COUNT ? names[kind] : "unknown";
-}
-
 static const char *rr__algo_name(int algo) {
   switch (algo) {
     case RR__ALGO_RING: return "ring";

@@ -11,27 +11,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "ring/kind.h" /* the kinds and algorithms a header names */
 #include "ringreduce/ringreduce.h"
-
-enum rr__kind {
-  RR__K_NONE = 0,
-  RR__K_ALL_REDUCE,
-  RR__K_REDUCE_SCATTER,
-  RR__K_ALL_GATHER,
-  RR__K_BROADCAST,
-  RR__K_REDUCE,
-  RR__K_BARRIER,
-  RR__K_SEND, /* a send, as seen by the matching recv */
-  RR__K_ACK,  /* completion notice of a rooted collective (and of all_to_allv) */
-  RR__K_GATHER,
-  RR__K_SCATTER,
-  RR__K_ALL_TO_ALL,
-  RR__K_ALL_TO_ALLV, /* count is per pair: what the sender sends to the receiver */
-  RR__K_COUNT
-};
-
-enum rr__algo { RR__ALGO_NONE = 0, RR__ALGO_RING, RR__ALGO_RD, RR__ALGO_CHAIN, RR__ALGO_DISSEM,
-                RR__ALGO_STAR, RR__ALGO_LINEAR, RR__ALGO_PAIRWISE };
 
 #define RR__HDR_BYTES 48
 typedef struct rr__hdr {
@@ -49,6 +30,5 @@ void rr__hdr_encode(const rr__hdr *h, uint8_t out[RR__HDR_BYTES]);
 int rr__hdr_decode(const uint8_t in[RR__HDR_BYTES], rr__hdr *h);
 /* "all_reduce #5 (1000 x float, sum, ring)" */
 const char *rr__hdr_describe(const rr__hdr *h, char *buf, size_t n);
-const char *rr__kind_name(int kind);
 
 #endif /* RR__RING_HDR_H_ */

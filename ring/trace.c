@@ -352,29 +352,12 @@ void rr__trace_step(rr__coll *c, const rr__step *st, const rr__trace_cap *cap) {
   c->trace_step++;
 }
 
-/* The elements a call reads (in) and writes (out) on this rank, when they are defined:
- * only the root reads a broadcast's input and writes a reduce's output. 0: none. */
-static size_t rr__trace_in(const rr__coll *c) {
-  const rr__args *a = c->a;
-  switch (c->hdr.kind) {
-    case RR__K_ALL_REDUCE:
-    case RR__K_ALL_GATHER:
-    case RR__K_REDUCE: return a->count;
-    case RR__K_REDUCE_SCATTER: return a->count * (size_t)c->n;
-    case RR__K_BROADCAST: return c->r == a->root ? a->count : 0;
-    default: return 0;
-  }
-}
-static size_t rr__trace_out(const rr__coll *c) {
-  const rr__args *a = c->a;
-  switch (c->hdr.kind) {
-    case RR__K_ALL_REDUCE:
-    case RR__K_REDUCE_SCATTER:
-    case RR__K_BROADCAST: return a->count;
-    case RR__K_ALL_GATHER: return a->count * (size_t)c->n;
-    case RR__K_REDUCE: return c->r == a->root ? a->count : 0;
-    default: return 0;
-  }
+/* The elements a call reads (in) and writes (out) on this rank (ring/kind.c), for the kinds
+ * whose values the viewer replays: only the root reads a broadcast's input and writes a
+ * reduce's output. 0: none. */
+static rr__call_io rr__trace_io(const rr__coll *c) {
+  if (!rr__kind_has(c->a->kind, RR__KF_VIEW)) return (rr__call_io){0};
+  return rr__kind_io(c->a, c->n, c->r);
 }
 
 void rr__trace_begin(rr__coll *c) {
@@ -391,7 +374,7 @@ void rr__trace_begin(rr__coll *c) {
   rr__jstr(&j, "dtype", rr_dtype_name(a->dtype));
   rr__jstr(&j, "op", rr_op_name(a->op));
   rr__jput(&j, ",\"count\":%zu,\"root\":%d", a->count, a->root);
-  size_t in = rr__trace_in(c);
+  size_t in = rr__trace_io(c).in;
   rr__jput(&j, ",\"in_count\":%zu", in);
   if (in && in <= RR__TRACE_CAPTURE && a->sendbuf) rr__jvalues(&j, "in", a->sendbuf, in, a->dtype);
   rr__jwrite(&j);
@@ -406,7 +389,7 @@ void rr__trace_end(rr__coll *c, int status) {
   rr__jput(&j, ",\"t_ns\":%lld,\"dur_ns\":%lld,\"steps\":%d", (long long)t,
            (long long)(t - c->trace_t0), c->trace_step);
   rr__jstr(&j, "status", rr_status_name(status));
-  size_t out = status == RR_OK ? rr__trace_out(c) : 0;
+  size_t out = status == RR_OK ? rr__trace_io(c).out : 0;
   rr__jput(&j, ",\"out_count\":%zu", out);
   if (out && out <= RR__TRACE_CAPTURE && c->a->recvbuf)
     rr__jvalues(&j, "out", c->a->recvbuf, out, c->a->dtype);

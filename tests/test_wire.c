@@ -1,9 +1,11 @@
 /* Wire formats and the token PRF: round trips, and every malformed field rejected (the
- * decoders guard everything that arrives from a socket). */
+ * decoders guard everything that arrives from a socket). Also the table of call kinds
+ * (ring/kind.h): the values headers carry, and what each kind reads and writes. */
 #include <string.h>
 
 #include "common/siphash.h"
 #include "rendezvous/bootstrap.h"
+#include "ring/coll.h"
 #include "ring/hdr.h"
 #include "transport/comm.h"
 #include "tests/harness.h"
@@ -106,8 +108,54 @@ static int ctl_and_hello(void) {
   return 0;
 }
 
+/* What a call of 4 ranks, count 3 (recvcount 5, root 2) reads and writes on the root and
+ * on rank 0: the sizes the argument checks, device staging and the trace all take from
+ * rr__kind_io. */
+static int kind_table(void) {
+  T_CHECK(RR__K_ALL_REDUCE == 1 && RR__K_BARRIER == 6 && RR__K_SEND == 7 && RR__K_ACK == 8 &&
+              RR__K_ALL_TO_ALLV == 12 && RR__K_COUNT == 13,
+          "a kind's value on the wire changed");
+  static const struct {
+    int kind;
+    size_t in_root, out_root, in0, out0; /* elements; 0 also where the side is not touched */
+  } want[] = {
+      {RR__K_ALL_REDUCE, 3, 3, 3, 3},  {RR__K_REDUCE_SCATTER, 12, 3, 12, 3},
+      {RR__K_ALL_GATHER, 3, 12, 3, 12}, {RR__K_BROADCAST, 3, 3, 0, 3},
+      {RR__K_REDUCE, 3, 3, 3, 0},       {RR__K_BARRIER, 0, 0, 0, 0},
+      {RR__K_SEND, 3, 0, 3, 0},         {RR__K_GATHER, 3, 12, 3, 0},
+      {RR__K_SCATTER, 12, 3, 0, 3},     {RR__K_ALL_TO_ALL, 12, 12, 12, 12},
+      {RR__K_RECV, 0, 3, 0, 3},         {RR__K_SENDRECV, 3, 5, 3, 5},
+  };
+  for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
+    rr__args a = {.kind = want[i].kind, .count = 3, .recvcount = 5, .root = 2};
+    rr__call_io r = rr__kind_io(&a, 4, 2), z = rr__kind_io(&a, 4, 0);
+    T_CHECK(r.in == want[i].in_root && r.out == want[i].out_root && z.in == want[i].in0 &&
+                z.out == want[i].out0 && !r.gaps,
+            "%s: root %zu/%zu, rank 0 %zu/%zu", rr__kind(a.kind)->name, r.in, r.out, z.in,
+            z.out);
+    T_CHECK(r.reads == (r.in > 0) && z.writes == (z.out > 0), "%s", rr__kind(a.kind)->name);
+  }
+  /* all_to_allv: to the end of the last non-empty block; an empty block's displacement
+   * counts for nothing. */
+  const size_t sc[4] = {1, 0, 2, 0}, sd[4] = {0, 9, 4, 0}, rc[4] = {0, 3, 0, 1},
+               rd[4] = {5, 0, 0, 7};
+  rr__args v = {.kind = RR__K_ALL_TO_ALLV, .sendcounts = sc, .sdispls = sd, .recvcounts = rc,
+                .rdispls = rd, .root = -1};
+  rr__call_io io = rr__kind_io(&v, 4, 1);
+  T_CHECK(io.in == 6 && io.out == 8 && io.gaps, "all_to_allv: %zu/%zu", io.in, io.out);
+  char b[64];
+  T_CHECK(!strcmp(rr__kind_in_place_rule(RR__K_SENDRECV, b, sizeof b), "not possible for sendrecv"),
+          "%s", b);
+  T_CHECK(!strcmp(rr__kind_name(RR__K_RECV), "send/recv") &&
+              !strcmp(rr__kind(RR__K_RECV)->name, "recv") &&
+              !strcmp(rr__kind_name(RR__K_COUNT), "unknown") &&
+              !strcmp(rr__kind_name(99), "unknown"),
+          "kind names");
+  return 0;
+}
+
 int main(void) {
   t_rank = 0;
   t_seed_announce("test_wire");
-  return siphash_vector() || hdr_roundtrip() || ctl_and_hello();
+  return siphash_vector() || hdr_roundtrip() || ctl_and_hello() || kind_table();
 }

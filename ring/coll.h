@@ -1,9 +1,9 @@
 /* What every algorithm in ring/ is written against: the call it runs (rr__args), the
  * context of one running call (rr__coll), and the few primitives it may use — the call
- * header exchange, the pipelined step in its named kinds (NCCL's send / recv /
- * recvReduceSend / recvCopySend), and waiting with a deadline. An algorithm sees group
- * ranks, buffers and the comm's message posting (transport/comm.h), never a transport, a
- * socket or the process group. */
+ * header exchange, the step in its named kinds (NCCL's send / recv / recvReduceSend /
+ * recvCopySend, pipelined, and recursive doubling's whole-buffer swap), and waiting with a
+ * deadline. An algorithm sees group ranks, buffers and the comm's message posting
+ * (transport/comm.h), never a transport, a socket or the process group. */
 #ifndef RR__RING_COLL_H_
 #define RR__RING_COLL_H_
 
@@ -177,11 +177,12 @@ int rr__coll_wait(rr__coll *c, rr__req *r, int peer);
 /* Sleep once in the comm's wait; a timeout becomes a message naming `peer`. */
 int rr__coll_block(rr__coll *c, int peer);
 
-/* ---- the pipelined step (ring/pipe.c) ----
+/* ---- the step (ring/pipe.c) ----
  *
- * One step sends one buffer to one neighbour while receiving one from another, both cut
- * into segments so that a received segment is processed while the next ones are on the
- * wire. What happens to received bytes is the step's kind; build steps with the
+ * One step sends one buffer to one neighbour while receiving one from another. A pipelined
+ * step cuts both into segments, so that a received segment is processed while the next ones
+ * are on the wire; a whole step (recursive doubling) sends each as one message behind the
+ * call header. What happens to received bytes is the step's kind; build steps with the
  * constructors below, never by filling the fields. */
 enum rr__step_kind {
   RR__STEP_COPY,       /* received bytes land in rbuf (straight from the wire) */
@@ -199,7 +200,15 @@ typedef struct rr__step {
   void *rbuf;         /* where received data ends (NULL for FWD_REDUCE: a slot) */
   size_t rcount;
   const void *own;    /* the local operand of a reduction (may equal rbuf) */
-  int avg_div;        /* > 0: the last reduction of an AVG divides by this */
+  /* > 0: AVG divides by this; in the last reduction of a pipelined step, after the
+   * combination of a whole one (so half types round as recursive doubling always did) */
+  int avg_div;
+  /* Whole: each side is one message behind the call header (both posted at once, so a header
+   * and its data share a system call), and a reduction's received buffer lands in `land`
+   * first. got_first: reduce as received (op) own (recursive doubling puts the lower rank's
+   * operand first, so that both ranks of a pair compute the same bits). */
+  int whole, got_first;
+  void *land;
   /* Labels only, for RR_TRACE and messages: the chunk numbers sent and received (-1: none),
    * and the phase of the algorithm when ring/trace.c cannot tell it from the call (NULL). */
   int schunk, rchunk;
@@ -247,6 +256,22 @@ static inline rr__step rr__step_recv_reduce_send(int from, const void *own, size
   return (rr__step){.kind = RR__STEP_FWD_REDUCE, .to = to, .scount = count, .from = from,
                     .rcount = count, .own = own, .schunk = -1, .rchunk = -1};
 }
+/* Whole buffers, as recursive doubling moves them (the buffer is chunk 0). A whole copy either
+ * sends buf to `to` or receives `from`'s into it (the other -1). A whole reduce sends buf to
+ * `to` (-1: none) while `from`'s arrives in `land`, then makes buf the two combined, the
+ * received one first when got_first. */
+static inline rr__step rr__step_whole_copy(int to, int from, void *buf, size_t count) {
+  rr__step st = rr__step_send_recv(to, buf, count, from, buf, count);
+  st.whole = 1, st.schunk = to >= 0 ? 0 : -1, st.rchunk = from >= 0 ? 0 : -1;
+  return st;
+}
+static inline rr__step rr__step_whole_reduce(int to, int from, void *buf, void *land,
+                                             size_t count, int got_first, int avg_div) {
+  rr__step st = rr__step_send_recv_reduce(to, buf, count, from, buf, buf, count, avg_div);
+  st.whole = 1, st.got_first = got_first, st.land = land;
+  st.schunk = to >= 0 ? 0 : -1, st.rchunk = 0;
+  return st;
+}
 
 /* Execute a step; returns when all its sends and receives completed, so the next step may
  * overwrite anything this one was sending. */
@@ -264,19 +289,25 @@ int rr__trace_json(void);
  * RR__TRACE_CAPTURE elements (which also bounds the copies a traced step keeps). */
 #define RR__TRACE_VALUES 8
 #define RR__TRACE_CAPTURE 64
-/* The wall clock in nanoseconds, for step records. */
-int64_t rr__trace_clock(void);
-/* What a traced step kept of its data (NULL: not kept): the operands of a small reduction
- * (`own` before it, `got` as received), what a reduction forwarded from a staging slot
- * produced (`res`), and what was sent, copied before the step began (`sent`). */
+/* What a traced step keeps of its data, which the step overwrites or releases before it
+ * ends: its start time, what a small send carried (copied before the step), and the operands
+ * of a small reduction (`own` before the step, `got` as received and `res` as made, handed
+ * over by the step as it reduces). The step engine holds it; only ring/trace.c reads it. */
 typedef struct rr__trace_cap {
-  int64_t t0_ns; /* rr__trace_clock() when the step began */
-  const void *own, *got, *res, *sent;
+  int64_t t0_ns;
+  int keep, has_sent; /* operands kept; `sent` holds what was sent */
+  unsigned char own[RR__TRACE_CAPTURE * 8], got[RR__TRACE_CAPTURE * 8];
+  unsigned char res[RR__TRACE_CAPTURE * 8], sent[RR__TRACE_CAPTURE * 8];
 } rr__trace_cap;
-/* A finished step: a text line or a file record. Counts the call's steps either way. */
-void rr__trace_step(rr__coll *c, const rr__step *st, const rr__trace_cap *cap);
-/* Text only: a whole-buffer reduction "x op y = result" of n <= RR__TRACE_VALUES. */
-void rr__trace_reduce(rr__coll *c, const void *x, const void *y, const void *result, size_t n);
+/* Around every step (ring/pipe.c, only when rr__trace_on()): begin keeps what the step will
+ * overwrite and returns cap when the step is to hand over its reductions' operands (NULL
+ * when not); end writes the step's text line or file record and counts the step. */
+rr__trace_cap *rr__trace_step_begin(rr__coll *c, const rr__step *st, rr__trace_cap *cap);
+void rr__trace_step_end(rr__coll *c, const rr__step *st, const rr__trace_cap *cap);
+/* Inside a step whose operands are kept: `len` bytes at byte `off` of the received chunk,
+ * as received (before the reduction reads them) and as reduced (after it wrote them). */
+void rr__trace_got(rr__trace_cap *cap, size_t off, const void *got, size_t len);
+void rr__trace_made(rr__trace_cap *cap, size_t off, const void *res, size_t len);
 /* File only: the call's begin record (with its input when small) and end record (with
  * its status and, when it succeeded and is small, its output). */
 void rr__trace_begin(rr__coll *c);

@@ -1,7 +1,7 @@
-/* The pipelined step every ring and chain algorithm is made of.
+/* The step every algorithm is made of.
  *
- * A step sends one buffer to one neighbour and receives one from the other. Both are cut
- * into segments of RR_SEG_BYTES; segment k of a step travels as message k on lane
+ * A pipelined step sends one buffer to one neighbour and receives one from the other. Both
+ * are cut into segments of RR_SEG_BYTES; segment k of a step travels as message k on lane
  * k mod lanes, so both sides agree without talking. While segment k is being reduced, the
  * segments after it are already on the wire (the sender keeps up to SEND_WIN segments
  * queued, the receiver has up to `slots` receive buffers posted), which is the overlap of
@@ -10,8 +10,19 @@
  * Received segments are processed in order. They land either straight in the destination
  * (a copy costs nothing: the socket writes there), or in a staging slot from which they are
  * reduced into the destination, or, in a chain, reduced in the slot and forwarded from it.
- * A step returns when all its sends and receives are complete, so the next step may
- * overwrite anything this one was sending. */
+ *
+ * A whole step (recursive doubling) sends each buffer as one message behind the call header
+ * and reduces once the partner's buffer arrived: recursive doubling runs on small buffers,
+ * where cutting would only add messages, and its partner changes every round, so every
+ * message carries the header.
+ *
+ * Either returns when all its sends and receives are complete, so the next step may
+ * overwrite anything this one was sending.
+ *
+ * RR_TRACE is one hook around the step (begin and end, ring/trace.c), plus the hand-over of
+ * a small reduction's operands in rr__pipe_reduce, the one place they exist: a slot is
+ * reused, the transport's memory released, a chain's result overwritten by the next
+ * segment. Off, it costs a branch per step and one per reduced segment. */
 #include <string.h>
 
 #include "common/log.h"
@@ -23,24 +34,35 @@
 #define RR__SEND_WIN 32
 #define RR__RECV_WIN 64 /* >= the largest RR_SLOTS */
 
-/* A segment to reduce straight out of the transport's memory (shared memory). */
-typedef struct rr__consume_ctx {
+/* One reduction of a step (a segment, or a whole buffer): dst = own (op) got, or got (op)
+ * own. It runs wherever the received bytes are: in the step's loop (a staging slot, the
+ * landing buffer), or inside the transport straight out of its memory (shared memory). */
+typedef struct rr__red {
   const rr__coll *c;
   char *dst;
   const char *own;
-  int avg_div;
-  int status; /* device: the kernel launch's */
-} rr__consume_ctx;
+  size_t off; /* bytes into the step's received chunk */
+  int avg_div, got_first;
+  rr__trace_cap *tap; /* the trace keeps this step's operands (NULL: not) */
+  int status;         /* device: the kernel launch's */
+} rr__red;
+
+static void rr__pipe_reduce(const rr__red *x, const void *got, size_t len) {
+  const rr__coll *c = x->c;
+  if (x->tap) rr__trace_got(x->tap, x->off, got, len);
+  rr__reduce(x->dst, x->got_first ? got : x->own, x->got_first ? x->own : got, len / c->esize,
+             c->a->dtype, c->a->op, x->avg_div);
+  if (x->tap) rr__trace_made(x->tap, x->off, x->dst, len);
+}
 
 static void rr__reduce_in_place(rr__req *r, const void *data, size_t len) {
-  const rr__consume_ctx *x = r->ctx;
-  rr__reduce(x->dst, x->own, data, len / x->c->esize, x->c->a->dtype, x->c->a->op, x->avg_div);
+  rr__pipe_reduce(r->ctx, data, len);
 }
 
 /* Device buffers (CUDA IPC): the segment sits in this rank's device slot; the kernel reads it
  * there, on the call's stream, after the sender's copy (the transport made the stream wait). */
 static void rr__reduce_on_device(rr__req *r, const void *data, size_t len) {
-  rr__consume_ctx *x = r->ctx;
+  rr__red *x = r->ctx;
   const rr__coll *c = x->c;
   x->status = rr__cuda_reduce(x->dst, NULL, x->own, data, len / c->esize, c->a->dtype, c->a->op,
                               x->avg_div, c->dev->stream);
@@ -48,7 +70,7 @@ static void rr__reduce_on_device(rr__req *r, const void *data, size_t len) {
 
 static size_t rr__nseg(size_t count, size_t seg) { return (count + seg - 1) / seg; }
 
-int rr__pipe_step(rr__coll *c, const rr__step *st) {
+static int rr__pipe_segments(rr__coll *c, const rr__step *st, rr__trace_cap *tap) {
   const size_t es = c->esize, seg = c->seg;
   const size_t nsend = st->to >= 0 ? rr__nseg(st->scount, seg) : 0;
   const size_t nrecv = st->from >= 0 ? rr__nseg(st->rcount, seg) : 0;
@@ -61,7 +83,7 @@ int rr__pipe_step(rr__coll *c, const rr__step *st) {
   char *const staging = c->cs->staging;
   const size_t rwin = slotted ? nslots : RR__RECV_WIN;
   rr__req sreq[RR__SEND_WIN], rreq[RR__RECV_WIN];
-  rr__consume_ctx cctx[RR__RECV_WIN];
+  rr__red red[RR__RECV_WIN];
   size_t sp = 0, sd = 0; /* sends posted, sends done */
   size_t rp = 0, rd = 0; /* receives posted, receives processed */
 
@@ -70,21 +92,6 @@ int rr__pipe_step(rr__coll *c, const rr__step *st) {
   const rr__req_dev *dev = c->dev;
   if (dev && (forward || (slotted && !st->rbuf)))
     return rr__set_error(RR_EINVAL, "internal: the device path runs no chain steps");
-  /* The trace shows a small reduction's operands and what a small send carried: keep them
-   * before they are overwritten. */
-  const int trace = rr__trace_on();
-  const int trace_values = trace && !dev && slotted && st->rcount <= RR__TRACE_CAPTURE && st->own;
-  unsigned char own_copy[RR__TRACE_CAPTURE * 8], got_copy[RR__TRACE_CAPTURE * 8];
-  unsigned char res_copy[RR__TRACE_CAPTURE * 8], sent_copy[RR__TRACE_CAPTURE * 8];
-  rr__trace_cap cap = {0};
-  if (trace) {
-    cap.t0_ns = rr__trace_clock();
-    if (trace_values) memcpy(own_copy, st->own, st->rcount * es);
-    if (!dev && st->to >= 0 && st->sbuf && st->scount <= RR__TRACE_CAPTURE) {
-      memcpy(sent_copy, st->sbuf, st->scount * es);
-      cap.sent = sent_copy;
-    }
-  }
 
   for (;;) {
     int busy = 0;
@@ -115,12 +122,15 @@ int rr__pipe_step(rr__coll *c, const rr__step *st) {
       r->buf = slotted && !dev ? staging + (rp % nslots) * slot_bytes : (char *)st->rbuf + off * es;
       r->len = n * es;
       r->dev = dev;
-      if (slotted && st->rbuf && !trace_values) { /* the transport may reduce in place */
-        rr__consume_ctx *x = &cctx[rp % RR__RECV_WIN];
-        *x = (rr__consume_ctx){c, (char *)st->rbuf + off * es, (const char *)st->own + off * es,
-                               st->avg_div, RR_OK};
-        r->consume = dev ? rr__reduce_on_device : rr__reduce_in_place; /* device: must */
-        r->ctx = x;
+      if (slotted) {
+        rr__red *x = &red[rp % RR__RECV_WIN];
+        *x = (rr__red){c, st->rbuf ? (char *)st->rbuf + off * es : r->buf,
+                       (const char *)st->own + off * es, off * es, st->avg_div, st->got_first,
+                       tap, RR_OK};
+        if (st->rbuf) { /* the transport may reduce in place */
+          r->consume = dev ? rr__reduce_on_device : rr__reduce_in_place; /* device: must */
+          r->ctx = x;
+        }
       }
       RR__CHECK(rr__comm_irecv(c->cm, st->from, (int)rp, r));
       rp++;
@@ -128,19 +138,13 @@ int rr__pipe_step(rr__coll *c, const rr__step *st) {
     size_t moved = 0;
     RR__CHECK(rr__comm_progress(c->cm, &moved));
     while (rd < rp && rreq[rd % RR__RECV_WIN].complete) {
+      const rr__req *r = &rreq[rd % RR__RECV_WIN];
       if (slotted && dev) {
-        if (!rreq[rd % RR__RECV_WIN].consumed)
+        if (!r->consumed)
           return rr__set_error(RR_EINVAL, "internal: a device segment was not reduced");
-        RR__CHECK(cctx[rd % RR__RECV_WIN].status);
-      } else if (slotted && !rreq[rd % RR__RECV_WIN].consumed) {
-        size_t off = rd * seg, n = RR__MIN(seg, st->rcount - off);
-        char *slot = rreq[rd % RR__RECV_WIN].buf;
-        char *dst = st->rbuf ? (char *)st->rbuf + off * es : slot;
-        if (trace_values) memcpy(got_copy + off * es, slot, n * es);
-        rr__reduce(dst, (const char *)st->own + off * es, slot, n, c->a->dtype, c->a->op,
-                   st->avg_div);
-        /* A chain's reduction lives in the slot only until the slot is reused. */
-        if (trace_values && !st->rbuf) memcpy(res_copy + off * es, dst, n * es);
+        RR__CHECK(red[rd % RR__RECV_WIN].status);
+      } else if (slotted && !r->consumed) {
+        rr__pipe_reduce(&red[rd % RR__RECV_WIN], r->buf, r->len);
       }
       rd++;
       busy = 1;
@@ -154,17 +158,53 @@ int rr__pipe_step(rr__coll *c, const rr__step *st) {
     }
   }
   c->seg_total = 0;
-  if (trace) {
-    if (trace_values) {
-      cap.own = own_copy, cap.got = got_copy;
-      cap.res = st->rbuf ? st->rbuf : res_copy;
-    }
-    rr__trace_step(c, st, &cap);
+  return RR_OK;
+}
+
+/* Everything is posted at once, so a header and its data share one system call; the
+ * received header is checked before the data is used. */
+static int rr__pipe_whole(rr__coll *c, const rr__step *st, rr__trace_cap *tap) {
+  const int reduce = st->kind == RR__STEP_REDUCE;
+  if (c->dev || (!reduce && st->kind != RR__STEP_COPY) || (st->to >= 0 && st->from >= 0 && !reduce))
+    return rr__set_error(RR_EINVAL, "internal: not a whole step");
+  rr__req sr = {.buf = (char *)st->sbuf, .len = st->scount * c->esize}, hr;
+  rr__req rq = {.buf = reduce ? st->land : st->rbuf, .len = st->rcount * c->esize};
+  uint8_t wire[RR__HDR_BYTES];
+  if (st->from >= 0) {
+    RR__CHECK(rr__coll_post_hdr(c, st->from, &hr, wire));
+    RR__CHECK(rr__comm_irecv(c->cm, st->from, 0, &rq));
   }
+  if (st->to >= 0) {
+    RR__CHECK(rr__coll_send_hdr(c, st->to));
+    RR__CHECK(rr__comm_isend(c->cm, st->to, 0, &sr));
+  }
+  if (st->from >= 0) {
+    /* Both: an empty message completes at once, before its header has arrived. */
+    RR__CHECK(rr__coll_wait(c, &hr, st->from));
+    RR__CHECK(rr__coll_wait(c, &rq, st->from));
+    RR__CHECK(rr__coll_check_hdr(c, st->from, wire));
+  }
+  /* The buffer sent is overwritten next: the send must be finished first. */
+  if (st->to >= 0) RR__CHECK(rr__coll_wait(c, &sr, st->to));
+  if (reduce && st->from >= 0) {
+    rr__red x = {c, st->rbuf, st->own, 0, 0, st->got_first, tap, RR_OK};
+    rr__pipe_reduce(&x, st->land, rq.len);
+    if (st->avg_div) rr__avg_scale(st->rbuf, st->rcount, c->a->dtype, st->avg_div);
+  }
+  return RR_OK;
+}
+
+int rr__pipe_step(rr__coll *c, const rr__step *st) {
+  rr__trace_cap cap, *tap = NULL;
+  const int trace = rr__trace_on();
+  if (trace) tap = rr__trace_step_begin(c, st, &cap);
+  RR__CHECK(st->whole ? rr__pipe_whole(c, st, tap) : rr__pipe_segments(c, st, tap));
+  if (trace) rr__trace_step_end(c, st, &cap);
   RR__LOG_TRACE(RR__SUB_COLL, "%s: sent chunk %d (%zu elems) to rank %d, got chunk %d (%zu elems) from rank %d%s",
            rr__coll_where(c), st->schunk, st->to >= 0 ? st->scount : 0,
            st->to >= 0 ? rr__grank(c, st->to) : -1, st->rchunk,
            st->from >= 0 ? st->rcount : 0, st->from >= 0 ? rr__grank(c, st->from) : -1,
-           slotted ? " and reduced it" : "");
+           st->kind == RR__STEP_REDUCE || st->kind == RR__STEP_FWD_REDUCE ? " and reduced it"
+                                                                          : "");
   return RR_OK;
 }

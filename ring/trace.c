@@ -17,10 +17,14 @@
  * mid-line. On a network file system appends of two hosts can mix; give each host its own
  * file there (the viewer merges several files by time).
  *
- * The records are built and written here; the step engine (pipe.c) and recursive doubling
- * (all_reduce_rd.c) still capture their steps' operands themselves. Nothing here can fail a
- * call: a file that cannot be opened is reported once, as a warning, and no trace is
- * written. */
+ * Everything the trace knows of a step comes through one hook in the step engine (pipe.c),
+ * which every algorithm runs its steps on: rr__trace_step_begin before the step keeps what
+ * the step will overwrite (a small reduction's own operand, what a small send carries) and
+ * asks for the operands of a small reduction, which the engine hands over as it reduces
+ * (rr__trace_got, rr__trace_made); rr__trace_step_end writes the line or record. The
+ * algorithms themselves hold no trace code: only labels on their steps (chunk numbers, a
+ * phase). Nothing here can fail a call: a file that cannot be opened is reported once, as a
+ * warning, and no trace is written. */
 #include <errno.h>
 #include <fcntl.h>
 #include <math.h>
@@ -69,7 +73,8 @@ static int rr__trace_get(void) {
 int rr__trace_on(void) { return rr__trace_get() != RR__TRACE_OFF; }
 int rr__trace_json(void) { return rr__trace_get() == RR__TRACE_FILE; }
 
-int64_t rr__trace_clock(void) {
+/* The wall clock in nanoseconds, for step records. */
+static int64_t rr__trace_clock(void) {
   struct timespec ts;
   /* The wall clock, so that records of ranks on different hosts merge by time (as well as
    * their clocks agree); a step's duration is short enough for a clock step not to matter. */
@@ -117,8 +122,10 @@ static void rr__trace_write(int fd, char *line, size_t cap, int o) {
   if (write(fd, line, (size_t)o) < 0) { /* tracing must never fail a call */ }
 }
 
-void rr__trace_reduce(rr__coll *c, const void *x, const void *y, const void *result, size_t n) {
-  if (rr__trace_get() != RR__TRACE_TEXT) return;
+/* A whole step's reduction, "x op y = result" in the order it was computed (recursive
+ * doubling's rounds: docs/ring.md shows them). */
+static void rr__trace_reduce(rr__coll *c, const void *x, const void *y, const void *result,
+                             size_t n) {
   char line[640];
   const rr_dtype d = c->a->dtype;
   int o = rr__trace_prefix(c, line, sizeof line);
@@ -306,16 +313,20 @@ static void rr__jside(rr__jbuf *j, const rr__coll *c, const char *key, const cha
              (unsigned long long)(off + (long long)count) * c->esize);
 }
 
-static void rr__trace_json_step(rr__coll *c, const rr__step *st, const rr__trace_cap *cap) {
+/* What a finished step shows (NULL: not kept): the operands of a reduction, what arrived or
+ * what the reduction made, what was sent. */
+typedef struct rr__trace_vals {
+  const void *own, *got, *res, *sent;
+} rr__trace_vals;
+
+static void rr__trace_json_step(rr__coll *c, const rr__step *st, const rr__trace_cap *cap,
+                                const rr__trace_vals *v) {
   rr__jbuf j;
   j.n = 0, j.over = 0;
   const rr_dtype d = c->a->dtype;
   const int reduce = st->kind == RR__STEP_REDUCE || st->kind == RR__STEP_FWD_REDUCE;
   const int forward = st->kind == RR__STEP_FWD_COPY || st->kind == RR__STEP_FWD_REDUCE;
-  /* What arrived (a copy) or what the reduction made. */
-  const void *res = cap->res ? cap->res
-                    : (!reduce && st->rbuf && st->rcount <= RR__TRACE_CAPTURE) ? st->rbuf
-                                                                                : NULL;
+  const void *res = v->res; /* what arrived (a copy) or what the reduction made */
   rr__jhead(&j, c, "step");
   rr__jput(&j, ",\"step\":%d", c->trace_step);
   rr__jstr(&j, "phase", rr__trace_phase(c, st));
@@ -326,7 +337,7 @@ static void rr__trace_json_step(rr__coll *c, const rr__step *st, const rr__trace
   if (st->to >= 0) {
     rr__jside(&j, c, "send", "to", st->to, st->schunk, st->scount);
     /* A chain link sends on what it received (and, reducing, what it made of it). */
-    const void *sent = forward ? res : cap->sent;
+    const void *sent = forward ? res : v->sent;
     if (sent && st->scount <= RR__TRACE_CAPTURE) rr__jvalues(&j, "values", sent, st->scount, d);
     rr__jput(&j, "}");
   }
@@ -335,9 +346,9 @@ static void rr__trace_json_step(rr__coll *c, const rr__step *st, const rr__trace
     rr__jput(&j, ",\"reduce\":%s", reduce ? "true" : "false");
     if (reduce) rr__jstr(&j, "op", rr_op_name(c->a->op));
     if (st->avg_div) rr__jput(&j, ",\"avg_div\":%d", st->avg_div);
-    if (reduce && cap->own && cap->got) {
-      rr__jvalues(&j, "own", cap->own, st->rcount, d);
-      rr__jvalues(&j, "got", cap->got, st->rcount, d);
+    if (reduce && v->own && v->got) {
+      rr__jvalues(&j, "own", v->own, st->rcount, d);
+      rr__jvalues(&j, "got", v->got, st->rcount, d);
     }
     if (res && st->rcount <= RR__TRACE_CAPTURE) rr__jvalues(&j, "values", res, st->rcount, d);
     rr__jput(&j, "}");
@@ -345,10 +356,47 @@ static void rr__trace_json_step(rr__coll *c, const rr__step *st, const rr__trace
   rr__jwrite(&j);
 }
 
-void rr__trace_step(rr__coll *c, const rr__step *st, const rr__trace_cap *cap) {
+/* ---- the hook in the step engine ---- */
+
+rr__trace_cap *rr__trace_step_begin(rr__coll *c, const rr__step *st, rr__trace_cap *cap) {
+  const size_t es = c->esize;
+  const int reduce = st->kind == RR__STEP_REDUCE || st->kind == RR__STEP_FWD_REDUCE;
+  cap->t0_ns = rr__trace_clock();
+  /* Device buffers are not read here (the trace would have to copy them back). */
+  cap->keep = !c->dev && reduce && st->own && st->rcount <= RR__TRACE_CAPTURE;
+  cap->has_sent = !c->dev && st->to >= 0 && st->sbuf && st->scount <= RR__TRACE_CAPTURE;
+  if (cap->keep) memcpy(cap->own, st->own, st->rcount * es);
+  if (cap->has_sent) memcpy(cap->sent, st->sbuf, st->scount * es);
+  return cap->keep ? cap : NULL;
+}
+
+void rr__trace_got(rr__trace_cap *cap, size_t off, const void *got, size_t len) {
+  memcpy(cap->got + off, got, len);
+}
+void rr__trace_made(rr__trace_cap *cap, size_t off, const void *res, size_t len) {
+  memcpy(cap->res + off, res, len);
+}
+
+void rr__trace_step_end(rr__coll *c, const rr__step *st, const rr__trace_cap *cap) {
   const int mode = rr__trace_get();
-  if (mode == RR__TRACE_TEXT) rr__trace_text_step(c, st, cap->own, cap->got);
-  else if (mode == RR__TRACE_FILE) rr__trace_json_step(c, st, cap);
+  const int reduce = st->kind == RR__STEP_REDUCE || st->kind == RR__STEP_FWD_REDUCE;
+  rr__trace_vals v = {0};
+  if (cap->keep) { /* a chain's result lives on only in the copy (its slot is reused) */
+    v.own = cap->own, v.got = cap->got;
+    v.res = st->rbuf ? st->rbuf : cap->res;
+  } else if (!reduce && st->rbuf && st->rcount <= RR__TRACE_CAPTURE) {
+    v.res = st->rbuf; /* what arrived */
+  }
+  if (cap->has_sent) v.sent = cap->sent;
+  if (mode == RR__TRACE_FILE) {
+    rr__trace_json_step(c, st, cap, &v);
+  } else if (mode == RR__TRACE_TEXT && !st->whole) {
+    rr__trace_text_step(c, st, v.own, v.got);
+  } else if (mode == RR__TRACE_TEXT && cap->keep && st->rcount <= RR__TRACE_VALUES) {
+    /* A whole step shows its reduction as computed, before an AVG division. */
+    rr__trace_reduce(c, st->got_first ? v.got : v.own, st->got_first ? v.own : v.got, cap->res,
+                     st->rcount);
+  }
   c->trace_step++;
 }
 

@@ -21,16 +21,16 @@ static const char *const rr__ipc_how = "device buffer through CUDA IPC";
  * gets its events at submission (rr__cuda_pg_prepare) or fails there. */
 int rr__pg_ipc_call(const rr_pg *pg, const rr__args *a) {
   const rr__params *p = rr__params_get();
-  /* The ring algorithms, whose steps are all pipelined send / receive(-reduce) steps. */
-  const int ring =
-      a->kind == RR__K_ALL_REDUCE || a->kind == RR__K_REDUCE_SCATTER || a->kind == RR__K_ALL_GATHER;
+  /* The kinds whose algorithm is the ring: their steps are all pipelined send /
+   * receive(-reduce) steps. */
+  const int ring = rr__kind(a->kind)->algo == RR__ALGO_RING;
   /* Opt-in (RR_CUDA_IPC=1) until a peer killed mid-call cannot leave this rank's streams
    * waiting for its events (docs/cuda.md): the staged path fails such a call cleanly. */
   if (!p->cuda_ipc) return 0;
   if (!ring || a->count == 0 || pg->size < 2) return 0;
-  if (strcmp(p->transport, "auto") || (strcmp(p->algo, "auto") && strcmp(p->algo, "ring")))
+  if (strcmp(p->transport, "auto") || (pg->cs.algo != RR__ALGO_NONE && pg->cs.algo != RR__ALGO_RING))
     return 0;
-  if (rr__trace_on()) return 0; /* traces copy a step's values on the host */
+  if (pg->cs.trace != RR__TRACE_OFF) return 0; /* traces copy a step's values on the host */
   if (a->send_device < 0 || a->recv_device < 0 || a->send_device != a->recv_device) return 0;
   /* A segment must fit one device message on the lane to every peer (0 where a peer's
    * transport carries none). */

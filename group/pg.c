@@ -65,7 +65,6 @@ static void rr__pg_free(rr_pg *pg) {
 }
 
 static int rr__pg_new(int size, rr_pg **out) {
-  const rr__params *prm = rr__params_get();
   rr_pg *pg = rr__calloc(1, sizeof *pg);
   if (!pg) return RR_ENOMEM;
   pthread_mutex_init(&pg->mu, NULL);
@@ -76,8 +75,7 @@ static int rr__pg_new(int size, rr_pg **out) {
   pg->cs.global_ranks = pg->global_ranks;
   pg->cs.p2p_sent = rr__calloc((size_t)size, sizeof *pg->cs.p2p_sent);
   pg->cs.p2p_recvd = rr__calloc((size_t)size, sizeof *pg->cs.p2p_recvd);
-  pg->cs.seg_bytes = (size_t)prm->seg_bytes;
-  pg->cs.nslots = (int)prm->slots;
+  rr__coll_state_setup(&pg->cs);
   /* Page-aligned staging: receive slots for reductions, reused by every call. */
   if (posix_memalign((void **)&pg->cs.staging, 4096, pg->cs.seg_bytes * (size_t)pg->cs.nslots) != 0)
     pg->cs.staging = NULL;

@@ -118,7 +118,7 @@ int rr__cuda_pg_fail(rr_pg *pg, const rr__args *a, int st, const char *what, con
   rr__prefix_error(st, "%s", what);
   rr__prefix_error(
       st, "rank %d: %s (%zu x %s, %s)", pg->global_ranks[pg->rank],
-      rr__kind_name(a->kind == RR__K_RECV || a->kind == RR__K_SENDRECV ? RR__K_SEND : a->kind),
+      rr__kind_name(a->kind),
       a->count, rr_dtype_name(a->dtype), how);
   /* The peers are (or will be) in this call: stop the group and tell them why. */
   rr__comm_abort(pg->comm, st, rr__error(), 1);

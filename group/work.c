@@ -203,9 +203,7 @@ int rr_work_wait(rr_work *w, int64_t timeout_ms) {
       pthread_mutex_unlock(&w->mu);
       char reason[256];
       snprintf(reason, sizeof reason, "rank %d: rr_work_wait gave up on %s after %lld ms",
-               w->pg->global_ranks[w->pg->rank], rr__kind_name(w->args.kind == RR__K_RECV
-                                                                  ? RR__K_SEND
-                                                                  : w->args.kind),
+               w->pg->global_ranks[w->pg->rank], rr__kind_name(w->args.kind),
                (long long)timeout_ms);
       rr__comm_abort(w->pg->comm, RR_ETIMEDOUT, reason, 1);
       pthread_mutex_lock(&w->mu);

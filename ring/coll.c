@@ -266,14 +266,23 @@ static void rr__local_copy(rr__coll *c) {
   if (a->recvbuf != a->sendbuf) memmove(a->recvbuf, a->sendbuf, bytes);
 }
 
-static int rr__choose_all_reduce(rr__coll *c) {
+void rr__coll_state_setup(rr__coll_state *cs) {
   const rr__params *p = rr__params_get();
+  cs->seg_bytes = (size_t)p->seg_bytes;
+  cs->nslots = (int)p->slots;
+  cs->algo = !strcmp(p->algo, "rd")     ? RR__ALGO_RD
+             : !strcmp(p->algo, "ring") ? RR__ALGO_RING
+             : !strcmp(p->algo, "star") ? RR__ALGO_STAR
+                                        : RR__ALGO_NONE;
+  cs->small_bytes = (size_t)p->small_bytes;
+  cs->trace = rr__trace_mode();
+}
+
+static int rr__choose_all_reduce(rr__coll *c) {
   size_t bytes = c->a->count * c->esize;
   if (c->dev) return RR__ALGO_RING; /* the device path runs pipelined steps only */
-  if (!strcmp(p->algo, "rd")) return RR__ALGO_RD;
-  if (!strcmp(p->algo, "ring")) return RR__ALGO_RING;
-  if (!strcmp(p->algo, "star")) return RR__ALGO_STAR;
-  return bytes <= (size_t)p->small_bytes ? RR__ALGO_RD : RR__ALGO_RING;
+  if (c->cs->algo != RR__ALGO_NONE) return c->cs->algo;
+  return bytes <= c->cs->small_bytes ? RR__ALGO_RD : RR__ALGO_RING;
 }
 
 static int rr__dispatch(rr__coll *c) {
@@ -388,7 +397,7 @@ int rr__coll_exec(rr__coll *c) {
   c->sends = &sends;
   int coll = !rr__coll_is_p2p(c);
   rr__comm_new_call(c->cm, coll, c->hdr.seq);
-  const int trace = rr__trace_json();
+  const int trace = c->cs->trace == RR__TRACE_FILE;
   if (trace) rr__trace_begin(c);
   int st = rr__dispatch(c);
   /* Wait until our headers left: their buffers live in this frame. */

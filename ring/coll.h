@@ -74,6 +74,12 @@ typedef struct rr__coll_state {
   char *staging;           /* nslots * seg_bytes: receive slots for reductions */
   size_t seg_bytes;
   int nslots;
+  /* The tunables a call reads, taken once when the group is made (rr__coll_state_setup):
+   * RR_ALGO (enum rr__algo, RR__ALGO_NONE: by size), RR_SMALL_BYTES, and RR_TRACE as
+   * rr__trace_mode() gives it. */
+  int algo;
+  size_t small_bytes;
+  int trace;
   void *scratch; /* grow-only, for partial chunks (reduce_scatter) and recursive doubling */
   size_t scratch_bytes;
   /* The same in device memory, for calls on device buffers (CUDA IPC; freed by the group,
@@ -117,6 +123,10 @@ typedef struct rr__coll {
 static inline int rr__grank(const rr__coll *c, int r) { return c->cs->global_ranks[r]; }
 
 /* ---- running a call (ring/coll.c) ---- */
+
+/* Fill in the tunables of a group's state (segment size, slots, algorithm, trace), so that a
+ * call reads them from the state and not from the environment's tables. */
+void rr__coll_state_setup(rr__coll_state *cs);
 
 /* Set up the context of a call of group rank `rank` of `size` over `cm`. */
 void rr__coll_init(rr__coll *c, rr__coll_state *cs, rr__comm *cm, const rr__args *a, int rank,
@@ -285,6 +295,9 @@ int rr__pipe_step(rr__coll *c, const rr__step *st);
 /* Is either on? Is it the file? (Read once from the environment.) */
 int rr__trace_on(void);
 int rr__trace_json(void);
+/* The same as one value, for rr__coll_state.trace. */
+enum { RR__TRACE_OFF, RR__TRACE_TEXT, RR__TRACE_FILE };
+int rr__trace_mode(void);
 /* Text lines show values only for chunks this small; file records for chunks up to
  * RR__TRACE_CAPTURE elements (which also bounds the copies a traced step keeps). */
 #define RR__TRACE_VALUES 8

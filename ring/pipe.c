@@ -196,7 +196,7 @@ static int rr__pipe_whole(rr__coll *c, const rr__step *st, rr__trace_cap *tap) {
 
 int rr__pipe_step(rr__coll *c, const rr__step *st) {
   rr__trace_cap cap, *tap = NULL;
-  const int trace = rr__trace_on();
+  const int trace = c->cs->trace != RR__TRACE_OFF;
   if (trace) tap = rr__trace_step_begin(c, st, &cap);
   RR__CHECK(st->whole ? rr__pipe_whole(c, st, tap) : rr__pipe_segments(c, st, tap));
   if (trace) rr__trace_step_end(c, st, &cap);

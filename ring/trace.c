@@ -42,8 +42,7 @@
 #include "common/util.h"
 #include "ring/coll.h"
 
-enum { RR__TRACE_OFF, RR__TRACE_TEXT, RR__TRACE_FILE };
-static int rr__trace_mode;
+static int rr__trace_kind;
 static int rr__trace_fd = -1;
 static pthread_once_t rr__trace_once = PTHREAD_ONCE_INIT;
 
@@ -52,7 +51,7 @@ static void rr__trace_load(void) {
   const char *v = rr__params_get()->trace;
   if (!strcmp(v, "0")) return;
   if (!strcmp(v, "1")) {
-    rr__trace_mode = RR__TRACE_TEXT;
+    rr__trace_kind = RR__TRACE_TEXT;
     return;
   }
   char why[128];
@@ -62,14 +61,15 @@ static void rr__trace_load(void) {
                  "RR_TRACE=%s: cannot open it for appending (%s); no trace is written", v, why);
     return;
   }
-  rr__trace_mode = RR__TRACE_FILE;
+  rr__trace_kind = RR__TRACE_FILE;
 }
 
 static int rr__trace_get(void) {
   pthread_once(&rr__trace_once, rr__trace_load);
-  return rr__trace_mode;
+  return rr__trace_kind;
 }
 
+int rr__trace_mode(void) { return rr__trace_get(); }
 int rr__trace_on(void) { return rr__trace_get() != RR__TRACE_OFF; }
 int rr__trace_json(void) { return rr__trace_get() == RR__TRACE_FILE; }
 

@@ -163,18 +163,26 @@ void rr__cuda_restore_device(int previous) {
   if (api && api->set_device(previous) != 0) api->clear_error();
 }
 
-int rr__cuda_host_alloc(void **p, size_t bytes) {
+/* Pinned host memory or device memory: the same checks and words either way. A size of 0
+ * allocates one byte, so that success always gives a pointer to free. */
+static int rr__cuda_alloc(void **p, size_t bytes, int pinned) {
+  const char *call = pinned ? "cudaHostAlloc" : "cudaMalloc";
   *p = NULL;
   const rr__cuda_api *api = rr__cu();
-  if (!api) return rr__no_cuda("cudaHostAlloc");
-  int e = api->host_alloc(p, bytes ? bytes : 1);
+  if (!api) return rr__no_cuda(call);
+  int e = pinned ? api->host_alloc(p, bytes ? bytes : 1) : api->malloc(p, bytes ? bytes : 1);
   if (e != 0) {
     *p = NULL;
-    rr__cuda_fail(e, "cudaHostAlloc");
-    return rr__prefix_error(RR_ECUDA, "pinned staging buffer of %zu bytes", bytes);
+    rr__cuda_fail(e, call);
+    return rr__prefix_error(RR_ECUDA,
+                            pinned ? "pinned staging buffer of %zu bytes"
+                                   : "allocating %zu bytes of device memory",
+                            bytes);
   }
   return RR_OK;
 }
+
+int rr__cuda_host_alloc(void **p, size_t bytes) { return rr__cuda_alloc(p, bytes, 1); }
 
 void rr__cuda_host_free(void *p) {
   const rr__cuda_api *api = rr__cu();
@@ -193,18 +201,7 @@ int rr__cuda_stream_sync(void *stream) {
   return RR_OK;
 }
 
-int rr__cuda_malloc(void **p, size_t bytes) {
-  *p = NULL;
-  const rr__cuda_api *api = rr__cu();
-  if (!api) return rr__no_cuda("cudaMalloc");
-  int e = api->malloc(p, bytes ? bytes : 1);
-  if (e != 0) {
-    *p = NULL;
-    rr__cuda_fail(e, "cudaMalloc");
-    return rr__prefix_error(RR_ECUDA, "allocating %zu bytes of device memory", bytes);
-  }
-  return RR_OK;
-}
+int rr__cuda_malloc(void **p, size_t bytes) { return rr__cuda_alloc(p, bytes, 0); }
 
 void rr__cuda_free(void *p) {
   const rr__cuda_api *api = rr__cu();

@@ -344,13 +344,18 @@ int rr_destroy_process_group(rr_pg *pg) {
   if (kids > 0)
     return rr__set_error(RR_ESTATE, "rank %d: destroy_process_group: destroy its %d subgroup(s) first",
                          me, kids);
-  if (pg->worker_started) {
-    pthread_mutex_lock(&pg->mu);
-    pg->stop = 1;
-    pthread_cond_broadcast(&pg->cv);
-    pthread_mutex_unlock(&pg->mu);
-    pthread_join(pg->worker, NULL);
-  }
+  pthread_mutex_lock(&pg->mu);
+  pg->stop = 1;
+  pthread_cond_broadcast(&pg->cv);
+  pthread_mutex_unlock(&pg->mu);
+  if (pg->worker_started) pthread_join(pg->worker, NULL);
+  /* A call may still run on another thread: a blocking call, or a waiter running a queued
+   * call itself (rr_work_wait). It holds `busy` and uses the group until it lets go, so
+   * the group is freed only after that (torch's abort() destroys from a timer or watchdog
+   * thread while the caller is still in the aborted call, which the abort ends at once). */
+  pthread_mutex_lock(&pg->mu);
+  while (pg->busy) pthread_cond_wait(&pg->cv, &pg->mu);
+  pthread_mutex_unlock(&pg->mu);
   int st = RR_OK;
   if (pg->comm && atomic_load(&pg->comm->aborted)) {
     st = rr__comm_check(pg->comm);

@@ -136,9 +136,9 @@ int rr__pg_submit(rr_pg *pg, const rr__args *a, rr_work **work) {
     if (st < 0) snprintf(saved, sizeof saved, "%s", rr__error());
     pthread_mutex_lock(&pg->mu);
     pg->busy = 0;
-    /* Only queued work waits for busy to clear; waking the idle worker on every inline call
-     * would cost two context switches per call. */
-    if (pg->qhead) pthread_cond_broadcast(&pg->cv);
+    /* Only queued work and a destroy wait for busy to clear; waking the idle worker on
+     * every inline call would cost two context switches per call. */
+    if (pg->qhead || pg->stop) pthread_cond_broadcast(&pg->cv);
     pthread_mutex_unlock(&pg->mu);
     if (st < 0) rr__copy_error(saved);
     return st;

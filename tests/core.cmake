@@ -67,7 +67,7 @@ endforeach()
 rr_core_test(test_fault)
 rr_core_test(test_fault_args)
 foreach(s invalid_args mismatch role_args coll_args transport_mismatch late_rank kill9 timeout
-          wait_timeout destroy_early abort duplicate_rank world_mismatch port_in_use unreachable
+          wait_timeout destroy_early abort abort_destroy duplicate_rank world_mismatch port_in_use unreachable
           env_errors env_params env_transport env_debug env_ranges)
   set(exe test_fault)
   if(s MATCHES "^(invalid_args|mismatch|role_args|coll_args)$")

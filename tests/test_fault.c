@@ -225,6 +225,46 @@ static int abort_case(int rank, void *arg) {
   return 0;
 }
 
+/* ---- abort, then destroy, from another thread while a call runs ----
+ * What torch's ProcessGroup.abort() does from a timer or watchdog thread: rr_abort and
+ * rr_destroy_process_group while the main thread is inside a call on the group (a blocking
+ * call, or rr_work_wait(w, 0), which runs a queued call on the waiter's thread). The destroy
+ * must wait for that thread to leave the group, not free the group under it (ASan:
+ * heap-use-after-free on the caller's way out). */
+static int abort_destroy_thread(void *arg) {
+  rr_pg *pg = arg;
+  usleep(300 * 1000);
+  T_OK(rr_abort(pg));
+  double t0 = t_now();
+  rr_destroy_process_group(pg);
+  T_CHECK(t_now() - t0 < 5.0, "destroy after abort took %.2f s", t_now() - t0);
+  return 0;
+}
+
+static int abort_destroy(int rank, void *arg) {
+  (void)arg;
+  rr_pg *pg;
+  T_OK(rr_init_process_group(&pg, NULL));
+  float x[4] = {1, 2, 3, 4};
+  if (rank == 0) {
+    /* Rank 1 never joins this call: it runs until the abort. */
+    t_thread th;
+    T_CHECK(t_thread_start(&th, abort_destroy_thread, pg) == 0, "pthread_create");
+    int st = rr_all_reduce(pg, x, x, 4, RR_FLOAT32, RR_SUM);
+    T_CHECK(st == RR_EABORTED, "status %s: %s", rr_status_name(st), rr_last_error());
+    T_HAS(rr_last_error(), "rank 0 called rr_abort");
+    T_CHECK(t_thread_join(&th) == 0, "the aborting thread failed");
+    return 0;
+  }
+  /* Rank 1 calls once the abort has landed: its call fails naming rank 0. */
+  usleep(1000 * 1000);
+  int st = rr_all_reduce(pg, x, x, 4, RR_FLOAT32, RR_SUM);
+  T_CHECK(st != RR_OK, "a call after rank 0's abort succeeded");
+  T_HAS(rr_last_error(), "rank 0");
+  rr_destroy_process_group(pg);
+  return 0;
+}
+
 /* ---- duplicate RANK and inconsistent WORLD_SIZE: named, not hung ---- */
 static int duplicate_rank(int rank, void *arg) {
   (void)arg;
@@ -497,6 +537,9 @@ int main(int argc, char **argv) {
     if (t_run(3, abort_case, NULL, NULL, 60, codes, sigs)) return 1;
     printf("abort: all ranks done %.2f s after the start (abort at 0.3 s)\n", t_now() - t0);
     return t_exits_ok(3, codes, sigs, s);
+  }
+  if (!strcmp(s, "abort_destroy")) {
+    return t_run_all(2, abort_destroy, NULL, 60, s);
   }
   if (!strcmp(s, "timeout")) {
     return t_run_all(3, timeout_case, NULL, 60, s);

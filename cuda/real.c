@@ -5,8 +5,8 @@
  * Pointer attributes. cudaPointerGetAttributes initialises the runtime and may create a
  * context on the current device (hundreds of MB of GPU memory per process), which a CPU-only
  * program on a GPU machine must not pay on every collective. So the driver's
- * cuPointerGetAttributes is used, fetched through cudaGetDriverEntryPointByVersion (no
- * libcuda link); it needs no context. If that entry point is missing, cudaPointerGetAttributes
+ * cuPointerGetAttributes is used, fetched through cudaGetDriverEntryPointByVersion (before
+ * CUDA 12.5, cudaGetDriverEntryPoint; no libcuda link); it needs no context. If that entry point is missing, cudaPointerGetAttributes
  * is asked instead, but only once some device's primary context is active (device memory
  * from cudaMalloc cannot exist before one); with neither entry point it is asked always. */
 #include "cuda/api.h"
@@ -35,11 +35,31 @@ static rr__pfn_ctx_state rr__drv_ctx_state; /* cuDevicePrimaryCtxGetState, or NU
 static int rr__real_ndev;
 static atomic_int rr__ctx_seen; /* a primary context was seen active */
 
+/* cudaGetDriverEntryPointByVersion came with CUDA 12.5; before it, cudaGetDriverEntryPoint
+ * (deprecated since) answers the same question for the driver the runtime found, and 11.x's
+ * form of it has no query result. RR__CUDA_ENTRY_LEGACY forces the pre-12.5 form, so that a
+ * newer toolkit can check it compiles (tests/cuda.cmake, cuda_entry_legacy). */
+#if CUDART_VERSION >= 12050 && !defined(RR__CUDA_ENTRY_LEGACY)
+#define RR__ENTRY_BY_VERSION 1
+#else
+#define RR__ENTRY_BY_VERSION 0
+#endif
+
 static void *rr__entry(const char *sym) {
   void *fn = NULL;
+#if CUDART_VERSION >= 12000
   enum cudaDriverEntryPointQueryResult q = cudaDriverEntryPointSymbolNotFound;
+#if RR__ENTRY_BY_VERSION
   cudaError_t e = cudaGetDriverEntryPointByVersion(sym, &fn, 12000, cudaEnableDefault, &q);
-  if (e != cudaSuccess || q != cudaDriverEntryPointSuccess) {
+#else
+  cudaError_t e = cudaGetDriverEntryPoint(sym, &fn, cudaEnableDefault, &q);
+#endif
+  int found = q == cudaDriverEntryPointSuccess;
+#else
+  cudaError_t e = cudaGetDriverEntryPoint(sym, &fn, cudaEnableDefault);
+  int found = fn != NULL;
+#endif
+  if (e != cudaSuccess || !found) {
     (void)cudaGetLastError();
     return NULL;
   }

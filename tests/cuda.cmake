@@ -9,6 +9,18 @@ target_include_directories(test_cuda_elem PRIVATE ${CMAKE_SOURCE_DIR})
 add_test(NAME cuda_elem_vs_op COMMAND test_cuda_elem)
 set_tests_properties(cuda_elem_vs_op PROPERTIES LABELS "op;cuda_elem" TIMEOUT 120)
 
+# Toolkits before CUDA 12.5 lack cudaGetDriverEntryPointByVersion: cuda/real.c then takes
+# cudaGetDriverEntryPoint. That branch is compiled here too, forced, so a newer toolkit shows
+# it still builds (deprecated there: that warning alone is allowed). Only where nvcc is.
+if(RR_HAVE_CUDA)
+  add_library(rr_cuda_entry_legacy OBJECT ${CMAKE_SOURCE_DIR}/cuda/real.c)
+  target_compile_definitions(rr_cuda_entry_legacy PRIVATE RR_HAVE_CUDA=1 RR__CUDA_ENTRY_LEGACY=1)
+  target_compile_options(rr_cuda_entry_legacy PRIVATE -Wno-deprecated-declarations)
+  target_include_directories(rr_cuda_entry_legacy PRIVATE ${CMAKE_SOURCE_DIR}
+    ${CMAKE_SOURCE_DIR}/include)
+  target_include_directories(rr_cuda_entry_legacy SYSTEM PRIVATE ${CUDAToolkit_INCLUDE_DIRS})
+endif()
+
 # The host fake of the CUDA table (tests/fake_cuda/): plain C, built in every configuration
 # (nvcc or not, sanitizers or not), linked only into tests.
 add_library(rr_fake_cuda STATIC ${RR_TEST_DIR}/fake_cuda/fake_cuda.c

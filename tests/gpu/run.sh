@@ -10,7 +10,8 @@
 #                                          call)
 #
 # Steps, in order (each < 10 min on one H100; build first, the others reuse build-gpu):
-#   build     configure build-gpu (-DRR_CUDA=ON, the local GPU's architecture) and build
+#   build     configure build-gpu (-DRR_CUDA=ON, the local GPU's architecture, no -Werror:
+#             warnings listed, not fatal) and build
 #   probe     nvidia-smi; the IPC contract the fake encodes, on the real runtime (a memory
 #             handle opened in its own process fails, in another process it maps the same
 #             memory and twice gives one pointer; interprocess events need DisableTiming and
@@ -86,8 +87,17 @@ do_build() {
   # Only the local GPU's architecture: the full default list is for distributable builds.
   arch=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | head -1 | tr -d '.')
   [ -n "$arch" ] && archflag=(-DCMAKE_CUDA_ARCHITECTURES="$arch")
-  run cmake -S . -B "$dir" "${gen[@]}" -DRR_CUDA=ON -DRR_WERROR=ON "${archflag[@]}"
-  [ $fail = 0 ] && run cmake --build "$dir" -j "$(nproc)"
+  # No -Werror: this machine's compilers (host and nvcc) are ones CI has never met, and a
+  # new warning must not cost the GPU window. Warnings are counted and listed instead.
+  run cmake -S . -B "$dir" "${gen[@]}" -DRR_CUDA=ON -DRR_WERROR=OFF "${archflag[@]}"
+  [ $fail = 0 ] || return
+  echo "+ cmake --build $dir -j $(nproc)"
+  cmake --build "$dir" -j "$(nproc)" > "$dir/build.log" 2>&1
+  local rc=$?
+  tail -5 "$dir/build.log"
+  [ $rc = 0 ] || { echo "FAILED ($rc): cmake --build (whole log: $dir/build.log)"; fail=1; }
+  echo "warnings: $(grep -c 'warning' "$dir/build.log") lines (reported, not fatal)"
+  grep 'warning' "$dir/build.log" | sort -u | head -20
 }
 
 do_probe() {

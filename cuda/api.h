@@ -38,7 +38,12 @@ enum {
       201,                           /* cudaErrorDeviceUninitialized: "invalid device context" */
   RR__CUDA_ERR_MAP_FAILED = 205,     /* cudaErrorMapBufferObjectFailed */
   RR__CUDA_ERR_INVALID_HANDLE = 400, /* cudaErrorInvalidResourceHandle */
+  RR__CUDA_ERR_ILLEGAL_STATE = 401,  /* cudaErrorIllegalState */
   RR__CUDA_ERR_NOT_READY = 600,      /* cudaErrorNotReady */
+  RR__CUDA_ERR_CAPTURE_UNSUPPORTED = 900, /* cudaErrorStreamCaptureUnsupported */
+  RR__CUDA_ERR_CAPTURE_UNMATCHED = 903,   /* cudaErrorStreamCaptureUnmatched */
+  RR__CUDA_ERR_CAPTURE_UNJOINED = 904,    /* cudaErrorStreamCaptureUnjoined */
+  RR__CUDA_ERR_CAPTURED_EVENT = 907,      /* cudaErrorCapturedEvent */
 };
 
 /* cudaPointerAttributes.type (cudaMemoryType). */
@@ -107,6 +112,12 @@ typedef struct rr__cuda_api {
   int (*event_record)(void *event, void *stream);
   int (*event_sync)(void *event);
   int (*event_query)(void *event); /* 0 done, RR__CUDA_ERR_NOT_READY, or an error */
+  /* Graph capture (cudaStreamIsCapturing): *capturing is set while the stream is part of a
+   * capture sequence (active, or invalidated and not yet ended). The library only asks; the
+   * tests begin and end a capture (relaxed mode; the graph is dropped) to see it refused. */
+  int (*stream_is_capturing)(void *stream, int *capturing);
+  int (*stream_begin_capture)(void *stream);
+  int (*stream_end_capture)(void *stream);
 
   /* Interprocess handles. */
   int (*ipc_get_mem_handle)(rr__cuda_ipc_handle *h, void *p);

@@ -71,6 +71,8 @@ void rr__cuda_host_free(void *p);
  * the legacy default stream), then wait for the stream: returns when the copy is done. */
 int rr__cuda_memcpy_sync(void *dst, const void *src, size_t bytes, void *stream);
 /* Wait for everything queued on `stream` so far. */
+/* Is the stream capturing a CUDA graph (cudaStreamIsCapturing)? */
+int rr__cuda_stream_capturing(void *stream, int *capturing);
 int rr__cuda_stream_sync(void *stream);
 
 /* Device memory on the current device (cudaMalloc; 0 bytes allocate 1) and its release. */

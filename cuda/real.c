@@ -181,6 +181,21 @@ static int r_stream_destroy(void *s) {
 static int r_stream_sync(void *s) {
   return (int)cudaStreamSynchronize((cudaStream_t)s);
 }
+static int r_stream_is_capturing(void *s, int *capturing) {
+  enum cudaStreamCaptureStatus st = cudaStreamCaptureStatusNone;
+  cudaError_t e = cudaStreamIsCapturing((cudaStream_t)s, &st);
+  *capturing = e == cudaSuccess && st != cudaStreamCaptureStatusNone;
+  return (int)e;
+}
+static int r_stream_begin_capture(void *s) {
+  return (int)cudaStreamBeginCapture((cudaStream_t)s, cudaStreamCaptureModeRelaxed);
+}
+static int r_stream_end_capture(void *s) {
+  cudaGraph_t g = NULL;
+  cudaError_t e = cudaStreamEndCapture((cudaStream_t)s, &g);
+  if (g) (void)cudaGraphDestroy(g);
+  return (int)e;
+}
 static int r_stream_wait_event(void *s, void *e) {
   return (int)cudaStreamWaitEvent((cudaStream_t)s, (cudaEvent_t)e, 0);
 }
@@ -259,6 +274,9 @@ static const rr__cuda_api rr__real = {
     .stream_destroy = r_stream_destroy,
     .stream_sync = r_stream_sync,
     .stream_wait_event = r_stream_wait_event,
+    .stream_is_capturing = r_stream_is_capturing,
+    .stream_begin_capture = r_stream_begin_capture,
+    .stream_end_capture = r_stream_end_capture,
     .event_create = r_event_create,
     .event_destroy = r_event_destroy,
     .event_record = r_event_record,

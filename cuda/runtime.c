@@ -242,6 +242,12 @@ int rr__cuda_event_record(void *event, void *stream) {
   return RR_OK;
 }
 
+int rr__cuda_stream_capturing(void *stream, int *capturing) {
+  *capturing = 0;
+  RR__CU("cudaStreamIsCapturing", stream_is_capturing(stream, capturing));
+  return RR_OK;
+}
+
 int rr__cuda_stream_wait_event(void *stream, void *event) {
   RR__CU("cudaStreamWaitEvent", stream_wait_event(stream, event));
   return RR_OK;

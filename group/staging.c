@@ -156,8 +156,22 @@ int rr__cuda_pg_prepare(rr_pg *pg, rr__args *a) {
   int device = a->device;
   if (!rr__cuda_available() || device < 0) return RR_OK;
   /* Events belong to a device, and cudaEventRecord wants the stream's: the buffers'. */
-  int prev = -1;
+  int prev = -1, capturing = 0;
   int st = rr__cuda_set_device(device, &prev);
+  /* A stream capturing a CUDA graph runs nothing now: the copies, the wait for them and the
+   * peers' part of the call cannot be replayed with the graph, and the group's streams would
+   * be pulled into the user's capture and break it. Refused before anything is queued. */
+  if (st == RR_OK) st = rr__cuda_stream_capturing(a->stream, &capturing);
+  if (st == RR_OK && capturing) {
+    rr__cuda_restore_device(prev);
+    rr__set_error(RR_EINVAL,
+                  "the call's CUDA stream is capturing a CUDA graph (cudaStreamIsCapturing): "
+                  "ringreduce calls cannot be captured; make the call outside the capture "
+                  "(torch: outside torch.cuda.graph)");
+    return rr__cuda_pg_fail(pg, a, RR_EINVAL, "refused",
+                            a->path == RR__PATH_IPC ? "device buffer through CUDA IPC"
+                                                    : "device buffer staged through host memory");
+  }
   if (st == RR_OK) st = rr__cuda_event_create(&a->cuda_ready);
   if (st == RR_OK) st = rr__cuda_event_create(&a->cuda_done);
   if (st == RR_OK) st = rr__cuda_event_record(a->cuda_ready, a->stream);

@@ -74,6 +74,9 @@ set_tests_properties(cuda_nosync_w2 PROPERTIES LABELS "cuda" TIMEOUT 300 SKIP_RE
 add_test(NAME cuda_managed_w2 COMMAND test_cuda managed 2)
 set_tests_properties(cuda_managed_w2 PROPERTIES LABELS "cuda" TIMEOUT 300 SKIP_RETURN_CODE 77
   ENVIRONMENT "${RR_CUDA_TEST_ENV}")
+add_test(NAME cuda_capture_w2 COMMAND test_cuda capture 2)
+set_tests_properties(cuda_capture_w2 PROPERTIES LABELS "cuda" TIMEOUT 300 SKIP_RETURN_CODE 77
+  ENVIRONMENT "${RR_CUDA_TEST_ENV}")
 
 # The same tests on the host fake of the CUDA table (tests/fake_cuda/, docs/cuda.md "The
 # fake"): label "cudafake", in every CI pass (plain, ASan, TSan), no GPU or nvcc needed.
@@ -123,6 +126,11 @@ foreach(w 1 2)
   rr_fake_test(stream_w${w} stream ${w})
 endforeach()
 rr_fake_test(managed_w2 managed 2)
+# A call on a stream capturing a CUDA graph: refused on its rank, the peers told (issue 24
+# item 1.4); both with the staged path and through CUDA IPC.
+rr_fake_test(capture_w2 capture 2)
+rr_fake_test(capture_ipc_w2 capture 2)
+set_tests_properties(cudafake.capture_ipc_w2 PROPERTIES ENVIRONMENT "${RR_FAKE_ENV};RR_CUDA_IPC=1")
 rr_fake_test(nosync_w2 nosync 2)
 set_tests_properties(cudafake.nosync_w2 PROPERTIES
   ENVIRONMENT "${RR_FAKE_ENV};RR_FAKE_CUDA_DELAY_US=50000")

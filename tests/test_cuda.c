@@ -38,6 +38,10 @@
  *   test_cuda [--fake] managed <world>     the same with a managed buffer and a blocking call
  *                                          (cuda-review 3: managed memory is read by the
  *                                          host, after the stream's work)
+ *   test_cuda [--fake] capture <world>     a call on a stream that is capturing a CUDA graph
+ *                                          is refused on that rank (RR_EINVAL, named), before
+ *                                          anything is queued: the user's capture still ends
+ *                                          cleanly, and the other ranks' call fails naming it
  *   test_cuda [--fake] perthread           rr_pg_set_cuda_stream refuses cudaStreamPerThread
  *                                          and takes cudaStreamLegacy and NULL (cuda-review 4)
  *   test_cuda [--fake] noctx               a CPU-only program creates no context: a forked
@@ -441,6 +445,38 @@ static int nosync_case(rr_pg *pg, int rank, int world) {
   return 0;
 }
 
+/* Rank 0 calls on a stream that is capturing a graph (relaxed mode), the others on an
+ * ordinary one. Rank 0's call must be refused before it queues anything (so its capture
+ * ends without work of the library joined into it), and the others' must fail naming rank
+ * 0, not complete on data that rank 0's captured copies never produced. */
+static int capture_case(rr_pg *pg, int rank) {
+  void *s;
+  C_OK(stream_create(&s, 1));
+  const size_t count = 4096, bytes = count * 4;
+  char *buf = dalloc(bytes);
+  C_OK(memset_async(buf, rank + 1, bytes, s));
+  C_OK(stream_sync(s));
+  T_OK(rr_pg_set_cuda_stream(pg, s));
+  if (rank == 0) C_OK(stream_begin_capture(s));
+  int st = rr_all_reduce(pg, buf, buf, count, RR_INT32, RR_SUM);
+  if (rank == 0) {
+    int e = cu->stream_end_capture(s);
+    T_CHECK(st == RR_EINVAL, "a call on a capturing stream: %s: %s", rr_status_name(st),
+            rr_last_error());
+    T_HAS(rr_last_error(), "capturing a CUDA graph");
+    T_HAS(rr_last_error(), "rank 0");
+    T_CHECK(e == 0, "the user's capture was broken by the call: cudaStreamEndCapture: %s",
+            cu->error_name(e));
+  } else {
+    T_CHECK(st != RR_OK, "rank %d's call completed although rank 0's was refused", rank);
+    T_HAS(rr_last_error(), "rank 0");
+  }
+  T_OK(rr_pg_set_cuda_stream(pg, NULL));
+  C_OK(free(buf));
+  C_OK(stream_destroy(s));
+  return 0;
+}
+
 static int coll_rank(int rank, void *arg) {
   const cargs *ca = arg;
   t_rank = rank;
@@ -480,6 +516,10 @@ static int coll_rank(int rank, void *arg) {
     if (nosync_case(pg, rank, ca->world)) return 1;
   } else if (!strcmp(ca->what, "managed")) {
     if (stream_case(pg, rank, ca->world, 1)) return 1;
+  } else if (!strcmp(ca->what, "capture")) {
+    if (capture_case(pg, rank)) return 1;
+    (void)rr_destroy_process_group(pg); /* returns the group's failure, which is expected */
+    return 0;
   } else if (!strcmp(ca->what, "perthread")) {
     int st = rr_pg_set_cuda_stream(pg, RR__CUDA_STREAM_PER_THREAD);
     T_CHECK(st == RR_EINVAL, "cudaStreamPerThread: %s", rr_status_name(st));
@@ -760,10 +800,11 @@ int main(int argc, char **argv) {
   if (!strcmp(what, "perthread")) ca.world = 1;
   if (ca.world < 1 ||
       (strcmp(what, "coll") && strcmp(what, "large") && strcmp(what, "stream") &&
-       strcmp(what, "nosync") && strcmp(what, "managed") && strcmp(what, "perthread"))) {
+       strcmp(what, "nosync") && strcmp(what, "managed") && strcmp(what, "perthread") &&
+       strcmp(what, "capture"))) {
     fprintf(stderr,
             "usage: test_cuda [--fake] ptr|kernel|noctx|workerctx|pgdevice|ipc|perthread|"
-            "coll W|large W|stream W|nosync W|managed W\n");
+            "coll W|large W|stream W|nosync W|managed W|capture W\n");
     return 2;
   }
   if (spawn(ca.world, coll_rank, &ca)) return 1;

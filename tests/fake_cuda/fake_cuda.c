@@ -38,6 +38,17 @@
  *     (PG, "Stream and Event Behavior").
  *   - cudaEventInterprocess needs cudaEventDisableTiming (cudaEventCreateWithFlags), and
  *     only such events give an IPC handle (cudaIpcGetEventHandle).
+ * Graph capture (cudaStreamBeginCapture, cudaStreamEndCapture, cudaStreamIsCapturing; PG,
+ * "CUDA Graphs", "Stream Capture", cross-stream dependencies).
+ *   - Work queued on a capturing stream is captured, not run. An event recorded there
+ *     stands for a graph node: cudaEventSynchronize / cudaEventQuery on it fail
+ *     (cudaErrorCapturedEvent), and a stream that waits on it joins the capture.
+ *   - cudaStreamSynchronize of a capturing stream fails (cudaErrorStreamCaptureUnsupported);
+ *     so does beginning a capture on the legacy stream; beginning one twice is
+ *     cudaErrorIllegalState.
+ *   - Ending a capture on another stream than its origin fails
+ *     (cudaErrorStreamCaptureUnmatched); a joined stream not joined back (the origin waiting
+ *     on an event recorded in it) fails it too (cudaErrorStreamCaptureUnjoined).
  * IPC handles (cudaIpcGetMemHandle, cudaIpcOpenMemHandle, cudaIpcCloseMemHandle,
  * cudaIpcOpenEventHandle).
  *   - A handle is for the base of a device allocation.
@@ -54,6 +65,10 @@
  *     do not.
  *   - A thread starts on device 0.
  *   - A process forked after the parent used CUDA cannot use it (cudaErrorInitializationError).
+ *
+ * One file of about 1200 lines: every rule reads and writes the one state the fake keeps
+ * under one lock (F, the streams' and events' records); split by area, each part would
+ * reach into the others' structures.
  *
  * Kernels run as the host versions of the device code: cuda/reduce_elem.cuh and
  * cuda/ddp_elem.cuh are plain C (the kernels' element functions, checked bit for bit
@@ -118,6 +133,7 @@ typedef struct fevent {
   int refs;              /* the handle, and each queued operation that reads sh (F.mu) */
   struct fstream *rec_s; /* local events: the stream and position of the last record */
   uint64_t rec_seq;
+  struct fstream *captured; /* the last record was made in this capturing stream, or NULL */
 } fevent;
 
 struct fstream;
@@ -150,6 +166,12 @@ typedef struct fstream {
   pthread_t th;
   fop *head, *tail;
   uint64_t enq, done;
+  /* Graph capture: the stream that began the capture this stream takes part in (itself for
+   * that one, NULL: not capturing), and, for a stream that joined by waiting on an event of
+   * the capture, whether it still has to be joined back (the origin waiting on an event
+   * recorded in it) before the capture may end. */
+  struct fstream *cap;
+  int unjoined;
   struct fstream *next;
 } fstream;
 
@@ -381,6 +403,13 @@ static fstream *f_stream(void *h, int *err) {
 
 /* Queue o on s with the legacy stream's implicit ordering, plus one extra dependency. */
 static int f_enqueue(fstream *s, fop *o, const fdep *extra) {
+  /* Runtime API, cudaStreamBeginCapture: work launched into a capturing stream is not
+   * enqueued for execution but captured into the graph (which the fake does not keep). */
+  if (s->cap) {
+    if (o->hold) f_event_unref(o->hold);
+    free(o);
+    return 0;
+  }
   int cap = 1, n = 0;
   for (fstream *t = F.streams; t; t = t->next) cap++;
   o->deps = calloc((size_t)cap, sizeof *o->deps);
@@ -714,14 +743,64 @@ static int f_stream_sync(void *stream) {
   pthread_mutex_lock(&F.mu);
   int err;
   fstream *s = f_stream(stream, &err);
-  if (!s) {
+  /* cudaErrorStreamCaptureUnsupported: a capturing stream cannot be synchronised. */
+  if (!s || s->cap) {
     pthread_mutex_unlock(&F.mu);
-    return fail(err);
+    return fail(s ? RR__CUDA_ERR_CAPTURE_UNSUPPORTED : err);
   }
   uint64_t want = s->enq;
   while (s->done < want) f_wait_locked();
   pthread_mutex_unlock(&F.mu);
   return 0;
+}
+
+static int f_stream_is_capturing(void *stream, int *capturing) {
+  *capturing = 0;
+  int e = f_ctx();
+  if (e) return e;
+  pthread_mutex_lock(&F.mu);
+  int err;
+  fstream *s = f_stream(stream, &err);
+  if (s) *capturing = s->cap != NULL;
+  pthread_mutex_unlock(&F.mu);
+  return s ? 0 : fail(err);
+}
+
+/* cudaStreamBeginCapture: not on the legacy stream (cudaErrorStreamCaptureUnsupported), not
+ * twice (cudaErrorIllegalState). */
+static int f_stream_begin_capture(void *stream) {
+  int e = f_ctx();
+  if (e) return e;
+  pthread_mutex_lock(&F.mu);
+  int err;
+  fstream *s = f_stream(stream, &err);
+  e = !s ? err : s->legacy ? RR__CUDA_ERR_CAPTURE_UNSUPPORTED : s->cap ? RR__CUDA_ERR_ILLEGAL_STATE : 0;
+  if (!e) s->cap = s;
+  pthread_mutex_unlock(&F.mu);
+  return e ? fail(e) : 0;
+}
+
+/* cudaStreamEndCapture: only on the stream that began it (cudaErrorStreamCaptureUnmatched);
+ * a stream that joined and was not joined back fails it (cudaErrorStreamCaptureUnjoined).
+ * Either way every stream of the capture leaves it. */
+static int f_stream_end_capture(void *stream) {
+  int e = f_ctx();
+  if (e) return e;
+  pthread_mutex_lock(&F.mu);
+  int err;
+  fstream *s = f_stream(stream, &err);
+  if (!s || s->cap != s) {
+    pthread_mutex_unlock(&F.mu);
+    return fail(s ? RR__CUDA_ERR_CAPTURE_UNMATCHED : err);
+  }
+  for (fstream *t = F.streams; t; t = t->next)
+    if (t->cap == s) {
+      if (t != s && t->unjoined) e = RR__CUDA_ERR_CAPTURE_UNJOINED;
+      t->cap = NULL;
+      t->unjoined = 0;
+    }
+  pthread_mutex_unlock(&F.mu);
+  return e ? fail(e) : 0;
 }
 
 static fevent *f_event(void *h) {
@@ -788,6 +867,13 @@ static int f_event_record(void *event, void *stream) {
     pthread_mutex_unlock(&F.mu);
     return fail(s ? RR__CUDA_ERR_INVALID_HANDLE : err);
   }
+  /* A record in a capturing stream becomes a node of the graph: the event then stands for
+   * that node (host waits on it fail, cudaErrorCapturedEvent), not for work that runs. */
+  ev->captured = s->cap ? s : NULL;
+  if (s->cap) {
+    pthread_mutex_unlock(&F.mu);
+    return 0;
+  }
   fop *o = f_op(OP_RECORD);
   if (!o) {
     pthread_mutex_unlock(&F.mu);
@@ -813,6 +899,21 @@ static int f_stream_wait_event(void *stream, void *event) {
   pthread_mutex_lock(&F.mu);
   int err;
   fstream *s = f_stream(stream, &err);
+  /* Programming Guide, "CUDA Graphs", cross-stream dependencies: a stream that waits on an
+   * event recorded in a capture joins that capture (its later work is captured too), and
+   * must be joined back into the origin stream before the capture ends; the origin joins
+   * it back by waiting on an event recorded in it. */
+  if (s && ev->captured) {
+    fstream *from = ev->captured;
+    if (!s->cap) {
+      s->cap = from->cap;
+      s->unjoined = 1;
+    } else if (s == s->cap && from != s) {
+      from->unjoined = 0;
+    }
+    pthread_mutex_unlock(&F.mu);
+    return 0;
+  }
   fop *o = s ? f_op(OP_WAIT) : NULL;
   if (!o) {
     pthread_mutex_unlock(&F.mu);
@@ -837,6 +938,8 @@ static int f_event_sync(void *event) {
   if (e) return e;
   fevent *ev = f_event(event);
   if (!ev) return fail(RR__CUDA_ERR_INVALID_HANDLE);
+  /* cudaErrorCapturedEvent: not permitted on an event last recorded in a capturing stream. */
+  if (ev->captured) return fail(RR__CUDA_ERR_CAPTURED_EVENT);
   uint64_t want = atomic_load(&ev->sh->recorded);
   pthread_mutex_lock(&F.mu);
   while (atomic_load(&ev->sh->done) < want) f_wait_locked();
@@ -849,6 +952,7 @@ static int f_event_query(void *event) {
   if (e) return e;
   fevent *ev = f_event(event);
   if (!ev) return fail(RR__CUDA_ERR_INVALID_HANDLE);
+  if (ev->captured) return fail(RR__CUDA_ERR_CAPTURED_EVENT); /* as f_event_sync */
   pthread_mutex_lock(&F.mu); /* pairs with the worker's unlock: the work's effects are seen */
   int done = atomic_load(&ev->sh->done) >= atomic_load(&ev->sh->recorded);
   pthread_mutex_unlock(&F.mu);
@@ -1019,6 +1123,16 @@ static const char *f_error_name(int e) {
       return "cudaErrorInvalidResourceHandle";
     case RR__CUDA_ERR_NOT_READY:
       return "cudaErrorNotReady";
+    case RR__CUDA_ERR_ILLEGAL_STATE:
+      return "cudaErrorIllegalState";
+    case RR__CUDA_ERR_CAPTURE_UNSUPPORTED:
+      return "cudaErrorStreamCaptureUnsupported";
+    case RR__CUDA_ERR_CAPTURE_UNMATCHED:
+      return "cudaErrorStreamCaptureUnmatched";
+    case RR__CUDA_ERR_CAPTURE_UNJOINED:
+      return "cudaErrorStreamCaptureUnjoined";
+    case RR__CUDA_ERR_CAPTURED_EVENT:
+      return "cudaErrorCapturedEvent";
     case E_LAUNCH_FAILED:
       return "cudaErrorLaunchFailure";
   }
@@ -1045,6 +1159,16 @@ static const char *f_error_string(int e) {
       return "invalid resource handle";
     case RR__CUDA_ERR_NOT_READY:
       return "device not ready";
+    case RR__CUDA_ERR_ILLEGAL_STATE:
+      return "the operation cannot be performed in the present state";
+    case RR__CUDA_ERR_CAPTURE_UNSUPPORTED:
+      return "operation not permitted when stream is capturing";
+    case RR__CUDA_ERR_CAPTURE_UNMATCHED:
+      return "capture was not initiated in this stream";
+    case RR__CUDA_ERR_CAPTURE_UNJOINED:
+      return "capturing stream has unjoined work";
+    case RR__CUDA_ERR_CAPTURED_EVENT:
+      return "operation not permitted on an event last recorded in a capturing stream";
     case E_LAUNCH_FAILED:
       return "unspecified launch failure";
   }
@@ -1075,6 +1199,9 @@ static const rr__cuda_api rr__fake = {
     .stream_create = f_stream_create,
     .stream_destroy = f_stream_destroy,
     .stream_sync = f_stream_sync,
+    .stream_is_capturing = f_stream_is_capturing,
+    .stream_begin_capture = f_stream_begin_capture,
+    .stream_end_capture = f_stream_end_capture,
     .stream_wait_event = f_stream_wait_event,
     .event_create = f_event_create,
     .event_destroy = f_event_destroy,

@@ -938,10 +938,13 @@ static int f_event_sync(void *event) {
   if (e) return e;
   fevent *ev = f_event(event);
   if (!ev) return fail(RR__CUDA_ERR_INVALID_HANDLE);
-  /* cudaErrorCapturedEvent: not permitted on an event last recorded in a capturing stream. */
-  if (ev->captured) return fail(RR__CUDA_ERR_CAPTURED_EVENT);
-  uint64_t want = atomic_load(&ev->sh->recorded);
   pthread_mutex_lock(&F.mu);
+  /* cudaErrorCapturedEvent: not permitted on an event last recorded in a capturing stream. */
+  if (ev->captured) {
+    pthread_mutex_unlock(&F.mu);
+    return fail(RR__CUDA_ERR_CAPTURED_EVENT);
+  }
+  uint64_t want = atomic_load(&ev->sh->recorded);
   while (atomic_load(&ev->sh->done) < want) f_wait_locked();
   pthread_mutex_unlock(&F.mu);
   return 0;
@@ -952,8 +955,11 @@ static int f_event_query(void *event) {
   if (e) return e;
   fevent *ev = f_event(event);
   if (!ev) return fail(RR__CUDA_ERR_INVALID_HANDLE);
-  if (ev->captured) return fail(RR__CUDA_ERR_CAPTURED_EVENT); /* as f_event_sync */
   pthread_mutex_lock(&F.mu); /* pairs with the worker's unlock: the work's effects are seen */
+  if (ev->captured) { /* as f_event_sync */
+    pthread_mutex_unlock(&F.mu);
+    return fail(RR__CUDA_ERR_CAPTURED_EVENT);
+  }
   int done = atomic_load(&ev->sh->done) >= atomic_load(&ev->sh->recorded);
   pthread_mutex_unlock(&F.mu);
   return done ? 0 : RR__CUDA_ERR_NOT_READY; /* not an error: the last error is untouched */

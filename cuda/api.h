@@ -52,6 +52,7 @@ enum {
   RR__CUDA_MEM_HOST = 1,
   RR__CUDA_MEM_DEVICE = 2,
   RR__CUDA_MEM_MANAGED = 3,
+  RR__CUDA_MEM_ERROR = -1, /* rr__cuda_ptr_type only: the question failed (error set) */
 };
 
 /* Event flags (cudaEventDisableTiming, cudaEventInterprocess). */
@@ -81,8 +82,9 @@ typedef struct rr__cuda_api {
   /* *active: whether device's primary context is initialised (cuDevicePrimaryCtxGetState).
    * Not every driver has the entry point: RR__CUDA_ERR_INVALID_VALUE then. */
   int (*primary_ctx_active)(int device, int *active);
-  /* *type: RR__CUDA_MEM_*; *device: the allocation's device, or -1. Errors mean "not known
-   * to CUDA": the caller treats the pointer as host memory. */
+  /* *type: RR__CUDA_MEM_*; *device: the allocation's device, or -1. Memory CUDA does not
+   * know is RR__CUDA_MEM_UNREGISTERED, not an error (CUDA 11 and later): an error means the
+   * answer is unknown, and the caller must not take the pointer for host memory. */
   int (*ptr_attrs)(const void *p, int *type, int *device);
 
   /* Memory. */

@@ -40,13 +40,15 @@ int rr__cuda_device_count(void);
 
 /* 1 when p is device memory (cudaMalloc, cudaMallocAsync, IPC-mapped), 0 for anything else:
  * host memory, pinned host memory, managed memory (host-accessible, used as it is), NULL, or
- * no CUDA at all. It creates no context (the real table asks the driver, see cuda/real.c),
- * so CPU-only programs never create one. Never fails; any CUDA error it meets is cleared.
- * *device (may be NULL) gets the pointer's device, or -1. */
+ * no CUDA at all; -1 when CUDA could not tell (the error is set: never guess "host", the
+ * host would then read device memory). It creates no context (the real table asks the
+ * driver, see cuda/real.c), so CPU-only programs never create one. *device (may be NULL)
+ * gets the pointer's device, or -1. */
 int rr__cuda_ptr_device(const void *p, int *device);
 /* What p is: RR__CUDA_MEM_DEVICE (and *device), RR__CUDA_MEM_MANAGED (cudaMallocManaged:
- * host-accessible, but written by kernels in stream order), or RR__CUDA_MEM_HOST /
- * RR__CUDA_MEM_UNREGISTERED (also for NULL and without CUDA). Never fails, as above. */
+ * host-accessible, but written by kernels in stream order), RR__CUDA_MEM_HOST /
+ * RR__CUDA_MEM_UNREGISTERED (also for NULL and without CUDA), or RR__CUDA_MEM_ERROR when
+ * CUDA could not tell, as above. */
 int rr__cuda_ptr_type(const void *p, int *device);
 /* 1 when device's primary context is initialised, 0 when not, -1 when the driver cannot
  * tell (or there is no CUDA). Creates none. */

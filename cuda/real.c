@@ -131,8 +131,12 @@ static int r_ptr_attrs(const void *p, int *type, int *device) {
     int ordinal = -1;
     unsigned int managed = 0; /* the driver writes a bool-sized flag; zeroed so any width reads */
     void *out[3] = {&mtype, &ordinal, &managed};
-    if (rr__drv_ptr_attrs(3, at, out, (CUdeviceptr)(uintptr_t)p) != CUDA_SUCCESS)
-      return (int)cudaErrorInvalidValue;
+    /* It answers any pointer, CUDA's or not (unknown ones get the default attributes), so a
+     * failure says nothing about p. Its documented failures (CUDA_ERROR_INVALID_CONTEXT,
+     * _DEINITIALIZED, _INVALID_VALUE, _INVALID_DEVICE) have the runtime's numbers for the
+     * same errors, so the code is passed on as it is, for its name in the message. */
+    CUresult r = rr__drv_ptr_attrs(3, at, out, (CUdeviceptr)(uintptr_t)p);
+    if (r != CUDA_SUCCESS) return (int)r;
     *type = managed                         ? RR__CUDA_MEM_MANAGED
             : mtype == CU_MEMORYTYPE_DEVICE ? RR__CUDA_MEM_DEVICE
             : mtype == CU_MEMORYTYPE_HOST   ? RR__CUDA_MEM_HOST

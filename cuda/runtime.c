@@ -100,9 +100,11 @@ int rr__cuda_ptr_type(const void *p, int *device) {
   if (device) *device = -1;
   if (!p || !rr__cuda_available()) return RR__CUDA_MEM_UNREGISTERED;
   int type = 0, dev = -1;
-  if (rr__api->ptr_attrs(p, &type, &dev) != 0) {
-    rr__api->clear_error(); /* host memory unknown to CUDA, on old drivers */
-    return RR__CUDA_MEM_UNREGISTERED;
+  int e = rr__api->ptr_attrs(p, &type, &dev);
+  if (e != 0) {
+    rr__cuda_fail(e, "cuPointerGetAttributes");
+    rr__prefix_error(RR_ECUDA, "cannot tell whether %p is device or host memory", p);
+    return RR__CUDA_MEM_ERROR;
   }
   if (type == RR__CUDA_MEM_DEVICE && device) *device = dev;
   return type;
@@ -110,7 +112,8 @@ int rr__cuda_ptr_type(const void *p, int *device) {
 
 int rr__cuda_ptr_device(const void *p, int *device) {
   /* Managed memory is host-accessible: used as it is, ordered on the stream (staging.c). */
-  return rr__cuda_ptr_type(p, device) == RR__CUDA_MEM_DEVICE;
+  int t = rr__cuda_ptr_type(p, device);
+  return t == RR__CUDA_MEM_ERROR ? -1 : t == RR__CUDA_MEM_DEVICE;
 }
 
 int rr__cuda_pick_device(int option, int local_rank, int *device) {

@@ -29,8 +29,9 @@ static int rr__check_placement(const rr_ddp_tensor *t, const char *kind, int i, 
   const char *memname[2] = {"data", "grad"};
   if (t->device < 0) {
     for (int k = 0; k < 2; k++) {
-      int dev = -1;
-      if (t->count > 0 && mem[k] && rr__cuda_ptr_device(mem[k], &dev))
+      int dev = -1, is_dev = t->count > 0 && mem[k] ? rr__cuda_ptr_device(mem[k], &dev) : 0;
+      if (is_dev < 0) return rr__prefix_error(RR_ECUDA, "%s[%d] '%s': %s", kind, i, nm, memname[k]);
+      if (is_dev)
         return rr__set_error(RR_EINVAL,
                              "%s[%d] '%s': device is -1 (host memory) but its %s is CUDA device "
                              "memory on device %d (set device = %d)",
@@ -56,9 +57,9 @@ static int rr__check_placement(const rr_ddp_tensor *t, const char *kind, int i, 
                          "%s[%d] '%s' is on CUDA device %d but only %d CUDA device%s visible",
                          kind, i, nm, t->device, ndev, ndev == 1 ? " is" : "s are");
   for (int k = 0; k < 2; k++) {
-    int dev = -1;
-    if (t->count == 0 || !mem[k] || (rr__cuda_ptr_device(mem[k], &dev) && dev == t->device))
-      continue;
+    int dev = -1, is_dev = t->count > 0 && mem[k] ? rr__cuda_ptr_device(mem[k], &dev) : 0;
+    if (is_dev < 0) return rr__prefix_error(RR_ECUDA, "%s[%d] '%s': %s", kind, i, nm, memname[k]);
+    if (t->count == 0 || !mem[k] || (is_dev && dev == t->device)) continue;
     char where[64];
     if (dev >= 0)
       snprintf(where, sizeof where, "on CUDA device %d", dev);

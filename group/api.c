@@ -189,8 +189,15 @@ static int rr__submit(rr_pg *pg, rr__args *a, int root_or_peer, rr_work **work, 
     if (by_role) rr__comm_abort(pg->comm, st, rr__error(), 1);
     return st;
   }
-  /* Where its buffers are decides how the call runs: looked at once, here (group/run.c). */
-  rr__pg_path(pg, a);
+  /* Where its buffers are decides how the call runs: looked at once, here (group/run.c).
+   * When CUDA cannot tell, the call is refused (never guessed host memory: the host would
+   * read device memory), and, as a refusal by role, the group aborted so no peer waits. */
+  st = rr__pg_path(pg, a);
+  if (st != RR_OK) {
+    rr__prefix_error(st, "rank %d: %s", pg->global_ranks[pg->rank], rr__api_name(a->kind));
+    rr__comm_abort(pg->comm, st, rr__error(), 1);
+    return st;
+  }
   /* The sender of a receive from any rank is found by peeking at host memory and sockets;
    * staging a device buffer around that is not done (nor tested on a GPU). */
   if (a->kind == RR__K_RECV && a->peer == RR__PEER_ANY && a->path != RR__PATH_HOST)

@@ -87,15 +87,17 @@ int rr__pg_submit(rr_pg *pg, const rr__args *a, rr_work **work);
 /* The group's worker thread: runs queued calls until the group stops. */
 void *rr__pg_worker_main(void *arg);
 /* How a validated call runs (group/run.c): look at its buffers once and record its path
- * (enum rr__path) and devices in its arguments. At submission, before rr__cuda_pg_prepare. */
-void rr__pg_path(const rr_pg *pg, rr__args *a);
+ * (enum rr__path) and devices in its arguments. At submission, before rr__cuda_pg_prepare.
+ * RR_ECUDA (error set) when CUDA cannot tell where a buffer is. */
+int rr__pg_path(const rr_pg *pg, rr__args *a);
 /* Run a validated call on the current thread along its path (group/run.c); sets the last
  * error on failure, and aborts the group (telling every peer why) when the call fails. */
 int rr__pg_run(rr_pg *pg, const rr__args *a, int64_t timeout_ms);
 
 /* Device buffers (group/staging.c): where the buffers the call reads and writes are
- * (RR__PATH_HOST, RR__PATH_MANAGED or RR__PATH_STAGED, and the devices), for rr__pg_path. */
-void rr__cuda_pg_buffers(const rr_pg *pg, rr__args *a);
+ * (RR__PATH_HOST, RR__PATH_MANAGED or RR__PATH_STAGED, and the devices), for rr__pg_path;
+ * RR_ECUDA naming the buffer when CUDA cannot tell. */
+int rr__cuda_pg_buffers(const rr_pg *pg, rr__args *a);
 /* A staged call, around the ring's run on the host copy: stage_in fills *h (the arguments
  * on host memory: pinned copies of the device buffers, managed memory as it is, after the
  * call's stream) and *sg; stage_out, given the ring's status, copies the result back. Each

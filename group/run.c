@@ -60,13 +60,14 @@ static int rr__run_coll(rr_pg *pg, const rr__args *a, int64_t timeout_ms, const 
   return RR_OK;
 }
 
-void rr__pg_path(const rr_pg *pg, rr__args *a) {
+int rr__pg_path(const rr_pg *pg, rr__args *a) {
   a->path = RR__PATH_HOST;
   a->device = a->send_device = a->recv_device = -1;
   /* Without a CUDA driver every buffer is host memory: nothing to look at. */
-  if (!rr__cuda_available()) return;
-  rr__cuda_pg_buffers(pg, a);
+  if (!rr__cuda_available()) return RR_OK;
+  RR__CHECK(rr__cuda_pg_buffers(pg, a));
   if (a->path == RR__PATH_STAGED && rr__pg_ipc_call(pg, a)) a->path = RR__PATH_IPC;
+  return RR_OK;
 }
 
 /* The ring on a host copy of the device buffers (or on managed memory, as it is). */

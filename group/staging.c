@@ -133,16 +133,19 @@ static int rr__stage_fail(rr_pg *pg, const rr__args *a, int st, const char *what
 /* Device memory counts as the device it is on; managed memory (which the host reads as it
  * is, but only once the stream's kernels have written it) as a reason to synchronise. A
  * buffer the call does not read or write is not looked at. */
-void rr__cuda_pg_buffers(const rr_pg *pg, rr__args *a) {
+int rr__cuda_pg_buffers(const rr_pg *pg, rr__args *a) {
   size_t in, out;
   int reads, writes, gaps;
   rr__io(pg, a, &in, &out, &reads, &writes, &gaps);
   a->send_device = a->recv_device = -1;
   int stype = in > 0 ? rr__cuda_ptr_type(a->sendbuf, &a->send_device) : RR__CUDA_MEM_HOST;
+  if (stype == RR__CUDA_MEM_ERROR) return rr__prefix_error(RR_ECUDA, "sendbuf");
   int rtype = out > 0 ? rr__cuda_ptr_type(a->recvbuf, &a->recv_device) : RR__CUDA_MEM_HOST;
+  if (rtype == RR__CUDA_MEM_ERROR) return rr__prefix_error(RR_ECUDA, "recvbuf");
   a->device = a->send_device >= 0 ? a->send_device : a->recv_device;
   int managed = stype == RR__CUDA_MEM_MANAGED || rtype == RR__CUDA_MEM_MANAGED;
   a->path = a->device >= 0 ? RR__PATH_STAGED : managed ? RR__PATH_MANAGED : RR__PATH_HOST;
+  return RR_OK;
 }
 
 void rr__cuda_pg_release(rr__args *a) {

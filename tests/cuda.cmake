@@ -129,6 +129,9 @@ rr_fake_test(managed_w2 managed 2)
 # A call on a stream capturing a CUDA graph: refused on its rank, the peers told (issue 24
 # item 1.4); both with the staged path and through CUDA IPC.
 rr_fake_test(capture_w2 capture 2)
+# Pointer attributes that fail are never taken for host memory (issue 24 item 1.3).
+rr_fake_test(ptrfail_w2 ptrfail 2)
+set_tests_properties(cudafake.ptrfail_w2 PROPERTIES ENVIRONMENT "${RR_FAKE_ENV};RR_FAKE_CUDA_PTR_FAIL=1")
 rr_fake_test(capture_ipc_w2 capture 2)
 set_tests_properties(cudafake.capture_ipc_w2 PROPERTIES ENVIRONMENT "${RR_FAKE_ENV};RR_CUDA_IPC=1")
 rr_fake_test(nosync_w2 nosync 2)

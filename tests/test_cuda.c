@@ -42,6 +42,10 @@
  *                                          is refused on that rank (RR_EINVAL, named), before
  *                                          anything is queued: the user's capture still ends
  *                                          cleanly, and the other ranks' call fails naming it
+ *   test_cuda --fake ptrfail <world>       pointer attributes fail (RR_FAKE_CUDA_PTR_FAIL=1,
+ *                                          the fake only): a call on device buffers is refused
+ *                                          (RR_ECUDA, naming the buffer), never run as if they
+ *                                          were host memory
  *   test_cuda [--fake] perthread           rr_pg_set_cuda_stream refuses cudaStreamPerThread
  *                                          and takes cudaStreamLegacy and NULL (cuda-review 4)
  *   test_cuda [--fake] noctx               a CPU-only program creates no context: a forked
@@ -516,6 +520,17 @@ static int coll_rank(int rank, void *arg) {
     if (nosync_case(pg, rank, ca->world)) return 1;
   } else if (!strcmp(ca->what, "managed")) {
     if (stream_case(pg, rank, ca->world, 1)) return 1;
+  } else if (!strcmp(ca->what, "ptrfail")) {
+    const size_t count = 4096;
+    char *buf = dalloc(count * 4);
+    int st = rr_all_reduce(pg, buf, buf, count, RR_INT32, RR_SUM);
+    T_CHECK(st == RR_ECUDA, "pointer attributes failed, yet the call: %s: %s",
+            rr_status_name(st), rr_last_error());
+    T_HAS(rr_last_error(), "cannot tell whether");
+    T_HAS(rr_last_error(), "sendbuf");
+    C_OK(free(buf));
+    (void)rr_destroy_process_group(pg); /* returns the group's failure, which is expected */
+    return 0;
   } else if (!strcmp(ca->what, "capture")) {
     if (capture_case(pg, rank)) return 1;
     (void)rr_destroy_process_group(pg); /* returns the group's failure, which is expected */
@@ -797,14 +812,16 @@ int main(int argc, char **argv) {
   }
   cargs ca = {argc > 2 ? atoi(argv[2]) : 2, what, NULL};
   if (!strcmp(what, "threads")) return threads(ca.world);
+  if (!strcmp(what, "ptrfail") && (!g_fake || !getenv("RR_FAKE_CUDA_PTR_FAIL")))
+    return skip("ptrfail injects its failure through the fake (--fake, RR_FAKE_CUDA_PTR_FAIL=1)");
   if (!strcmp(what, "perthread")) ca.world = 1;
   if (ca.world < 1 ||
       (strcmp(what, "coll") && strcmp(what, "large") && strcmp(what, "stream") &&
        strcmp(what, "nosync") && strcmp(what, "managed") && strcmp(what, "perthread") &&
-       strcmp(what, "capture"))) {
+       strcmp(what, "capture") && strcmp(what, "ptrfail"))) {
     fprintf(stderr,
             "usage: test_cuda [--fake] ptr|kernel|noctx|workerctx|pgdevice|ipc|perthread|"
-            "coll W|large W|stream W|nosync W|managed W|capture W\n");
+            "coll W|large W|stream W|nosync W|managed W|capture W|ptrfail W\n");
     return 2;
   }
   if (spawn(ca.world, coll_rank, &ca)) return 1;

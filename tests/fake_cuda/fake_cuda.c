@@ -181,6 +181,7 @@ static struct {
   int ndev;
   _Atomic int pid; /* the process that started the fake driver */
   long delay_us;   /* set at install, before any thread */
+  int ptr_fail;    /* RR_FAKE_CUDA_PTR_FAIL: pointer attributes fail (set at install) */
   uint64_t next_id;
   atomic_uchar ctx[F_MAX_DEV];
   falloc *allocs;
@@ -480,6 +481,10 @@ static int f_ptr_attrs(const void *p, int *type, int *device) {
   *device = -1;
   int e = f_init();
   if (e) return e;
+  /* cuPointerGetAttributes may fail (CUDA_ERROR_INVALID_CONTEXT, _DEINITIALIZED, ...: Driver
+   * API reference) whatever the pointer; RR_FAKE_CUDA_PTR_FAIL=1 makes every question fail
+   * so, to test what the library does then ("invalid device context"). */
+  if (F.ptr_fail) return fail(RR__CUDA_ERR_DEVICE_UNINITIALIZED);
   pthread_mutex_lock(&F.mu);
   falloc *a = f_find(p);
   if (a) *type = a->type, *device = a->type == RR__CUDA_MEM_HOST ? -1 : a->device;
@@ -1228,6 +1233,8 @@ const rr__cuda_api *rr_fake_cuda(int devices) {
   F.ndev = devices < 1 ? 1 : devices > F_MAX_DEV ? F_MAX_DEV : devices;
   const char *d = getenv("RR_FAKE_CUDA_DELAY_US");
   F.delay_us = d ? atol(d) : 1000;
+  const char *pf = getenv("RR_FAKE_CUDA_PTR_FAIL");
+  F.ptr_fail = pf && !strcmp(pf, "1");
   return &rr__fake;
 }
 

@@ -25,12 +25,14 @@
 #             worker (skipped with one GPU); nothing may be skipped but workerctx
 #   ddp       DDP on device gradients (ddp.gpu_w1..3, ddp.gpu_tcp_w2), bit-identical to the
 #             host path, and the training example (ddp.train_gpu_w2, ddp.train_gpu_rrun_w4)
-#   sanitizer compute-sanitizer memcheck: ptr, kernel, a 2-rank collective, DDP 2 ranks, one
-#             epoch of mlp_digits --device cuda (no racecheck: reduce.cu has no __shared__)
+#   sanitizer compute-sanitizer memcheck: kernel, a 2-rank collective through CUDA IPC (the
+#             library's kernels on mapped peer memory), DDP 2 ranks, one epoch of
+#             mlp_digits --device cuda (no racecheck: reduce.cu has no __shared__)
 #   torch     the PyTorch backend: CUDA tensors through every collective and a DDP step
 #             against gloo (torch_cuda.py), and the CPU torch tests on this torch (2.x)
 #   perf      reduce_kernel_perf (kernel vs cudaMemcpy D2D, same run, avg kernels included),
-#             all_reduce_perf device vs host buffers (2 ranks, one GPU), examples/bench_ddp.sh
+#             all_reduce_perf on device buffers staged and over CUDA IPC, and on host
+#             buffers (2 ranks, one GPU), examples/bench_ddp.sh
 # The CPU suite is not here: CI runs it (and the same CUDA tests on the host fake).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -134,10 +136,12 @@ do_sanitizer() {
   local cs
   cs=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
   [ -x "$cs" ] || { echo "FAILED: compute-sanitizer not found"; fail=1; return; }
-  run "$cs" --tool memcheck --error-exitcode 9 "$dir/bin/test_cuda" ptr
+  # ptr launches no kernel: nothing for memcheck there. The collective goes through CUDA IPC
+  # (checked to), so the library's reduction kernels run on peers' mapped memory under it;
+  # the staged path runs no kernel.
   run "$cs" --tool memcheck --error-exitcode 9 "$dir/bin/test_cuda" kernel
-  RR_TIMEOUT=300 run "$cs" --tool memcheck --error-exitcode 9 --target-processes all \
-    "$dir/bin/test_cuda" coll 2
+  RR_TIMEOUT=300 RR_CUDA_IPC=1 RR_TEST_EXPECT_IPC=1 run "$cs" --tool memcheck \
+    --error-exitcode 9 --target-processes all "$dir/bin/test_cuda" coll 2
   RR_TIMEOUT=300 run "$cs" --tool memcheck --error-exitcode 9 --target-processes all \
     "$dir/bin/test_ddp" gpu 2
   run "$cs" --tool memcheck --error-exitcode 9 --target-processes all \
@@ -165,7 +169,10 @@ do_perf() {
   run "$dir/bin/reduce_kernel_perf" -b 1M -e 256M -f 4 -d float -o sum
   run "$dir/bin/reduce_kernel_perf" -b 256M -e 256M -d all -o all
   run "$dir/bin/reduce_kernel_perf" -b 256M -e 256M --fused
+  # Device buffers both ways: staged through pinned host memory, and over CUDA IPC.
   run "$dir/bin/rrun" --standalone --nproc-per-node 2 "$dir/bin/all_reduce_perf" \
+    -b 8 -e 256M -f 8 --mem cuda
+  RR_CUDA_IPC=1 run "$dir/bin/rrun" --standalone --nproc-per-node 2 "$dir/bin/all_reduce_perf" \
     -b 8 -e 256M -f 8 --mem cuda
   run "$dir/bin/rrun" --standalone --nproc-per-node 2 "$dir/bin/all_reduce_perf" \
     -b 8 -e 256M -f 8 --mem host

@@ -217,7 +217,7 @@ static int rr__submit(rr_pg *pg, rr__args *a, int root_or_peer, rr_work **work, 
     return st;
   }
   st = rr__pg_submit(pg, a, NULL);
-  if (a->cuda_done) {
+  if (a->cuda_ready) { /* a managed buffer's call has cuda_ready alone */
     if (st == RR_OK) st = rr__cuda_pg_finish(pg, a, 1);
     rr__cuda_pg_release(a);
   }

@@ -15,7 +15,7 @@
  * for); the host collective runs on the copy; the result is copied back on the copy stream
  * and cuda_done recorded, not waited for here: a blocking call waits for it on the host,
  * rr_work_wait makes the call's stream wait for it. Managed buffers are read by the host as
- * they are, after a synchronisation of the call's stream.
+ * they are, once cuda_ready (recorded on the caller's current device) has completed.
  *
  * In-place calls stay in place: when the send and receive ranges of one device buffer
  * overlap (NCCL's aliasing for all_gather / reduce_scatter included) they are staged as one
@@ -157,7 +157,14 @@ void rr__cuda_pg_release(rr__args *a) {
 int rr__cuda_pg_prepare(rr_pg *pg, rr__args *a) {
   a->cuda_ready = a->cuda_done = NULL;
   int device = a->device;
-  if (!rr__cuda_available() || device < 0) return RR_OK;
+  if (!rr__cuda_available()) return RR_OK;
+  /* Managed memory belongs to no device: its call's event goes on the caller's current
+   * device, the one its stream is taken to be on (torch: the current stream of the current
+   * device). */
+  const int managed = a->path == RR__PATH_MANAGED;
+  if (managed && rr__cuda_get_device(&device) != RR_OK)
+    return rr__stage_fail(pg, a, RR_ECUDA, "finding the current CUDA device (managed buffer)");
+  if (device < 0) return RR_OK;
   /* Events belong to a device, and cudaEventRecord wants the stream's: the buffers'. */
   int prev = -1, capturing = 0;
   int st = rr__cuda_set_device(device, &prev);
@@ -176,7 +183,8 @@ int rr__cuda_pg_prepare(rr_pg *pg, rr__args *a) {
                                                     : "device buffer staged through host memory");
   }
   if (st == RR_OK) st = rr__cuda_event_create(&a->cuda_ready);
-  if (st == RR_OK) st = rr__cuda_event_create(&a->cuda_done);
+  /* A managed buffer's result is written by the host: nothing on a stream to wait for. */
+  if (st == RR_OK && !managed) st = rr__cuda_event_create(&a->cuda_done);
   if (st == RR_OK) st = rr__cuda_event_record(a->cuda_ready, a->stream);
   rr__cuda_restore_device(prev);
   if (st != RR_OK) {
@@ -214,9 +222,11 @@ int rr__pg_stage_in(rr_pg *pg, const rr__args *a, rr__args *h, rr__stage *sg) {
   *sg = (rr__stage){.prev = -1};
   if (a->path == RR__PATH_MANAGED) {
     /* Managed memory: the host reads and writes it directly, once the work queued on the
-     * call's stream before the call (a kernel writing it) is done. Kernels queued after the
-     * call see the host's writes (the call returns after them). */
-    int st = rr__cuda_stream_sync(a->stream);
+     * call's stream before the call (a kernel writing it) is done: the event recorded at
+     * submission, not the stream, whose work queued after the call (a kernel waiting for
+     * the result) must not be waited for here, nor run before the host read the buffer.
+     * Kernels queued after the call's wait (or a blocking call) see the host's writes. */
+    int st = a->cuda_ready ? rr__cuda_event_sync(a->cuda_ready) : rr__cuda_stream_sync(a->stream);
     if (st != RR_OK) return rr__stage_fail(pg, a, st, "waiting for the stream (managed buffer)");
     return RR_OK;
   }

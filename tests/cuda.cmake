@@ -71,6 +71,9 @@ endforeach()
 add_test(NAME cuda_nosync_w2 COMMAND test_cuda nosync 2)
 set_tests_properties(cuda_nosync_w2 PROPERTIES LABELS "cuda" TIMEOUT 300 SKIP_RETURN_CODE 77
   ENVIRONMENT "${RR_CUDA_TEST_ENV}")
+add_test(NAME cuda_nosync_managed_w2 COMMAND test_cuda nosync_managed 2)
+set_tests_properties(cuda_nosync_managed_w2 PROPERTIES LABELS "cuda" TIMEOUT 300 SKIP_RETURN_CODE 77
+  ENVIRONMENT "${RR_CUDA_TEST_ENV}")
 add_test(NAME cuda_managed_w2 COMMAND test_cuda managed 2)
 set_tests_properties(cuda_managed_w2 PROPERTIES LABELS "cuda" TIMEOUT 300 SKIP_RETURN_CODE 77
   ENVIRONMENT "${RR_CUDA_TEST_ENV}")
@@ -136,6 +139,9 @@ rr_fake_test(capture_ipc_w2 capture 2)
 set_tests_properties(cudafake.capture_ipc_w2 PROPERTIES ENVIRONMENT "${RR_FAKE_ENV};RR_CUDA_IPC=1")
 rr_fake_test(nosync_w2 nosync 2)
 set_tests_properties(cudafake.nosync_w2 PROPERTIES
+  ENVIRONMENT "${RR_FAKE_ENV};RR_FAKE_CUDA_DELAY_US=50000")
+rr_fake_test(nosync_managed_w2 nosync_managed 2)
+set_tests_properties(cudafake.nosync_managed_w2 PROPERTIES
   ENVIRONMENT "${RR_FAKE_ENV};RR_FAKE_CUDA_DELAY_US=50000")
 # The same stream-order checks with the calls through CUDA IPC.
 rr_fake_test(stream_ipc_w2 stream 2)

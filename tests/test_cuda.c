@@ -35,6 +35,8 @@
  *                                          stream's later work (a wait for a slow gate) is
  *                                          still pending when rr_work_wait returns; the
  *                                          stream's work after the wait sees the result
+ *   test_cuda [--fake] nosync_managed <world>  the same with a managed buffer (issue 24 1.5:
+ *                                          the worker waits for an event, not the stream)
  *   test_cuda [--fake] managed <world>     the same with a managed buffer and a blocking call
  *                                          (cuda-review 3: managed memory is read by the
  *                                          host, after the stream's work)
@@ -406,7 +408,7 @@ static int stream_case(rr_pg *pg, int rank, int world, int managed) {
  * chain (fake: 40 operations of RR_FAKE_CUDA_DELAY_US = 50 ms; GPU: 3000 copies of 512
  * MiB, about 1 s): when rr_work_wait returns the gate must still be pending (the call did
  * not synchronise the whole stream). */
-static int nosync_case(rr_pg *pg, int rank, int world) {
+static int nosync_case(rr_pg *pg, int rank, int world, int managed) {
   void *s, *s2, *gate;
   C_OK(stream_create(&s, 1));
   C_OK(stream_create(&s2, 1));
@@ -415,7 +417,11 @@ static int nosync_case(rr_pg *pg, int rank, int world) {
   const size_t count = 1u << 16, bytes = count * 4;
   const size_t slow = g_fake ? 4u << 20 : 512u << 20;
   const int chain = g_fake ? 40 : 3000;
-  char *buf = dalloc(bytes), *x = dalloc(slow), *y = dalloc(slow);
+  char *buf = NULL, *x = dalloc(slow), *y = dalloc(slow);
+  if (managed)
+    C_OK(malloc_managed((void **)&buf, bytes));
+  else
+    buf = dalloc(bytes);
   int32_t *h = malloc(bytes);
   for (int iter = 0; iter < 2; iter++) {
     C_OK(memset_async(buf, rank + 1 + iter, bytes, s));
@@ -517,7 +523,9 @@ static int coll_rank(int rank, void *arg) {
   } else if (!strcmp(ca->what, "stream")) {
     if (stream_case(pg, rank, ca->world, 0)) return 1;
   } else if (!strcmp(ca->what, "nosync")) {
-    if (nosync_case(pg, rank, ca->world)) return 1;
+    if (nosync_case(pg, rank, ca->world, 0)) return 1;
+  } else if (!strcmp(ca->what, "nosync_managed")) {
+    if (nosync_case(pg, rank, ca->world, 1)) return 1;
   } else if (!strcmp(ca->what, "managed")) {
     if (stream_case(pg, rank, ca->world, 1)) return 1;
   } else if (!strcmp(ca->what, "ptrfail")) {
@@ -818,10 +826,11 @@ int main(int argc, char **argv) {
   if (ca.world < 1 ||
       (strcmp(what, "coll") && strcmp(what, "large") && strcmp(what, "stream") &&
        strcmp(what, "nosync") && strcmp(what, "managed") && strcmp(what, "perthread") &&
-       strcmp(what, "capture") && strcmp(what, "ptrfail"))) {
+       strcmp(what, "capture") && strcmp(what, "ptrfail") && strcmp(what, "nosync_managed"))) {
     fprintf(stderr,
             "usage: test_cuda [--fake] ptr|kernel|noctx|workerctx|pgdevice|ipc|perthread|"
-            "coll W|large W|stream W|nosync W|managed W|capture W|ptrfail W\n");
+            "coll W|large W|stream W|nosync W|nosync_managed W|managed W|capture W|"
+            "ptrfail W\n");
     return 2;
   }
   if (spawn(ca.world, coll_rank, &ca)) return 1;

@@ -5,7 +5,11 @@
 // cuda/reduce_elem.cuh (the same functions the host test compares with ring/op.c bit for
 // bit). Each thread reduces 16-byte vectors (4 in flight per loop trip, grid-stride) when
 // every pointer is 16-byte aligned, then the scalar tail; without alignment it is all scalar.
-// The grid is sized from the device's SM count (4 blocks of 512 threads per SM at most).
+// The grid: one 16-byte vector (or element) per thread when the data is small, so a 256 KiB
+// segment already spreads over many SMs, and at most one full wave of resident blocks (the
+// SM count times what the occupancy calculator says fits on one SM, registers included;
+// ptxas gives these kernels 48-64 registers a thread on sm_90, so 2 blocks of 512, not 4)
+// when it is large, the grid-stride loop covering the rest.
 //
 // Plain C entry point (extern "C", cuda/cuda.h): rr__cuda_reduce_launch, the real CUDA
 // table's reduce entry (cuda/real.c). Error text is formatted by cuda/runtime.c.
@@ -19,7 +23,6 @@
 namespace {
 
 constexpr int kThreads = 512;
-constexpr int kBlocksPerSm = 4;
 constexpr int kUnroll = 4;
 
 // The reduction of one element pair. `d` is AVG's divisor (unused otherwise).
@@ -131,6 +134,26 @@ cudaError_t sm_count(int *sms, const char **what) {
   return cudaSuccess;
 }
 
+// How many blocks of this kernel fit on one SM at once, asked once per kernel (racing threads
+// store the same value; every GPU of one machine is taken to be of one architecture).
+template <typename T, typename Op>
+cudaError_t blocks_per_sm(int *out, const char **what) {
+  static int cached = 0;
+  int v = __atomic_load_n(&cached, __ATOMIC_RELAXED);
+  if (v < 1) {
+    cudaError_t e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&v, reduce_kernel<T, Op>,
+                                                                  kThreads, 0);
+    if (e != cudaSuccess) {
+      *what = "cudaOccupancyMaxActiveBlocksPerMultiprocessor";
+      return e;
+    }
+    if (v < 1) v = 1;
+    __atomic_store_n(&cached, v, __ATOMIC_RELAXED);
+  }
+  *out = v;
+  return cudaSuccess;
+}
+
 template <typename T, typename Op>
 cudaError_t launch(void *dst, void *dst2, const void *a, const void *b, size_t n, Op op,
                    cudaStream_t stream, const char **what) {
@@ -138,12 +161,13 @@ cudaError_t launch(void *dst, void *dst2, const void *a, const void *b, size_t n
   constexpr size_t E = 16 / sizeof(T);
   uintptr_t bits = (uintptr_t)dst | (uintptr_t)dst2 | (uintptr_t)a | (uintptr_t)b;
   size_t nvec = (bits & 15u) == 0 ? n / E : 0;
-  size_t work = nvec ? nvec / kUnroll + (n - nvec * E) : n;
-  int sms = 1;
+  size_t work = nvec ? nvec + (n - nvec * E) : n;
+  int sms = 1, per_sm = 1;
   cudaError_t e = sm_count(&sms, what);
+  if (e == cudaSuccess) e = blocks_per_sm<T, Op>(&per_sm, what);
   if (e != cudaSuccess) return e;
   size_t want = (work + kThreads - 1) / kThreads;
-  size_t cap = (size_t)sms * kBlocksPerSm;
+  size_t cap = (size_t)sms * (size_t)per_sm;
   unsigned blocks = (unsigned)(want < 1 ? 1 : want > cap ? cap : want);
   reduce_kernel<T, Op><<<blocks, kThreads, 0, stream>>>(
       static_cast<T *>(dst), static_cast<T *>(dst2), static_cast<const T *>(a),

@@ -46,14 +46,16 @@ build_lib() {
   local lib="$build/libringreduce_fuzz.a"
   exec 9>"$build/.lock"
   flock 9
-  if [ -f "$lib" ] && [ -z "$(find common transport ring rendezvous include -newer "$lib" \
+  if [ -f "$lib" ] && [ -z "$(find common cuda transport ring rendezvous include -newer "$lib" \
         \( -name '*.c' -o -name '*.h' \) -print -quit)" ]; then
     flock -u 9
     return 0
   fi
   echo "fuzz: building the library with $CC (sanitizers + coverage) in $build"
   rm -f "$build"/obj/*.o
-  local srcs=(common/*.c transport/*.c ring/*.c rendezvous/*.c)
+  # cuda/*.c: the ring reaches the CUDA layer (device buffers); built without CUDA, its
+  # table is absent and every entry answers "no CUDA", as in a CPU-only library.
+  local srcs=(common/*.c cuda/*.c transport/*.c ring/*.c rendezvous/*.c)
   printf '%s\n' "${srcs[@]}" | xargs -P "$(nproc)" -I{} sh -c \
     'o="$1/obj/$(echo "$2" | tr / _).o"; shift 2; exec "$@" -c "$0" -o "$o"' {} "$build" {} \
     "$CC" "${cflags[@]}"
@@ -93,7 +95,7 @@ coverage() {
   mkdir -p "$cov"
   local ccf=(-std=gnu11 -D_GNU_SOURCE -g -O0 -I"$root/include" -I"$root"
              -fprofile-instr-generate -fcoverage-mapping)
-  "$CC" "${ccf[@]}" common/*.c transport/*.c ring/*.c rendezvous/*.c "tests/fuzz/fuzz_$h.c" tests/fuzz/replay.c \
+  "$CC" "${ccf[@]}" common/*.c cuda/*.c transport/*.c ring/*.c rendezvous/*.c "tests/fuzz/fuzz_$h.c" tests/fuzz/replay.c \
     -lpthread -lm -o "$cov/cov_$h"
   prof="$cov/$h.profraw"
   rm -f "$prof"

@@ -69,7 +69,10 @@
  *                                          process can wait for one
  *
  * CUDA must not be initialised before fork (rr_spawn), so the parent asks a child whether
- * there is a device. */
+ * there is a device. *
+ * (Over 800 lines on purpose: one program per GPU run, each case sharing the harness,
+ * the rank launcher and the buffer helpers; the list above is its table of contents.)
+ */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>

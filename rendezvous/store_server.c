@@ -15,9 +15,6 @@
  * eventfd, joins the thread and closes every socket.
  * (Just past 800 lines: one connection state machine and the handshake that guards it read
  * best in one file; the protocol's encoding already lives in store_proto.h.)
- *
- * (About 810 lines on purpose: the poll loop, each client's state machine and the parked
- * waits share the server's one structure; split, each part would reach into the others'.)
  */
 #include <errno.h>
 #include <inttypes.h>

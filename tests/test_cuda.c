@@ -155,7 +155,8 @@ static int test_kernel(void) {
   /* Past the grid cap on a GPU (4 blocks x 512 threads x 132 SMs x 4 float32 per vector x 4
    * vectors per trip: the unrolled repeat trips run above ~4.3M); the fake has no grid. */
   const size_t big = (1u << 24) + 5;
-  const size_t max = g_fake ? 100003 : big, cap = (max + 16) * 8;
+  /* RR_TEST_SMALL (tests/gpu/run.sh's memcheck): the fake's sizes, for a slow tool. */
+  const size_t max = g_fake || getenv("RR_TEST_SMALL") ? 100003 : big, cap = (max + 16) * 8;
   kbufs k = {.ha = malloc(cap), .hb = malloc(cap), .ref = malloc(cap), .got = malloc(cap)};
   T_CHECK(k.ha && k.hb && k.ref && k.got, "host memory");
   C_OK(malloc((void **)&k.da, cap));
@@ -509,7 +510,7 @@ static int coll_rank(int rank, void *arg) {
   C_OK(set_device(dev));
   uint64_t seed = t_seed();
   if (!strcmp(ca->what, "coll")) {
-    const size_t counts[] = {0, 1, 7, g_fake ? 100003 : 1000003};
+    const size_t counts[] = {0, 1, 7, g_fake || getenv("RR_TEST_SMALL") ? 100003 : 1000003};
     for (size_t c = 0; c < sizeof counts / sizeof counts[0]; c++)
       for (int d = 0; d < RR_NUM_DTYPES; d++)
         for (int op = 0; op < RR_NUM_OPS; op++) {

@@ -1,6 +1,7 @@
 """torch.distributed on "ringreduce" against torch's own "gloo" backend, in one job.
 
     /usr/bin/python3 bench/torch/bench_torch.py coll WORLD OUT.jsonl [--sizes 8,1K,...] [--rounds 3]
+        [--device cuda]
     /usr/bin/python3 bench/torch/bench_torch.py ddp WORLD OUT.jsonl --model cnn|mlp [--rounds 3]
     /usr/bin/python3 bench/torch/bench_torch.py report DIR   # DIR/*.jsonl, DIR/c/*.json -> tables
 
@@ -18,6 +19,9 @@ coll: dist.all_reduce (float32 sum, in place, as DDP calls it) per size: warm-up
   exactly n(n+1)/2. A third contender, "C", is the library's own blocking rr_all_reduce
   called through ctypes on the same library group, buffers and processes, interleaved with
   the other two: what the torch layer costs is torch's time minus its time.
+  --device cuda: the same on CUDA tensors (rank r on GPU r % count; the ranks may share one),
+  the device synchronised before each clock reading; gloo then stages through the host
+  itself, ringreduce takes its device path (CUDA IPC or staged, docs/cuda.md).
 ddp: torch's DistributedDataParallel training step (zero_grad, forward, backward, SGD step)
   on three copies of one model, identically initialised: wrapped on ringreduce, wrapped on
   gloo, and not wrapped at all (no communication: the floor). Milliseconds per step, the
@@ -68,9 +72,18 @@ def coll_rank(rank, world, args, gloo):
             c_all_reduce(t)
         else:
             dist.all_reduce(t, group=g)
+    dev = torch.device("cpu")
+    if args.device == "cuda":
+        dev = torch.device("cuda", rank % torch.cuda.device_count())
+        torch.cuda.set_device(dev)
+
+    def clock():
+        if dev.type == "cuda":
+            torch.cuda.synchronize(dev)
+        return time.perf_counter()
     for size in args.sizes:
         n = max(size // 4, 1)
-        t = torch.rand(n)
+        t = torch.rand(n, device=dev)
         per = {name: [] for name in groups}
         iters = None
         for rnd in range(args.rounds):
@@ -81,24 +94,26 @@ def coll_rank(rank, world, args, gloo):
                     call(t, g)
                 if iters is None:  # about 0.2 s per measurement, from the first warm-up
                     dist.barrier(group=gloo)
-                    t0 = time.perf_counter()
+                    t0 = clock()
                     call(t, g)
-                    once = slowest(time.perf_counter() - t0, gloo)
+                    once = slowest(clock() - t0, gloo)
                     iters = int(min(max(0.2 / max(once, 1e-7), 3), 2000))
                 dist.barrier(group=gloo)
-                t0 = time.perf_counter()
+                t0 = clock()
                 for _ in range(iters):
                     call(t, g)
-                per[name].append(slowest((time.perf_counter() - t0) / iters, gloo))
+                per[name].append(slowest((clock() - t0) / iters, gloo))
                 t.mul_(0)  # keep values bounded: repeated sums of rand grow by n each call
-                t.add_(torch.rand(n))
+                t.add_(torch.rand(n, device=dev))
         for name, g in groups.items():
-            c = torch.full((n,), float(rank + 1))
+            c = torch.full((n,), float(rank + 1), device=dev)
             call(c, g)
+            clock()
             wrong = int((c != world * (world + 1) / 2).sum().item())
             sec = statistics.median(per[name])
             if rank == 0:
                 row = {"kind": "coll", "backend": name, "world": world, "size": n * 4,
+                       "device": dev.type,
                        "torch": torch.__version__,
                        "transport": os.environ.get("RR_TRANSPORT", "default"),
                        "iters": iters, "rounds": per[name], "time_us": sec * 1e6,
@@ -272,6 +287,8 @@ def main():
     ap.add_argument("out")
     ap.add_argument("--sizes", default="8,128,2K,32K,512K,2M,8M,32M,128M,256M")
     ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--device", choices=["cpu", "cuda"], default="cpu",
+                    help="coll: where the tensors are")
     ap.add_argument("--model", choices=["cnn", "mlp"], default="cnn")
     ap.add_argument("--steps", type=int, default=0, help="timed steps per round "
                     "(default: 200 for cnn, 10 for mlp)")

@@ -17,7 +17,8 @@
 # with quick-b while the machine is warm (it rebuilds if it is not: the build is then part of
 # quick-b's budget). RESULTS gets CMD.log (everything, piece by piece), CMD.txt (one line per
 # piece: verdict, seconds, limit) and, from quick-a's build, build.log; quick-b adds
-# figures.txt (the perf piece's tables alone).
+# figures.txt (the perf piece's tables alone). Back here, `python3 tests/gpu/report.py A B`
+# turns the two folders into the page for docs/gpu-runs/ (verdicts, figures as ratios).
 #
 # Pieces: what each verifies, its limit (s) and what it took on the fake-free dry run here.
 # quick-a (budget RR_GPU_BUDGET, default 400 s):

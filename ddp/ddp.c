@@ -273,15 +273,14 @@ int rr_ddp_grad_ready(rr_ddp *d, int i) {
   size_t es = rr_dtype_size(k->dtype);
   char *slot = (char *)k->buf + d->poffset[i] * es;
   if (k->device >= 0) {
-    /* Queued on the group's stream behind the caller's work that computed the gradient
-     * (when the caller uses that stream; else it must have synchronised). */
+    /* A plain copy, queued on the group's stream behind the caller's work that computed the
+     * gradient (when the caller uses that stream; else it must have synchronised). The 1/W
+     * scaling is one kernel over the whole bucket when it is complete (rr__ddp_launch), not
+     * one launch per parameter: an element's bits are the same either way. */
     int prev, st = rr__ddp_enter(d, &prev);
     if (st == RR_OK)
-      st = d->opt.hook == RR_DDP_HOOK_NONE
-               ? rr__cuda_ddp(RR__CUDA_DDP_SCALE, slot, d->params[i].grad, d->params[i].count,
-                              k->dtype, k->dtype, d->world, rr__ddp_stream(d))
-               : rr__cuda_memcpy_async(slot, d->params[i].grad, d->params[i].count * es,
-                                       rr__ddp_stream(d));
+      st = rr__cuda_memcpy_async(slot, d->params[i].grad, d->params[i].count * es,
+                                 rr__ddp_stream(d));
     rr__ddp_leave(d, prev);
     if (st != RR_OK) {
       rr__prefix_error(st, "rank %d: rr_ddp_grad_ready: copying params[%d] '%s' into bucket %d "
@@ -382,17 +381,20 @@ int rr_ddp_sync(rr_ddp *d) {
     size_t es = rr_dtype_size(k->dtype);
     int compressed = d->opt.hook == RR_DDP_HOOK_FP16 || d->opt.hook == RR_DDP_HOOK_BF16;
     rr_dtype wdt = d->opt.hook == RR_DDP_HOOK_FP16 ? RR_FLOAT16 : RR_BFLOAT16;
+    /* A compressed device bucket is widened back into its own buffer (free since the
+     * compression read it) by one kernel, then copied out like an uncompressed one: one launch
+     * per bucket instead of one per parameter, the same bits per element. */
+    if (k->device >= 0 && compressed && st == RR_OK)
+      st = rr__cuda_ddp(RR__CUDA_DDP_DECOMPRESS, k->buf, k->comp, k->count, k->dtype, wdt,
+                        d->world, rr__ddp_stream(d));
     for (int j = 0; j < k->nparams; j++) {
       const rr_ddp_tensor *p = &d->params[k->params[j]];
       size_t off = d->poffset[k->params[j]];
       if (k->device >= 0) {
         on_device = 1;
         if (st != RR_OK) break;
-        st = compressed ? rr__cuda_ddp(RR__CUDA_DDP_DECOMPRESS, p->grad,
-                                       (const uint16_t *)k->comp + off, p->count, k->dtype, wdt,
-                                       d->world, rr__ddp_stream(d))
-                        : rr__cuda_memcpy_async(p->grad, (const char *)k->buf + off * es,
-                                                p->count * es, rr__ddp_stream(d));
+        st = rr__cuda_memcpy_async(p->grad, (const char *)k->buf + off * es, p->count * es,
+                                   rr__ddp_stream(d));
       } else if (compressed) {
         rr__ddp_decompress(p->grad, (const uint16_t *)k->comp + off, p->count, k->dtype, wdt);
       } else {

@@ -375,7 +375,7 @@ int rr_ddp_sync(rr_ddp *d) {
   RR__CHECK(rr__ddp_wait_launched(d));
   if (d->nmarked < d->ntrainable) return rr__ddp_unfinished(d, "rr_ddp_sync");
   int64_t t0 = rr__now_ns();
-  int prev = -1, st = rr__ddp_enter(d, &prev), on_device = 0;
+  int prev = -1, st = rr__ddp_enter(d, &prev);
   for (int b = 0; b < d->nbuckets; b++) {
     rr__ddp_bucket *k = &d->buckets[b];
     size_t es = rr_dtype_size(k->dtype);
@@ -391,7 +391,6 @@ int rr_ddp_sync(rr_ddp *d) {
       const rr_ddp_tensor *p = &d->params[k->params[j]];
       size_t off = d->poffset[k->params[j]];
       if (k->device >= 0) {
-        on_device = 1;
         if (st != RR_OK) break;
         st = rr__cuda_memcpy_async(p->grad, (const char *)k->buf + off * es, p->count * es,
                                    rr__ddp_stream(d));
@@ -404,9 +403,12 @@ int rr_ddp_sync(rr_ddp *d) {
     k->launched = 0;
     k->pending = k->nparams;
   }
-  /* Device gradients: written when this returns, as host ones are, whatever stream the
-   * caller reads them on next. */
-  if (on_device && st == RR_OK) st = rr__cuda_stream_sync(rr__ddp_stream(d));
+  /* Device gradients are not waited for: the copies out are queued on the group's stream,
+   * which rr_work_wait made wait for each bucket's all-reduce, so the caller's next work on
+   * that stream (the optimizer) sees the averages, as torch's gradients are ready on the
+   * current stream. A caller that reads them on the host or on another stream orders that
+   * read itself (cudaStreamSynchronize, or an event). Synchronising here stalled the host
+   * until the whole stream drained, every step. */
   rr__ddp_leave(d, prev);
   if (st != RR_OK) {
     rr__prefix_error(st, "rank %d: rr_ddp_sync: copying averaged gradients out of the buckets "

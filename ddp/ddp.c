@@ -144,6 +144,7 @@ void rr__ddp_shape_str(const rr_ddp_tensor *t, char *buf, size_t n) {
 static void rr__ddp_free(rr_ddp *d) {
   if (!d) return;
   rr__ddp_free_buckets(d);
+  rr__ddp_stage_free(d);
   if (d->names)
     for (int i = 0; i < d->nparams + d->nbuffers; i++) free(d->names[i]);
   free(d->names), free(d->params), free(d->buffers), free(d->pbucket), free(d->poffset);
@@ -203,15 +204,23 @@ int rr_ddp_init(rr_ddp **out, rr_pg *pg, const rr_ddp_tensor *params, int nparam
   if (st == RR_OK) {
     for (int i = 0; i < d->nparams; i++) d->ntrainable += d->params[i].grad != NULL;
     st = rr__ddp_make_buckets(d, NULL);
+    if (st == RR_OK) st = rr__ddp_stage_init(d);
     if (st != RR_OK) {
-      rr__prefix_error(st, "rank %d: rr_ddp_init: allocating buckets", d->rank);
+      rr__prefix_error(st, "rank %d: rr_ddp_init: allocating buckets and the broadcast's staging",
+                       d->rank);
       st = rr__ddp_abort(d, st); /* the others are about to wait in the broadcast */
     }
   }
-  /* torch's _sync_module_states: parameters, then buffers, from rank 0. */
+  /* torch's _sync_module_states: parameters, then buffers, from rank 0; construction returns
+   * with them written (it is not a step: one wait is nothing here). */
   if (st == RR_OK) {
     st = rr__ddp_bcast(d, d->params, d->nparams, "rr_ddp_init: parameters");
     if (st == RR_OK) st = rr__ddp_bcast(d, d->buffers, d->nbuffers, "rr_ddp_init: buffers");
+    if (st == RR_OK && (st = rr__ddp_bcast_wait(d)) != RR_OK) {
+      rr__prefix_error(st, "rank %d: rr_ddp_init: copying broadcast tensors to CUDA device %d",
+                       d->rank, d->device);
+      st = rr__ddp_abort(d, st);
+    }
   }
   if (st != RR_OK) {
     char saved[RR__ERRMSG_MAX];

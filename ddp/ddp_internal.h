@@ -51,6 +51,14 @@ struct rr_ddp {
   int *ready_order;       /* the first synchronised backward's ready order */
   int nrecorded;
   int recording, rebuild_pending, rebuilt;
+  /* The broadcast's staging area (ddp/broadcast.c): host memory, pinned when the model has
+   * device tensors, kept from init to destroy; stage_free is recorded on the group's stream
+   * after the last copies out of it (stage_busy: not yet waited for), stage_packed after
+   * rank 0's copies into it. */
+  void *stage;
+  size_t stage_cap;
+  void *stage_free, *stage_packed;
+  int stage_busy;
   int broken; /* sticky status: the reduction state or the group is unusable */
   char broken_msg[RR__ERRMSG_MAX];
   rr_ddp_stats stats;
@@ -75,8 +83,14 @@ int rr__ddp_rebuild(rr_ddp *d);
 /* ddp/hooks.c: a complete bucket through its comm hook and into its all-reduce. */
 int rr__ddp_launch(rr_ddp *d, int b);
 
-/* ddp/broadcast.c: tensors from group rank 0 to every rank; `what` prefixes any error. */
+/* ddp/broadcast.c: tensors from group rank 0 to every rank; `what` prefixes any error. Device
+ * tensors are written in the group's stream's order when it returns; rr__ddp_bcast_wait makes
+ * the host wait for them (construction and load do). The staging area is made at init (after
+ * the device is known) and freed with the wrapper. */
 int rr__ddp_bcast(rr_ddp *d, const rr_ddp_tensor *t, int n, const char *what);
+int rr__ddp_bcast_wait(rr_ddp *d);
+int rr__ddp_stage_init(rr_ddp *d);
+void rr__ddp_stage_free(rr_ddp *d);
 
 /* ddp/check.c: rr_ddp_init's local checks (copying the descriptions as it goes) and the
  * exchange that fails every rank when any rank's model differs. */

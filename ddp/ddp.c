@@ -144,6 +144,7 @@ void rr__ddp_shape_str(const rr_ddp_tensor *t, char *buf, size_t n) {
 static void rr__ddp_free(rr_ddp *d) {
   if (!d) return;
   rr__ddp_free_buckets(d);
+  rr__ddp_free_arenas(d);
   rr__ddp_stage_free(d);
   if (d->names)
     for (int i = 0; i < d->nparams + d->nbuffers; i++) free(d->names[i]);
@@ -287,6 +288,11 @@ int rr_ddp_grad_ready(rr_ddp *d, int i) {
      * scaling is one kernel over the whole bucket when it is complete (rr__ddp_launch), not
      * one launch per parameter: an element's bits are the same either way. */
     int prev, st = rr__ddp_enter(d, &prev);
+    /* The first copy in of a backward: after the last one's copies out of the buckets, on
+     * whatever stream they ran (a wait on the device, not on the host). */
+    if (st == RR_OK && d->idle_pending &&
+        (st = rr__cuda_stream_wait_event(rr__ddp_stream(d), d->buckets_idle)) == RR_OK)
+      d->idle_pending = 0;
     if (st == RR_OK)
       st = rr__cuda_memcpy_async(slot, d->params[i].grad, d->params[i].count * es,
                                  rr__ddp_stream(d));
@@ -384,7 +390,7 @@ int rr_ddp_sync(rr_ddp *d) {
   RR__CHECK(rr__ddp_wait_launched(d));
   if (d->nmarked < d->ntrainable) return rr__ddp_unfinished(d, "rr_ddp_sync");
   int64_t t0 = rr__now_ns();
-  int prev = -1, st = rr__ddp_enter(d, &prev);
+  int prev = -1, st = rr__ddp_enter(d, &prev), on_device = 0;
   for (int b = 0; b < d->nbuckets; b++) {
     rr__ddp_bucket *k = &d->buckets[b];
     size_t es = rr_dtype_size(k->dtype);
@@ -400,6 +406,7 @@ int rr_ddp_sync(rr_ddp *d) {
       const rr_ddp_tensor *p = &d->params[k->params[j]];
       size_t off = d->poffset[k->params[j]];
       if (k->device >= 0) {
+        on_device = 1;
         if (st != RR_OK) break;
         st = rr__cuda_memcpy_async(p->grad, (const char *)k->buf + off * es, p->count * es,
                                    rr__ddp_stream(d));
@@ -417,7 +424,11 @@ int rr_ddp_sync(rr_ddp *d) {
    * that stream (the optimizer) sees the averages, as torch's gradients are ready on the
    * current stream. A caller that reads them on the host or on another stream orders that
    * read itself (cudaStreamSynchronize, or an event). Synchronising here stalled the host
-   * until the whole stream drained, every step. */
+   * until the whole stream drained, every step. The event marks when the buckets may be
+   * written again (rr_ddp_grad_ready). */
+  if (on_device && st == RR_OK &&
+      (st = rr__cuda_event_record(d->buckets_idle, rr__ddp_stream(d))) == RR_OK)
+    d->idle_pending = 1;
   rr__ddp_leave(d, prev);
   if (st != RR_OK) {
     rr__prefix_error(st, "rank %d: rr_ddp_sync: copying averaged gradients out of the buckets "

@@ -31,6 +31,15 @@ typedef struct rr__ddp_bucket {
   rr_work *work;
 } rr__ddp_bucket;
 
+/* Device memory of the buckets of one (dtype, device): made at construction, big enough for
+ * any layout of that key's parameters, carved into buckets, re-carved at the rebuild (no
+ * cudaFree, which waits for the whole device, between construction and destroy). */
+typedef struct rr__ddp_arena {
+  rr_dtype dtype;
+  int device;
+  void *buf, *comp; /* comp: the compression hooks' 16-bit words, else NULL */
+} rr__ddp_arena;
+
 struct rr_ddp {
   rr_pg *pg;
   int rank, world, root; /* root: the global rank of group rank 0 (collectives want globals) */
@@ -44,6 +53,13 @@ struct rr_ddp {
   unsigned char *pready;           /* [nparams]: marked ready in this backward */
   int nbuckets;
   rr__ddp_bucket *buckets;
+  int narenas;
+  rr__ddp_arena *arenas;
+  /* Recorded on the group's stream after rr_ddp_sync's copies out of device buckets; the
+   * next backward's first copy in makes the stream wait for it (idle_pending), so the buckets
+   * are not overwritten early even when the group's stream changed in between. */
+  void *buckets_idle;
+  int idle_pending;
   int next_launch; /* buckets [0, next_launch) are launched in this backward */
   int nmarked;     /* gradients marked ready in this backward */
   int no_sync;
@@ -78,6 +94,7 @@ void rr__ddp_shape_str(const rr_ddp_tensor *t, char *buf, size_t n);
 /* ddp/bucket.c: the layout, its memory, the rebuild at the first forward after step one. */
 int rr__ddp_make_buckets(rr_ddp *d, const int *ready);
 void rr__ddp_free_buckets(rr_ddp *d);
+void rr__ddp_free_arenas(rr_ddp *d);
 int rr__ddp_rebuild(rr_ddp *d);
 
 /* ddp/hooks.c: a complete bucket through its comm hook and into its all-reduce. */

@@ -57,8 +57,8 @@ static int rr__stage_alloc(const rr_ddp *d, void **p, size_t bytes) {
   *p = NULL;
   if (d->device < 0) {
     *p = malloc(bytes ? bytes : 1);
-    return *p ? RR_OK : rr__set_error(RR_ENOMEM, "out of memory for a %zu-byte broadcast buffer",
-                                      bytes);
+    return *p ? RR_OK
+              : rr__set_error(RR_ENOMEM, "out of memory for a %zu-byte broadcast buffer", bytes);
   }
   int prev;
   RR__CHECK(rr__ddp_enter(d, &prev));
@@ -125,8 +125,8 @@ void rr__ddp_stage_free(rr_ddp *d) {
 
 /* Bytes [start, start + len) of the stream between the tensors and buf: memcpy for host
  * tensors, a copy queued on the group's stream for device tensors (*queued set). */
-static int rr__stream_copy(const rr_ddp *d, const rr_ddp_tensor *t, int n, size_t start,
-                           size_t len, char *buf, int pack, int *queued) {
+static int rr__stream_copy(const rr_ddp *d, const rr_ddp_tensor *t, int n, size_t start, size_t len,
+                           char *buf, int pack, int *queued) {
   size_t pos = 0;
   for (int i = 0; i < n && len > 0; i++) {
     size_t bytes = t[i].count * rr_dtype_size(t[i].dtype);
@@ -151,8 +151,7 @@ static int rr__stream_copy(const rr_ddp *d, const rr_ddp_tensor *t, int n, size_
 }
 
 /* Rank 0: the chunk into buf, on the host when this returns. */
-static int rr__pack(rr_ddp *d, const rr_ddp_tensor *t, int n, size_t start, size_t len,
-                    char *buf) {
+static int rr__pack(rr_ddp *d, const rr_ddp_tensor *t, int n, size_t start, size_t len, char *buf) {
   int prev, queued = 0;
   RR__CHECK(rr__ddp_enter(d, &prev));
   int st = rr__stream_copy(d, t, n, start, len, buf, 1, &queued);

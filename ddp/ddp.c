@@ -400,8 +400,8 @@ int rr_ddp_sync(rr_ddp *d) {
      * compression read it) by one kernel, then copied out like an uncompressed one: one launch
      * per bucket instead of one per parameter, the same bits per element. */
     if (k->device >= 0 && compressed && st == RR_OK)
-      st = rr__cuda_ddp(RR__CUDA_DDP_DECOMPRESS, k->buf, k->comp, k->count, k->dtype, wdt,
-                        d->world, rr__ddp_stream(d));
+      st = rr__cuda_ddp(RR__CUDA_DDP_DECOMPRESS, k->buf, k->comp, k->count, k->dtype, wdt, d->world,
+                        rr__ddp_stream(d));
     for (int j = 0; j < k->nparams; j++) {
       const rr_ddp_tensor *p = &d->params[k->params[j]];
       size_t off = d->poffset[k->params[j]];

@@ -4,7 +4,10 @@
 // ... (grid-stride); the per-element functions are cuda/ddp_elem.cuh, the code the host test
 // compares with ddp/hooks.c's host loops bit for bit, so the device and host paths give the
 // same bits. These are small, memory-bound passes over one bucket (25 MiB at most by
-// default): one element per thread per trip is enough.
+// default): one element per thread per trip is enough. The DDP wrapper launches each once per
+// bucket, over the bucket's contiguous range: the scaling in place (src == dst, after the
+// gradients were copied in), the decompression into the bucket before the copies out. In
+// place is safe because each element is read and written by the same thread, read first.
 //
 // Plain C entry point (extern "C", cuda/cuda.h): rr__cuda_ddp_launch. Error text is
 // formatted by cuda/runtime.c.

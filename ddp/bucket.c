@@ -155,30 +155,88 @@ int rr_ddp_assign_buckets(const rr_ddp_tensor *params, int nparams, double bucke
 
 /* ---------------------------------------------------------------------------------------------
  * The buckets themselves: memory where the tensors are, made at construction and once more at
- * the rebuild, which replaces them whole rather than patching offsets.
+ * the rebuild, which replaces the layout whole rather than patching offsets. Host buckets are
+ * allocated each time; device buckets are ranges of their key's arena, made once.
  */
+
+/* Each device bucket starts on this boundary (cudaMalloc's own alignment), so the
+ * all-reduce's kernels get the 16-byte-aligned pointers their vector loads want. */
+#define RR__DDP_ARENA_ALIGN ((size_t)256)
+
+static size_t rr__align(size_t x) {
+  return (x + RR__DDP_ARENA_ALIGN - 1) & ~(RR__DDP_ARENA_ALIGN - 1);
+}
 
 void rr__ddp_free_buckets(rr_ddp *d) {
   for (int b = 0; b < d->nbuckets; b++) {
     rr__ddp_bucket *k = &d->buckets[b];
-    if (k->work) { /* never leave a collective writing into freed memory */
+    if (k->work) { /* never leave a collective writing into freed or re-carved memory */
       (void)rr_work_wait(k->work, 0);
       rr_work_free(k->work);
     }
-    if (k->device >= 0) {
-      int prev;
-      (void)rr__ddp_enter(d, &prev);
-      rr__cuda_free(k->buf); /* cudaFree waits for the device: no kernel still uses it */
-      rr__cuda_free(k->comp);
-      rr__ddp_leave(d, prev);
-    } else {
-      free(k->buf), free(k->comp);
-    }
+    if (k->device < 0) free(k->buf), free(k->comp); /* device: the arena's */
     free(k->params);
   }
   free(d->buckets);
   d->buckets = NULL;
   d->nbuckets = 0;
+}
+
+void rr__ddp_free_arenas(rr_ddp *d) {
+  if (d->narenas > 0 || d->buckets_idle) {
+    int prev;
+    (void)rr__ddp_enter(d, &prev);
+    for (int a = 0; a < d->narenas; a++) {
+      rr__cuda_free(d->arenas[a].buf); /* cudaFree waits for the device: no kernel still uses it */
+      rr__cuda_free(d->arenas[a].comp);
+    }
+    rr__cuda_event_destroy(d->buckets_idle);
+    rr__ddp_leave(d, prev);
+  }
+  free(d->arenas);
+  d->arenas = NULL;
+  d->narenas = 0;
+  d->buckets_idle = NULL;
+}
+
+/* At construction: one arena per (dtype, device) of trainable device parameters, sized as
+ * the sum of the parameters' sizes each rounded up to the alignment, plus one alignment. Any
+ * layout fits: a bucket's rounded size is at most the sum of its members' rounded sizes, and
+ * the extra keeps even an empty bucket's pointer inside the allocation. */
+static int rr__ddp_make_arenas(rr_ddp *d) {
+  int hooked = d->opt.hook == RR_DDP_HOOK_FP16 || d->opt.hook == RR_DDP_HOOK_BF16;
+  d->arenas = rr__calloc((size_t)d->nparams + 1, sizeof *d->arenas);
+  size_t *bytes = rr__calloc((size_t)d->nparams + 1, sizeof *bytes);
+  size_t *cbytes = rr__calloc((size_t)d->nparams + 1, sizeof *cbytes);
+  int st = d->arenas && bytes && cbytes ? RR_OK : RR_ENOMEM;
+  for (int i = 0; st == RR_OK && i < d->nparams; i++) {
+    const rr_ddp_tensor *p = &d->params[i];
+    if (!p->grad || p->device < 0) continue;
+    int a = 0;
+    while (a < d->narenas && (d->arenas[a].dtype != p->dtype || d->arenas[a].device != p->device))
+      a++;
+    if (a == d->narenas) {
+      d->arenas[d->narenas++] = (rr__ddp_arena){.dtype = p->dtype, .device = p->device};
+      bytes[a] = cbytes[a] = RR__DDP_ARENA_ALIGN;
+    }
+    bytes[a] += rr__align(p->count * rr_dtype_size(p->dtype));
+    cbytes[a] += rr__align(p->count * sizeof(uint16_t));
+  }
+  if (st == RR_OK && d->narenas > 0) {
+    int prev;
+    st = rr__ddp_enter(d, &prev);
+    if (st == RR_OK) st = rr__cuda_event_create(&d->buckets_idle);
+    for (int a = 0; st == RR_OK && a < d->narenas; a++) {
+      st = rr__cuda_malloc(&d->arenas[a].buf, bytes[a]);
+      if (st == RR_OK && hooked) st = rr__cuda_malloc(&d->arenas[a].comp, cbytes[a]);
+      if (st != RR_OK)
+        rr__prefix_error(st, "buckets of %s gradients (%zu bytes) on CUDA device %d",
+                         rr_dtype_name(d->arenas[a].dtype), bytes[a], d->arenas[a].device);
+    }
+    rr__ddp_leave(d, prev);
+  }
+  free(bytes), free(cbytes);
+  return st;
 }
 
 /* (Re)build the buckets from an assignment; ready == NULL: construction order. */
@@ -187,13 +245,15 @@ int rr__ddp_make_buckets(rr_ddp *d, const int *ready) {
   int *order = malloc(((size_t)n + 1) * sizeof *order);
   int *end = malloc(((size_t)n + 1) * sizeof *end);
   size_t *limits = malloc(((size_t)n + 1) * sizeof *limits);
-  if (!order || !end || !limits) {
+  size_t *cursor = calloc(2 * (size_t)n + 2, sizeof *cursor); /* per arena: buf, comp carved */
+  if (!order || !end || !limits || !cursor) {
     st = rr__set_error(RR_ENOMEM, "out of memory assigning %d parameters to buckets", n);
     goto out;
   }
   st = rr__ddp_assign(d->params, n, d->opt.bucket_cap_mb, ready, order, end, limits, &nb);
   if (st != RR_OK) goto out;
   rr__ddp_free_buckets(d);
+  if (!d->arenas && (st = rr__ddp_make_arenas(d)) != RR_OK) goto out;
   d->buckets = rr__calloc((size_t)nb + 1, sizeof *d->buckets);
   if (!d->buckets) {
     st = RR_ENOMEM;
@@ -222,16 +282,14 @@ int rr__ddp_make_buckets(rr_ddp *d, const int *ready) {
     k->pending = k->nparams;
     size_t es = rr_dtype_size(k->dtype), elems = k->count ? k->count : 1;
     int hooked = d->opt.hook == RR_DDP_HOOK_FP16 || d->opt.hook == RR_DDP_HOOK_BF16;
-    if (k->device >= 0) { /* on the tensors' device: filled and emptied by kernels */
-      int prev;
-      st = rr__ddp_enter(d, &prev);
-      if (st == RR_OK) st = rr__cuda_malloc(&k->buf, elems * es);
-      if (st == RR_OK && hooked) st = rr__cuda_malloc(&k->comp, elems * sizeof(uint16_t));
-      rr__ddp_leave(d, prev);
-      if (st != RR_OK) {
-        rr__prefix_error(st, "bucket %d (%zu x %s) on CUDA device %d", b, k->count,
-                         rr_dtype_name(k->dtype), k->device);
-        goto out;
+    if (k->device >= 0) { /* a range of its key's arena: filled and emptied by kernels */
+      int a = 0;
+      while (d->arenas[a].dtype != k->dtype || d->arenas[a].device != k->device) a++;
+      k->buf = (char *)d->arenas[a].buf + cursor[2 * a];
+      cursor[2 * a] += rr__align(k->count * es);
+      if (hooked) {
+        k->comp = (char *)d->arenas[a].comp + cursor[2 * a + 1];
+        cursor[2 * a + 1] += rr__align(k->count * sizeof(uint16_t));
       }
       continue;
     }
@@ -244,7 +302,7 @@ int rr__ddp_make_buckets(rr_ddp *d, const int *ready) {
     }
   }
 out:
-  free(order), free(end), free(limits);
+  free(order), free(end), free(limits), free(cursor);
   return st;
 }
 

@@ -274,5 +274,13 @@ int rr_ddp_load(rr_ddp *d, const char *path) {
   if (d->rank == 0) st = path ? rr__ddp_read(d, path) : rr__set_error(RR_EINVAL, "path is NULL");
   RR__CHECK(rr__ddp_share_verdict(d, st, "rr_ddp_load"));
   RR__CHECK(rr__ddp_bcast(d, d->params, d->nparams, "rr_ddp_load: parameters"));
-  return rr__ddp_bcast(d, d->buffers, d->nbuffers, "rr_ddp_load: buffers");
+  RR__CHECK(rr__ddp_bcast(d, d->buffers, d->nbuffers, "rr_ddp_load: buffers"));
+  /* A load returns with the tensors written, as construction does. */
+  int w = rr__ddp_bcast_wait(d);
+  if (w != RR_OK) {
+    rr__prefix_error(w, "rank %d: rr_ddp_load: copying loaded tensors to CUDA device %d", d->rank,
+                     d->device);
+    return rr__ddp_abort(d, w);
+  }
+  return RR_OK;
 }

@@ -144,6 +144,8 @@ void rr__ddp_shape_str(const rr_ddp_tensor *t, char *buf, size_t n) {
 static void rr__ddp_free(rr_ddp *d) {
   if (!d) return;
   rr__ddp_free_buckets(d);
+  rr__ddp_free_arenas(d);
+  rr__ddp_stage_free(d);
   if (d->names)
     for (int i = 0; i < d->nparams + d->nbuffers; i++) free(d->names[i]);
   free(d->names), free(d->params), free(d->buffers), free(d->pbucket), free(d->poffset);
@@ -203,15 +205,23 @@ int rr_ddp_init(rr_ddp **out, rr_pg *pg, const rr_ddp_tensor *params, int nparam
   if (st == RR_OK) {
     for (int i = 0; i < d->nparams; i++) d->ntrainable += d->params[i].grad != NULL;
     st = rr__ddp_make_buckets(d, NULL);
+    if (st == RR_OK) st = rr__ddp_stage_init(d);
     if (st != RR_OK) {
-      rr__prefix_error(st, "rank %d: rr_ddp_init: allocating buckets", d->rank);
+      rr__prefix_error(st, "rank %d: rr_ddp_init: allocating buckets and the broadcast's staging",
+                       d->rank);
       st = rr__ddp_abort(d, st); /* the others are about to wait in the broadcast */
     }
   }
-  /* torch's _sync_module_states: parameters, then buffers, from rank 0. */
+  /* torch's _sync_module_states: parameters, then buffers, from rank 0; construction returns
+   * with them written (it is not a step: one wait is nothing here). */
   if (st == RR_OK) {
     st = rr__ddp_bcast(d, d->params, d->nparams, "rr_ddp_init: parameters");
     if (st == RR_OK) st = rr__ddp_bcast(d, d->buffers, d->nbuffers, "rr_ddp_init: buffers");
+    if (st == RR_OK && (st = rr__ddp_bcast_wait(d)) != RR_OK) {
+      rr__prefix_error(st, "rank %d: rr_ddp_init: copying broadcast tensors to CUDA device %d",
+                       d->rank, d->device);
+      st = rr__ddp_abort(d, st);
+    }
   }
   if (st != RR_OK) {
     char saved[RR__ERRMSG_MAX];
@@ -273,15 +283,19 @@ int rr_ddp_grad_ready(rr_ddp *d, int i) {
   size_t es = rr_dtype_size(k->dtype);
   char *slot = (char *)k->buf + d->poffset[i] * es;
   if (k->device >= 0) {
-    /* Queued on the group's stream behind the caller's work that computed the gradient
-     * (when the caller uses that stream; else it must have synchronised). */
+    /* A plain copy, queued on the group's stream behind the caller's work that computed the
+     * gradient (when the caller uses that stream; else it must have synchronised). The 1/W
+     * scaling is one kernel over the whole bucket when it is complete (rr__ddp_launch), not
+     * one launch per parameter: an element's bits are the same either way. */
     int prev, st = rr__ddp_enter(d, &prev);
+    /* The first copy in of a backward: after the last one's copies out of the buckets, on
+     * whatever stream they ran (a wait on the device, not on the host). */
+    if (st == RR_OK && d->idle_pending &&
+        (st = rr__cuda_stream_wait_event(rr__ddp_stream(d), d->buckets_idle)) == RR_OK)
+      d->idle_pending = 0;
     if (st == RR_OK)
-      st = d->opt.hook == RR_DDP_HOOK_NONE
-               ? rr__cuda_ddp(RR__CUDA_DDP_SCALE, slot, d->params[i].grad, d->params[i].count,
-                              k->dtype, k->dtype, d->world, rr__ddp_stream(d))
-               : rr__cuda_memcpy_async(slot, d->params[i].grad, d->params[i].count * es,
-                                       rr__ddp_stream(d));
+      st = rr__cuda_memcpy_async(slot, d->params[i].grad, d->params[i].count * es,
+                                 rr__ddp_stream(d));
     rr__ddp_leave(d, prev);
     if (st != RR_OK) {
       rr__prefix_error(st, "rank %d: rr_ddp_grad_ready: copying params[%d] '%s' into bucket %d "
@@ -382,17 +396,20 @@ int rr_ddp_sync(rr_ddp *d) {
     size_t es = rr_dtype_size(k->dtype);
     int compressed = d->opt.hook == RR_DDP_HOOK_FP16 || d->opt.hook == RR_DDP_HOOK_BF16;
     rr_dtype wdt = d->opt.hook == RR_DDP_HOOK_FP16 ? RR_FLOAT16 : RR_BFLOAT16;
+    /* A compressed device bucket is widened back into its own buffer (free since the
+     * compression read it) by one kernel, then copied out like an uncompressed one: one launch
+     * per bucket instead of one per parameter, the same bits per element. */
+    if (k->device >= 0 && compressed && st == RR_OK)
+      st = rr__cuda_ddp(RR__CUDA_DDP_DECOMPRESS, k->buf, k->comp, k->count, k->dtype, wdt, d->world,
+                        rr__ddp_stream(d));
     for (int j = 0; j < k->nparams; j++) {
       const rr_ddp_tensor *p = &d->params[k->params[j]];
       size_t off = d->poffset[k->params[j]];
       if (k->device >= 0) {
         on_device = 1;
         if (st != RR_OK) break;
-        st = compressed ? rr__cuda_ddp(RR__CUDA_DDP_DECOMPRESS, p->grad,
-                                       (const uint16_t *)k->comp + off, p->count, k->dtype, wdt,
-                                       d->world, rr__ddp_stream(d))
-                        : rr__cuda_memcpy_async(p->grad, (const char *)k->buf + off * es,
-                                                p->count * es, rr__ddp_stream(d));
+        st = rr__cuda_memcpy_async(p->grad, (const char *)k->buf + off * es, p->count * es,
+                                   rr__ddp_stream(d));
       } else if (compressed) {
         rr__ddp_decompress(p->grad, (const uint16_t *)k->comp + off, p->count, k->dtype, wdt);
       } else {
@@ -402,9 +419,16 @@ int rr_ddp_sync(rr_ddp *d) {
     k->launched = 0;
     k->pending = k->nparams;
   }
-  /* Device gradients: written when this returns, as host ones are, whatever stream the
-   * caller reads them on next. */
-  if (on_device && st == RR_OK) st = rr__cuda_stream_sync(rr__ddp_stream(d));
+  /* Device gradients are not waited for: the copies out are queued on the group's stream,
+   * which rr_work_wait made wait for each bucket's all-reduce, so the caller's next work on
+   * that stream (the optimizer) sees the averages, as torch's gradients are ready on the
+   * current stream. A caller that reads them on the host or on another stream orders that
+   * read itself (cudaStreamSynchronize, or an event). Synchronising here stalled the host
+   * until the whole stream drained, every step. The event marks when the buckets may be
+   * written again (rr_ddp_grad_ready). */
+  if (on_device && st == RR_OK &&
+      (st = rr__cuda_event_record(d->buckets_idle, rr__ddp_stream(d))) == RR_OK)
+    d->idle_pending = 1;
   rr__ddp_leave(d, prev);
   if (st != RR_OK) {
     rr__prefix_error(st, "rank %d: rr_ddp_sync: copying averaged gradients out of the buckets "

@@ -31,6 +31,15 @@ typedef struct rr__ddp_bucket {
   rr_work *work;
 } rr__ddp_bucket;
 
+/* Device memory of the buckets of one (dtype, device): made at construction, big enough for
+ * any layout of that key's parameters, carved into buckets, re-carved at the rebuild (no
+ * cudaFree, which waits for the whole device, between construction and destroy). */
+typedef struct rr__ddp_arena {
+  rr_dtype dtype;
+  int device;
+  void *buf, *comp; /* comp: the compression hooks' 16-bit words, else NULL */
+} rr__ddp_arena;
+
 struct rr_ddp {
   rr_pg *pg;
   int rank, world, root; /* root: the global rank of group rank 0 (collectives want globals) */
@@ -44,6 +53,13 @@ struct rr_ddp {
   unsigned char *pready;           /* [nparams]: marked ready in this backward */
   int nbuckets;
   rr__ddp_bucket *buckets;
+  int narenas;
+  rr__ddp_arena *arenas;
+  /* Recorded on the group's stream after rr_ddp_sync's copies out of device buckets; the
+   * next backward's first copy in makes the stream wait for it (idle_pending), so the buckets
+   * are not overwritten early even when the group's stream changed in between. */
+  void *buckets_idle;
+  int idle_pending;
   int next_launch; /* buckets [0, next_launch) are launched in this backward */
   int nmarked;     /* gradients marked ready in this backward */
   int no_sync;
@@ -51,6 +67,14 @@ struct rr_ddp {
   int *ready_order;       /* the first synchronised backward's ready order */
   int nrecorded;
   int recording, rebuild_pending, rebuilt;
+  /* The broadcast's staging area (ddp/broadcast.c): host memory, pinned when the model has
+   * device tensors, kept from init to destroy; stage_free is recorded on the group's stream
+   * after the last copies out of it (stage_busy: not yet waited for), stage_packed after
+   * rank 0's copies into it. */
+  void *stage;
+  size_t stage_cap;
+  void *stage_free, *stage_packed;
+  int stage_busy;
   int broken; /* sticky status: the reduction state or the group is unusable */
   char broken_msg[RR__ERRMSG_MAX];
   rr_ddp_stats stats;
@@ -70,13 +94,20 @@ void rr__ddp_shape_str(const rr_ddp_tensor *t, char *buf, size_t n);
 /* ddp/bucket.c: the layout, its memory, the rebuild at the first forward after step one. */
 int rr__ddp_make_buckets(rr_ddp *d, const int *ready);
 void rr__ddp_free_buckets(rr_ddp *d);
+void rr__ddp_free_arenas(rr_ddp *d);
 int rr__ddp_rebuild(rr_ddp *d);
 
 /* ddp/hooks.c: a complete bucket through its comm hook and into its all-reduce. */
 int rr__ddp_launch(rr_ddp *d, int b);
 
-/* ddp/broadcast.c: tensors from group rank 0 to every rank; `what` prefixes any error. */
+/* ddp/broadcast.c: tensors from group rank 0 to every rank; `what` prefixes any error. Device
+ * tensors are written in the group's stream's order when it returns; rr__ddp_bcast_wait makes
+ * the host wait for them (construction and load do). The staging area is made at init (after
+ * the device is known) and freed with the wrapper. */
 int rr__ddp_bcast(rr_ddp *d, const rr_ddp_tensor *t, int n, const char *what);
+int rr__ddp_bcast_wait(rr_ddp *d);
+int rr__ddp_stage_init(rr_ddp *d);
+void rr__ddp_stage_free(rr_ddp *d);
 
 /* ddp/check.c: rr_ddp_init's local checks (copying the descriptions as it goes) and the
  * exchange that fails every rank when any rank's model differs. */

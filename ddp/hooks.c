@@ -146,19 +146,27 @@ int rr__ddp_launch(rr_ddp *d, int b) {
     wdt = d->opt.hook == RR_DDP_HOOK_FP16 ? RR_FLOAT16 : RR_BFLOAT16;
     wire = k->comp;
   }
-  if (k->device >= 0 && d->opt.hook != RR_DDP_HOOK_NONE) {
-    /* The same work as below as a kernel on the group's stream, which the all-reduce's copy
-     * of the bucket to the host waits for. */
+  if (k->device >= 0) {
+    /* The same work as below as one kernel over the whole bucket on the group's stream,
+     * which the all-reduce waits for (an event recorded on that stream when it is submitted).
+     * Without a hook it is the 1/W scaling, done here in place rather than as each gradient
+     * was copied in (ddp.c, rr_ddp_grad_ready): one launch per bucket. */
     int prev, st = rr__ddp_enter(d, &prev);
-    if (st == RR_OK)
-      st = d->opt.hook == RR_DDP_HOOK_ALLREDUCE
-               ? rr__cuda_ddp(RR__CUDA_DDP_DIVIDE, k->buf, NULL, k->count, k->dtype, k->dtype,
-                              d->world, rr__ddp_stream(d))
-               : rr__cuda_ddp(RR__CUDA_DDP_COMPRESS, k->comp, k->buf, k->count, k->dtype, wdt,
-                              d->world, rr__ddp_stream(d));
+    void *s = rr__ddp_stream(d);
+    if (st == RR_OK && d->opt.hook == RR_DDP_HOOK_NONE)
+      st = rr__cuda_ddp(RR__CUDA_DDP_SCALE, k->buf, k->buf, k->count, k->dtype, k->dtype, d->world,
+                        s);
+    else if (st == RR_OK && d->opt.hook == RR_DDP_HOOK_ALLREDUCE)
+      st = rr__cuda_ddp(RR__CUDA_DDP_DIVIDE, k->buf, NULL, k->count, k->dtype, k->dtype, d->world,
+                        s);
+    else if (st == RR_OK)
+      st = rr__cuda_ddp(RR__CUDA_DDP_COMPRESS, k->comp, k->buf, k->count, k->dtype, wdt, d->world,
+                        s);
     rr__ddp_leave(d, prev);
     if (st != RR_OK) {
-      rr__prefix_error(st, "rank %d: rr_ddp_grad_ready: comm hook on bucket %d (CUDA device %d)",
+      rr__prefix_error(st,
+                       "rank %d: rr_ddp_grad_ready: scaling or comm hook on bucket %d (CUDA "
+                       "device %d)",
                        d->rank, b, k->device);
       return rr__ddp_abort(d, st);
     }
@@ -166,7 +174,7 @@ int rr__ddp_launch(rr_ddp *d, int b) {
     rr__ddp_divide(k->buf, k->count, k->dtype, d->world);
   } else if (compressed) {
     rr__ddp_compress(k->comp, k->buf, k->count, k->dtype, wdt, d->world);
-  } /* no hook: scaled while copied in */
+  } /* a host bucket without a hook: scaled while copied in */
   d->stats.copy_s += rr__ddp_elapsed(t0);
   int st = rr_all_reduce_async(d->pg, wire, wire, k->count, wdt, RR_SUM, &k->work);
   if (st != RR_OK) {

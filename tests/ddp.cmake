@@ -32,7 +32,7 @@ if(TARGET rr_mlp)
   add_executable(test_ddp ${RR_TEST_DIR}/test_ddp.c ${RR_TEST_DIR}/test_ddp_buckets.c
     ${RR_TEST_DIR}/test_ddp_grads.c ${RR_TEST_DIR}/test_ddp_train.c
     ${RR_TEST_DIR}/test_ddp_state.c ${RR_TEST_DIR}/test_ddp_errors.c
-    ${RR_TEST_DIR}/test_ddp_gpu.c)
+    ${RR_TEST_DIR}/test_ddp_gpu.c ${RR_TEST_DIR}/test_ddp_gpucost.c)
   target_link_libraries(test_ddp PRIVATE rrtest rr_mlp)
   set(RR_DDP_TESTS buckets "grads 1" "grads 2" "grads 3" "grads 4" order "equiv 2" "equiv 3"
       "equiv 4" identical "nosync 2" "nosync 3" "hooks 3" missing mismatch checkpoint broadcast
@@ -60,6 +60,13 @@ if(TARGET rr_mlp)
   foreach(w 1 2 3)
     add_test(NAME ddp.gpufake_w${w} COMMAND test_ddp gpufake ${w})
     set_tests_properties(ddp.gpufake_w${w} PROPERTIES LABELS "ddp;cudafake" TIMEOUT 300
+      ENVIRONMENT "RR_TIMEOUT=120;RR_GRACE_PERIOD=2;RR_ALGO=ring;RR_CUDA_IPC=1")
+  endforeach()
+  # What a step costs on device tensors (user-stream synchronisations, kernel launches,
+  # allocations and frees), counted through a wrapped fake table (issue 24 item 1.6).
+  foreach(w 2 3)
+    add_test(NAME ddp.gpufake_cost_w${w} COMMAND test_ddp gpucost ${w})
+    set_tests_properties(ddp.gpufake_cost_w${w} PROPERTIES LABELS "ddp;cudafake" TIMEOUT 300
       ENVIRONMENT "RR_TIMEOUT=120;RR_GRACE_PERIOD=2;RR_ALGO=ring;RR_CUDA_IPC=1")
   endforeach()
   add_test(NAME ddp.gpu_tcp_w2 COMMAND test_ddp gpu 2)

@@ -134,9 +134,10 @@ int main(int argc, char **argv) {
   if (!strcmp(sec, "args")) return t_run_all(1, args_rank, NULL, 60, NULL);
   if (!strcmp(sec, "gpu")) return sec_gpu(w, 0);
   if (!strcmp(sec, "gpufake")) return sec_gpu(w, 1);
+  if (!strcmp(sec, "gpucost")) return sec_gpucost(w);
   fprintf(stderr,
           "usage: %s buckets | grads W | order | equiv W | identical | nosync W | hooks W | "
-          "missing | mismatch | checkpoint | broadcast | cuda | args | gpu W | gpufake W\n",
+          "missing | mismatch | checkpoint | broadcast | cuda | args | gpu W | gpufake W | gpucost W\n",
           argv[0]);
   return 2;
 }

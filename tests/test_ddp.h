@@ -57,4 +57,7 @@ int args_rank(int rank, void *arg);
 /* test_ddp_gpu.c: 77 (skipped) without a GPU; fake: on the host fake of the CUDA table. */
 int sec_gpu(int w, int fake);
 
+/* test_ddp_gpucost.c: CUDA calls per DDP step on device tensors, counted on the fake. */
+int sec_gpucost(int w);
+
 #endif /* RR__TESTS_TEST_DDP_H_ */

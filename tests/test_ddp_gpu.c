@@ -140,6 +140,9 @@ static int gpu_rank(int rank, void *arg) {
         T_CHECK(!cu_copy(dstat, hstat, sizeof hstat), "upload");
         T_OK(rr_ddp_forward(hd));
         T_OK(rr_ddp_forward(dd));
+        /* The broadcast buffers are written in the group's stream's order; the legacy stream
+         * that dev_equals reads on is not ordered with a non-blocking user stream. */
+        if (use_stream) C_OK(stream_sync(s));
         T_CHECK(dev_equals(dstat, hstat, NB, RR_FLOAT32, "buffer after forward") &&
                     t_check_copied(hstat, NB, RR_FLOAT32, RR_SUM, seed + (uint64_t)it + 1, 0, 7,
                                    "rank 0's buffer") == 0,
@@ -181,8 +184,11 @@ static int gpu_rank(int rank, void *arg) {
           T_OK(rr_ddp_grad_ready(dd, i));
         }
         T_OK(rr_ddp_sync(dd));
+        /* rr_ddp_sync leaves the averages queued on the group's stream (it does not wait for
+         * it): a reader on another stream or the host synchronises first, as here. */
+        if (use_stream) C_OK(stream_sync(s));
         for (int i = 0; i < NP_GRADS; i++) {
-          if (in[i]) C_OK(host_free(in[i])); /* rr_ddp_sync waited for the stream */
+          if (in[i]) C_OK(host_free(in[i])); /* its copies ran: the stream was waited for */
           if (!dgrad[i]) continue;
           char what[96];
           snprintf(what, sizeof what, "hook %d stream %d iteration %d param %d (%s)", h,

@@ -52,8 +52,12 @@
  * copies in and out run on the GPU, queued on the group's stream (rr_pg_set_cuda_stream;
  * NULL: the legacy default stream): a gradient must be final on that stream when it is
  * marked ready (compute it there, or synchronise first), and rr_ddp_sync returns with the
- * averages written. Results are designed to be bit-identical to the same model in host
- * memory (tests/test_ddp.c "gpu" checks it; docs/ddp.md says what has run on a GPU).
+ * averages queued on that stream, not waited for (as torch's gradients are ready on the
+ * current stream): work queued there next sees them; a read on the host or on another stream
+ * synchronises with that stream first. Buffers broadcast by rr_ddp_forward are likewise
+ * written in the stream's order; rr_ddp_init and rr_ddp_load return with tensors written.
+ * Results are designed to be bit-identical to the same model in host memory
+ * (tests/test_ddp.c "gpu" checks it; docs/ddp.md says what has run on a GPU).
  *
  * One thread drives an rr_ddp (the training loop's); different rr_ddp objects may share a
  * group, but their collectives then interleave in call order on every rank.

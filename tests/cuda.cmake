@@ -24,7 +24,7 @@ endif()
 # The host fake of the CUDA table (tests/fake_cuda/): plain C, built in every configuration
 # (nvcc or not, sanitizers or not), linked only into tests.
 add_library(rr_fake_cuda STATIC ${RR_TEST_DIR}/fake_cuda/fake_cuda.c
-  ${RR_TEST_DIR}/fake_cuda/fake_kernels.c)
+  ${RR_TEST_DIR}/fake_cuda/fake_devices.c ${RR_TEST_DIR}/fake_cuda/fake_kernels.c)
 target_link_libraries(rr_fake_cuda PUBLIC ringreduce_internal)
 target_include_directories(rr_fake_cuda PUBLIC ${CMAKE_SOURCE_DIR})
 

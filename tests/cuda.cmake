@@ -156,11 +156,12 @@ foreach(t noctx workerctx pgdevice ipc perthread)
   rr_fake_test(${t} ${t})
 endforeach()
 # Every rank's buffers on device 1, the calls waited for on a thread that never chose a
-# device: no context on device 0, no wait on its legacy stream (issue 24 item 1.1); staged.
-# (Through CUDA IPC, RR_CUDA_IPC=1, its results are wrong on the fake whoever waits: an
-# upload by cudaMemcpyAsync on the call's stream right before the call is not seen;
-# docs/cuda.md, "Known problems".)
+# device: no context on device 0, no wait on its legacy stream (issue 24 item 1.1); staged,
+# and through CUDA IPC.
 rr_fake_test(device1_w2 device1 2)
+rr_fake_test(device1_ipc_w2 device1 2)
+set_tests_properties(cudafake.device1_ipc_w2 PROPERTIES ENVIRONMENT
+  "${RR_FAKE_ENV};RR_CUDA_IPC=1;RR_TEST_EXPECT_IPC=1")
 
 if(TARGET reduce_kernel_perf)
   add_test(NAME cuda_reduce_kernel_perf COMMAND reduce_kernel_perf -b 1M -e 16M -f 4)

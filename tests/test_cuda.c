@@ -677,11 +677,14 @@ static int device1_rank(int rank, void *arg) {
     C_OK(malloc_managed(&buf, bytes));
   else
     buf = dalloc(bytes);
-  int32_t *h = malloc(bytes);
-  T_CHECK(h, "host memory");
+  /* Two host buffers: the upload reads `up` when the stream gets to it, which on the CUDA IPC
+   * path can be after the call completed on the host (the fake's copies are asynchronous
+   * from any memory); `up` is written again only after the stream passed the read below. */
+  int32_t *up = malloc(bytes), *h = malloc(bytes);
+  T_CHECK(up && h, "host memory");
   for (int it = 0; it < 3; it++) {
-    for (size_t i = 0; i < n; i++) h[i] = (int32_t)((size_t)rank + (size_t)it + i % 1000);
-    C_OK(memcpy_async(buf, h, bytes, s)); /* the call is ordered after it */
+    for (size_t i = 0; i < n; i++) up[i] = (int32_t)((size_t)rank + (size_t)it + i % 1000);
+    C_OK(memcpy_async(buf, up, bytes, s)); /* the call is ordered after it */
     rr_work *w;
     const uint64_t ipc_before = rr__ipc_segments();
     T_OK(rr_all_reduce_async(pg, buf, buf, n, RR_INT32, RR_SUM, &w));
@@ -703,6 +706,7 @@ static int device1_rank(int rank, void *arg) {
               (int)h[i], (int)want);
     }
   }
+  free(up);
   free(h);
   C_OK(free(buf));
   if (s) C_OK(stream_destroy(s));

@@ -139,7 +139,12 @@ int rr__cuda_pg_prepare(rr_pg *pg, rr__args *a);
 /* After the call completed: blocking, wait for cuda_done on the host (the result is in the
  * buffer); else make the call's stream wait for it (later work on it sees the result). */
 int rr__cuda_pg_finish(const rr_pg *pg, const rr__args *a, int blocking);
-/* Destroy the call's events (after the call ran, or when it was never queued). */
+/* rr_work_test's question: 1 when the result's copy to the device completed (or there is
+ * none), 0 while it runs, < 0 on a CUDA error. */
+int rr__cuda_pg_done(const rr__args *a);
+/* Destroy the call's events (after the call ran, or when it was never queued). Each of these
+ * makes its CUDA calls on the call's device (a->device, recorded at submission), whatever the
+ * calling thread's current device. */
 void rr__cuda_pg_release(rr__args *a);
 
 

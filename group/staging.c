@@ -148,9 +148,23 @@ int rr__cuda_pg_buffers(const rr_pg *pg, rr__args *a) {
   return RR_OK;
 }
 
+/* Every CUDA call made for a call runs on the call's device (a->device, recorded at
+ * submission), set around it and restored after (rr__cuda_set_device: where the thread's
+ * previous device has a context): the thread making it may never have chosen a device (the
+ * group's worker, torch's futures thread, whoever frees the work), and there the runtime
+ * would take NULL for device 0's legacy stream and create a context on device 0 first
+ * (docs/cuda.md, "Devices and threads"). */
 void rr__cuda_pg_release(rr__args *a) {
+  if (!a->cuda_ready && !a->cuda_done) return;
+  int prev = -1;
+  /* Destroyed whether or not the device could be made current (they are this call's), and
+   * without touching the thread's error text: a failed call's is still to be read. */
+  char saved[RR__ERRMSG_MAX];
+  snprintf(saved, sizeof saved, "%s", rr__error());
+  if (rr__cuda_set_device(a->device, &prev) != RR_OK) rr__copy_error(saved);
   rr__cuda_event_destroy(a->cuda_ready);
   rr__cuda_event_destroy(a->cuda_done);
+  rr__cuda_restore_device(prev);
   a->cuda_ready = a->cuda_done = NULL;
 }
 
@@ -165,6 +179,7 @@ int rr__cuda_pg_prepare(rr_pg *pg, rr__args *a) {
   if (managed && rr__cuda_get_device(&device) != RR_OK)
     return rr__stage_fail(pg, a, RR_ECUDA, "finding the current CUDA device (managed buffer)");
   if (device < 0) return RR_OK;
+  a->device = device; /* every later CUDA call for this call runs there (rr__cuda_pg_release) */
   /* Events belong to a device, and cudaEventRecord wants the stream's: the buffers'. */
   int prev = -1, capturing = 0;
   int st = rr__cuda_set_device(device, &prev);
@@ -198,13 +213,29 @@ int rr__cuda_pg_prepare(rr_pg *pg, rr__args *a) {
 
 int rr__cuda_pg_finish(const rr_pg *pg, const rr__args *a, int blocking) {
   if (!a->cuda_done) return RR_OK;
-  int st = blocking ? rr__cuda_event_sync(a->cuda_done)
-                    : rr__cuda_stream_wait_event(a->stream, a->cuda_done);
+  /* On the call's device: the NULL stream there is the one the call was ordered after. */
+  int prev = -1;
+  int st = rr__cuda_set_device(a->device, &prev);
+  if (st == RR_OK) {
+    st = blocking ? rr__cuda_event_sync(a->cuda_done)
+                  : rr__cuda_stream_wait_event(a->stream, a->cuda_done);
+    rr__cuda_restore_device(prev);
+  }
   if (st != RR_OK)
     rr__prefix_error(st, "rank %d: %s", pg->global_ranks[pg->rank],
                      blocking ? "waiting for the result's copy to the device"
                               : "ordering the call's stream after the result's copy");
   return st;
+}
+
+int rr__cuda_pg_done(const rr__args *a) {
+  if (!a->cuda_done) return 1;
+  int prev = -1;
+  int st = rr__cuda_set_device(a->device, &prev);
+  if (st != RR_OK) return st;
+  int d = rr__cuda_event_done(a->cuda_done);
+  rr__cuda_restore_device(prev);
+  return d;
 }
 
 /* The stream the staging copies go on: the group's own for the device (made once), which
@@ -226,7 +257,12 @@ int rr__pg_stage_in(rr_pg *pg, const rr__args *a, rr__args *h, rr__stage *sg) {
      * submission, not the stream, whose work queued after the call (a kernel waiting for
      * the result) must not be waited for here, nor run before the host read the buffer.
      * Kernels queued after the call's wait (or a blocking call) see the host's writes. */
-    int st = a->cuda_ready ? rr__cuda_event_sync(a->cuda_ready) : rr__cuda_stream_sync(a->stream);
+    int prev = -1;
+    int st = rr__cuda_set_device(a->device, &prev);
+    if (st != RR_OK)
+      return rr__stage_fail(pg, a, st, "selecting the call's device (managed buffer)");
+    st = a->cuda_ready ? rr__cuda_event_sync(a->cuda_ready) : rr__cuda_stream_sync(a->stream);
+    rr__cuda_restore_device(prev);
     if (st != RR_OK) return rr__stage_fail(pg, a, st, "waiting for the stream (managed buffer)");
     return RR_OK;
   }

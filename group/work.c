@@ -215,7 +215,8 @@ int rr_work_wait(rr_work *w, int64_t timeout_ms) {
   pthread_mutex_unlock(&w->mu);
   if (timed_out && st < 0) st = RR_ETIMEDOUT;
   /* Device buffers: the caller's stream waits for the copy back (once), so its later work
-   * sees the result without the host waiting for the copy. */
+   * sees the result without the host waiting for the copy. On the call's device, whatever
+   * this thread's (group/staging.c). */
   if (st == RR_OK && w->args.cuda_done && !w->cuda_waited) {
     w->cuda_waited = 1;
     st = rr__cuda_pg_finish(w->pg, &w->args, 0);
@@ -232,7 +233,7 @@ int rr_work_test(rr_work *w) {
   /* Device buffers: complete once the copy back is, so that a caller who saw completion
    * here (and may never call rr_work_wait) finds the result in the buffer. */
   if (st == RR_OK && w->args.cuda_done) {
-    int d = rr__cuda_event_done(w->args.cuda_done);
+    int d = rr__cuda_pg_done(&w->args); /* on the call's device, as every CUDA call for it */
     if (d == 0) return RR_INPROGRESS;
     if (d < 0) return d;
   }

@@ -49,7 +49,9 @@ typedef struct rr__args {
    * one look at each buffer: rr__path. ring/ ignores these. send_device / recv_device: the
    * CUDA device of the range the call reads / writes, -1 when that is not device memory (host
    * or managed, or nothing); device: the call's (its events', copies' and kernels'), the send
-   * buffer's if it has one, else the receive buffer's, -1 for none. */
+   * buffer's if it has one, else the receive buffer's, -1 for none; for managed buffers, the
+   * caller's current device at submission (its events'). Every CUDA call made for the call
+   * runs with this device current (group/staging.c). */
   int path;
   int device, send_device, recv_device;
 } rr__args;

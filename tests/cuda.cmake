@@ -24,7 +24,7 @@ endif()
 # The host fake of the CUDA table (tests/fake_cuda/): plain C, built in every configuration
 # (nvcc or not, sanitizers or not), linked only into tests.
 add_library(rr_fake_cuda STATIC ${RR_TEST_DIR}/fake_cuda/fake_cuda.c
-  ${RR_TEST_DIR}/fake_cuda/fake_kernels.c)
+  ${RR_TEST_DIR}/fake_cuda/fake_devices.c ${RR_TEST_DIR}/fake_cuda/fake_kernels.c)
 target_link_libraries(rr_fake_cuda PUBLIC ringreduce_internal)
 target_include_directories(rr_fake_cuda PUBLIC ${CMAKE_SOURCE_DIR})
 
@@ -68,6 +68,9 @@ foreach(t noctx workerctx pgdevice ipc perthread)
   set_tests_properties(cuda_${t} PROPERTIES LABELS "cuda" TIMEOUT 120 SKIP_RETURN_CODE 77
     ENVIRONMENT "${RR_CUDA_TEST_ENV}")
 endforeach()
+add_test(NAME cuda_device1_w2 COMMAND test_cuda device1 2)
+set_tests_properties(cuda_device1_w2 PROPERTIES LABELS "cuda" TIMEOUT 300 SKIP_RETURN_CODE 77
+  ENVIRONMENT "${RR_CUDA_TEST_ENV}")
 add_test(NAME cuda_nosync_w2 COMMAND test_cuda nosync 2)
 set_tests_properties(cuda_nosync_w2 PROPERTIES LABELS "cuda" TIMEOUT 300 SKIP_RETURN_CODE 77
   ENVIRONMENT "${RR_CUDA_TEST_ENV}")
@@ -152,6 +155,13 @@ set_tests_properties(cudafake.nosync_ipc_w2 PROPERTIES
 foreach(t noctx workerctx pgdevice ipc perthread)
   rr_fake_test(${t} ${t})
 endforeach()
+# Every rank's buffers on device 1, the calls waited for on a thread that never chose a
+# device: no context on device 0, no wait on its legacy stream (issue 24 item 1.1); staged,
+# and through CUDA IPC.
+rr_fake_test(device1_w2 device1 2)
+rr_fake_test(device1_ipc_w2 device1 2)
+set_tests_properties(cudafake.device1_ipc_w2 PROPERTIES ENVIRONMENT
+  "${RR_FAKE_ENV};RR_CUDA_IPC=1;RR_TEST_EXPECT_IPC=1")
 
 if(TARGET reduce_kernel_perf)
   add_test(NAME cuda_reduce_kernel_perf COMMAND reduce_kernel_perf -b 1M -e 16M -f 4)

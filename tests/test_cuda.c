@@ -57,6 +57,15 @@
  *   test_cuda [--fake] workerctx           an async call on a buffer of device 1 creates no
  *                                          context on device 0 (cuda-review 1; needs 2
  *                                          devices, skipped with one)
+ *   test_cuda [--fake] device1 <world> [v] every rank's buffers on device 1 (needs 2
+ *                                          devices): async all_reduce waited for with
+ *                                          rr_work_wait or polled with rr_work_test on a
+ *                                          thread that never chose a device, on the NULL
+ *                                          stream and a user stream, and a managed buffer;
+ *                                          no context on device 0 (the fake names the call
+ *                                          that made one), no wait on device 0's legacy
+ *                                          stream, the call's stream sees the result
+ *                                          (issue 24 item 1.1); v: that variant only
  *   test_cuda [--fake] pgdevice            rr_pg_options.device: one past the last device is
  *                                          refused (RR_EINVAL), the last one is made current
  *                                          (cuda-review 5)
@@ -611,6 +620,101 @@ static int workerctx_rank(int rank, void *arg) {
   return 0;
 }
 
+/* ---- device1: every CUDA call made for a call runs on the call's device ---- */
+
+/* The calls' waits run on a thread that never chose a device (torch's futures thread). */
+static const char *const d1_names[] = {
+    "device buffer, NULL stream, rr_work_wait on another thread",
+    "device buffer, user stream, rr_work_wait on another thread",
+    "device buffer, NULL stream, rr_work_test on another thread",
+    "managed buffer, NULL stream, rr_work_wait on another thread"};
+
+typedef struct d1wait {
+  rr_work *w;
+  int test;
+} d1wait;
+
+static int d1_waiter(void *p) {
+  const d1wait *x = p;
+  int st;
+  if (x->test)
+    while ((st = rr_work_test(x->w)) == RR_INPROGRESS) usleep(200);
+  else
+    st = rr_work_wait(x->w, 120000); /* bounded: never runs the call on this thread */
+  if (st != RR_OK) T_FAIL("%s: %s", x->test ? "rr_work_test" : "rr_work_wait", rr_last_error());
+  rr_work_free(x->w); /* the call's events are destroyed here */
+  return 0;
+}
+
+/* Device 0 has no context and no legacy-stream wait crossed devices (the fake says which
+ * call on which thread made a context; a GPU's driver does not). */
+static int d1_no_device0(const char *what, int it) {
+  char why[256] = "";
+  if (g_fake) {
+    int c = rr_fake_cuda_legacy_cross(why, sizeof why);
+    T_CHECK(c == 0, "%s, round %d: %d stream waits on the wrong device's legacy stream: %s", what,
+            it, c, why);
+    rr_fake_cuda_ctx_origin(0, why, sizeof why);
+  }
+  int a0 = rr__cuda_primary_ctx_active(0);
+  T_CHECK(a0 == 0 || (a0 == -1 && !g_fake),
+          "%s, round %d: a call on buffers of device 1 created a context on device 0: %s", what, it,
+          why);
+  return 0;
+}
+
+static int device1_rank(int rank, void *arg) {
+  const int v = *(const int *)arg;
+  t_rank = rank;
+  rr_pg *pg;
+  T_OK(rr_init_process_group(&pg, NULL));
+  const int world = rr_get_world_size(pg);
+  C_OK(set_device(1));
+  const size_t n = 1u << 16, bytes = n * sizeof(int32_t);
+  void *s = NULL, *buf = NULL;
+  if (v == 1) C_OK(stream_create(&s, 0)); /* a blocking stream of device 1 */
+  T_OK(rr_pg_set_cuda_stream(pg, s));
+  if (v == 3)
+    C_OK(malloc_managed(&buf, bytes));
+  else
+    buf = dalloc(bytes);
+  /* Two host buffers: the upload reads `up` when the stream gets to it, which on the CUDA IPC
+   * path can be after the call completed on the host (the fake's copies are asynchronous
+   * from any memory); `up` is written again only after the stream passed the read below. */
+  int32_t *up = malloc(bytes), *h = malloc(bytes);
+  T_CHECK(up && h, "host memory");
+  for (int it = 0; it < 3; it++) {
+    for (size_t i = 0; i < n; i++) up[i] = (int32_t)((size_t)rank + (size_t)it + i % 1000);
+    C_OK(memcpy_async(buf, up, bytes, s)); /* the call is ordered after it */
+    rr_work *w;
+    const uint64_t ipc_before = rr__ipc_segments();
+    T_OK(rr_all_reduce_async(pg, buf, buf, n, RR_INT32, RR_SUM, &w));
+    d1wait x = {w, v == 2};
+    t_thread th;
+    T_CHECK(!t_thread_start(&th, d1_waiter, &x), "starting the waiting thread");
+    T_CHECK(!t_thread_join(&th), "%s: the waiting thread failed", d1_names[v]);
+    if (d1_no_device0(d1_names[v], it)) return 1;
+    if (expect_ipc() == 1 && v != 3)
+      T_CHECK(rr__ipc_segments() > ipc_before, "%s: nothing went through CUDA IPC", d1_names[v]);
+    /* The call's stream (device 1's legacy stream for NULL) sees the result. */
+    memset(h, 0, bytes);
+    C_OK(memcpy_async(h, buf, bytes, s));
+    C_OK(stream_sync(s));
+    for (size_t i = 0; i < n; i++) {
+      const int32_t want = (int32_t)((size_t)world * ((size_t)it + i % 1000) +
+                                     (size_t)world * (size_t)(world - 1) / 2);
+      T_CHECK(h[i] == want, "%s, round %d: element %zu is %d, not %d", d1_names[v], it, i,
+              (int)h[i], (int)want);
+    }
+  }
+  free(up);
+  free(h);
+  C_OK(free(buf));
+  if (s) C_OK(stream_destroy(s));
+  T_OK(rr_destroy_process_group(pg));
+  return d1_no_device0(d1_names[v], 3);
+}
+
 /* ---- rr_pg_options.device ---- */
 
 static int pgdevice_rank(int rank, void *arg) {
@@ -812,6 +916,16 @@ int main(int argc, char **argv) {
     printf("workerctx: ok\n");
     return 0;
   }
+  if (!strcmp(what, "device1")) {
+    if (devices_forked() < 2) return skip("this test needs two CUDA devices");
+    int world = argc > 2 ? atoi(argv[2]) : 2, only = argc > 3 ? atoi(argv[3]) : -1;
+    for (int v = 0; v < (int)(sizeof d1_names / sizeof d1_names[0]); v++) {
+      if (only >= 0 && v != only) continue;
+      if (spawn(world, device1_rank, &v)) return 1;
+      printf("device1 w%d: %s: ok\n", world, d1_names[v]);
+    }
+    return 0;
+  }
   if (!strcmp(what, "pgdevice")) {
     if (spawn(1, pgdevice_rank, NULL)) return 1;
     printf("pgdevice: ok\n");
@@ -833,7 +947,7 @@ int main(int argc, char **argv) {
        strcmp(what, "capture") && strcmp(what, "ptrfail") && strcmp(what, "nosync_managed"))) {
     fprintf(stderr,
             "usage: test_cuda [--fake] ptr|kernel|noctx|workerctx|pgdevice|ipc|perthread|"
-            "coll W|large W|stream W|nosync W|nosync_managed W|managed W|capture W|"
+            "device1 W|coll W|large W|stream W|nosync W|nosync_managed W|managed W|capture W|"
             "ptrfail W\n");
     return 2;
   }

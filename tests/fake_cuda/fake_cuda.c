@@ -58,17 +58,15 @@
  *     real runtime).
  *   - Opening the same handle twice in one process returns the same pointer and counts
  *     references; cudaIpcCloseMemHandle unmaps at the last close.
- * Contexts (PG, "Initialization"; cudaSetDevice since CUDA 12.0).
- *   - cudaSetDevice creates the device's primary context at once; so does any call that
- *     needs one (allocation, streams, events, copies, launches) on the current device.
- *     cudaGetDeviceCount, cudaGetDevice, pointer attributes and the primary-context state
- *     do not.
- *   - A thread starts on device 0.
- *   - A process forked after the parent used CUDA cannot use it (cudaErrorInitializationError).
+ * Devices, threads and contexts: fake_devices.c (several devices, a current device per
+ * thread, device 0 for a thread that never chose one, which call on which thread made each
+ * context, and the legacy-stream waits that crossed devices). Every call here that needs a
+ * context asks it for one on the calling thread's current device (rr__fk_ctx).
  *
  * One file of about 1200 lines: every rule reads and writes the one state the fake keeps
  * under one lock (F, the streams' and events' records); split by area, each part would
- * reach into the others' structures.
+ * reach into the others' structures. The devices and contexts share none of it and live in
+ * fake_devices.c.
  *
  * Kernels run as the host versions of the device code: cuda/reduce_elem.cuh and
  * cuda/ddp_elem.cuh are plain C (the kernels' element functions, checked bit for bit
@@ -81,8 +79,10 @@
  *
  * Longer than the house's ~800 lines on purpose: the registry, the streams, the events and
  * the IPC handles are one state under one lock, each rule next to the state it guards; the
- * kernels, which share nothing with it, are in fake_kernels.c. */
+ * kernels and the devices, which share nothing with it, are in fake_kernels.c and
+ * fake_devices.c. */
 #include "tests/fake_cuda/fake_cuda.h"
+#include "tests/fake_cuda/fake_int.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -178,41 +178,18 @@ typedef struct fstream {
 static struct {
   pthread_mutex_t mu;
   pthread_cond_t cv;
-  int ndev;
-  _Atomic int pid; /* the process that started the fake driver */
   long delay_us;   /* set at install, before any thread */
   int ptr_fail;    /* RR_FAKE_CUDA_PTR_FAIL: pointer attributes fail (set at install) */
   uint64_t next_id;
-  atomic_uchar ctx[F_MAX_DEV];
   falloc *allocs;
   fstream *streams;
   fstream *legacy[F_MAX_DEV];
 } F = {.mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER};
 
-static _Thread_local int t_dev;
-static _Thread_local int t_err; /* the thread's last error (cudaGetLastError) */
+#define fail rr__fk_fail
 
-static int fail(int e) {
-  t_err = e;
-  return e;
-}
-
-/* Start the "driver" in this process; refuse a child forked after the parent used it. */
-static int f_init(void) {
-  int me = (int)getpid(), seen = 0;
-  if (atomic_compare_exchange_strong(&F.pid, &seen, me) || seen == me) return 0;
-  /* PG, "Initialization": CUDA state does not survive fork. A forked child has its own fake
-   * only when the parent never used it. */
-  return fail(RR__CUDA_ERR_INITIALIZATION);
-}
-
-/* A call that needs a context: starts the driver and the current device's context. */
-static int f_ctx(void) {
-  int e = f_init();
-  if (e) return e;
-  atomic_store(&F.ctx[t_dev], 1);
-  return 0;
-}
+/* A call that needs a context on the calling thread's current device (fake_devices.c). */
+static int f_ctx(const char *call) { return rr__fk_ctx(call); }
 
 /* ---- the allocation registry ---- */
 
@@ -390,9 +367,12 @@ static fstream *f_stream(void *h, int *err) {
     return NULL;
   }
   if (!h || h == RR__CUDA_STREAM_LEGACY) {
-    if (!F.legacy[t_dev]) F.legacy[t_dev] = f_new_stream(t_dev, 0, 1);
-    if (!F.legacy[t_dev]) *err = RR__CUDA_ERR_MEMORY_ALLOCATION;
-    return F.legacy[t_dev];
+    /* Runtime API, "Stream synchronization behavior": the calling thread's current device's
+     * legacy stream, whatever device the call's other arguments are on. */
+    const int d = rr__fk_device();
+    if (!F.legacy[d]) F.legacy[d] = f_new_stream(d, 0, 1);
+    if (!F.legacy[d]) *err = RR__CUDA_ERR_MEMORY_ALLOCATION;
+    return F.legacy[d];
   }
   fstream *s = h;
   if (s->magic != F_MAGIC || s->dead) {
@@ -445,41 +425,10 @@ static fop *f_op(int kind) {
 
 /* ---- the table's entries ---- */
 
-static int f_device_count(int *n) {
-  int e = f_init();
-  if (e) return e;
-  *n = F.ndev;
-  return 0;
-}
-
-static int f_get_device(int *d) {
-  int e = f_init();
-  if (e) return e;
-  *d = t_dev;
-  return 0;
-}
-
-static int f_set_device(int d) {
-  int e = f_init();
-  if (e) return e;
-  if (d < 0 || d >= F.ndev) return fail(RR__CUDA_ERR_INVALID_DEVICE);
-  t_dev = d;
-  atomic_store(&F.ctx[d], 1); /* since CUDA 12.0 cudaSetDevice initialises the primary context */
-  return 0;
-}
-
-static int f_primary_ctx_active(int d, int *active) {
-  int e = f_init();
-  if (e) return e;
-  if (d < 0 || d >= F.ndev) return fail(RR__CUDA_ERR_INVALID_DEVICE);
-  *active = atomic_load(&F.ctx[d]);
-  return 0;
-}
-
 static int f_ptr_attrs(const void *p, int *type, int *device) {
   *type = RR__CUDA_MEM_UNREGISTERED;
   *device = -1;
-  int e = f_init();
+  int e = rr__fk_init();
   if (e) return e;
   /* cuPointerGetAttributes may fail (CUDA_ERROR_INVALID_CONTEXT, _DEINITIALIZED, ...: Driver
    * API reference) whatever the pointer; RR_FAKE_CUDA_PTR_FAIL=1 makes every question fail
@@ -504,7 +453,7 @@ static void f_drain_locked(void) {
 }
 
 static int f_device_sync(void) {
-  int e = f_ctx();
+  int e = f_ctx("cudaDeviceSynchronize");
   if (e) return e;
   pthread_mutex_lock(&F.mu);
   f_drain_locked();
@@ -514,7 +463,9 @@ static int f_device_sync(void) {
 
 static int f_alloc(void **p, size_t bytes, int type) {
   *p = NULL;
-  int e = f_ctx();
+  int e = f_ctx(type == RR__CUDA_MEM_DEVICE ? "cudaMalloc"
+                : type == RR__CUDA_MEM_HOST ? "cudaHostAlloc"
+                                            : "cudaMallocManaged");
   if (e) return e;
   size_t len = f_round(bytes ? bytes : 1);
   char *base, *shadow;
@@ -531,7 +482,7 @@ static int f_alloc(void **p, size_t bytes, int type) {
     shadow = base;
   }
   pthread_mutex_lock(&F.mu);
-  falloc *a = f_register(base, shadow, len, type, t_dev, fd);
+  falloc *a = f_register(base, shadow, len, type, rr__fk_device(), fd);
   pthread_mutex_unlock(&F.mu);
   if (!a) {
     if (shadow != base) munmap(shadow, len);
@@ -557,7 +508,7 @@ static int f_host_alloc(void **p, size_t b) {
  * finished with it (Runtime API, "API synchronization behavior"). */
 static int f_release(void *p, int host) {
   if (!p) return 0;
-  int e = f_ctx();
+  int e = f_ctx(host ? "cudaFreeHost" : "cudaFree");
   if (e) return e;
   pthread_mutex_lock(&F.mu);
   falloc *a = f_find(p);
@@ -578,7 +529,7 @@ static int f_host_free(void *p) {
 }
 
 static int f_memcpy_async(void *dst, const void *src, size_t bytes, void *stream) {
-  int e = f_ctx();
+  int e = f_ctx("cudaMemcpyAsync");
   if (e) return e;
   if (bytes == 0) return 0;
   pthread_mutex_lock(&F.mu);
@@ -599,7 +550,7 @@ static int f_memcpy_async(void *dst, const void *src, size_t bytes, void *stream
 }
 
 static int f_memset_async(void *dst, int value, size_t bytes, void *stream) {
-  int e = f_ctx();
+  int e = f_ctx("cudaMemsetAsync");
   if (e) return e;
   if (bytes == 0) return 0;
   pthread_mutex_lock(&F.mu);
@@ -640,7 +591,7 @@ static int f_launch(fop *o, void *stream, const char **what) {
   }
   /* PG, "Stream and Event Behavior": a kernel launch fails when its stream is not the
    * current device's. */
-  if (st->device != t_dev) {
+  if (st->device != rr__fk_device()) {
     *what = "kernel launch (stream of another device)";
     free(o);
     return fail(RR__CUDA_ERR_INVALID_HANDLE);
@@ -651,7 +602,7 @@ static int f_launch(fop *o, void *stream, const char **what) {
 static int f_reduce_launch(void *dst, void *dst2, const void *a, const void *b, size_t n, int dtype,
                            int op, int avg_div, void *stream, const char **what) {
   *what = "";
-  int e = f_ctx();
+  int e = f_ctx("the reduce kernel launch");
   if (e) return e;
   if (n == 0) return 0;
   if (!rr__op_applies((rr_dtype)dtype, (rr_op)op)) {
@@ -682,7 +633,7 @@ static int f_reduce_launch(void *dst, void *dst2, const void *a, const void *b, 
 static int f_ddp_launch(int kind, void *dst, const void *src, size_t n, int dtype, int wire,
                         int world, void *stream, const char **what) {
   *what = "DDP kernel dispatch";
-  int e = f_ctx();
+  int e = f_ctx("a DDP kernel launch");
   if (e) return e;
   int fdt =
       dtype == RR_FLOAT32 || dtype == RR_FLOAT64 || dtype == RR_FLOAT16 || dtype == RR_BFLOAT16;
@@ -715,10 +666,10 @@ static int f_ddp_launch(int kind, void *dst, const void *src, size_t n, int dtyp
 
 static int f_stream_create(void **stream, int nonblocking) {
   *stream = NULL;
-  int e = f_ctx();
+  int e = f_ctx("cudaStreamCreateWithFlags");
   if (e) return e;
   pthread_mutex_lock(&F.mu);
-  fstream *s = f_new_stream(t_dev, nonblocking, 0);
+  fstream *s = f_new_stream(rr__fk_device(), nonblocking, 0);
   pthread_mutex_unlock(&F.mu);
   if (!s) return fail(RR__CUDA_ERR_MEMORY_ALLOCATION);
   *stream = s;
@@ -727,7 +678,7 @@ static int f_stream_create(void **stream, int nonblocking) {
 
 /* cudaStreamDestroy returns at once; the stream's queued work still completes. */
 static int f_stream_destroy(void *stream) {
-  int e = f_ctx();
+  int e = f_ctx("cudaStreamDestroy");
   if (e) return e;
   pthread_mutex_lock(&F.mu);
   int err;
@@ -743,7 +694,7 @@ static int f_stream_destroy(void *stream) {
 }
 
 static int f_stream_sync(void *stream) {
-  int e = f_ctx();
+  int e = f_ctx("cudaStreamSynchronize");
   if (e) return e;
   pthread_mutex_lock(&F.mu);
   int err;
@@ -761,7 +712,7 @@ static int f_stream_sync(void *stream) {
 
 static int f_stream_is_capturing(void *stream, int *capturing) {
   *capturing = 0;
-  int e = f_ctx();
+  int e = f_ctx("cudaStreamIsCapturing");
   if (e) return e;
   pthread_mutex_lock(&F.mu);
   int err;
@@ -774,7 +725,7 @@ static int f_stream_is_capturing(void *stream, int *capturing) {
 /* cudaStreamBeginCapture: not on the legacy stream (cudaErrorStreamCaptureUnsupported), not
  * twice (cudaErrorIllegalState). */
 static int f_stream_begin_capture(void *stream) {
-  int e = f_ctx();
+  int e = f_ctx("cudaStreamBeginCapture");
   if (e) return e;
   pthread_mutex_lock(&F.mu);
   int err;
@@ -789,7 +740,7 @@ static int f_stream_begin_capture(void *stream) {
  * a stream that joined and was not joined back fails it (cudaErrorStreamCaptureUnjoined).
  * Either way every stream of the capture leaves it. */
 static int f_stream_end_capture(void *stream) {
-  int e = f_ctx();
+  int e = f_ctx("cudaStreamEndCapture");
   if (e) return e;
   pthread_mutex_lock(&F.mu);
   int err;
@@ -815,14 +766,14 @@ static fevent *f_event(void *h) {
 
 static int f_event_create(void **event, unsigned flags) {
   *event = NULL;
-  int e = f_ctx();
+  int e = f_ctx("cudaEventCreateWithFlags");
   if (e) return e;
   /* cudaEventCreateWithFlags: cudaEventInterprocess must come with cudaEventDisableTiming. */
   if ((flags & RR__CUDA_EVENT_INTERPROCESS) && !(flags & RR__CUDA_EVENT_DISABLE_TIMING))
     return fail(RR__CUDA_ERR_INVALID_VALUE);
   fevent *ev = calloc(1, sizeof *ev);
   if (!ev) return fail(RR__CUDA_ERR_MEMORY_ALLOCATION);
-  *ev = (fevent){.magic = F_MAGIC, .flags = flags, .device = t_dev, .fd = -1, .refs = 1};
+  *ev = (fevent){.magic = F_MAGIC, .flags = flags, .device = rr__fk_device(), .fd = -1, .refs = 1};
   if (flags & RR__CUDA_EVENT_INTERPROCESS) {
     /* Its state in shared memory, so another process can wait for it. */
     ev->fd = memfd_create("rr_fake_cuda_event", MFD_CLOEXEC);
@@ -845,7 +796,7 @@ static int f_event_create(void **event, unsigned flags) {
 }
 
 static int f_event_destroy(void *event) {
-  int e = f_ctx();
+  int e = f_ctx("cudaEventDestroy");
   if (e) return e;
   fevent *ev = f_event(event);
   if (!ev) return fail(RR__CUDA_ERR_INVALID_HANDLE);
@@ -859,7 +810,7 @@ static int f_event_destroy(void *event) {
 }
 
 static int f_event_record(void *event, void *stream) {
-  int e = f_ctx();
+  int e = f_ctx("cudaEventRecord");
   if (e) return e;
   fevent *ev = f_event(event);
   if (!ev) return fail(RR__CUDA_ERR_INVALID_HANDLE);
@@ -897,7 +848,7 @@ static int f_event_record(void *event, void *stream) {
 /* cudaStreamWaitEvent: the stream's later work waits for the most recent record (any
  * device); an event never recorded is complete. */
 static int f_stream_wait_event(void *stream, void *event) {
-  int e = f_ctx();
+  int e = f_ctx("cudaStreamWaitEvent");
   if (e) return e;
   fevent *ev = f_event(event);
   if (!ev) return fail(RR__CUDA_ERR_INVALID_HANDLE);
@@ -919,6 +870,11 @@ static int f_stream_wait_event(void *stream, void *event) {
     pthread_mutex_unlock(&F.mu);
     return 0;
   }
+  /* Legal, but what a caller's NULL stream becomes on a thread whose current device is not
+   * the caller's: the stream meant is not ordered (fake_devices.c, "The legacy default
+   * stream"). Counted for the tests. */
+  if (s && s->legacy && ev->device != s->device)
+    rr__fk_legacy_cross("cudaStreamWaitEvent", s->device, ev->device);
   fop *o = s ? f_op(OP_WAIT) : NULL;
   if (!o) {
     pthread_mutex_unlock(&F.mu);
@@ -939,7 +895,7 @@ static int f_stream_wait_event(void *stream, void *event) {
 }
 
 static int f_event_sync(void *event) {
-  int e = f_ctx();
+  int e = f_ctx("cudaEventSynchronize");
   if (e) return e;
   fevent *ev = f_event(event);
   if (!ev) return fail(RR__CUDA_ERR_INVALID_HANDLE);
@@ -956,7 +912,7 @@ static int f_event_sync(void *event) {
 }
 
 static int f_event_query(void *event) {
-  int e = f_ctx();
+  int e = f_ctx("cudaEventQuery");
   if (e) return e;
   fevent *ev = f_event(event);
   if (!ev) return fail(RR__CUDA_ERR_INVALID_HANDLE);
@@ -988,7 +944,7 @@ static int f_open_fd(const fhandle *h) {
 }
 
 static int f_ipc_get_mem_handle(rr__cuda_ipc_handle *out, void *p) {
-  int e = f_ctx();
+  int e = f_ctx("cudaIpcGetMemHandle");
   if (e) return e;
   pthread_mutex_lock(&F.mu);
   falloc *a = f_find(p);
@@ -1011,7 +967,7 @@ static int f_ipc_get_mem_handle(rr__cuda_ipc_handle *out, void *p) {
 
 static int f_ipc_open_mem_handle(void **p, const rr__cuda_ipc_handle *in) {
   *p = NULL;
-  int e = f_ctx();
+  int e = f_ctx("cudaIpcOpenMemHandle");
   if (e) return e;
   fhandle h;
   memcpy(&h, in->bytes, sizeof h);
@@ -1048,7 +1004,7 @@ static int f_ipc_open_mem_handle(void **p, const rr__cuda_ipc_handle *in) {
 }
 
 static int f_ipc_close_mem_handle(void *p) {
-  int e = f_ctx();
+  int e = f_ctx("cudaIpcCloseMemHandle");
   if (e) return e;
   pthread_mutex_lock(&F.mu);
   falloc *a = f_find(p);
@@ -1065,7 +1021,7 @@ static int f_ipc_close_mem_handle(void *p) {
 }
 
 static int f_ipc_get_event_handle(rr__cuda_ipc_handle *out, void *event) {
-  int e = f_ctx();
+  int e = f_ctx("cudaIpcGetEventHandle");
   if (e) return e;
   fevent *ev = f_event(event);
   /* cudaIpcGetEventHandle: only events created with cudaEventInterprocess and
@@ -1084,7 +1040,7 @@ static int f_ipc_get_event_handle(rr__cuda_ipc_handle *out, void *event) {
 
 static int f_ipc_open_event_handle(void **event, const rr__cuda_ipc_handle *in) {
   *event = NULL;
-  int e = f_ctx();
+  int e = f_ctx("cudaIpcOpenEventHandle");
   if (e) return e;
   fhandle h;
   memcpy(&h, in->bytes, sizeof h);
@@ -1186,17 +1142,13 @@ static const char *f_error_string(int e) {
   return "unknown error";
 }
 
-static void f_clear_error(void) {
-  t_err = 0;
-}
-
 static const rr__cuda_api rr__fake = {
     .name = "fake CUDA (tests)",
-    .device_count = f_device_count,
-    .get_device = f_get_device,
-    .set_device = f_set_device,
+    .device_count = rr__fk_device_count,
+    .get_device = rr__fk_get_device,
+    .set_device = rr__fk_set_device,
     .device_sync = f_device_sync,
-    .primary_ctx_active = f_primary_ctx_active,
+    .primary_ctx_active = rr__fk_primary_ctx_active,
     .ptr_attrs = f_ptr_attrs,
     .malloc = f_malloc,
     .free = f_free,
@@ -1226,11 +1178,11 @@ static const rr__cuda_api rr__fake = {
     .ipc_open_event_handle = f_ipc_open_event_handle,
     .error_string = f_error_string,
     .error_name = f_error_name,
-    .clear_error = f_clear_error,
+    .clear_error = rr__fk_clear_error,
 };
 
 const rr__cuda_api *rr_fake_cuda(int devices) {
-  F.ndev = devices < 1 ? 1 : devices > F_MAX_DEV ? F_MAX_DEV : devices;
+  rr__fk_setup(devices);
   const char *d = getenv("RR_FAKE_CUDA_DELAY_US");
   F.delay_us = d ? atol(d) : 1000;
   const char *pf = getenv("RR_FAKE_CUDA_PTR_FAIL");

@@ -10,6 +10,8 @@
 #ifndef RR_TESTS_FAKE_CUDA_H_
 #define RR_TESTS_FAKE_CUDA_H_
 
+#include <stddef.h>
+
 #include "cuda/api.h"
 
 /* The fake's table, with `devices` fake GPUs (1..8). */
@@ -27,5 +29,15 @@ void rr_fake_ddp_run(int kind, void *dst, const void *src, size_t n, int dtype, 
 
 /* Work the fake's streams still have queued in this process (tests of the fake itself). */
 int rr_fake_cuda_pending(void);
+
+/* Device 0..7's primary context in this process: 0 when it has none; 1 when it has one, with
+ * buf (n bytes) telling which call on which thread made it, and whether that thread had
+ * chosen its device (fake_devices.c). */
+int rr_fake_cuda_ctx_origin(int device, char *buf, size_t n);
+
+/* How many stream waits this process put on one device's legacy stream (NULL or
+ * cudaStreamLegacy on the calling thread) for an event of another device; buf (n bytes)
+ * describes the first. */
+int rr_fake_cuda_legacy_cross(char *buf, size_t n);
 
 #endif

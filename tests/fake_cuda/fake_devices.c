@@ -1,0 +1,180 @@
+/* The fake CUDA table's devices, threads and contexts (tests/fake_cuda/fake_cuda.c holds the
+ * memory, streams, events and IPC handles; this part shares nothing with their state but the
+ * current device it hands them, tests/fake_cuda/fake_int.h). Each rule names the CUDA
+ * documentation it encodes.
+ *
+ * Devices and threads (cudaSetDevice, cudaGetDevice; PG, "Initialization", "Device
+ * Selection").
+ *   - The fake has several devices (RR_TEST_FAKE_DEVICES; the tests default to 2).
+ *   - The current device belongs to the calling thread: cudaSetDevice on one thread leaves
+ *     every other thread where it was. A thread that never called cudaSetDevice is on
+ *     device 0: in the runtime, a thread with no current context is given the primary context
+ *     of device 0 by the first call that needs one.
+ * Contexts (PG, "Initialization"; cudaSetDevice since CUDA 12.0).
+ *   - cudaSetDevice creates the device's primary context at once; so does any call that
+ *     needs one (allocation, streams, events, copies, launches, waits and queries on events
+ *     and streams) on the calling thread's current device. cudaGetDeviceCount,
+ *     cudaGetDevice, pointer attributes and the primary-context state do not.
+ *   - A context is the process's, one per device, made once: the fake records which call on
+ *     which thread made it, and whether that thread had chosen its device or was on device 0
+ *     by default (rr_fake_cuda_ctx_origin). A process whose buffers are all on device 1 and
+ *     still has a context on device 0 paid for it (hundreds of MiB of GPU memory, and a
+ *     failure in exclusive-process mode); the origin names the call that did it.
+ * The legacy default stream (Runtime API, "Stream synchronization behavior").
+ *   - NULL and cudaStreamLegacy name the legacy default stream of the calling thread's
+ *     current device, whichever device the other arguments are on. fake_cuda.c resolves them
+ *     so; a stream wait for an event of one device put on another device's legacy stream is
+ *     legal, but it is what a caller's NULL stream becomes when it is used on a thread whose
+ *     current device is not the caller's: the stream the caller meant is not ordered. Each
+ *     such wait is counted and the first one described (rr_fake_cuda_legacy_cross).
+ *   - A process forked after the parent used CUDA cannot use it (cudaErrorInitializationError;
+ *     PG, "Initialization").
+ *
+ * Threads are numbered in the order they first call the fake in a process (1, 2, ...). */
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "cuda/api.h"
+#include "tests/fake_cuda/fake_cuda.h"
+#include "tests/fake_cuda/fake_int.h"
+
+#define FD_MAX_DEV 8
+#define FD_TEXT 192
+
+static struct {
+  int ndev;
+  _Atomic int pid; /* the process that started the fake driver */
+  atomic_int next_thread;
+  pthread_mutex_t mu; /* the records below */
+  atomic_uchar ctx[FD_MAX_DEV];
+  char ctx_origin[FD_MAX_DEV][FD_TEXT];
+  int cross; /* stream waits on one device's legacy stream for another device's event */
+  char cross_first[FD_TEXT];
+} D = {.mu = PTHREAD_MUTEX_INITIALIZER};
+
+static _Thread_local int t_dev;    /* the current device: 0 until cudaSetDevice */
+static _Thread_local int t_chose;  /* this thread called cudaSetDevice */
+static _Thread_local int t_number; /* 0: not numbered yet */
+static _Thread_local int t_err;    /* the thread's last error (cudaGetLastError) */
+
+int rr__fk_fail(int e) {
+  t_err = e;
+  return e;
+}
+
+int rr__fk_device(void) {
+  return t_dev;
+}
+
+static int fd_thread(void) {
+  if (!t_number) t_number = atomic_fetch_add(&D.next_thread, 1) + 1;
+  return t_number;
+}
+
+int rr__fk_init(void) {
+  (void)fd_thread();
+  int me = (int)getpid(), seen = 0;
+  if (atomic_compare_exchange_strong(&D.pid, &seen, me) || seen == me) return 0;
+  /* PG, "Initialization": CUDA state does not survive fork. A forked child has its own fake
+   * only when the parent never used it. */
+  return rr__fk_fail(RR__CUDA_ERR_INITIALIZATION);
+}
+
+/* Make device d's primary context if it has none, recording who did. */
+static void fd_make_ctx(int d, const char *call) {
+  if (atomic_load(&D.ctx[d])) return;
+  pthread_mutex_lock(&D.mu);
+  if (!atomic_load(&D.ctx[d])) {
+    snprintf(D.ctx_origin[d], FD_TEXT, "%s on thread %d, %s", call, fd_thread(),
+             t_chose ? "which had chosen its device (cudaSetDevice)"
+                     : "which never called cudaSetDevice (on device 0 by default)");
+    atomic_store(&D.ctx[d], 1);
+  }
+  pthread_mutex_unlock(&D.mu);
+}
+
+int rr__fk_ctx(const char *call) {
+  int e = rr__fk_init();
+  if (e) return e;
+  fd_make_ctx(t_dev, call);
+  return 0;
+}
+
+void rr__fk_legacy_cross(const char *call, int stream_device, int event_device) {
+  pthread_mutex_lock(&D.mu);
+  if (D.cross++ == 0)
+    snprintf(D.cross_first, FD_TEXT,
+             "%s(NULL / cudaStreamLegacy) on thread %d: device %d's legacy stream waits for an "
+             "event of device %d",
+             call, fd_thread(), stream_device, event_device);
+  pthread_mutex_unlock(&D.mu);
+}
+
+/* ---- the table's entries ---- */
+
+int rr__fk_device_count(int *n) {
+  int e = rr__fk_init();
+  if (e) return e;
+  *n = D.ndev;
+  return 0;
+}
+
+int rr__fk_get_device(int *d) {
+  int e = rr__fk_init();
+  if (e) return e;
+  *d = t_dev;
+  return 0;
+}
+
+int rr__fk_set_device(int d) {
+  int e = rr__fk_init();
+  if (e) return e;
+  if (d < 0 || d >= D.ndev) return rr__fk_fail(RR__CUDA_ERR_INVALID_DEVICE);
+  t_dev = d;
+  t_chose = 1;
+  /* Since CUDA 12.0 cudaSetDevice initialises the device's primary context at once. */
+  char call[32];
+  snprintf(call, sizeof call, "cudaSetDevice(%d)", d);
+  fd_make_ctx(d, call);
+  return 0;
+}
+
+int rr__fk_primary_ctx_active(int d, int *active) {
+  int e = rr__fk_init();
+  if (e) return e;
+  if (d < 0 || d >= D.ndev) return rr__fk_fail(RR__CUDA_ERR_INVALID_DEVICE);
+  *active = atomic_load(&D.ctx[d]);
+  return 0;
+}
+
+void rr__fk_clear_error(void) {
+  t_err = 0;
+}
+
+int rr__fk_setup(int devices) {
+  D.ndev = devices < 1 ? 1 : devices > FD_MAX_DEV ? FD_MAX_DEV : devices;
+  return D.ndev;
+}
+
+/* ---- what tests ask ---- */
+
+int rr_fake_cuda_ctx_origin(int device, char *buf, size_t n) {
+  if (n) buf[0] = 0;
+  if (device < 0 || device >= FD_MAX_DEV || !atomic_load(&D.ctx[device])) return 0;
+  pthread_mutex_lock(&D.mu);
+  if (n) snprintf(buf, n, "%s", D.ctx_origin[device]);
+  pthread_mutex_unlock(&D.mu);
+  return 1;
+}
+
+int rr_fake_cuda_legacy_cross(char *buf, size_t n) {
+  pthread_mutex_lock(&D.mu);
+  int c = D.cross;
+  if (n) snprintf(buf, n, "%s", c ? D.cross_first : "");
+  pthread_mutex_unlock(&D.mu);
+  return c;
+}

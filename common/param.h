@@ -24,6 +24,10 @@
   XX(cuda_ipc, "RR_CUDA_IPC", 0, 0, 1,                                                      \
      "1: device buffers of ranks on one host go device to device through CUDA IPC "         \
      "(all_reduce, reduce_scatter, all_gather; opt-in: see docs/cuda.md)")                   \
+  XX(cuda_pipe, "RR_CUDA_PIPE", 1, 0, 1,                                                    \
+     "1: ring collectives on device buffers over host lanes (TCP, verbs, shm without CUDA "   \
+     "IPC) pipeline each segment through pinned memory and reduce on the GPU; 0: stage the "  \
+     "whole buffer through the host (docs/cuda.md)")                                         \
   XX(ib_gid_index, "RR_IB_GID_INDEX", -1, -1, 255,                                          \
      "RoCE: the GID table index to use (unset: the first RoCE v2 GID of the address family)")
 

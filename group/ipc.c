@@ -10,7 +10,10 @@
 #include "cuda/cuda.h"
 #include "group/pg.h"
 
-static const char *const rr__ipc_how = "device buffer through CUDA IPC";
+static const char *rr__ipc_how(const rr__args *a) {
+  return a->path == RR__PATH_PIPED ? "device buffer piped through pinned host memory"
+                                   : "device buffer through CUDA IPC";
+}
 
 /* Every rank decides alone, from what all ranks share: the call (kind, count), the group's
  * ranks all on one host (then every lane is shared memory; otherwise every rank has a peer
@@ -19,22 +22,38 @@ static const char *const rr__ipc_how = "device buffer through CUDA IPC";
  * fails the call with RR_EMISMATCH (the lane sees host bytes where it expects device ones);
  * RR_TRANSPORT=shm stages instead. Asked only of a call whose path is RR__PATH_STAGED, which
  * gets its events at submission (rr__cuda_pg_prepare) or fails there. */
+/* What both device-to-device paths need: a kind whose algorithm is the ring (its steps are
+ * all pipelined send / receive(-reduce) steps), something to move, the ring chosen (RR_ALGO),
+ * no trace (it copies a step's values on the host), and both buffers on one device. */
+static int rr__pg_ring_on_device(const rr_pg *pg, const rr__args *a) {
+  if (rr__kind(a->kind)->algo != RR__ALGO_RING || a->count == 0 || pg->size < 2) return 0;
+  if (pg->cs.algo != RR__ALGO_NONE && pg->cs.algo != RR__ALGO_RING) return 0;
+  if (pg->cs.trace != RR__TRACE_OFF) return 0;
+  return a->send_device >= 0 && a->send_device == a->recv_device;
+}
+
 int rr__pg_ipc_call(const rr_pg *pg, const rr__args *a) {
   const rr__params *p = rr__params_get();
-  /* The kinds whose algorithm is the ring: their steps are all pipelined send /
-   * receive(-reduce) steps. */
-  const int ring = rr__kind(a->kind)->algo == RR__ALGO_RING;
   /* Opt-in (RR_CUDA_IPC=1) until a peer killed mid-call cannot leave this rank's streams
    * waiting for its events (docs/cuda.md): the staged path fails such a call cleanly. */
-  if (!p->cuda_ipc) return 0;
-  if (!ring || a->count == 0 || pg->size < 2) return 0;
-  if (strcmp(p->transport, "auto") || (pg->cs.algo != RR__ALGO_NONE && pg->cs.algo != RR__ALGO_RING))
-    return 0;
-  if (pg->cs.trace != RR__TRACE_OFF) return 0; /* traces copy a step's values on the host */
-  if (a->send_device < 0 || a->recv_device < 0 || a->send_device != a->recv_device) return 0;
+  if (!p->cuda_ipc || strcmp(p->transport, "auto") || !rr__pg_ring_on_device(pg, a)) return 0;
   /* A segment must fit one device message on the lane to every peer (0 where a peer's
    * transport carries none). */
   return pg->cs.seg_bytes <= rr__comm_device_msg_max(pg->comm);
+}
+
+/* Any transport carries the pinned slots. The ring must be the algorithm a host call would
+ * run too (an all_reduce up to RR_SMALL_BYTES takes recursive doubling: staged, it keeps
+ * it), so ranks whose buffers are host memory and ranks whose buffers are on a device run
+ * the same steps with the same bytes on the wire: unlike CUDA IPC's, that mix works. Every
+ * rank decides alike from what all share (the call, RR_ALGO, RR_SMALL_BYTES, RR_TRACE,
+ * RR_CUDA_PIPE: docs/env.md says to set them alike) and its own buffers. */
+int rr__pg_piped_call(const rr_pg *pg, const rr__args *a) {
+  if (!rr__params_get()->cuda_pipe || !rr__pg_ring_on_device(pg, a)) return 0;
+  if (a->kind == RR__K_ALL_REDUCE && pg->cs.algo == RR__ALGO_NONE &&
+      a->count * rr_dtype_size(a->dtype) <= pg->cs.small_bytes)
+    return 0;
+  return 1;
 }
 
 /* The ring runs on the group's copy stream for the device, which first waits for the call's
@@ -42,12 +61,13 @@ int rr__pg_ipc_call(const rr_pg *pg, const rr__args *a) {
  * for here (rr__cuda_pg_finish does, as for the staged path). */
 int rr__pg_ipc_in(rr_pg *pg, const rr__args *a, rr__req_dev *dev, int *prev) {
   int st = rr__cuda_set_device(a->device, prev);
-  if (st != RR_OK) return rr__cuda_pg_fail(pg, a, st, "selecting the buffers' device", rr__ipc_how);
+  if (st != RR_OK)
+    return rr__cuda_pg_fail(pg, a, st, "selecting the buffers' device", rr__ipc_how(a));
   void *cs = NULL;
   st = rr__cuda_pg_copy_stream(pg, a, a->device, &cs);
   if (st != RR_OK) {
     rr__cuda_restore_device(*prev);
-    return rr__cuda_pg_fail(pg, a, st, "ordering the call after its stream", rr__ipc_how);
+    return rr__cuda_pg_fail(pg, a, st, "ordering the call after its stream", rr__ipc_how(a));
   }
   *dev = (rr__req_dev){.stream = cs, .device = a->device};
   return RR_OK;
@@ -57,6 +77,6 @@ int rr__pg_ipc_out(rr_pg *pg, const rr__args *a, const rr__req_dev *dev, int pre
   int rec = st == RR_OK ? rr__cuda_event_record(a->cuda_done, dev->stream) : RR_OK;
   rr__cuda_restore_device(prev);
   if (rec != RR_OK)
-    return rr__cuda_pg_fail(pg, a, rec, "marking the result's completion", rr__ipc_how);
+    return rr__cuda_pg_fail(pg, a, rec, "marking the result's completion", rr__ipc_how(a));
   return st;
 }

@@ -118,6 +118,9 @@ int rr__pg_stage_out(rr_pg *pg, const rr__args *a, const rr__stage *sg, int st);
  * stream the ring runs on (*dev), ordered after the call's stream as the staged path is, and
  * ipc_out, given the ring's status, marks the result's completion. */
 int rr__pg_ipc_call(const rr_pg *pg, const rr__args *a);
+/* Not through CUDA IPC, but pipelined through pinned slots with the reductions on the GPU
+ * (ring/pipe_dev.c)? Asked of a staged call that did not take IPC; run like IPC's. */
+int rr__pg_piped_call(const rr_pg *pg, const rr__args *a);
 int rr__pg_ipc_in(rr_pg *pg, const rr__args *a, rr__req_dev *dev, int *prev);
 int rr__pg_ipc_out(rr_pg *pg, const rr__args *a, const rr__req_dev *dev, int prev, int st);
 /* Shared by the device paths (group/staging.c): the stream their copies and kernels go on

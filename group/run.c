@@ -15,12 +15,15 @@
 #include "cuda/cuda.h"
 #include "group/pg.h"
 
-/* dev != NULL: the algorithm runs on the device buffers themselves (CUDA IPC). */
-static int rr__run_coll(rr_pg *pg, const rr__args *a, int64_t timeout_ms, const rr__req_dev *dev) {
+/* dev != NULL: the algorithm runs on the device buffers themselves (CUDA IPC, or piped:
+ * through pinned slots over host lanes). */
+static int rr__run_coll(rr_pg *pg, const rr__args *a, int64_t timeout_ms, const rr__req_dev *dev,
+                        int piped) {
   rr__coll c;
   rr__coll_init(&c, &pg->cs, pg->comm, a, pg->rank, pg->size, timeout_ms);
   c.may_spin = pg->inline_call;
   c.dev = dev;
+  c.piped = piped;
   int me = pg->global_ranks[pg->rank];
   char desc[192];
 
@@ -67,6 +70,7 @@ int rr__pg_path(const rr_pg *pg, rr__args *a) {
   if (!rr__cuda_available()) return RR_OK;
   RR__CHECK(rr__cuda_pg_buffers(pg, a));
   if (a->path == RR__PATH_STAGED && rr__pg_ipc_call(pg, a)) a->path = RR__PATH_IPC;
+  else if (a->path == RR__PATH_STAGED && rr__pg_piped_call(pg, a)) a->path = RR__PATH_PIPED;
   return RR_OK;
 }
 
@@ -75,22 +79,24 @@ static int rr__run_staged(rr_pg *pg, const rr__args *a, int64_t timeout_ms) {
   rr__args h;
   rr__stage sg;
   RR__CHECK(rr__pg_stage_in(pg, a, &h, &sg));
-  return rr__pg_stage_out(pg, a, &sg, rr__run_coll(pg, &h, timeout_ms, NULL));
+  return rr__pg_stage_out(pg, a, &sg, rr__run_coll(pg, &h, timeout_ms, NULL, 0));
 }
 
-static int rr__run_ipc(rr_pg *pg, const rr__args *a, int64_t timeout_ms) {
+/* CUDA IPC and piped: the ring on the device buffers, on the group's copy stream. */
+static int rr__run_device(rr_pg *pg, const rr__args *a, int64_t timeout_ms, int piped) {
   rr__req_dev dev;
   int prev = -1;
   RR__CHECK(rr__pg_ipc_in(pg, a, &dev, &prev));
-  return rr__pg_ipc_out(pg, a, &dev, prev, rr__run_coll(pg, a, timeout_ms, &dev));
+  return rr__pg_ipc_out(pg, a, &dev, prev, rr__run_coll(pg, a, timeout_ms, &dev, piped));
 }
 
 int rr__pg_run(rr_pg *pg, const rr__args *a, int64_t timeout_ms) {
   switch (a->path) {
     case RR__PATH_MANAGED:
     case RR__PATH_STAGED: return rr__run_staged(pg, a, timeout_ms);
-    case RR__PATH_IPC: return rr__run_ipc(pg, a, timeout_ms);
+    case RR__PATH_IPC: return rr__run_device(pg, a, timeout_ms, 0);
+    case RR__PATH_PIPED: return rr__run_device(pg, a, timeout_ms, 1);
     case RR__PATH_HOST:
-    default: return rr__run_coll(pg, a, timeout_ms, NULL);
+    default: return rr__run_coll(pg, a, timeout_ms, NULL, 0);
   }
 }

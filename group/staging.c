@@ -85,7 +85,8 @@ static int rr__host_idle(rr_pg *pg) {
 
 void rr__cuda_pg_free(rr_pg *pg) {
   (void)rr__host_idle(pg);
-  rr__cuda_free(pg->cs.dev_scratch); /* waits for the device work still using it */
+  rr__piped_free(&pg->cs);            /* waits for the device work still using it */
+  rr__cuda_free(pg->cs.dev_scratch); /* likewise */
   pg->cs.dev_scratch = NULL;
   pg->cs.dev_scratch_bytes = 0;
   for (int d = 0; d < RR__CUDA_MAX_DEVICES; d++) {

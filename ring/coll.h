@@ -59,7 +59,7 @@ typedef struct rr__args {
 /* Where a call's bytes are: host memory, read as it is (zero: the default); managed memory
  * only (read as it is once the call's stream is synchronised); a device buffer, staged
  * through pinned host memory; device buffers moved device to device over CUDA IPC. */
-enum rr__path { RR__PATH_HOST = 0, RR__PATH_MANAGED, RR__PATH_STAGED, RR__PATH_IPC };
+enum rr__path { RR__PATH_HOST = 0, RR__PATH_MANAGED, RR__PATH_STAGED, RR__PATH_IPC, RR__PATH_PIPED };
 
 /* rr__args.peer of a recv from any rank (RR_ANY_SOURCE): not -1, which means "no peer". */
 #define RR__PEER_ANY (-2)
@@ -89,6 +89,8 @@ typedef struct rr__coll_state {
   void *dev_scratch;
   size_t dev_scratch_bytes;
   int dev_scratch_device;
+  /* The piped path's pinned slots and events (ring/pipe_dev.c; NULL until its first call). */
+  struct rr__piped *piped;
 } rr__coll_state;
 
 /* The context of one running call. */
@@ -119,6 +121,9 @@ typedef struct rr__coll {
    * the ring algorithms run so: all_reduce, reduce_scatter, all_gather (pipe.c refuses the
    * chain steps). */
   const rr__req_dev *dev;
+  /* With dev: the lanes carry host memory only, so each segment goes through pinned host
+   * slots and the reductions still run as kernels on dev->stream (ring/pipe_dev.c). */
+  int piped;
 } rr__coll;
 
 /* The global rank of group rank r, for messages and traces. */
@@ -288,6 +293,15 @@ static inline rr__step rr__step_whole_reduce(int to, int from, void *buf, void *
 /* Execute a step; returns when all its sends and receives completed, so the next step may
  * overwrite anything this one was sending. */
 int rr__pipe_step(rr__coll *c, const rr__step *st);
+
+/* ---- the piped device path (ring/pipe_dev.c) ---- */
+typedef struct rr__piped rr__piped;
+/* A pipelined step of a call with c->piped (rr__pipe_step sends it here). */
+int rr__pipe_piped(rr__coll *c, const rr__step *st);
+/* Free the group's piped slots (waits for the device first). */
+void rr__piped_free(rr__coll_state *cs);
+/* Segments handed to the device by the piped path so far, in this process (tests). */
+uint64_t rr__piped_segments(void);
 
 /* ---- the teaching trace (ring/trace.c) ----
  * RR_TRACE=1: a text line per rank per step on stderr. RR_TRACE=<path>: JSON lines

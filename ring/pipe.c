@@ -71,6 +71,7 @@ static void rr__reduce_on_device(rr__req *r, const void *data, size_t len) {
 static size_t rr__nseg(size_t count, size_t seg) { return (count + seg - 1) / seg; }
 
 static int rr__pipe_segments(rr__coll *c, const rr__step *st, rr__trace_cap *tap) {
+  if (c->piped) return rr__pipe_piped(c, st); /* device buffers, host lanes: pipe_dev.c */
   const size_t es = c->esize, seg = c->seg;
   const size_t nsend = st->to >= 0 ? rr__nseg(st->scount, seg) : 0;
   const size_t nrecv = st->from >= 0 ? rr__nseg(st->rcount, seg) : 0;

@@ -39,16 +39,17 @@ foreach(w 1 2 3 4)
   # Ranks on one host pair over shared memory by default; _tcp forces sockets.
   add_test(NAME cuda_coll_w${w} COMMAND test_cuda coll ${w})
   add_test(NAME cuda_coll_tcp_w${w} COMMAND test_cuda coll ${w})
-  # With RR_CUDA_IPC=1: all_reduce through CUDA IPC (checked), the rest staged; _tcp:
-  # staged only. cuda_coll_staged_w2: the default (no RR_CUDA_IPC), staged only.
+  # With RR_CUDA_IPC=1: all_reduce through CUDA IPC (checked), the rest staged; _tcp: the
+  # ring kinds piped through pinned slots, reduced on the GPU (checked), the rest staged.
+  # cuda_coll_staged_w2: RR_CUDA_PIPE=0 and no RR_CUDA_IPC, staged only.
   set_tests_properties(cuda_coll_w${w} PROPERTIES LABELS "cuda" TIMEOUT 600
     SKIP_RETURN_CODE 77 ENVIRONMENT "${RR_CUDA_TEST_ENV};RR_CUDA_IPC=1;RR_TEST_EXPECT_IPC=1")
   set_tests_properties(cuda_coll_tcp_w${w} PROPERTIES LABELS "cuda" TIMEOUT 600
-    SKIP_RETURN_CODE 77 ENVIRONMENT "${RR_CUDA_TEST_ENV};RR_CUDA_IPC=1;RR_TRANSPORT=tcp;RR_TEST_EXPECT_IPC=0")
+    SKIP_RETURN_CODE 77 ENVIRONMENT "${RR_CUDA_TEST_ENV};RR_CUDA_IPC=1;RR_TRANSPORT=tcp;RR_TEST_EXPECT_IPC=0;RR_TEST_EXPECT_PIPED=1")
 endforeach()
 add_test(NAME cuda_coll_staged_w2 COMMAND test_cuda coll 2)
 set_tests_properties(cuda_coll_staged_w2 PROPERTIES LABELS "cuda" TIMEOUT 600
-  SKIP_RETURN_CODE 77 ENVIRONMENT "${RR_CUDA_TEST_ENV};RR_TEST_EXPECT_IPC=0")
+  SKIP_RETURN_CODE 77 ENVIRONMENT "${RR_CUDA_TEST_ENV};RR_CUDA_PIPE=0;RR_TEST_EXPECT_IPC=0;RR_TEST_EXPECT_PIPED=0")
 add_test(NAME cuda_coll_shm_w3 COMMAND test_cuda coll 3)
 set_tests_properties(cuda_coll_shm_w3 PROPERTIES LABELS "cuda" TIMEOUT 600
   SKIP_RETURN_CODE 77 ENVIRONMENT "${RR_CUDA_TEST_ENV};RR_CUDA_IPC=1;RR_TRANSPORT=shm;RR_TEST_EXPECT_IPC=0")
@@ -105,7 +106,7 @@ rr_fake_test(coll_w1 coll 1)
 foreach(w 2 3 4)
   rr_fake_test(coll_w${w} coll ${w})
   set_tests_properties(cudafake.coll_w${w} PROPERTIES ENVIRONMENT
-    "${RR_FAKE_ENV};RR_CUDA_IPC=1;RR_TEST_EXPECT_IPC=1")
+    "${RR_FAKE_ENV};RR_CUDA_IPC=1;RR_TEST_EXPECT_IPC=1;RR_TEST_EXPECT_PIPED=0")
 endforeach()
 rr_fake_test(coll_1gpu_w4 coll 4)
 set_tests_properties(cudafake.coll_1gpu_w4 PROPERTIES ENVIRONMENT
@@ -119,15 +120,27 @@ set_tests_properties(cudafake.coll_seg16k_w2 PROPERTIES ENVIRONMENT
 rr_fake_test(threads_w3 threads 3)
 set_tests_properties(cudafake.threads_w3 PROPERTIES ENVIRONMENT
   "${RR_FAKE_ENV};RR_CUDA_IPC=1;RR_TEST_EXPECT_IPC=1")
+# Without CUDA IPC the ring kinds are piped (ring/pipe_dev.c: each segment through pinned
+# slots, reduced by the kernel on the device; RR_TEST_EXPECT_PIPED=1 checks every call was),
+# over shm or TCP; RR_CUDA_PIPE=0 stages whole buffers instead (coll_staged_w2). The IPC
+# tests above check that none was piped. seg16k: many segments per step, so a pinned slot
+# refilled before the device read it, or a send slot before its copy, gives wrong data.
 rr_fake_test(coll_staged_w2 coll 2)
 set_tests_properties(cudafake.coll_staged_w2 PROPERTIES ENVIRONMENT
-  "${RR_FAKE_ENV};RR_TEST_EXPECT_IPC=0")
+  "${RR_FAKE_ENV};RR_CUDA_PIPE=0;RR_TEST_EXPECT_IPC=0;RR_TEST_EXPECT_PIPED=0")
 rr_fake_test(coll_shm_w3 coll 3)
 set_tests_properties(cudafake.coll_shm_w3 PROPERTIES ENVIRONMENT
-  "${RR_FAKE_ENV};RR_CUDA_IPC=1;RR_TEST_EXPECT_IPC=0;RR_TRANSPORT=shm")
+  "${RR_FAKE_ENV};RR_CUDA_IPC=1;RR_TEST_EXPECT_IPC=0;RR_TRANSPORT=shm;RR_TEST_EXPECT_PIPED=1")
 rr_fake_test(coll_tcp_w2 coll 2)
 set_tests_properties(cudafake.coll_tcp_w2 PROPERTIES ENVIRONMENT
-  "${RR_FAKE_ENV};RR_CUDA_IPC=1;RR_TRANSPORT=tcp;RR_TEST_EXPECT_IPC=0")
+  "${RR_FAKE_ENV};RR_CUDA_IPC=1;RR_TRANSPORT=tcp;RR_TEST_EXPECT_IPC=0;RR_TEST_EXPECT_PIPED=1")
+# Rank 0 on host memory, the others on device buffers, over TCP: piped beside the host path.
+rr_fake_test(mixed_tcp_w3 mixed 3)
+set_tests_properties(cudafake.mixed_tcp_w3 PROPERTIES ENVIRONMENT
+  "${RR_FAKE_ENV};RR_TRANSPORT=tcp;RR_SEG_BYTES=16384;RR_TEST_EXPECT_PIPED=1")
+rr_fake_test(coll_piped_seg16k_w3 coll 3)
+set_tests_properties(cudafake.coll_piped_seg16k_w3 PROPERTIES ENVIRONMENT
+  "${RR_FAKE_ENV};RR_TRANSPORT=tcp;RR_SEG_BYTES=16384;RR_TEST_EXPECT_IPC=0;RR_TEST_EXPECT_PIPED=1")
 foreach(w 1 2)
   rr_fake_test(stream_w${w} stream ${w})
 endforeach()

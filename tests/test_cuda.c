@@ -23,6 +23,9 @@
  *                                          must not send through CUDA IPC
  *                                          (transport/cuda_ipc.c)
  *   test_cuda [--fake] threads <world>     the same with the ranks as threads of one process
+ *   test_cuda [--fake] mixed <world>       rank 0's buffer in host memory, the others' on a
+ *                                          device: all_reduce float32 sum and int32 max, exact
+ *                                          (over host lanes: the piped path beside the host one)
  *   test_cuda [--fake] large <world>       64 MiB float32 sum all_reduce on device buffers
  *   test_cuda [--fake] stream <world>      async all_reduce ordered on a user stream: a slow
  *                                          chain of copies and then a memset write the buffer
@@ -88,6 +91,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "ring/coll.h" /* rr__piped_segments */
 #include "ring/op.h"
 #include "transport/cuda_ipc.h"
 #include "tests/cuda_harness.h"
@@ -244,10 +248,27 @@ static int expect_ipc(void) {
   return e && *e ? atoi(e) : -1;
 }
 
+/* RR_TEST_EXPECT_PIPED=1: every all_reduce above RR_SMALL_BYTES (its default, 64 KiB; smaller
+ * ones take recursive doubling, staged) and every reduce_scatter / all_gather with elements
+ * must hand segments to the device through the piped path (ring/pipe_dev.c counts them);
+ * 0: none may. */
+static int expect_piped(void) {
+  const char *e = getenv("RR_TEST_EXPECT_PIPED");
+  return e && *e ? atoi(e) : -1;
+}
+static int check_piped(uint64_t before, int should, const char *what) {
+  uint64_t got = rr__piped_segments() - before;
+  if (expect_piped() == 1 && should) T_CHECK(got > 0, "%s: nothing went through the piped path", what);
+  if (expect_piped() == 0)
+    T_CHECK(got == 0, "%s: %llu segments went through the piped path", what,
+            (unsigned long long)got);
+  return 0;
+}
+
 static int all_reduce_case(rr_pg *pg, size_t count, rr_dtype d, rr_op op, int inplace,
                            uint64_t seed) {
   int n = rr_get_world_size(pg), r = rr_get_rank(pg);
-  uint64_t ipc_before = rr__ipc_segments();
+  uint64_t ipc_before = rr__ipc_segments(), piped_before = rr__piped_segments();
   size_t bytes = count * rr_dtype_size(d);
   char *h = malloc(bytes + 1), *src = dalloc(bytes), *dst = inplace ? src : dalloc(bytes);
   t_fill(h, count, d, op, seed, r, 0);
@@ -264,6 +285,7 @@ static int all_reduce_case(rr_pg *pg, size_t count, rr_dtype d, rr_op op, int in
   if (expect_ipc() == 0)
     T_CHECK(ipc_sent == 0, "%s: %llu segments went through CUDA IPC", what,
             (unsigned long long)ipc_sent);
+  if (check_piped(piped_before, n > 1 && count >= (size_t)n && bytes > (64u << 10), what)) return 1;
   size_t wrong = t_check_reduced(h, count, d, op, seed, n, 0, what);
   if (!inplace) {
     T_CHECK(!get(h, src, bytes), "download");
@@ -273,6 +295,34 @@ static int all_reduce_case(rr_pg *pg, size_t count, rr_dtype d, rr_op op, int in
   C_OK(free(src));
   free(h);
   T_CHECK(!wrong, "%s: %zu wrong elements", what, wrong);
+  return 0;
+}
+
+/* Rank 0's buffer in host memory, the others' on a device, one all_reduce in place: over
+ * host lanes the device ranks are piped and rank 0 runs the host path, the same ring steps
+ * with the same bytes on the wire (group/ipc.c), so the call works and is exact. */
+static int mixed_case(rr_pg *pg, int rank, uint64_t seed) {
+  int n = rr_get_world_size(pg);
+  const size_t count = g_fake ? 100003 : 1000003, bytes = count * 4;
+  const rr_dtype dts[2] = {RR_FLOAT32, RR_INT32};
+  const rr_op ops[2] = {RR_SUM, RR_MAX};
+  for (int k = 0; k < 2; k++) {
+    char *h = malloc(bytes), *buf = rank == 0 ? malloc(bytes) : dalloc(bytes);
+    T_CHECK(h && buf, "host memory");
+    t_fill(h, count, dts[k], ops[k], seed, rank, 0);
+    if (rank == 0) memcpy(buf, h, bytes);
+    else T_CHECK(!put(buf, h, bytes), "upload");
+    uint64_t before = rr__piped_segments();
+    T_OK(rr_all_reduce(pg, buf, buf, count, dts[k], ops[k]));
+    if (check_piped(before, rank != 0 && n > 1, "mixed all_reduce")) return 1;
+    if (rank == 0) memcpy(h, buf, bytes);
+    else T_CHECK(!get(h, buf, bytes), "download");
+    size_t wrong = t_check_reduced(h, count, dts[k], ops[k], seed, n, 0, "mixed all_reduce");
+    if (rank == 0) free(buf);
+    else C_OK(free(buf));
+    free(h);
+    T_CHECK(!wrong, "mixed all_reduce %s: %zu wrong elements", rr_dtype_name(dts[k]), wrong);
+  }
   return 0;
 }
 
@@ -287,8 +337,9 @@ static int others(rr_pg *pg, size_t count, uint64_t seed) {
     t_fill(h, count * (size_t)n, RR_FLOAT32, RR_SUM, seed, r, 0);
     T_CHECK(!put(big, h, all), "upload");
     char *rs_out = inplace ? big + (size_t)r * blk : small;
-    uint64_t rs_before = rr__ipc_segments();
+    uint64_t rs_before = rr__ipc_segments(), rs_piped = rr__piped_segments();
     T_OK(rr_reduce_scatter(pg, big, rs_out, count, RR_FLOAT32, RR_SUM));
+    if (check_piped(rs_piped, n > 1 && count > 0, "reduce_scatter")) return 1;
     uint64_t rs_sent = rr__ipc_segments() - rs_before;
     if (expect_ipc() == 1 && n > 1 && count > 0)
       T_CHECK(rs_sent > 0, "reduce_scatter: nothing went through CUDA IPC");
@@ -301,8 +352,9 @@ static int others(rr_pg *pg, size_t count, uint64_t seed) {
     t_fill(h, count, RR_INT32, RR_SUM, seed, r, 0);
     char *ag_in = inplace ? big + (size_t)r * blk : small;
     T_CHECK(!put(ag_in, h, blk), "upload");
-    uint64_t ipc_before = rr__ipc_segments();
+    uint64_t ipc_before = rr__ipc_segments(), ag_piped = rr__piped_segments();
     T_OK(rr_all_gather(pg, ag_in, big, count, RR_INT32));
+    if (check_piped(ag_piped, n > 1 && count > 0, "all_gather")) return 1;
     uint64_t ipc_sent = rr__ipc_segments() - ipc_before;
     if (expect_ipc() == 1 && n > 1 && count > 0)
       T_CHECK(ipc_sent > 0, "all_gather: nothing went through CUDA IPC");
@@ -530,6 +582,8 @@ static int coll_rank(int rank, void *arg) {
             if (all_reduce_case(pg, counts[c], (rr_dtype)d, (rr_op)op, inplace, seed)) return 1;
         }
     if (others(pg, 7, seed) || others(pg, 100003, seed)) return 1;
+  } else if (!strcmp(ca->what, "mixed")) {
+    if (mixed_case(pg, rank, seed)) return 1;
   } else if (!strcmp(ca->what, "large")) {
     if (all_reduce_case(pg, (64u << 20) / 4, RR_FLOAT32, RR_SUM, 0, seed)) return 1;
     if (all_reduce_case(pg, (64u << 20) / 4, RR_INT32, RR_SUM, 1, seed)) return 1;
@@ -944,11 +998,12 @@ int main(int argc, char **argv) {
   if (ca.world < 1 ||
       (strcmp(what, "coll") && strcmp(what, "large") && strcmp(what, "stream") &&
        strcmp(what, "nosync") && strcmp(what, "managed") && strcmp(what, "perthread") &&
-       strcmp(what, "capture") && strcmp(what, "ptrfail") && strcmp(what, "nosync_managed"))) {
+       strcmp(what, "capture") && strcmp(what, "ptrfail") && strcmp(what, "nosync_managed") &&
+       strcmp(what, "mixed"))) {
     fprintf(stderr,
             "usage: test_cuda [--fake] ptr|kernel|noctx|workerctx|pgdevice|ipc|perthread|"
             "device1 W|coll W|large W|stream W|nosync W|nosync_managed W|managed W|capture W|"
-            "ptrfail W\n");
+            "ptrfail W|mixed W\n");
     return 2;
   }
   if (spawn(ca.world, coll_rank, &ca)) return 1;

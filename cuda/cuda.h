@@ -81,6 +81,31 @@ int rr__cuda_stream_sync(void *stream);
 int rr__cuda_malloc(void **p, size_t bytes);
 void rr__cuda_free(void *p);
 
+/* Grow-only buffers (the group's pinned staging buffer, the ring's device scratch). cudaFree
+ * and cudaFreeHost wait for the whole device, so a call that freed a buffer it outgrew would
+ * stall behind every other stream's work (the user's kernels). An outgrown buffer is retired
+ * instead, onto its owner's list, and the list is freed where the owner waits for the device
+ * anyway (a group's destroy); buffers grow at least twofold, so each is replaced O(log) times
+ * and what is retired stays under the current buffer's size. */
+typedef struct rr__cuda_retired {
+  void *p;
+  size_t bytes;
+  int device; /* -1: pinned host memory */
+  struct rr__cuda_retired *next;
+} rr__cuda_retired;
+/* A new buffer for `need` bytes in place of one of `have` (0: none): pinned host memory or
+ * device memory on the current device, of max(need, 2 * have) bytes when need > have (need
+ * alone if that much cannot be had), in *bytes. */
+int rr__cuda_alloc_grown(void **p, size_t *bytes, size_t have, size_t need, int pinned);
+/* Keep p (NULL: nothing) until rr__cuda_free_retired. Should no memory be left for the
+ * list's entry, p is freed now: slow (the device is waited for), never leaked. */
+void rr__cuda_retire(rr__cuda_retired **list, void *p, size_t bytes, int device);
+/* Take back the smallest retired buffer of `device` that holds `need` bytes (its size in
+ * *bytes); NULL when there is none. */
+void *rr__cuda_unretire(rr__cuda_retired **list, int device, size_t need, size_t *bytes);
+/* Free every retired buffer (waits for the devices) and empty the list. */
+void rr__cuda_free_retired(rr__cuda_retired **list);
+
 /* Queue a copy of bytes (any direction) on `stream`; not waited for. */
 int rr__cuda_memcpy_async(void *dst, const void *src, size_t bytes, void *stream);
 

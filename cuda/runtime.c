@@ -11,7 +11,9 @@
 
 #include <pthread.h>
 #include <stdatomic.h>
+#include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "common/dtype.h"
@@ -209,6 +211,59 @@ int rr__cuda_malloc(void **p, size_t bytes) { return rr__cuda_alloc(p, bytes, 0)
 void rr__cuda_free(void *p) {
   const rr__cuda_api *api = rr__cu();
   if (p && api && api->free(p) != 0) api->clear_error();
+}
+
+int rr__cuda_alloc_grown(void **p, size_t *bytes, size_t have, size_t need, int pinned) {
+  size_t want = need;
+  if (need > have && have <= SIZE_MAX / 2 && 2 * have > need) want = 2 * have;
+  int st = rr__cuda_alloc(p, want, pinned);
+  if (st != RR_OK && want > need) { /* the doubling is a convenience, not a need */
+    want = need;
+    st = rr__cuda_alloc(p, want, pinned);
+  }
+  *bytes = st == RR_OK ? want : 0;
+  return st;
+}
+
+static void rr__cuda_free_now(void *p, int device) {
+  if (device < 0)
+    rr__cuda_host_free(p);
+  else
+    rr__cuda_free(p);
+}
+
+void rr__cuda_retire(rr__cuda_retired **list, void *p, size_t bytes, int device) {
+  if (!p) return;
+  rr__cuda_retired *r = malloc(sizeof *r);
+  if (!r) {
+    rr__cuda_free_now(p, device);
+    return;
+  }
+  *r = (rr__cuda_retired){.p = p, .bytes = bytes, .device = device, .next = *list};
+  *list = r;
+}
+
+void *rr__cuda_unretire(rr__cuda_retired **list, int device, size_t need, size_t *bytes) {
+  rr__cuda_retired **best = NULL;
+  for (rr__cuda_retired **r = list; *r; r = &(*r)->next)
+    if ((*r)->device == device && (*r)->bytes >= need && (!best || (*r)->bytes < (*best)->bytes))
+      best = r;
+  if (!best) return NULL;
+  rr__cuda_retired *r = *best;
+  void *p = r->p;
+  *bytes = r->bytes;
+  *best = r->next;
+  free(r);
+  return p;
+}
+
+void rr__cuda_free_retired(rr__cuda_retired **list) {
+  while (*list) {
+    rr__cuda_retired *r = *list;
+    *list = r->next;
+    rr__cuda_free_now(r->p, r->device);
+    free(r);
+  }
 }
 
 int rr__cuda_memcpy_async(void *dst, const void *src, size_t bytes, void *stream) {

@@ -89,6 +89,7 @@ void rr__cuda_pg_free(rr_pg *pg) {
   rr__cuda_free(pg->cs.dev_scratch); /* likewise */
   pg->cs.dev_scratch = NULL;
   pg->cs.dev_scratch_bytes = 0;
+  rr__cuda_free_retired(&pg->cs.cuda_retired); /* what calls outgrew (cuda/cuda.h) */
   for (int d = 0; d < RR__CUDA_MAX_DEVICES; d++) {
     rr__cuda_stream_destroy(pg->cuda_copy[d]);
     pg->cuda_copy[d] = NULL;
@@ -307,15 +308,18 @@ int rr__pg_stage_in(rr_pg *pg, const rr__args *a, rr__args *h, rr__stage *sg) {
     return rr__stage_fail(pg, a, st, "ordering the copies after the call's stream");
   }
   if (total > pg->cuda_host_bytes) {
-    rr__cuda_host_free(pg->cuda_host);
-    pg->cuda_host = NULL;
-    pg->cuda_host_bytes = 0;
-    st = rr__cuda_host_alloc(&pg->cuda_host, (size_t)total);
+    /* Grown at least twofold; the old buffer is retired, not freed: cudaFreeHost would wait
+     * for the whole device (the user's kernels on every stream). Freed with the group. */
+    void *grown = NULL;
+    size_t bytes = 0;
+    st = rr__cuda_alloc_grown(&grown, &bytes, pg->cuda_host_bytes, (size_t)total, 1);
     if (st != RR_OK) {
       rr__cuda_restore_device(prev);
       return rr__stage_fail(pg, a, st, "allocating pinned host memory");
     }
-    pg->cuda_host_bytes = (size_t)total;
+    rr__cuda_retire(&pg->cs.cuda_retired, pg->cuda_host, pg->cuda_host_bytes, -1);
+    pg->cuda_host = grown;
+    pg->cuda_host_bytes = bytes;
   }
   char *host = pg->cuda_host;
   if (sdev) h->sendbuf = host + soff;

@@ -409,17 +409,22 @@ int rr__coll_exec(rr__coll *c) {
   return st;
 }
 
-/* Device scratch: work of an earlier call on it is queued on the same stream as this call's,
- * and cudaFree waits for the device, so replacing it needs no other wait. */
+/* Device scratch: grow-only, on the call's device. An outgrown or other device's scratch is
+ * retired, not freed (cudaFree would wait for the whole device, the user's kernels included),
+ * and taken back when a later call on its device fits in it; the group frees them all. */
 static int rr__coll_dev_scratch(rr__coll *c, size_t bytes, void **out) {
   rr__coll_state *cs = c->cs;
-  if (bytes > cs->dev_scratch_bytes || cs->dev_scratch_device != c->dev->device) {
-    rr__cuda_free(cs->dev_scratch);
-    cs->dev_scratch = NULL;
-    cs->dev_scratch_bytes = 0;
-    RR__CHECK(rr__cuda_malloc(&cs->dev_scratch, bytes));
-    cs->dev_scratch_bytes = bytes;
-    cs->dev_scratch_device = c->dev->device;
+  const int device = c->dev->device;
+  const int same = cs->dev_scratch && cs->dev_scratch_device == device;
+  if (!same || bytes > cs->dev_scratch_bytes) {
+    size_t got = 0;
+    void *p = rr__cuda_unretire(&cs->cuda_retired, device, bytes, &got);
+    if (!p) RR__CHECK(rr__cuda_alloc_grown(&p, &got, same ? cs->dev_scratch_bytes : 0, bytes, 0));
+    rr__cuda_retire(&cs->cuda_retired, cs->dev_scratch, cs->dev_scratch_bytes,
+                    cs->dev_scratch_device);
+    cs->dev_scratch = p;
+    cs->dev_scratch_bytes = got;
+    cs->dev_scratch_device = device;
   }
   *out = cs->dev_scratch;
   return RR_OK;

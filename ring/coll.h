@@ -89,6 +89,10 @@ typedef struct rr__coll_state {
   void *dev_scratch;
   size_t dev_scratch_bytes;
   int dev_scratch_device;
+  /* CUDA memory the group's calls outgrew (the device scratch, the group's pinned staging
+   * buffer): freeing it inside a call would wait for the whole device, so it is kept here
+   * and freed with the group (cuda/cuda.h, rr__cuda_retire). */
+  struct rr__cuda_retired *cuda_retired;
   /* The piped path's pinned slots and events (ring/pipe_dev.c; NULL until its first call). */
   struct rr__piped *piped;
 } rr__coll_state;

@@ -181,3 +181,19 @@ if(TARGET reduce_kernel_perf)
   set_tests_properties(cuda_reduce_kernel_perf PROPERTIES LABELS "cuda;bench" TIMEOUT 300
     SKIP_RETURN_CODE 77)
 endif()
+
+# Calls on device buffers of growing sizes free no CUDA memory (a free waits for the whole
+# device): the group's pinned staging buffer (RR_CUDA_PIPE=0, staged) and the ring's device
+# scratch (piped over TCP, world 3: reduce_scatter's partial blocks), counted through a
+# wrapped fake table (tests/test_cuda_grow.c; issue 24 item 1.6).
+add_executable(test_cuda_grow ${RR_TEST_DIR}/test_cuda_grow.c)
+target_link_libraries(test_cuda_grow PRIVATE rrtest rr_fake_cuda)
+add_test(NAME cudafake.grow_staged_w2 COMMAND test_cuda_grow 2)
+set_tests_properties(cudafake.grow_staged_w2 PROPERTIES LABELS "cudafake" TIMEOUT 240
+  ENVIRONMENT "${RR_FAKE_ENV};RR_CUDA_PIPE=0;RR_CUDA_IPC=0;RR_TEST_EXPECT_PIPED=0")
+add_test(NAME cudafake.grow_piped_tcp_w3 COMMAND test_cuda_grow 3)
+set_tests_properties(cudafake.grow_piped_tcp_w3 PROPERTIES LABELS "cudafake" TIMEOUT 240
+  ENVIRONMENT "${RR_FAKE_ENV};RR_CUDA_IPC=0;RR_TRANSPORT=tcp;RR_TEST_EXPECT_PIPED=1")
+add_test(NAME cudafake.grow_lists COMMAND test_cuda_grow lists)
+set_tests_properties(cudafake.grow_lists PROPERTIES LABELS "cudafake" TIMEOUT 60
+  ENVIRONMENT "${RR_FAKE_ENV}")

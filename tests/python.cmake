@@ -44,6 +44,9 @@ endfunction()
 foreach(w 1 2 3 4)
   rr_torch_test(collectives_w${w} 300 ${rr_py}/torch_collectives.py ${w})
 endforeach()
+# Where a CUDA call's copy back into a non-contiguous output runs (its issuing stream and
+# device, from any thread), with torch.cuda's stream functions replaced by recorders: no GPU.
+rr_torch_test(stream_order 120 ${rr_py}/torch_stream_order.py)
 # torch 2.x's names, coalescing, batch_isend_irecv, Work, abort/shutdown, groups, meshes,
 # functional collectives, sparse and odd dtypes; each case skips where the torch lacks it.
 foreach(w 1 2 3 4)

@@ -134,6 +134,25 @@ def _contiguous(t, what=None):
     return c, (lambda: t.copy_(c))
 
 
+def _stream_ordered(finish, device):
+    """A CUDA call's finish (the copy of a contiguous temporary's result into the caller's
+    tensors) made to run on the stream the call is issued on, the current one now, with its
+    device current. That is the stream the library orders after the result: rr_work_wait
+    makes it wait for the result's event, and rr_work_test reports completion only once that
+    event passed. The finish may run on another thread (the futures thread, in
+    ringreduce/_work.py) whose current device and stream are not the caller's: there a bare
+    copy would be ordered with none of the caller's later work, and could run on another
+    device. Host calls' finishes are returned as they are."""
+    if finish is None or device is None or device.type != "cuda":
+        return finish
+    stream = torch.cuda.current_stream(device)
+
+    def on_stream():
+        with torch.cuda.device(device), torch.cuda.stream(stream):
+            finish()
+    return on_stream
+
+
 def _ptr(t):
     return ctypes.c_void_p(t.data_ptr())
 

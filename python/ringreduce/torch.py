@@ -35,7 +35,7 @@ from . import _lib
 from ._p2p import _P2P, _p2p_order
 from ._store import StoreBridge
 from ._tensors import (_CPU, _SPARSE_CHECKED, _caller_waits, _contiguous, _move_view,  # noqa: F401
-                       _one, _op, _ptr, _reduce_view, _writable)
+                       _one, _op, _ptr, _reduce_view, _stream_ordered, _writable)
 from ._work import Batch, Work, _Call, _Completer, _timeout_ms, call_error
 
 BACKEND = "ringreduce"
@@ -212,14 +212,16 @@ class ProcessGroupRingreduce(dist.ProcessGroup):
             # Done already: nothing to keep alive (torch holds it while it waits).
             return Work(_DONE, result, self._completer, device)
         self._cuda_stream(device, what)
-        return self._wrap(Batch([self._issue(what, fn, args, keep, finish)], what), result, device)
+        c = self._issue(what, fn, args, keep, _stream_ordered(finish, device))
+        return self._wrap(Batch([c], what), result, device)
 
     def _start_many(self, what, calls, result, device=None):
         """Issue several library calls (fn, args, keep, finish) as one Work."""
         self._live(what)
         self._prune()
         self._cuda_stream(device, what)
-        issued = [self._issue(what, fn, args, keep, finish) for fn, args, keep, finish in calls]
+        issued = [self._issue(what, fn, args, keep, _stream_ordered(finish, device))
+                  for fn, args, keep, finish in calls]
         return self._wrap(Batch(issued, what), result, device)
 
     def _check_device(self, tensors, what):
@@ -265,11 +267,14 @@ class ProcessGroupRingreduce(dist.ProcessGroup):
             return
         del self._coalescing[0][:]
         for step in _p2p_order(self._rank, deferred):
+            dev = step[-1].buf.device  # device buffers: on the stream current at the block's end
+            self._cuda_stream(dev, "coalesced block")
             if step[0] == "sendrecv":
                 s, r = step[1], step[2]
                 c = self._issue("sendrecv", _lib.sendrecv_async,
                                 (_ptr(s.buf), s.buf.numel(), s.peer, _ptr(r.buf), r.buf.numel(),
-                                 r.peer, s.ldtype), (s.keep, r.keep), r.finish)
+                                 r.peer, s.ldtype), (s.keep, r.keep),
+                                _stream_ordered(r.finish, dev))
                 for op in (s, r):
                     op.batch.calls, op.batch.pending = [c], False
                 self._coalescing[1].append(s.batch)
@@ -281,7 +286,7 @@ class ProcessGroupRingreduce(dist.ProcessGroup):
                 else:
                     c = self._issue("recv", _lib.recv_async,
                                     (_ptr(op.buf), op.buf.numel(), op.ldtype, op.peer), op.keep,
-                                    op.finish)
+                                    _stream_ordered(op.finish, dev))
                 op.batch.calls, op.batch.pending = [c], False
                 self._coalescing[1].append(op.batch)
 

@@ -5,7 +5,9 @@
 The ranks share the machine's GPU(s) (rank r on device r % count). Every collective runs on
 CUDA tensors made on torch's current stream, with the same inputs as on the CPU, and must
 equal the reference tests/python/torch_collectives.py computes (integers exactly, floats to
-its tolerance); then the work is repeated on a side stream to check the ordering; then three
+its tolerance); then the work is repeated on a side stream to check the ordering, and an
+all_reduce into a transposed view on a side stream is read there with no host synchronisation
+(the copy back from the contiguous temporary is on the caller's stream); then three
 DDP steps of a small model on CUDA must give the parameters that gloo gives on the CPU (to
 1e-4 relative: cuBLAS and the CPU's BLAS add in different orders).
 
@@ -22,6 +24,35 @@ import common  # noqa: E402
 import torch_collectives as tc  # noqa: E402 (data, reduce_ref, same)
 
 torch, dist, mp = common.torch_or_skip()
+
+
+def noncontiguous_on_side_stream(rank, world, dev):
+    """A non-contiguous CUDA output (a transposed view) gets its result through a contiguous
+    temporary and a copy back, which must be ordered on the stream the call was issued on: a
+    side stream here, read on that stream with no host synchronisation in between; the copy
+    back runs on the caller's thread (wait) or on the futures thread (get_future). The side
+    stream is kept busy before the call (torch.cuda._sleep), so a copy back on any other
+    stream would copy the temporary before the result reached it: the inputs, not the sum."""
+    side = torch.cuda.Stream(device=dev)
+    scale = world * (world + 1) // 2  # sum over ranks of (r + 1)
+    for how in ("wait", "future"):
+        for dtype in (torch.int32, torch.float32):
+            with torch.cuda.stream(side):
+                torch.cuda._sleep(50_000_000)  # tens of ms of work queued before the call
+                base = torch.arange(64 * 48, device=dev).reshape(64, 48)
+                t = (base * (rank + 1)).to(dtype).t()  # 48 x 64, not contiguous
+                common.check(not t.is_contiguous(), "the output view is contiguous")
+                w = dist.all_reduce(t, async_op=True)
+                if how == "wait":
+                    w.wait()
+                else:
+                    w.get_future().wait()
+                got = t.clone().cpu()  # on the side stream, after the copy back
+            want = (torch.arange(64 * 48).reshape(64, 48) * scale).to(dtype).t()
+            common.check(torch.equal(got, want),
+                         f"all_reduce into a transposed {dtype} view on a side stream ({how}): "
+                         f"{(got != want).sum().item()} elements wrong")
+    torch.cuda.synchronize()
 
 
 def run(rank, world, port):
@@ -84,6 +115,7 @@ def run(rank, world, port):
                     dist.all_reduce(t, async_op=True).wait()
                     tc.same(t.cpu(), tc.reduce_ref(ins, "SUM"), f"async all_reduce {what}", ins)
         torch.cuda.synchronize()
+    noncontiguous_on_side_stream(rank, world, dev)
     # DDP on CUDA (ringreduce) against DDP on the CPU (gloo), same data and initial weights.
     torch.manual_seed(0)
     base = torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.ReLU(), torch.nn.Linear(64, 8))

@@ -22,7 +22,8 @@ if(RR_TORCH2_PYTHON)
   set(rr_torch2 ${RR_TORCH2_PYTHON})
 else()
   # Registered all the same, so that a build without it says so instead of running fewer tests.
-  set(rr_torch2 sh -c "echo 'skipped: no torch 2.x: configure with -DRR_TORCH2_PYTHON=$(bash tools/torch_env.sh), as tests/run.sh does'; exit 77" --)
+  # (No ';' in the command: CMake would cut it into two arguments, and sh -c would exit 0.)
+  set(rr_torch2 sh -c "echo 'skipped: no torch 2.x: configure with -DRR_TORCH2_PYTHON=$(bash tools/torch_env.sh), as tests/run.sh does' && exit 77" --)
 endif()
 
 # rr_torch_test(NAME TIMEOUT SCRIPT ARGS...): torch1.NAME and torch2.NAME.

@@ -48,6 +48,11 @@ struct rr_pg {
   rr__comm *comm;
   atomic_int nchildren;
   int next_child;
+  /* The live subgroups made from this group (rr_new_group), linked through next_kid, so
+   * that rr_pg_revoke reaches them. kids_mu guards the list; it is taken parent before
+   * child, and never while holding `mu`. */
+  pthread_mutex_t kids_mu;
+  rr_pg *kids, *next_kid;
 
   /* Calls run one at a time, in issue order: inline on the caller's thread when the group
    * is idle, else on the group's worker thread. */

@@ -139,7 +139,9 @@ void rr__comm_free(rr__comm *cm) {
       if (!cm->no_bye && atomic_load(&cm->aborted)) {
         uint64_t from = atomic_load(&cm->abort_from);
         rr__send_ctl(p->ctrl_fd, RR__CTL_ABORT, cm->global_rank, cm->abort_status,
-                     from ? from : atomic_load(&cm->unfinished), cm->abort_reason);
+                     from || cm->abort_status == RR_EREVOKED ? from
+                                                              : atomic_load(&cm->unfinished),
+                     cm->abort_reason);
       }
       if (!cm->no_bye) rr__send_ctl(p->ctrl_fd, RR__CTL_BYE, cm->global_rank, 0, 0, NULL);
       close(p->ctrl_fd);
@@ -161,9 +163,21 @@ static int rr__abort_set(rr__comm *cm, int status, const char *reason, int tell_
                          uint64_t from) {
   pthread_mutex_lock(&cm->abort_mu);
   int first = !atomic_load(&cm->aborted);
-  if (first || (from == 0 && atomic_load(&cm->abort_from) > 0)) {
+  /* A revoke (rr_pg_revoke) replaces any earlier abort, once: calls then fail as revoked,
+   * and the failure that led to it stays in the text. Being once, the forwarding below
+   * stops after one round. */
+  int revoke = status == RR_EREVOKED && cm->abort_status != RR_EREVOKED;
+  char revoked_why[RR__ERRMSG_MAX] = "";
+  if (first || revoke || (from == 0 && atomic_load(&cm->abort_from) > 0)) {
+    if (revoke && !first) {
+      char before[RR__ERRMSG_MAX];
+      snprintf(before, sizeof before, "%s", cm->abort_reason);
+      snprintf(cm->abort_reason, sizeof cm->abort_reason, "%.600s (after: %.300s)", reason,
+               before);
+    } else {
+      snprintf(cm->abort_reason, sizeof cm->abort_reason, "%s", reason);
+    }
     cm->abort_status = status;
-    snprintf(cm->abort_reason, sizeof cm->abort_reason, "%s", reason);
     atomic_store(&cm->abort_from, from);
     atomic_store(&cm->aborted, 1);
     if (tell_peers) atomic_store(&cm->halt, 1);
@@ -171,15 +185,18 @@ static int rr__abort_set(rr__comm *cm, int status, const char *reason, int tell_
     uint64_t one = 1;
     if (write(cm->wake_fd, &one, sizeof one) < 0 && errno != EAGAIN)
       RR__LOG_WARN(RR__SUB_COLL, "eventfd write: %s", strerror(errno));
-    /* Peers fail from the first collective this rank did not finish on. */
-    uint64_t seq = atomic_load(&cm->unfinished);
+    /* Peers fail from the first collective this rank did not finish on; a revoke
+     * concerns every call (0), wherever each peer is. */
+    uint64_t seq = status == RR_EREVOKED ? 0 : atomic_load(&cm->unfinished);
     if (tell_peers)
       for (int i = 0; i < cm->size; i++)
         if (i != cm->rank && cm->peers[i].ctrl_fd >= 0)
           rr__send_ctl(cm->peers[i].ctrl_fd, RR__CTL_ABORT, cm->global_rank, status, seq,
-                       reason);
+                       cm->abort_reason);
+    if (revoke) snprintf(revoked_why, sizeof revoked_why, "%s", cm->abort_reason);
   }
   pthread_mutex_unlock(&cm->abort_mu);
+  if (revoked_why[0] && cm->on_revoke) cm->on_revoke(cm->on_revoke_ctx, revoked_why);
   return status;
 }
 
@@ -270,9 +287,17 @@ static int rr__read_ctl_msgs(rr__comm *cm, int i, int *lost) {
       for (char *t = text; *t; t++)
         if (!isprint((unsigned char)*t)) *t = '?';
       char reason[RR__ERRMSG_MAX];
-      snprintf(reason, sizeof reason, "rank %d aborted the group: %.900s", p->info.global_rank,
-               text);
-      rr__abort_set(cm, c.status ? c.status : RR_EABORTED, reason, 0, c.seq);
+      int revoked = c.status == RR_EREVOKED;
+      if (revoked) /* the text names the rank that revoked; this is who passed it on */
+        snprintf(reason, sizeof reason, "%.900s (heard from rank %d)", text,
+                 p->info.global_rank);
+      else
+        snprintf(reason, sizeof reason, "rank %d aborted the group: %.900s",
+                 p->info.global_rank, text);
+      /* A revoke is passed on to every peer (ULFM's reliable revoke): a peer the revoking
+       * rank could not reach, or reached only partly before dying, still hears it. */
+      rr__abort_set(cm, c.status ? c.status : RR_EABORTED, reason, revoked,
+                    revoked ? 0 : c.seq);
       if (!rr__abort_now(cm)) continue; /* for a later collective: this one goes on */
       return rr__comm_check(cm);
     }

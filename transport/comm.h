@@ -105,6 +105,11 @@ typedef struct rr__comm {
    * so the collective running here, if earlier, still completes on the data that comes. */
   _Atomic uint64_t abort_from;
   _Atomic uint64_t unfinished; /* the first collective this rank has not finished */
+  /* Called once, on the thread that revoked the comm or heard a peer's revoke, after the
+   * abort state is set (no lock held), with the revoke's text: the group revokes its
+   * subgroups, which this layer does not know. NULL: nothing to do. */
+  void (*on_revoke)(void *ctx, const char *reason);
+  void *on_revoke_ctx;
   uint64_t cur_seq;            /* the call running now (rr__comm_new_call) ... */
   int cur_coll;                /* ... and whether it is a collective */
 } rr__comm;

@@ -74,7 +74,7 @@ int rr_pg_revoke(rr_pg *pg) {
   return RR_OK;
 }
 
-static void rr__pg_free(rr_pg *pg) {
+void rr__pg_free(rr_pg *pg) {
   if (!pg) return;
   if (pg->comm) rr__comm_free(pg->comm);
   rr__cuda_pg_free(pg);
@@ -89,7 +89,7 @@ static void rr__pg_free(rr_pg *pg) {
   free(pg);
 }
 
-static int rr__pg_new(int size, rr_pg **out) {
+int rr__pg_new(int size, rr_pg **out) {
   rr_pg *pg = rr__calloc(1, sizeof *pg);
   if (!pg) return RR_ENOMEM;
   pthread_mutex_init(&pg->mu, NULL);
@@ -120,6 +120,10 @@ static int rr__pg_start(rr_pg *pg, int64_t deadline_ms) {
                 .deadline_ms = deadline_ms, .timeout_ms = pg->timeout_ms,
                 .token_key = pg->have_token ? pg->token_key : NULL};
   RR__CHECK(rr__bootstrap(&b, &pg->comm));
+  return rr__pg_run_worker(pg);
+}
+
+int rr__pg_run_worker(rr_pg *pg) {
   pg->comm->on_revoke = rr__pg_on_revoke;
   pg->comm->on_revoke_ctx = pg;
   int e = pthread_create(&pg->worker, NULL, rr__pg_worker_main, pg);
@@ -287,6 +291,10 @@ int rr_new_group(rr_pg *parent, const int *ranks, int nranks, int64_t timeout_ms
   if (group) *group = NULL;
   if (!parent || !group || !ranks || nranks < 1)
     return rr__set_error(RR_EINVAL, "new_group: need a parent group, a rank list and an output");
+  if (!parent->world->store) /* the same verdict on every rank: no barrier needed */
+    return rr__set_error(RR_ENOTSUP, "rank %d: new_group: a group made by rr_pg_shrink has no "
+                         "rendezvous store to set a subgroup up through",
+                         parent->global_ranks[parent->rank]);
   int me = parent->global_ranks[parent->rank];
   if (nranks > parent->size)
     return rr__set_error(RR_EINVAL, "rank %d: new_group: %d ranks listed, the parent has %d", me,

@@ -86,6 +86,13 @@ static inline int rr__pg_group_rank(const rr_pg *pg, int global_rank) {
   return -1;
 }
 
+/* A group of `size` with nothing connected (group/pg.c), and its release; the worker
+ * thread of a group whose comm is ready (it also hooks the comm's revoke to the
+ * group's subgroups). Used by rr_pg_shrink (group/elastic.c). */
+int rr__pg_new(int size, rr_pg **out);
+void rr__pg_free(rr_pg *pg);
+int rr__pg_run_worker(rr_pg *pg);
+
 /* Queue a validated call (work != NULL: async, the handle goes to *work) or run it now,
  * in issue order either way (group/work.c). */
 int rr__pg_submit(rr_pg *pg, const rr__args *a, rr_work **work);

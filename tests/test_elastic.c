@@ -17,6 +17,7 @@
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include "tests/harness.h"
@@ -184,12 +185,257 @@ static int revoke_leaks(int rank, void *arg) {
   return 0;
 }
 
+/* ---- shrink: kill -9 of a rank, the survivors shrink and go on ---- */
+#define T_MAXW 8
+typedef struct shrink_case {
+  int world;
+  int victim, kill_at; /* the rank killed, at which iteration of the loop */
+  int second;          /* a second rank killed while it shrinks (-1: none) ... */
+  int second_us;       /* ... this long after it entered rr_pg_shrink */
+  int slow;            /* a rank that calls rr_pg_shrink only after 2 timeouts (-1: none) */
+  /* Shared with the parent (MAP_SHARED): each rank's outcome, for the cross-rank checks. */
+  struct {
+    int status;      /* of rr_pg_shrink; 1: not reached */
+    int size;        /* of the new group */
+    int members[T_MAXW];
+    int used;        /* the new group carried an exact all_reduce */
+  } out[T_MAXW];
+} shrink_case;
+
+static int shrink_use(shrink_case *sc, int rank, rr_pg *np) {
+  int k = rr_get_world_size(np);
+  int mine[T_MAXW], all[T_MAXW * T_MAXW];
+  for (int i = 0; i < k; i++) mine[i] = rr_get_global_rank(np, i);
+  int st = rr_all_gather(np, mine, all, (size_t)k, RR_INT32);
+  if (st != RR_OK) return st;
+  for (int r = 0; r < k; r++)
+    T_CHECK(!memcmp(all + r * k, mine, (size_t)k * sizeof *mine),
+            "rank %d of the new group lists other members", r);
+  enum { N = 3000 };
+  static int32_t x[N];
+  int32_t sum = 0;
+  for (int i = 0; i < k; i++) sum += mine[i] + 1;
+  for (int i = 0; i < N; i++) x[i] = (rank + 1) * (i % 97 + 1);
+  st = rr_all_reduce(np, x, x, N, RR_INT32, RR_SUM);
+  if (st != RR_OK) return st;
+  for (int i = 0; i < N; i++)
+    T_CHECK(x[i] == sum * (i % 97 + 1), "element %d: %d, not %d", i, (int)x[i],
+            (int)(sum * (i % 97 + 1)));
+  T_OK(rr_barrier(np));
+  sc->out[rank].used = 1;
+  return RR_OK;
+}
+
+typedef struct shrink_arg {
+  rr_pg *pg, *np;
+  int st;
+} shrink_arg;
+
+static int shrink_thread(void *arg) {
+  shrink_arg *a = arg;
+  a->st = rr_pg_shrink(a->pg, 0, &a->np);
+  return 0;
+}
+
+static int shrink_rank(int rank, void *arg) {
+  shrink_case *sc = arg;
+  t_rank = rank;
+  rr_pg *pg;
+  T_OK(join(&pg));
+  enum { N = 1024 };
+  int32_t x[N];
+  int st = RR_OK;
+  for (int it = 0; st == RR_OK && it < 1000000; it++) {
+    if (rank == sc->victim && it == sc->kill_at) raise(SIGKILL);
+    for (int i = 0; i < N; i++) x[i] = rank + i;
+    st = rr_all_reduce(pg, x, x, N, RR_INT32, RR_SUM);
+    int w = sc->world;
+    if (st == RR_OK)
+      T_CHECK(x[5] == w * (w - 1) / 2 + 5 * w, "sum %d before the kill", (int)x[5]);
+  }
+  T_CHECK(st != RR_OK, "the loop never failed");
+  /* Too slow: it comes after the coordinator's whole wait for votes (the group's timeout,
+   * RR_TIMEOUT seconds) is over. */
+  const char *to = getenv("RR_TIMEOUT");
+  if (rank == sc->slow) usleep((useconds_t)(2.5e6 * (to ? atof(to) : 30.0)));
+  double t0 = t_now();
+  shrink_arg a = {.pg = pg, .st = 1};
+  if (rank == sc->second) { /* killed as it enters the shrink, or inside it */
+    t_thread th;
+    T_CHECK(t_thread_start(&th, shrink_thread, &a) == 0, "pthread_create");
+    usleep((useconds_t)sc->second_us);
+    raise(SIGKILL);
+  }
+  (void)shrink_thread(&a);
+  double dt = t_now() - t0;
+  sc->out[rank].status = a.st;
+  if (a.st != RR_OK) {
+    printf("rank %d: shrink failed after %.2f s: %s\n", rank, dt, rr_last_error());
+    T_CHECK(a.np == NULL, "a group returned with an error");
+    T_HAS(rr_last_error(), "rr_pg_shrink");
+  } else {
+    sc->out[rank].size = rr_get_world_size(a.np);
+    for (int i = 0; i < sc->out[rank].size && i < T_MAXW; i++)
+      sc->out[rank].members[i] = rr_get_global_rank(a.np, i);
+    st = shrink_use(sc, rank, a.np);
+    if (st != RR_OK) /* a rank in the new group died after it committed */
+      printf("rank %d: the new group failed: %s\n", rank, rr_last_error());
+    double t1 = t_now();
+    (void)rr_destroy_process_group(a.np);
+    T_CHECK(t_now() - t1 < 2.0, "destroying the new group took %.2f s", t_now() - t1);
+  }
+  double t1 = t_now();
+  T_CHECK(rr_destroy_process_group(pg) != RR_OK, "the old group's failure was lost");
+  T_CHECK(t_now() - t1 < 1.0, "destroying the old group took %.2f s", t_now() - t1);
+  return 0;
+}
+
+/* One trial; 0 when every check held. expect_all: every survivor must get the group of all
+ * survivors (no second death, no slow rank). */
+static int shrink_trial(shrink_case *sc, const char *what) {
+  int codes[T_MAXW], sigs[T_MAXW];
+  for (int r = 0; r < T_MAXW; r++) sc->out[r].status = 1, sc->out[r].used = 0;
+  double t0 = t_now();
+  if (t_run(sc->world, shrink_rank, sc, NULL, 120, codes, sigs) != 0) {
+    fprintf(stderr, "%s: timed out (a hang)\n", what);
+    return 1;
+  }
+  int bad = 0, ref = -1;
+  for (int r = 0; r < sc->world; r++) {
+    int killed = r == sc->victim || r == sc->second;
+    if (killed) {
+      if (sigs[r] != SIGKILL) bad = fprintf(stderr, "%s: rank %d not killed\n", what, r) > 0;
+      continue;
+    }
+    if (codes[r] != 0 || sigs[r] != 0) {
+      fprintf(stderr, "%s: rank %d: exit %d signal %d\n", what, r, codes[r], sigs[r]);
+      bad = 1;
+      continue;
+    }
+    if (sc->out[r].status != RR_OK) continue;
+    /* Never two groups: every rank that got one got the same. */
+    if (ref < 0) ref = r;
+    if (sc->out[r].size != sc->out[ref].size ||
+        memcmp(sc->out[r].members, sc->out[ref].members, sizeof sc->out[r].members)) {
+      fprintf(stderr, "%s: ranks %d and %d got different groups\n", what, ref, r);
+      bad = 1;
+    }
+  }
+  int survivors = sc->world - 1 - (sc->second >= 0) - (sc->slow >= 0);
+  if (sc->second < 0) /* one death: every survivor (but a slow one) gets the group, and uses it */
+    for (int r = 0; r < sc->world; r++) {
+      if (r == sc->victim || r == sc->slow) continue;
+      if (sc->out[r].status != RR_OK || sc->out[r].size != survivors || !sc->out[r].used) {
+        fprintf(stderr, "%s: rank %d: status %d, group of %d (want %d), used %d\n", what, r,
+                sc->out[r].status, sc->out[r].size, survivors, sc->out[r].used);
+        bad = 1;
+      }
+    }
+  if (sc->slow >= 0 && sc->out[sc->slow].status == RR_OK) {
+    fprintf(stderr, "%s: the slow rank %d was not left out\n", what, sc->slow);
+    bad = 1;
+  }
+  if (bad) fprintf(stderr, "%s: FAILED (%.2f s)\n", what, t_now() - t0);
+  return bad;
+}
+
+/* trials of world ranks: a random rank killed at a random iteration; with `second`, a
+ * second random rank killed at a random moment of its shrink; with `slow`, a random
+ * survivor that comes too late. */
+static int shrink_trials(int world, int trials, int second, int slow) {
+  shrink_case *sc = mmap(NULL, sizeof *sc, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS,
+                         -1, 0);
+  if (sc == MAP_FAILED) {
+    perror("mmap");
+    return 1;
+  }
+  uint64_t seed = t_seed();
+  int failed = 0, groups = 0, errors = 0;
+  for (int t = 0; t < trials; t++) {
+    memset(sc, 0, sizeof *sc);
+    sc->world = world;
+    sc->victim = (int)(t_bits(seed, (uint64_t)t, 0) % (uint64_t)world);
+    sc->kill_at = 1 + (int)(t_bits(seed, (uint64_t)t, 1) % 5);
+    sc->second = sc->slow = -1;
+    if (second) {
+      sc->second = (sc->victim + 1 + (int)(t_bits(seed, (uint64_t)t, 2) % (uint64_t)(world - 1))) % world;
+      sc->second_us = (int)(t_bits(seed, (uint64_t)t, 3) % 3000);
+    }
+    if (slow) sc->slow = (sc->victim + 1 + (int)(t_bits(seed, (uint64_t)t, 2) % (uint64_t)(world - 1))) % world;
+    char what[128];
+    snprintf(what, sizeof what, "trial %d (world %d, rank %d killed at %d, second %d at %d us, slow %d)",
+             t, world, sc->victim, sc->kill_at, sc->second, sc->second_us, sc->slow);
+    int bad = shrink_trial(sc, what);
+    failed += bad;
+    for (int r = 0; r < world; r++)
+      if (r != sc->victim && r != sc->second && r != sc->slow) {
+        if (sc->out[r].status == RR_OK) groups++;
+        else errors++;
+      }
+  }
+  printf("shrink: world %d, %d trials, %d failed; survivors: %d got a group, %d a clear error\n",
+         world, trials, failed, groups, errors);
+  munmap(sc, sizeof *sc);
+  return failed != 0;
+}
+
+/* ---- nothing leaks across revoke, shrink and destroy ----
+ * World 4, six rounds: in even rounds every rank shrinks (a group of all four), in odd ones
+ * one rank destroys its group instead and the others shrink without it. */
+static int shrink_leaks(int rank, void *arg) {
+  (void)arg;
+  t_rank = rank;
+  int fds0 = -1, tasks0 = -1, shm0 = -1;
+  for (int round = 0; round < 6; round++) {
+    if (round == 1) {
+      fds0 = count_dir("/proc/self/fd", NULL);
+      tasks0 = count_dir("/proc/self/task", NULL);
+      shm0 = count_dir("/dev/shm", "ringreduce");
+    }
+    char init[128];
+    snprintf(init, sizeof init, "file:///tmp/rr_elastic_sleaks_%d_%d?rank=%d&world_size=4",
+             (int)getppid(), round, rank);
+    rr_pg_options o = RR_PG_OPTIONS_INIT;
+    o.init_method = init;
+    rr_pg *pg, *np = NULL;
+    T_OK(rr_init_process_group(&pg, &o));
+    int32_t x[64] = {0};
+    T_OK(rr_all_reduce(pg, x, x, 64, RR_INT32, RR_SUM));
+    int leaver = round % 2 ? round % 4 : -1;
+    if (rank == leaver) {
+      T_OK(rr_destroy_process_group(pg));
+    } else {
+      T_OK(rr_pg_shrink(pg, 0, &np));
+      int want = leaver < 0 ? 4 : 3;
+      T_CHECK(rr_get_world_size(np) == want, "round %d: a group of %d, not %d", round,
+              rr_get_world_size(np), want);
+      for (int i = 0; i < 64; i++) x[i] = i;
+      T_OK(rr_all_reduce(np, x, x, 64, RR_INT32, RR_SUM));
+      T_CHECK(x[63] == 63 * want, "round %d: sum %d", round, (int)x[63]);
+      T_OK(rr_destroy_process_group(np));
+      T_CHECK(rr_destroy_process_group(pg) == RR_EREVOKED, "the old group was not revoked");
+    }
+    init[strcspn(init, "?")] = '\0';
+    if (unlink(init + strlen("file://")) != 0 && errno != ENOENT)
+      T_FAIL("unlink %s: %s", init + strlen("file://"), strerror(errno));
+  }
+  int fds1 = count_dir("/proc/self/fd", NULL), tasks1 = count_dir("/proc/self/task", NULL);
+  int shm1 = count_dir("/dev/shm", "ringreduce");
+  T_CHECK(fds0 > 0 && fds1 == fds0, "open fds: %d before, %d after", fds0, fds1);
+  T_CHECK(tasks0 > 0 && tasks1 == tasks0, "threads: %d before, %d after", tasks0, tasks1);
+  T_CHECK(shm1 == shm0, "/dev/shm entries: %d before, %d after", shm0, shm1);
+  if (rank == 0) printf("shrink_leaks: %d fds, %d threads, %d shm files before and after\n",
+                        fds1, tasks1, shm1);
+  return 0;
+}
+
 int main(int argc, char **argv) {
   const char *s = argc > 1 ? argv[1] : "";
   const char *tp = getenv("RR_TRANSPORT");
   printf("%s over %s\n", s, tp ? tp : "auto");
   if (!strcmp(s, "revoke_blocked")) return t_run_all(3, revoke_blocked, NULL, 60, s);
   if (!strcmp(s, "revoke_leaks")) return t_run_all(3, revoke_leaks, NULL, 120, s);
+  if (!strcmp(s, "shrink_leaks")) return t_run_all(4, shrink_leaks, NULL, 120, s);
   if (!strcmp(s, "revoke_kill9")) {
     int codes[3], sigs[3];
     if (t_run(3, revoke_kill9, NULL, NULL, 60, codes, sigs) != 0) {
@@ -203,6 +449,13 @@ int main(int argc, char **argv) {
     }
     return t_exits_ok(2, codes, sigs, s);
   }
-  fprintf(stderr, "usage: test_elastic revoke_blocked|revoke_kill9|revoke_leaks\n");
+  if (!strcmp(s, "shrink") || !strcmp(s, "shrink_second") || !strcmp(s, "shrink_slow")) {
+    int world = argc > 2 ? atoi(argv[2]) : 3, trials = argc > 3 ? atoi(argv[3]) : 3;
+    if (world < 3 || world > T_MAXW || trials < 1) return 2;
+    t_seed_announce("test_elastic");
+    return shrink_trials(world, trials, !strcmp(s, "shrink_second"), !strcmp(s, "shrink_slow"));
+  }
+  fprintf(stderr, "usage: test_elastic revoke_blocked|revoke_kill9|revoke_leaks|"
+                  "shrink|shrink_second|shrink_slow [world] [trials]\n");
   return 2;
 }

@@ -199,6 +199,21 @@ int rr_abort(rr_pg *pg);
  * group afterwards does not block. See docs/elastic.md. */
 int rr_pg_revoke(rr_pg *pg);
 
+/* After a failure, called by the survivors only (every rank that is still alive and means
+ * to go on), as ULFM's MPIX_Comm_shrink: revokes pg, agrees with the other survivors on who
+ * is left, and gives *newpg, a group of those ranks with contiguous ranks in the old order
+ * (global ranks unchanged: rr_get_global_rank maps them). The agreement needs no store (the
+ * store's host may be the rank that died): it runs over the old group's control sockets,
+ * the lowest live rank coordinating and the next one taking over if it dies. A rank that
+ * dies or is silent for the group's timeout during the agreement is left out. A new group
+ * needs a strict majority of the old one, so two sides of a partition never both form one;
+ * otherwise, and when this rank was left out, the call fails (RR_EPEER, or RR_ETIMEDOUT
+ * when the coordinator never answered) with *newpg NULL. The new group keeps the control
+ * connections and each pair's transport, with fresh data lanes. It has no rendezvous
+ * store: rr_new_group on it is RR_ENOTSUP. Destroy pg afterwards (it does not block).
+ * flags: 0 (reserved). See docs/elastic.md. */
+int rr_pg_shrink(rr_pg *pg, int flags, rr_pg **newpg);
+
 /* ---------------------------------------------------------------------------------------------
  * Collectives. Buffers follow NCCL: in-place when sendbuf == recvbuf (for all_gather when
  * sendbuf == recvbuf + rank * sendcount, for reduce_scatter when

@@ -329,6 +329,9 @@ static int rr__shrunk_group(rr_pg *pg, const uint8_t *d, rr_pg **out) {
   rr__comm *nc = np->comm;
   nc->spin_us = old->spin_us;
   nc->spin_yield = old->spin_yield;
+  /* Under the old comm's abort lock: an abort or revoke from another thread sends on these
+   * sockets while it holds it. */
+  pthread_mutex_lock(&old->abort_mu);
   for (int i = 0, j = 0; i < pg->size; i++) {
     if (!d[i]) continue;
     rr__peer *o = &old->peers[i], *p = &nc->peers[j++];
@@ -341,6 +344,7 @@ static int rr__shrunk_group(rr_pg *pg, const uint8_t *d, rr_pg **out) {
     p->ctl_have = o->ctl_have;
     o->ctl_have = 0;
   }
+  pthread_mutex_unlock(&old->abort_mu);
   int64_t dl = rr__deadline(pg->timeout_ms);
   /* Pairs in one global order (by the lower, then the higher rank): no two ranks wait on
    * each other in opposite orders. */

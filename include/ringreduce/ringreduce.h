@@ -192,7 +192,7 @@ int rr_abort(rr_pg *pg);
  * MPIX_Comm_revoke and NCCL's ncclCommRevoke: the running call and every pending and later
  * call on it fail promptly with RR_EREVOKED, here and on every peer that can still be reached
  * (they are told, and pass it on, so a peer this rank cannot reach still hears it from
- * another). rr_last_error() names the rank that revoked it and the failure that came before,
+ * another; a peer still in a collective this rank had finished may complete that one). rr_last_error() names the rank that revoked it and the failure that came before,
  * if any. A revoke replaces an earlier abort's status (calls then say RR_EREVOKED), keeping
  * its reason in the text. Every subgroup made from it by rr_new_group is revoked too (a
  * subgroup's revoke leaves its parent alone). Revoking twice is harmless. Destroying the

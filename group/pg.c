@@ -50,12 +50,37 @@ int rr_abort(rr_pg *pg) {
   return RR_OK;
 }
 
-static void rr__pg_free(rr_pg *pg) {
+/* The group's comm was revoked (here, or a peer's revoke was heard while a call on it read
+ * the control sockets): revoke every subgroup made from it on this rank, which tells their
+ * members, and so on down (each subgroup's comm calls back here in turn). */
+static void rr__pg_on_revoke(void *ctx, const char *reason) {
+  rr_pg *pg = ctx;
+  pthread_mutex_lock(&pg->kids_mu);
+  for (rr_pg *k = pg->kids; k; k = k->next_kid) {
+    char mine[RR__ERRMSG_MAX];
+    snprintf(mine, sizeof mine, "%.600s; group %s was revoked with its parent %s", reason,
+             k->id, pg->id);
+    rr__comm_abort(k->comm, RR_EREVOKED, mine, 1);
+  }
+  pthread_mutex_unlock(&pg->kids_mu);
+}
+
+int rr_pg_revoke(rr_pg *pg) {
+  if (!pg) return rr__set_error(RR_EINVAL, "rr_pg_revoke: NULL group");
+  char reason[128];
+  snprintf(reason, sizeof reason, "rank %d revoked group %s", pg->global_ranks[pg->rank],
+           pg->id);
+  rr__comm_abort(pg->comm, RR_EREVOKED, reason, 1);
+  return RR_OK;
+}
+
+void rr__pg_free(rr_pg *pg) {
   if (!pg) return;
   if (pg->comm) rr__comm_free(pg->comm);
   rr__cuda_pg_free(pg);
   pthread_mutex_destroy(&pg->mu);
   pthread_cond_destroy(&pg->cv);
+  pthread_mutex_destroy(&pg->kids_mu);
   free(pg->global_ranks);
   free(pg->cs.p2p_sent);
   free(pg->cs.p2p_recvd);
@@ -64,11 +89,12 @@ static void rr__pg_free(rr_pg *pg) {
   free(pg);
 }
 
-static int rr__pg_new(int size, rr_pg **out) {
+int rr__pg_new(int size, rr_pg **out) {
   rr_pg *pg = rr__calloc(1, sizeof *pg);
   if (!pg) return RR_ENOMEM;
   pthread_mutex_init(&pg->mu, NULL);
   pthread_cond_init(&pg->cv, NULL);
+  pthread_mutex_init(&pg->kids_mu, NULL);
   pg->size = size;
   pg->device = -1;
   pg->global_ranks = rr__calloc((size_t)size, sizeof *pg->global_ranks);
@@ -94,6 +120,12 @@ static int rr__pg_start(rr_pg *pg, int64_t deadline_ms) {
                 .deadline_ms = deadline_ms, .timeout_ms = pg->timeout_ms,
                 .token_key = pg->have_token ? pg->token_key : NULL};
   RR__CHECK(rr__bootstrap(&b, &pg->comm));
+  return rr__pg_run_worker(pg);
+}
+
+int rr__pg_run_worker(rr_pg *pg) {
+  pg->comm->on_revoke = rr__pg_on_revoke;
+  pg->comm->on_revoke_ctx = pg;
   int e = pthread_create(&pg->worker, NULL, rr__pg_worker_main, pg);
   if (e != 0) return rr__set_error(RR_ESYS, "pthread_create: %s", strerror(e));
   pg->worker_started = 1;
@@ -259,6 +291,10 @@ int rr_new_group(rr_pg *parent, const int *ranks, int nranks, int64_t timeout_ms
   if (group) *group = NULL;
   if (!parent || !group || !ranks || nranks < 1)
     return rr__set_error(RR_EINVAL, "new_group: need a parent group, a rank list and an output");
+  if (!parent->world->store) /* the same verdict on every rank: no barrier needed */
+    return rr__set_error(RR_ENOTSUP, "rank %d: new_group: a group made by rr_pg_shrink has no "
+                         "rendezvous store to set a subgroup up through",
+                         parent->global_ranks[parent->rank]);
   int me = parent->global_ranks[parent->rank];
   if (nranks > parent->size)
     return rr__set_error(RR_EINVAL, "rank %d: new_group: %d ranks listed, the parent has %d", me,
@@ -320,6 +356,10 @@ int rr_new_group(rr_pg *parent, const int *ranks, int nranks, int64_t timeout_ms
     return st; /* the non-members' barrier then fails on the parent's deadline or abort */
   }
   atomic_fetch_add(&parent->nchildren, 1);
+  pthread_mutex_lock(&parent->kids_mu);
+  pg->next_kid = parent->kids;
+  parent->kids = pg;
+  pthread_mutex_unlock(&parent->kids_mu);
   st = rr_barrier(parent);
   if (st != RR_OK) {
     /* A failed new_group leaves nothing behind: the caller gets no group to destroy, and
@@ -363,7 +403,16 @@ int rr_destroy_process_group(rr_pg *pg) {
   }
   char saved[RR__ERRMSG_MAX];
   snprintf(saved, sizeof saved, "%s", rr__error());
-  if (pg->parent) atomic_fetch_sub(&pg->parent->nchildren, 1);
+  if (pg->parent) {
+    pthread_mutex_lock(&pg->parent->kids_mu);
+    for (rr_pg **k = &pg->parent->kids; *k; k = &(*k)->next_kid)
+      if (*k == pg) {
+        *k = pg->next_kid;
+        break;
+      }
+    pthread_mutex_unlock(&pg->parent->kids_mu);
+    atomic_fetch_sub(&pg->parent->nchildren, 1);
+  }
   if (pg->world == pg && pg->own_store) rr_store_free(pg->store);
   rr__pg_free(pg);
   if (st != RR_OK) rr__copy_error(saved);

@@ -48,6 +48,11 @@ struct rr_pg {
   rr__comm *comm;
   atomic_int nchildren;
   int next_child;
+  /* The live subgroups made from this group (rr_new_group), linked through next_kid, so
+   * that rr_pg_revoke reaches them. kids_mu guards the list; it is taken parent before
+   * child, and never while holding `mu`. */
+  pthread_mutex_t kids_mu;
+  rr_pg *kids, *next_kid;
 
   /* Calls run one at a time, in issue order: inline on the caller's thread when the group
    * is idle, else on the group's worker thread. */
@@ -80,6 +85,13 @@ static inline int rr__pg_group_rank(const rr_pg *pg, int global_rank) {
     if (pg->global_ranks[i] == global_rank) return i;
   return -1;
 }
+
+/* A group of `size` with nothing connected (group/pg.c), and its release; the worker
+ * thread of a group whose comm is ready (it also hooks the comm's revoke to the
+ * group's subgroups). Used by rr_pg_shrink (group/elastic.c). */
+int rr__pg_new(int size, rr_pg **out);
+void rr__pg_free(rr_pg *pg);
+int rr__pg_run_worker(rr_pg *pg);
 
 /* Queue a validated call (work != NULL: async, the handle goes to *work) or run it now,
  * in issue order either way (group/work.c). */

@@ -43,7 +43,8 @@ static int rr__run_coll(rr_pg *pg, const rr__args *a, int64_t timeout_ms, const 
     /* The first call to meet the abort reports its cause; later ones say the group is gone. */
     int st = rr__comm_check(pg->comm);
     rr__coll_describe(&c, desc, sizeof desc);
-    if (pg->comm->reported)
+    /* A revoked group says so in every call, with who revoked it (rr_pg_revoke). */
+    if (pg->comm->reported && st != RR_EREVOKED)
       return rr__prefix_error(RR_EABORTED, "rank %d: %s: the group is unusable after an earlier failure", me, desc);
     pg->comm->reported = 1;
     return rr__prefix_error(st, "rank %d: %s", me, desc);

@@ -35,7 +35,7 @@ int rr__ctl_decode(const uint8_t in[RR__CTL_FIXED], rr__ctl *c) {
   c->status = (int32_t)rr__get_u32(in + 12);
   c->len = rr__get_u32(in + 16);
   c->seq = rr__get_u64(in + 20);
-  if ((c->type != RR__CTL_ABORT && c->type != RR__CTL_BYE) || c->len > RR__CTL_TEXT_MAX ||
+  if (c->type < RR__CTL_ABORT || c->type > RR__CTL_SETUP || c->len > RR__CTL_TEXT_MAX ||
       c->status > 0 || c->status < -1000)
     return rr__set_error(RR_EPROTO, "malformed control message (type %u, length %u)", c->type,
                          c->len);
@@ -139,7 +139,8 @@ void rr__comm_free(rr__comm *cm) {
       if (!cm->no_bye && atomic_load(&cm->aborted)) {
         uint64_t from = atomic_load(&cm->abort_from);
         rr__send_ctl(p->ctrl_fd, RR__CTL_ABORT, cm->global_rank, cm->abort_status,
-                     from ? from : atomic_load(&cm->unfinished), cm->abort_reason);
+                     from ? from : atomic_load(&cm->unfinished),
+                     cm->abort_reason);
       }
       if (!cm->no_bye) rr__send_ctl(p->ctrl_fd, RR__CTL_BYE, cm->global_rank, 0, 0, NULL);
       close(p->ctrl_fd);
@@ -156,30 +157,49 @@ void rr__comm_free(rr__comm *cm) {
 }
 
 /* from: the first collective the abort concerns (0: every call). A local abort (from 0)
- * also overrides a peer's that concerns only later calls: this rank stops now. */
+ * also overrides a peer's that concerns only later calls: this rank stops now.
+ * tell_peers: 0 no, 1 a local abort (stop transfers now, tell every peer), 2 pass a peer's
+ * revoke on (tell every peer; the running call goes on if the revoke does not concern it). */
 static int rr__abort_set(rr__comm *cm, int status, const char *reason, int tell_peers,
                          uint64_t from) {
   pthread_mutex_lock(&cm->abort_mu);
   int first = !atomic_load(&cm->aborted);
-  if (first || (from == 0 && atomic_load(&cm->abort_from) > 0)) {
+  /* A revoke (rr_pg_revoke) replaces any earlier abort, once: calls then fail as revoked,
+   * and the failure that led to it stays in the text. Being once, the forwarding below
+   * stops after one round. */
+  int revoke = status == RR_EREVOKED && cm->abort_status != RR_EREVOKED;
+  char revoked_why[RR__ERRMSG_MAX] = "";
+  if (first || revoke || (from == 0 && atomic_load(&cm->abort_from) > 0)) {
+    if (revoke && !first) {
+      char before[RR__ERRMSG_MAX];
+      snprintf(before, sizeof before, "%s", cm->abort_reason);
+      snprintf(cm->abort_reason, sizeof cm->abort_reason, "%.600s (after: %.300s)", reason,
+               before);
+    } else {
+      snprintf(cm->abort_reason, sizeof cm->abort_reason, "%s", reason);
+    }
     cm->abort_status = status;
-    snprintf(cm->abort_reason, sizeof cm->abort_reason, "%s", reason);
-    atomic_store(&cm->abort_from, from);
+    /* A revoke over an earlier abort never frees calls that abort already concerned. */
+    uint64_t was = atomic_load(&cm->abort_from);
+    atomic_store(&cm->abort_from, revoke && !first && was < from ? was : from);
     atomic_store(&cm->aborted, 1);
-    if (tell_peers) atomic_store(&cm->halt, 1);
+    if (tell_peers == 1) atomic_store(&cm->halt, 1);
     RR__LOG_WARN(RR__SUB_COLL, "group aborted: %s", reason);
     uint64_t one = 1;
     if (write(cm->wake_fd, &one, sizeof one) < 0 && errno != EAGAIN)
       RR__LOG_WARN(RR__SUB_COLL, "eventfd write: %s", strerror(errno));
-    /* Peers fail from the first collective this rank did not finish on. */
-    uint64_t seq = atomic_load(&cm->unfinished);
+    /* Peers fail from the first collective this rank did not finish on (a revoke passed
+     * on keeps the number its origin gave). */
+    uint64_t seq = tell_peers == 2 ? from : atomic_load(&cm->unfinished);
     if (tell_peers)
       for (int i = 0; i < cm->size; i++)
         if (i != cm->rank && cm->peers[i].ctrl_fd >= 0)
           rr__send_ctl(cm->peers[i].ctrl_fd, RR__CTL_ABORT, cm->global_rank, status, seq,
-                       reason);
+                       cm->abort_reason);
+    if (revoke) snprintf(revoked_why, sizeof revoked_why, "%s", cm->abort_reason);
   }
   pthread_mutex_unlock(&cm->abort_mu);
+  if (revoked_why[0] && cm->on_revoke) cm->on_revoke(cm->on_revoke_ctx, revoked_why);
   return status;
 }
 
@@ -259,6 +279,9 @@ static int rr__read_ctl_msgs(rr__comm *cm, int i, int *lost) {
       need += c.len;
     }
     if (p->ctl_have == need && need > 0 && p->ctl_have >= RR__CTL_FIXED) {
+      /* A peer already in rr_pg_shrink: its message stays for the shrink on this rank to
+       * read (the group is revoked, so the call reading here is about to fail). */
+      if (RR__CTL_IS_SHRINK(c.type)) return RR_OK;
       p->ctl_have = 0;
       if (c.type == RR__CTL_BYE) {
         p->said_bye = 1;
@@ -270,9 +293,18 @@ static int rr__read_ctl_msgs(rr__comm *cm, int i, int *lost) {
       for (char *t = text; *t; t++)
         if (!isprint((unsigned char)*t)) *t = '?';
       char reason[RR__ERRMSG_MAX];
-      snprintf(reason, sizeof reason, "rank %d aborted the group: %.900s", p->info.global_rank,
-               text);
-      rr__abort_set(cm, c.status ? c.status : RR_EABORTED, reason, 0, c.seq);
+      int revoked = c.status == RR_EREVOKED;
+      if (revoked) /* the text names the rank that revoked; this is who passed it on */
+        snprintf(reason, sizeof reason, "%.900s (heard from rank %d)", text,
+                 p->info.global_rank);
+      else
+        snprintf(reason, sizeof reason, "rank %d aborted the group: %.900s",
+                 p->info.global_rank, text);
+      /* A revoke is passed on to every peer (ULFM's reliable revoke): a peer the revoking
+       * rank could not reach, or reached only partly before dying, still hears it. Like an
+       * ABORT it concerns the collectives from the first one its origin did not finish: a
+       * rank still in an earlier one completes it if the data comes. */
+      rr__abort_set(cm, c.status ? c.status : RR_EABORTED, reason, revoked ? 2 : 0, c.seq);
       if (!rr__abort_now(cm)) continue; /* for a later collective: this one goes on */
       return rr__comm_check(cm);
     }
@@ -472,4 +504,92 @@ size_t rr__comm_device_msg_max(const rr__comm *cm) {
   for (int i = 0; i < cm->size; i++)
     if (i != cm->rank) max = RR__MIN(max, cm->peers[i].tp ? cm->peers[i].tp->device_msg_max : 0);
   return max;
+}
+
+int rr__comm_ctl_send(rr__comm *cm, int peer, uint32_t type, uint64_t seq, const void *data,
+                      size_t len) {
+  rr__peer *p = &cm->peers[peer];
+  if (p->ctrl_fd < 0 || len > RR__CTL_TEXT_MAX)
+    return rr__set_error(RR_EPEER, "no control connection to rank %d", p->info.global_rank);
+  uint8_t buf[RR__CTL_FIXED + RR__CTL_TEXT_MAX];
+  rr__ctl c = {.type = type, .origin = cm->global_rank, .len = (uint32_t)len, .seq = seq};
+  rr__ctl_encode(&c, buf);
+  if (len) memcpy(buf + RR__CTL_FIXED, data, len);
+  /* Small messages, a few per shrink: the socket's buffer has room, so this never waits. */
+  ssize_t w;
+  do w = send(p->ctrl_fd, buf, RR__CTL_FIXED + len, MSG_DONTWAIT | MSG_NOSIGNAL);
+  while (w < 0 && errno == EINTR);
+  if (w != (ssize_t)(RR__CTL_FIXED + len))
+    return rr__set_error(RR_EPEER, "sending to rank %d: %s", p->info.global_rank,
+                         w < 0 ? strerror(errno) : "short write");
+  return RR_OK;
+}
+
+/* Read what the peer's control socket holds, up to the end of its next message: 1 when a
+ * whole message is buffered, 0 when more is to come, -1 when the socket closed, RR_EPROTO
+ * (error set) for garbage. Never reads past a message, so raw setup bytes that follow it
+ * stay in the socket for the transport. */
+static int rr__ctl_fill(rr__peer *p) {
+  for (;;) {
+    size_t need = RR__CTL_FIXED;
+    if (p->ctl_have >= RR__CTL_FIXED) {
+      rr__ctl c;
+      RR__CHECK(rr__ctl_decode(p->ctl_buf, &c));
+      need += c.len;
+    }
+    if (p->ctl_have == need) return 1;
+    ssize_t r = recv(p->ctrl_fd, p->ctl_buf + p->ctl_have, need - p->ctl_have, MSG_DONTWAIT);
+    if (r > 0) {
+      p->ctl_have += (size_t)r;
+      continue;
+    }
+    if (r < 0 && errno == EINTR) continue;
+    if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return 0;
+    return -1;
+  }
+}
+
+int rr__comm_ctl_next(rr__comm *cm, const uint8_t *watch, int64_t deadline_ms, int *from,
+                      rr__ctl *c, uint8_t *data) {
+  for (;;) {
+    int n = 0, again = 0;
+    for (int i = 0; i < cm->size; i++) {
+      rr__peer *p = &cm->peers[i];
+      if (!watch[i] || i == cm->rank) continue;
+      *from = i;
+      int f = p->ctrl_fd < 0 ? -1 : rr__ctl_fill(p);
+      if (f == RR_EPROTO) return rr__prefix_error(f, "from rank %d", p->info.global_rank);
+      if (f < 0) {
+        if (p->ctrl_fd >= 0) close(p->ctrl_fd);
+        p->ctrl_fd = -1;
+        return rr__set_error(RR_EPEER, "lost rank %d: its connection closed%s",
+                             p->info.global_rank,
+                             p->said_bye ? " after a goodbye (it destroyed the group)"
+                                         : " without a goodbye (the process exited, crashed "
+                                           "or was killed)");
+      }
+      if (f == 1) {
+        RR__CHECK(rr__ctl_decode(p->ctl_buf, c));
+        p->ctl_have = 0;
+        if (RR__CTL_IS_SHRINK(c->type)) {
+          memcpy(data, p->ctl_buf + RR__CTL_FIXED, c->len);
+          return RR_OK;
+        }
+        if (c->type == RR__CTL_BYE) p->said_bye = 1;
+        again = 1; /* an ABORT or a goodbye: the group is revoked already; read on */
+        continue;
+      }
+      cm->pfds[n].fd = p->ctrl_fd;
+      cm->pfds[n].events = POLLIN;
+      cm->pfds[n].revents = 0;
+      n++;
+    }
+    if (again) continue;
+    int64_t left = rr__ms_left(deadline_ms);
+    if (left == 0 || n == 0) return rr__set_error(RR_ETIMEDOUT, "timed out");
+    int rc;
+    do rc = poll(cm->pfds, (nfds_t)n, (int)RR__MIN(left, 1 << 30));
+    while (rc < 0 && errno == EINTR);
+    if (rc < 0) return rr__set_error(RR_ESYS, "poll: %s", strerror(errno));
+  }
 }

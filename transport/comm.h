@@ -21,7 +21,12 @@
  * An ABORT names the first collective its sender did not finish: it finished every earlier
  * one, so a peer still in an earlier collective completes it and fails from that one on
  * (every rank fails in the same call). */
-enum rr__ctl_type { RR__CTL_ABORT = 1, RR__CTL_BYE = 2 };
+enum rr__ctl_type { RR__CTL_ABORT = 1, RR__CTL_BYE = 2,
+                   /* rr_pg_shrink's agreement and the new group's lanes (group/elastic.c):
+                    * seq carries the agreement's epoch, the text its data. */
+                   RR__CTL_VOTE = 3, RR__CTL_DECIDE = 4, RR__CTL_ACK = 5, RR__CTL_COMMIT = 6,
+                   RR__CTL_OUT = 7, RR__CTL_SETUP = 8 };
+#define RR__CTL_IS_SHRINK(t) ((t) >= RR__CTL_VOTE && (t) <= RR__CTL_SETUP)
 #define RR__CTL_FIXED 28
 #define RR__CTL_TEXT_MAX 1024
 typedef struct rr__ctl {
@@ -105,6 +110,11 @@ typedef struct rr__comm {
    * so the collective running here, if earlier, still completes on the data that comes. */
   _Atomic uint64_t abort_from;
   _Atomic uint64_t unfinished; /* the first collective this rank has not finished */
+  /* Called once, on the thread that revoked the comm or heard a peer's revoke, after the
+   * abort state is set (no lock held), with the revoke's text: the group revokes its
+   * subgroups, which this layer does not know. NULL: nothing to do. */
+  void (*on_revoke)(void *ctx, const char *reason);
+  void *on_revoke_ctx;
   uint64_t cur_seq;            /* the call running now (rr__comm_new_call) ... */
   int cur_coll;                /* ... and whether it is a collective */
 } rr__comm;
@@ -134,6 +144,15 @@ int rr__comm_wait(rr__comm *cm, int64_t deadline_ms, const rr__sniff *sniff);
 /* Read whatever waits on the control sockets, without blocking (an ABORT from a peer
  * becomes this group's state). */
 void rr__comm_poll_ctl(rr__comm *cm);
+/* rr_pg_shrink's messages on the control sockets (no call runs on the group then). Send
+ * one (RR_EPEER when it did not all go out), or wait for the next one from any peer with
+ * watch[peer] set: RR_OK with *from, the header in *c and c->len bytes in data
+ * (RR__CTL_TEXT_MAX room); a peer's ABORT or goodbye is taken in passing; a watched peer
+ * whose socket closes is RR_EPEER with *from set; RR_ETIMEDOUT at deadline_ms. */
+int rr__comm_ctl_send(rr__comm *cm, int peer, uint32_t type, uint64_t seq, const void *data,
+                      size_t len);
+int rr__comm_ctl_next(rr__comm *cm, const uint8_t *watch, int64_t deadline_ms, int *from,
+                      rr__ctl *c, uint8_t *data);
 /* Milliseconds since bytes last arrived from `peer` (for timeout messages). */
 int64_t rr__comm_idle_ms(const rr__comm *cm, int peer);
 /* The largest message in device memory that the lanes to every peer carry (the smallest of

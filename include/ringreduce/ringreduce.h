@@ -57,7 +57,8 @@ extern "C" {
   XX(EENV, -11, "environment variable missing or malformed")                                  \
   XX(EADDR, -12, "address unusable: in use, unreachable or unresolvable")                     \
   XX(ECUDA, -13, "CUDA error")                                                                \
-  XX(ENOTMEMBER, -14, "this rank is not a member of the group")
+  XX(ENOTMEMBER, -14, "this rank is not a member of the group")                              \
+  XX(EREVOKED, -15, "the group was revoked")
 
 typedef enum rr_status {
 #define RR__STATUS_ENUM(name, value, msg) RR_##name = (value),
@@ -186,6 +187,32 @@ int rr_cuda_built(void);
  * return RR_EABORTED promptly, and the peers are told (their calls fail too, naming this
  * rank). rr_destroy_process_group afterwards does not block. */
 int rr_abort(rr_pg *pg);
+
+/* Revoke the group after a failure (a dead peer, a timeout), from any thread, as ULFM's
+ * MPIX_Comm_revoke and NCCL's ncclCommRevoke: the running call and every pending and later
+ * call on it fail promptly with RR_EREVOKED, here and on every peer that can still be reached
+ * (they are told, and pass it on, so a peer this rank cannot reach still hears it from
+ * another; a peer still in a collective this rank had finished may complete that one). rr_last_error() names the rank that revoked it and the failure that came before,
+ * if any. A revoke replaces an earlier abort's status (calls then say RR_EREVOKED), keeping
+ * its reason in the text. Every subgroup made from it by rr_new_group is revoked too (a
+ * subgroup's revoke leaves its parent alone). Revoking twice is harmless. Destroying the
+ * group afterwards does not block. See docs/elastic.md. */
+int rr_pg_revoke(rr_pg *pg);
+
+/* After a failure, called by the survivors only (every rank that is still alive and means
+ * to go on), as ULFM's MPIX_Comm_shrink: revokes pg, agrees with the other survivors on who
+ * is left, and gives *newpg, a group of those ranks with contiguous ranks in the old order
+ * (global ranks unchanged: rr_get_global_rank maps them). The agreement needs no store (the
+ * store's host may be the rank that died): it runs over the old group's control sockets,
+ * the lowest live rank coordinating and the next one taking over if it dies. A rank that
+ * dies or is silent for the group's timeout during the agreement is left out. A new group
+ * needs a strict majority of the old one, so two sides of a partition never both form one;
+ * otherwise, and when this rank was left out, the call fails (RR_EPEER, or RR_ETIMEDOUT
+ * when the coordinator never answered) with *newpg NULL. The new group keeps the control
+ * connections and each pair's transport, with fresh data lanes. It has no rendezvous
+ * store: rr_new_group on it is RR_ENOTSUP. Destroy pg afterwards (it does not block).
+ * flags: 0 (reserved). See docs/elastic.md. */
+int rr_pg_shrink(rr_pg *pg, int flags, rr_pg **newpg);
 
 /* ---------------------------------------------------------------------------------------------
  * Collectives. Buffers follow NCCL: in-place when sendbuf == recvbuf (for all_gather when

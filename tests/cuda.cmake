@@ -152,6 +152,16 @@ set_tests_properties(cudafake.nosync_ipc_w2 PROPERTIES
 foreach(t noctx workerctx pgdevice ipc perthread)
   rr_fake_test(${t} ${t})
 endforeach()
+# A rank SIGKILLed while all three loop over 4 MiB device all-reduces through CUDA IPC: the
+# survivors fail naming it, destroy their group and exit (issue 24 item 2; on a GPU too).
+add_executable(test_cuda_ipc_kill ${RR_TEST_DIR}/test_cuda_ipc_kill.c)
+target_link_libraries(test_cuda_ipc_kill PRIVATE rrtest rr_fake_cuda)
+add_test(NAME cudafake.ipc_kill_w3 COMMAND test_cuda_ipc_kill --fake)
+set_tests_properties(cudafake.ipc_kill_w3 PROPERTIES LABELS "cudafake" TIMEOUT 150
+  ENVIRONMENT "${RR_FAKE_ENV};RR_CUDA_IPC=1")
+add_test(NAME cuda_ipc_kill_w3 COMMAND test_cuda_ipc_kill)
+set_tests_properties(cuda_ipc_kill_w3 PROPERTIES LABELS "cuda" TIMEOUT 150 SKIP_RETURN_CODE 77
+  ENVIRONMENT "${RR_CUDA_TEST_ENV};RR_CUDA_IPC=1")
 
 if(TARGET reduce_kernel_perf)
   add_test(NAME cuda_reduce_kernel_perf COMMAND reduce_kernel_perf -b 1M -e 16M -f 4)

@@ -60,7 +60,7 @@ static void rr__reduce_in_place(rr__req *r, const void *data, size_t len) {
 }
 
 /* Device buffers (CUDA IPC): the segment sits in this rank's device slot; the kernel reads it
- * there, on the call's stream, after the sender's copy (the transport made the stream wait). */
+ * there, on the call's stream (the sender published the slot once its copy had completed). */
 static void rr__reduce_on_device(rr__req *r, const void *data, size_t len) {
   rr__red *x = r->ctx;
   const rr__coll *c = x->c;

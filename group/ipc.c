@@ -24,8 +24,8 @@ int rr__pg_ipc_call(const rr_pg *pg, const rr__args *a) {
   /* The kinds whose algorithm is the ring: their steps are all pipelined send /
    * receive(-reduce) steps. */
   const int ring = rr__kind(a->kind)->algo == RR__ALGO_RING;
-  /* Opt-in (RR_CUDA_IPC=1) until a peer killed mid-call cannot leave this rank's streams
-   * waiting for its events (docs/cuda.md): the staged path fails such a call cleanly. */
+  /* On by default: a peer killed mid-call leaves nothing on this rank's device that only it
+   * could complete (transport/cuda_ipc.h; cudafake.ipc_kill_w3). RR_CUDA_IPC=0 stages. */
   if (!p->cuda_ipc) return 0;
   if (!ring || a->count == 0 || pg->size < 2) return 0;
   if (strcmp(p->transport, "auto") || (pg->cs.algo != RR__ALGO_NONE && pg->cs.algo != RR__ALGO_RING))

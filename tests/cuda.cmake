@@ -39,8 +39,9 @@ foreach(w 1 2 3 4)
   # Ranks on one host pair over shared memory by default; _tcp forces sockets.
   add_test(NAME cuda_coll_w${w} COMMAND test_cuda coll ${w})
   add_test(NAME cuda_coll_tcp_w${w} COMMAND test_cuda coll ${w})
-  # With RR_CUDA_IPC=1: all_reduce through CUDA IPC (checked), the rest staged; _tcp:
-  # staged only. cuda_coll_staged_w2: the default (no RR_CUDA_IPC), staged only.
+  # CUDA IPC (the default; RR_CUDA_IPC=1 said anyway): all_reduce, reduce_scatter and
+  # all_gather through it (checked), the rest staged; _tcp: staged only.
+  # cuda_coll_staged_w2: RR_CUDA_IPC=0, staged only.
   set_tests_properties(cuda_coll_w${w} PROPERTIES LABELS "cuda" TIMEOUT 600
     SKIP_RETURN_CODE 77 ENVIRONMENT "${RR_CUDA_TEST_ENV};RR_CUDA_IPC=1;RR_TEST_EXPECT_IPC=1")
   set_tests_properties(cuda_coll_tcp_w${w} PROPERTIES LABELS "cuda" TIMEOUT 600
@@ -48,7 +49,7 @@ foreach(w 1 2 3 4)
 endforeach()
 add_test(NAME cuda_coll_staged_w2 COMMAND test_cuda coll 2)
 set_tests_properties(cuda_coll_staged_w2 PROPERTIES LABELS "cuda" TIMEOUT 600
-  SKIP_RETURN_CODE 77 ENVIRONMENT "${RR_CUDA_TEST_ENV};RR_TEST_EXPECT_IPC=0")
+  SKIP_RETURN_CODE 77 ENVIRONMENT "${RR_CUDA_TEST_ENV};RR_CUDA_IPC=0;RR_TEST_EXPECT_IPC=0")
 add_test(NAME cuda_coll_shm_w3 COMMAND test_cuda coll 3)
 set_tests_properties(cuda_coll_shm_w3 PROPERTIES LABELS "cuda" TIMEOUT 600
   SKIP_RETURN_CODE 77 ENVIRONMENT "${RR_CUDA_TEST_ENV};RR_CUDA_IPC=1;RR_TRANSPORT=shm;RR_TEST_EXPECT_IPC=0")
@@ -94,8 +95,10 @@ endfunction()
 rr_fake_test(ptr ptr)
 rr_fake_test(kernel kernel)
 set_tests_properties(cudafake.kernel PROPERTIES ENVIRONMENT "RR_FAKE_CUDA_DELAY_US=0")
-# On one host, all_reduce on device buffers goes through CUDA IPC (transport/cuda_ipc.c;
-# RR_CUDA_IPC=1;RR_TEST_EXPECT_IPC=1 checks every call did), the other collectives are staged. Two fake
+# On one host, all_reduce on device buffers goes through CUDA IPC by default
+# (transport/cuda_ipc.c; RR_TEST_EXPECT_IPC=1 checks every call did), the other collectives are
+# staged; RR_CUDA_IPC=0 (coll_staged_w2, and the staged twins of the stream, nosync and
+# capture tests) stages everything. Two fake
 # devices: ranks share them (LOCAL_RANK mod 2: in w3 ranks 2 -> 0 are one GPU's pair);
 # coll_1gpu_w4 puts all four ranks on one GPU. RR_TRANSPORT=shm and tcp: staged only.
 rr_fake_test(coll_w1 coll 1)
@@ -118,7 +121,7 @@ set_tests_properties(cudafake.threads_w3 PROPERTIES ENVIRONMENT
   "${RR_FAKE_ENV};RR_CUDA_IPC=1;RR_TEST_EXPECT_IPC=1")
 rr_fake_test(coll_staged_w2 coll 2)
 set_tests_properties(cudafake.coll_staged_w2 PROPERTIES ENVIRONMENT
-  "${RR_FAKE_ENV};RR_TEST_EXPECT_IPC=0")
+  "${RR_FAKE_ENV};RR_CUDA_IPC=0;RR_TEST_EXPECT_IPC=0")
 rr_fake_test(coll_shm_w3 coll 3)
 set_tests_properties(cudafake.coll_shm_w3 PROPERTIES ENVIRONMENT
   "${RR_FAKE_ENV};RR_CUDA_IPC=1;RR_TEST_EXPECT_IPC=0;RR_TRANSPORT=shm")
@@ -128,10 +131,12 @@ set_tests_properties(cudafake.coll_tcp_w2 PROPERTIES ENVIRONMENT
 foreach(w 1 2)
   rr_fake_test(stream_w${w} stream ${w})
 endforeach()
+set_tests_properties(cudafake.stream_w2 PROPERTIES ENVIRONMENT "${RR_FAKE_ENV};RR_CUDA_IPC=0")
 rr_fake_test(managed_w2 managed 2)
 # A call on a stream capturing a CUDA graph: refused on its rank, the peers told (issue 24
 # item 1.4); both with the staged path and through CUDA IPC.
 rr_fake_test(capture_w2 capture 2)
+set_tests_properties(cudafake.capture_w2 PROPERTIES ENVIRONMENT "${RR_FAKE_ENV};RR_CUDA_IPC=0")
 # Pointer attributes that fail are never taken for host memory (issue 24 item 1.3).
 rr_fake_test(ptrfail_w2 ptrfail 2)
 set_tests_properties(cudafake.ptrfail_w2 PROPERTIES ENVIRONMENT "${RR_FAKE_ENV};RR_FAKE_CUDA_PTR_FAIL=1")
@@ -139,7 +144,7 @@ rr_fake_test(capture_ipc_w2 capture 2)
 set_tests_properties(cudafake.capture_ipc_w2 PROPERTIES ENVIRONMENT "${RR_FAKE_ENV};RR_CUDA_IPC=1")
 rr_fake_test(nosync_w2 nosync 2)
 set_tests_properties(cudafake.nosync_w2 PROPERTIES
-  ENVIRONMENT "${RR_FAKE_ENV};RR_FAKE_CUDA_DELAY_US=50000")
+  ENVIRONMENT "${RR_FAKE_ENV};RR_FAKE_CUDA_DELAY_US=50000;RR_CUDA_IPC=0")
 rr_fake_test(nosync_managed_w2 nosync_managed 2)
 set_tests_properties(cudafake.nosync_managed_w2 PROPERTIES
   ENVIRONMENT "${RR_FAKE_ENV};RR_FAKE_CUDA_DELAY_US=50000")
@@ -158,10 +163,10 @@ add_executable(test_cuda_ipc_kill ${RR_TEST_DIR}/test_cuda_ipc_kill.c)
 target_link_libraries(test_cuda_ipc_kill PRIVATE rrtest rr_fake_cuda)
 add_test(NAME cudafake.ipc_kill_w3 COMMAND test_cuda_ipc_kill --fake)
 set_tests_properties(cudafake.ipc_kill_w3 PROPERTIES LABELS "cudafake" TIMEOUT 150
-  ENVIRONMENT "${RR_FAKE_ENV};RR_CUDA_IPC=1")
+  ENVIRONMENT "${RR_FAKE_ENV}")
 add_test(NAME cuda_ipc_kill_w3 COMMAND test_cuda_ipc_kill)
 set_tests_properties(cuda_ipc_kill_w3 PROPERTIES LABELS "cuda" TIMEOUT 150 SKIP_RETURN_CODE 77
-  ENVIRONMENT "${RR_CUDA_TEST_ENV};RR_CUDA_IPC=1")
+  ENVIRONMENT "${RR_CUDA_TEST_ENV}")
 
 if(TARGET reduce_kernel_perf)
   add_test(NAME cuda_reduce_kernel_perf COMMAND reduce_kernel_perf -b 1M -e 16M -f 4)

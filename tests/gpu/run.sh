@@ -21,8 +21,10 @@
 #             against ring/op.c (every dtype x op, each pointer misaligned alone, dst == a /
 #             dst == b, fused, (1<<24)+5 elements past the grid cap), collectives on device
 #             buffers world 1-4 over shm and TCP, 64 MiB, stream order on a user stream,
-#             managed buffers, cudaStreamPerThread refused, no context on GPU 0 from the
-#             worker (skipped with one GPU); nothing may be skipped but workerctx
+#             managed buffers, cudaStreamPerThread refused, a rank SIGKILLed mid-call
+#             through CUDA IPC (cuda_ipc_kill_w3: the survivors fail, destroy and exit), no
+#             context on GPU 0 from the worker (skipped with one GPU); nothing may be
+#             skipped but workerctx
 #   ddp       DDP on device gradients (ddp.gpu_w1..3, ddp.gpu_tcp_w2), bit-identical to the
 #             host path, and the training example (ddp.train_gpu_w2, ddp.train_gpu_rrun_w4)
 #   sanitizer compute-sanitizer memcheck: kernel, a 2-rank collective through CUDA IPC (the
@@ -47,9 +49,10 @@ in CI, label cudafake, which cannot prove what is listed in docs/cuda.md "The fa
   2. no context from a CPU-only program (probe: test_cuda noctx), none on GPU 0 from the
      worker (cuda: workerctx, needs 2 GPUs)
   3. kernels on the device, bit for bit vs ring/op.c, incl. (1<<24)+5 elements (cuda)
-  4. collectives on device buffers, world 1-4, 64 MiB (cuda): staged, and with
-     RR_CUDA_IPC=1 all_reduce, reduce_scatter, all_gather device to device through CUDA
-     IPC (cuda_coll_w2..4 check the path was taken); RR_TRANSPORT=shm and tcp staged only
+  4. collectives on device buffers, world 1-4, 64 MiB (cuda): staged, and (the default,
+     RR_CUDA_IPC=1) all_reduce, reduce_scatter, all_gather device to device through CUDA
+     IPC (cuda_coll_w2..4 check the path was taken); RR_TRANSPORT=shm and tcp staged only;
+     a rank SIGKILLed mid-call on that path fails the others (cuda_ipc_kill_w3)
   5. stream order on a user stream with events (async calls wait for the caller's stream
      by an event, rr_work_wait orders the caller's stream after the call); managed
      buffers; cudaStreamPerThread refused (cuda)
@@ -59,8 +62,7 @@ in CI, label cudafake, which cannot prove what is listed in docs/cuda.md "The fa
   9. kernel GB/s vs cudaMemcpy D2D (target >= 90%), all_reduce_perf --mem cuda, DDP step
      times (perf)
 Not built at all yet (docs/cuda.md): the other collectives through CUDA IPC, the pipelined
-staged TCP path with GPU reduction; a rank killed mid-call on the CUDA IPC path hangs the
-survivors' devices (found on the fake, not fixed: the path is opt-in, RR_CUDA_IPC=1).
+staged TCP path with GPU reduction.
 EOF
 }
 

@@ -23,7 +23,7 @@
      "core when this host's ranks outnumber its cores)")                                    \
   XX(cuda_ipc, "RR_CUDA_IPC", 1, 0, 1,                                                      \
      "1: device buffers of ranks on one host go device to device through CUDA IPC "         \
-     "(all_reduce, reduce_scatter, all_gather; docs/cuda.md); 0: staged through host memory") \
+     "(all_reduce, reduce_scatter, all_gather, broadcast; docs/cuda.md); 0: staged")          \
   XX(ib_gid_index, "RR_IB_GID_INDEX", -1, -1, 255,                                          \
      "RoCE: the GID table index to use (unset: the first RoCE v2 GID of the address family)")
 

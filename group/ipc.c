@@ -21,9 +21,10 @@ static const char *const rr__ipc_how = "device buffer through CUDA IPC";
  * gets its events at submission (rr__cuda_pg_prepare) or fails there. */
 int rr__pg_ipc_call(const rr_pg *pg, const rr__args *a) {
   const rr__params *p = rr__params_get();
-  /* The kinds whose algorithm is the ring: their steps are all pipelined send /
-   * receive(-reduce) steps. */
-  const int ring = rr__kind(a->kind)->algo == RR__ALGO_RING;
+  /* The kinds whose algorithm is the ring (their steps are all pipelined send /
+   * receive(-reduce) steps), and broadcast's chain (pipelined receive-and-forward steps,
+   * forwarding from the destination, never from a staging slot). */
+  const int ring = rr__kind(a->kind)->algo == RR__ALGO_RING || a->kind == RR__K_BROADCAST;
   /* On by default: a peer killed mid-call leaves nothing on this rank's device that only it
    * could complete (transport/cuda_ipc.h; cudafake.ipc_kill_w3). RR_CUDA_IPC=0 stages. */
   if (!p->cuda_ipc) return 0;
@@ -31,7 +32,10 @@ int rr__pg_ipc_call(const rr_pg *pg, const rr__args *a) {
   if (strcmp(p->transport, "auto") || (pg->cs.algo != RR__ALGO_NONE && pg->cs.algo != RR__ALGO_RING))
     return 0;
   if (pg->cs.trace != RR__TRACE_OFF) return 0; /* traces copy a step's values on the host */
-  if (a->send_device < 0 || a->recv_device < 0 || a->send_device != a->recv_device) return 0;
+  /* Device buffers on one device; a buffer the call does not read (a broadcast's sendbuf
+   * off the root) is not looked at (send_device -1). */
+  const int reads = rr__kind_io(a, pg->size, pg->rank).reads;
+  if (a->recv_device < 0 || (reads && a->send_device != a->recv_device)) return 0;
   /* A segment must fit one device message on the lane to every peer (0 where a peer's
    * transport carries none). */
   return pg->cs.seg_bytes <= rr__comm_device_msg_max(pg->comm);

@@ -90,8 +90,10 @@ static int rr__pipe_segments(rr__coll *c, const rr__step *st, rr__trace_cap *tap
   if (forward && (st->scount != st->rcount || st->to < 0 || st->from < 0))
     return rr__set_error(RR_EINVAL, "internal: a forwarding step needs equal sizes");
   const rr__req_dev *dev = c->dev;
-  if (dev && (forward || (slotted && !st->rbuf)))
-    return rr__set_error(RR_EINVAL, "internal: the device path runs no chain steps");
+  /* Device steps forward only from the destination (a broadcast's chain), where the
+   * segment landed by a device copy the forward's copy follows on the same stream. */
+  if (dev && (fwd_from_slot || (slotted && !st->rbuf)))
+    return rr__set_error(RR_EINVAL, "internal: the device path forwards from no slot");
 
   for (;;) {
     int busy = 0;

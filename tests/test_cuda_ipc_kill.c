@@ -4,7 +4,8 @@
  *   test_cuda_ipc_kill [--fake]
  *
  * World 3 on one host: every rank loops over 4 MiB float32 all-reduces on a device buffer,
- * which go through CUDA IPC (the first call checks that segments did); once all three are
+ * every third call a broadcast (a chain: the middle rank forwards), all through CUDA IPC
+ * (the first call checks that segments did); once all three are
  * inside the loop, rank 1 is SIGKILLed at a random moment (RR_TEST_SEED). The survivors must
  * fail with RR_EPEER naming rank 1, within a bound far below RR_TIMEOUT (the death is seen on
  * the sockets, not by a timeout), then rr_destroy_process_group must return and the process
@@ -64,8 +65,11 @@ static int rank_fn(int rank, void *arg) {
   fclose(f);
   int st;
   long calls = 0;
-  do st = rr_all_reduce(pg, x, x, COUNT, RR_FLOAT32, RR_SUM), calls++;
-  while (st == RR_OK);
+  do {
+    st = calls % 3 == 2 ? rr_broadcast(pg, x, x, COUNT, RR_FLOAT32, (int)(calls / 3 % WORLD))
+                        : rr_all_reduce(pg, x, x, COUNT, RR_FLOAT32, RR_SUM);
+    calls++;
+  } while (st == RR_OK);
   const char *e = rr_last_error();
   printf("rank %d: call %ld failed: %s: %s\n", rank, calls, rr_status_name(st), e);
   fflush(stdout);

@@ -50,7 +50,7 @@ in CI, label cudafake, which cannot prove what is listed in docs/cuda.md "The fa
      worker (cuda: workerctx, needs 2 GPUs)
   3. kernels on the device, bit for bit vs ring/op.c, incl. (1<<24)+5 elements (cuda)
   4. collectives on device buffers, world 1-4, 64 MiB (cuda): staged, and (the default,
-     RR_CUDA_IPC=1) all_reduce, reduce_scatter, all_gather device to device through CUDA
+     RR_CUDA_IPC=1) all_reduce, reduce_scatter, all_gather, broadcast device to device through CUDA
      IPC (cuda_coll_w2..4 check the path was taken); RR_TRANSPORT=shm and tcp staged only;
      a rank SIGKILLed mid-call on that path fails the others (cuda_ipc_kill_w3)
   5. stream order on a user stream with events (async calls wait for the caller's stream

@@ -21,9 +21,9 @@
   XX(spin_us, "RR_SPIN_US", -1, -1, 1000000,                                                \
      "microseconds a blocking call polls before sleeping (unset: 50, or 100 yielding the "  \
      "core when this host's ranks outnumber its cores)")                                    \
-  XX(cuda_ipc, "RR_CUDA_IPC", 0, 0, 1,                                                      \
+  XX(cuda_ipc, "RR_CUDA_IPC", 1, 0, 1,                                                      \
      "1: device buffers of ranks on one host go device to device through CUDA IPC "         \
-     "(all_reduce, reduce_scatter, all_gather; opt-in: see docs/cuda.md)")                   \
+     "(all_reduce, reduce_scatter, all_gather, broadcast; docs/cuda.md); 0: staged")          \
   XX(cuda_pipe, "RR_CUDA_PIPE", 1, 0, 1,                                                    \
      "1: ring collectives on device buffers over host lanes (TCP, verbs, shm without CUDA "   \
      "IPC) pipeline each segment through pinned memory and reduce on the GPU; 0: stage the "  \

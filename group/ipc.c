@@ -15,28 +15,35 @@ static const char *rr__ipc_how(const rr__args *a) {
                                    : "device buffer through CUDA IPC";
 }
 
+/* What both device-to-device paths need: a kind whose algorithm is the ring (its steps are
+ * all pipelined send / receive(-reduce) steps) or, with `chain`, broadcast's chain
+ * (pipelined receive-and-forward steps, forwarding from the destination, never from a
+ * staging slot: CUDA IPC only, the piped path runs no forwarding steps); something to move;
+ * the ring chosen (RR_ALGO); no trace (it copies a step's values on the host); the buffers on
+ * one device, where a buffer the call does not read (a broadcast's sendbuf off the root) is
+ * not looked at (send_device -1). */
+static int rr__pg_ring_on_device(const rr_pg *pg, const rr__args *a, int chain) {
+  const int ring =
+      rr__kind(a->kind)->algo == RR__ALGO_RING || (chain && a->kind == RR__K_BROADCAST);
+  if (!ring || a->count == 0 || pg->size < 2) return 0;
+  if (pg->cs.algo != RR__ALGO_NONE && pg->cs.algo != RR__ALGO_RING) return 0;
+  if (pg->cs.trace != RR__TRACE_OFF) return 0;
+  const int reads = rr__kind_io(a, pg->size, pg->rank).reads;
+  return a->recv_device >= 0 && (!reads || a->send_device == a->recv_device);
+}
+
 /* Every rank decides alone, from what all ranks share: the call (kind, count), the group's
  * ranks all on one host (then every lane is shared memory; otherwise every rank has a peer
  * elsewhere), RR_TRANSPORT and RR_ALGO (checked equal at setup / in the call header), and
  * its own buffers. A rank whose buffers are host memory while its peers' are device memory
  * fails the call with RR_EMISMATCH (the lane sees host bytes where it expects device ones);
- * RR_TRANSPORT=shm stages instead. Asked only of a call whose path is RR__PATH_STAGED, which
- * gets its events at submission (rr__cuda_pg_prepare) or fails there. */
-/* What both device-to-device paths need: a kind whose algorithm is the ring (its steps are
- * all pipelined send / receive(-reduce) steps), something to move, the ring chosen (RR_ALGO),
- * no trace (it copies a step's values on the host), and both buffers on one device. */
-static int rr__pg_ring_on_device(const rr_pg *pg, const rr__args *a) {
-  if (rr__kind(a->kind)->algo != RR__ALGO_RING || a->count == 0 || pg->size < 2) return 0;
-  if (pg->cs.algo != RR__ALGO_NONE && pg->cs.algo != RR__ALGO_RING) return 0;
-  if (pg->cs.trace != RR__TRACE_OFF) return 0;
-  return a->send_device >= 0 && a->send_device == a->recv_device;
-}
-
+ * RR_TRANSPORT=shm or RR_CUDA_IPC=0 pipes or stages instead. Asked only of a call whose path
+ * is RR__PATH_STAGED, which gets its events at submission (rr__cuda_pg_prepare) or fails
+ * there. On by default: a peer killed mid-call leaves nothing on this rank's device that only
+ * it could complete (transport/cuda_ipc.h; cudafake.ipc_kill_w3). */
 int rr__pg_ipc_call(const rr_pg *pg, const rr__args *a) {
   const rr__params *p = rr__params_get();
-  /* Opt-in (RR_CUDA_IPC=1) until a peer killed mid-call cannot leave this rank's streams
-   * waiting for its events (docs/cuda.md): the staged path fails such a call cleanly. */
-  if (!p->cuda_ipc || strcmp(p->transport, "auto") || !rr__pg_ring_on_device(pg, a)) return 0;
+  if (!p->cuda_ipc || strcmp(p->transport, "auto") || !rr__pg_ring_on_device(pg, a, 1)) return 0;
   /* A segment must fit one device message on the lane to every peer (0 where a peer's
    * transport carries none). */
   return pg->cs.seg_bytes <= rr__comm_device_msg_max(pg->comm);
@@ -49,7 +56,7 @@ int rr__pg_ipc_call(const rr_pg *pg, const rr__args *a) {
  * rank decides alike from what all share (the call, RR_ALGO, RR_SMALL_BYTES, RR_TRACE,
  * RR_CUDA_PIPE: docs/env.md says to set them alike) and its own buffers. */
 int rr__pg_piped_call(const rr_pg *pg, const rr__args *a) {
-  if (!rr__params_get()->cuda_pipe || !rr__pg_ring_on_device(pg, a)) return 0;
+  if (!rr__params_get()->cuda_pipe || !rr__pg_ring_on_device(pg, a, 0)) return 0;
   if (a->kind == RR__K_ALL_REDUCE && pg->cs.algo == RR__ALGO_NONE &&
       a->count * rr_dtype_size(a->dtype) <= pg->cs.small_bytes)
     return 0;

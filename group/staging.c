@@ -22,7 +22,7 @@
  * range with the same offsets, so the host collective sees the same aliasing the user passed.
  *
  * This is the correct-everywhere path (any GPU, any transport, several ranks per GPU).
- * With RR_CUDA_IPC=1, ring collectives of ranks on one host whose buffers are device memory
+ * By default (RR_CUDA_IPC=0 turns it off), ring collectives of ranks on one host whose buffers are device memory
  * go device to device over CUDA IPC instead, reducing with kernels (group/ipc.c;
  * docs/cuda.md). On this path the host reduces the staged copy: the GPU kernels are not
  * wired into it.

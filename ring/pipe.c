@@ -60,7 +60,7 @@ static void rr__reduce_in_place(rr__req *r, const void *data, size_t len) {
 }
 
 /* Device buffers (CUDA IPC): the segment sits in this rank's device slot; the kernel reads it
- * there, on the call's stream, after the sender's copy (the transport made the stream wait). */
+ * there, on the call's stream (the sender published the slot once its copy had completed). */
 static void rr__reduce_on_device(rr__req *r, const void *data, size_t len) {
   rr__red *x = r->ctx;
   const rr__coll *c = x->c;
@@ -91,8 +91,10 @@ static int rr__pipe_segments(rr__coll *c, const rr__step *st, rr__trace_cap *tap
   if (forward && (st->scount != st->rcount || st->to < 0 || st->from < 0))
     return rr__set_error(RR_EINVAL, "internal: a forwarding step needs equal sizes");
   const rr__req_dev *dev = c->dev;
-  if (dev && (forward || (slotted && !st->rbuf)))
-    return rr__set_error(RR_EINVAL, "internal: the device path runs no chain steps");
+  /* Device steps forward only from the destination (a broadcast's chain), where the
+   * segment landed by a device copy the forward's copy follows on the same stream. */
+  if (dev && (fwd_from_slot || (slotted && !st->rbuf)))
+    return rr__set_error(RR_EINVAL, "internal: the device path forwards from no slot");
 
   for (;;) {
     int busy = 0;

@@ -39,9 +39,10 @@ foreach(w 1 2 3 4)
   # Ranks on one host pair over shared memory by default; _tcp forces sockets.
   add_test(NAME cuda_coll_w${w} COMMAND test_cuda coll ${w})
   add_test(NAME cuda_coll_tcp_w${w} COMMAND test_cuda coll ${w})
-  # With RR_CUDA_IPC=1: all_reduce through CUDA IPC (checked), the rest staged; _tcp: the
-  # ring kinds piped through pinned slots, reduced on the GPU (checked), the rest staged.
-  # cuda_coll_staged_w2: RR_CUDA_PIPE=0 and no RR_CUDA_IPC, staged only.
+  # CUDA IPC (the default; RR_CUDA_IPC=1 said anyway): all_reduce, reduce_scatter,
+  # all_gather and broadcast through it (checked), the rest staged; _tcp: the ring kinds
+  # piped through pinned slots, reduced on the GPU (checked), the rest staged.
+  # cuda_coll_staged_w2: RR_CUDA_IPC=0 and RR_CUDA_PIPE=0, staged only.
   set_tests_properties(cuda_coll_w${w} PROPERTIES LABELS "cuda" TIMEOUT 600
     SKIP_RETURN_CODE 77 ENVIRONMENT "${RR_CUDA_TEST_ENV};RR_CUDA_IPC=1;RR_TEST_EXPECT_IPC=1")
   set_tests_properties(cuda_coll_tcp_w${w} PROPERTIES LABELS "cuda" TIMEOUT 600
@@ -49,7 +50,7 @@ foreach(w 1 2 3 4)
 endforeach()
 add_test(NAME cuda_coll_staged_w2 COMMAND test_cuda coll 2)
 set_tests_properties(cuda_coll_staged_w2 PROPERTIES LABELS "cuda" TIMEOUT 600
-  SKIP_RETURN_CODE 77 ENVIRONMENT "${RR_CUDA_TEST_ENV};RR_CUDA_PIPE=0;RR_TEST_EXPECT_IPC=0;RR_TEST_EXPECT_PIPED=0")
+  SKIP_RETURN_CODE 77 ENVIRONMENT "${RR_CUDA_TEST_ENV};RR_CUDA_IPC=0;RR_CUDA_PIPE=0;RR_TEST_EXPECT_IPC=0;RR_TEST_EXPECT_PIPED=0")
 add_test(NAME cuda_coll_shm_w3 COMMAND test_cuda coll 3)
 set_tests_properties(cuda_coll_shm_w3 PROPERTIES LABELS "cuda" TIMEOUT 600
   SKIP_RETURN_CODE 77 ENVIRONMENT "${RR_CUDA_TEST_ENV};RR_CUDA_IPC=1;RR_TRANSPORT=shm;RR_TEST_EXPECT_IPC=0")
@@ -98,8 +99,10 @@ endfunction()
 rr_fake_test(ptr ptr)
 rr_fake_test(kernel kernel)
 set_tests_properties(cudafake.kernel PROPERTIES ENVIRONMENT "RR_FAKE_CUDA_DELAY_US=0")
-# On one host, all_reduce on device buffers goes through CUDA IPC (transport/cuda_ipc.c;
-# RR_CUDA_IPC=1;RR_TEST_EXPECT_IPC=1 checks every call did), the other collectives are staged. Two fake
+# On one host, all_reduce on device buffers goes through CUDA IPC by default
+# (transport/cuda_ipc.c; RR_TEST_EXPECT_IPC=1 checks every call did), the other collectives are
+# staged; RR_CUDA_IPC=0 (coll_staged_w2, and the staged twins of the stream, nosync and
+# capture tests) stages everything. Two fake
 # devices: ranks share them (LOCAL_RANK mod 2: in w3 ranks 2 -> 0 are one GPU's pair);
 # coll_1gpu_w4 puts all four ranks on one GPU. RR_TRANSPORT=shm and tcp: staged only.
 rr_fake_test(coll_w1 coll 1)
@@ -127,7 +130,7 @@ set_tests_properties(cudafake.threads_w3 PROPERTIES ENVIRONMENT
 # refilled before the device read it, or a send slot before its copy, gives wrong data.
 rr_fake_test(coll_staged_w2 coll 2)
 set_tests_properties(cudafake.coll_staged_w2 PROPERTIES ENVIRONMENT
-  "${RR_FAKE_ENV};RR_CUDA_PIPE=0;RR_TEST_EXPECT_IPC=0;RR_TEST_EXPECT_PIPED=0")
+  "${RR_FAKE_ENV};RR_CUDA_IPC=0;RR_CUDA_PIPE=0;RR_TEST_EXPECT_IPC=0;RR_TEST_EXPECT_PIPED=0")
 rr_fake_test(coll_shm_w3 coll 3)
 set_tests_properties(cudafake.coll_shm_w3 PROPERTIES ENVIRONMENT
   "${RR_FAKE_ENV};RR_CUDA_IPC=1;RR_TEST_EXPECT_IPC=0;RR_TRANSPORT=shm;RR_TEST_EXPECT_PIPED=1")
@@ -144,10 +147,12 @@ set_tests_properties(cudafake.coll_piped_seg16k_w3 PROPERTIES ENVIRONMENT
 foreach(w 1 2)
   rr_fake_test(stream_w${w} stream ${w})
 endforeach()
+set_tests_properties(cudafake.stream_w2 PROPERTIES ENVIRONMENT "${RR_FAKE_ENV};RR_CUDA_IPC=0")
 rr_fake_test(managed_w2 managed 2)
 # A call on a stream capturing a CUDA graph: refused on its rank, the peers told (issue 24
 # item 1.4); both with the staged path and through CUDA IPC.
 rr_fake_test(capture_w2 capture 2)
+set_tests_properties(cudafake.capture_w2 PROPERTIES ENVIRONMENT "${RR_FAKE_ENV};RR_CUDA_IPC=0")
 # Pointer attributes that fail are never taken for host memory (issue 24 item 1.3).
 rr_fake_test(ptrfail_w2 ptrfail 2)
 set_tests_properties(cudafake.ptrfail_w2 PROPERTIES ENVIRONMENT "${RR_FAKE_ENV};RR_FAKE_CUDA_PTR_FAIL=1")
@@ -155,7 +160,7 @@ rr_fake_test(capture_ipc_w2 capture 2)
 set_tests_properties(cudafake.capture_ipc_w2 PROPERTIES ENVIRONMENT "${RR_FAKE_ENV};RR_CUDA_IPC=1")
 rr_fake_test(nosync_w2 nosync 2)
 set_tests_properties(cudafake.nosync_w2 PROPERTIES
-  ENVIRONMENT "${RR_FAKE_ENV};RR_FAKE_CUDA_DELAY_US=50000")
+  ENVIRONMENT "${RR_FAKE_ENV};RR_FAKE_CUDA_DELAY_US=50000;RR_CUDA_IPC=0")
 rr_fake_test(nosync_managed_w2 nosync_managed 2)
 set_tests_properties(cudafake.nosync_managed_w2 PROPERTIES
   ENVIRONMENT "${RR_FAKE_ENV};RR_FAKE_CUDA_DELAY_US=50000")
@@ -169,12 +174,23 @@ foreach(t noctx workerctx pgdevice ipc perthread)
   rr_fake_test(${t} ${t})
 endforeach()
 # Every rank's buffers on device 1, the calls waited for on a thread that never chose a
-# device: no context on device 0, no wait on its legacy stream (issue 24 item 1.1); staged,
-# and through CUDA IPC.
+# device: no context on device 0, no wait on its legacy stream (issue 24 item 1.1); without
+# CUDA IPC (piped or staged), and through it.
 rr_fake_test(device1_w2 device1 2)
+set_tests_properties(cudafake.device1_w2 PROPERTIES ENVIRONMENT "${RR_FAKE_ENV};RR_CUDA_IPC=0")
 rr_fake_test(device1_ipc_w2 device1 2)
 set_tests_properties(cudafake.device1_ipc_w2 PROPERTIES ENVIRONMENT
   "${RR_FAKE_ENV};RR_CUDA_IPC=1;RR_TEST_EXPECT_IPC=1")
+# A rank SIGKILLed while all three loop over 4 MiB device all-reduces through CUDA IPC: the
+# survivors fail naming it, destroy their group and exit (issue 24 item 2; on a GPU too).
+add_executable(test_cuda_ipc_kill ${RR_TEST_DIR}/test_cuda_ipc_kill.c)
+target_link_libraries(test_cuda_ipc_kill PRIVATE rrtest rr_fake_cuda)
+add_test(NAME cudafake.ipc_kill_w3 COMMAND test_cuda_ipc_kill --fake)
+set_tests_properties(cudafake.ipc_kill_w3 PROPERTIES LABELS "cudafake" TIMEOUT 150
+  ENVIRONMENT "${RR_FAKE_ENV}")
+add_test(NAME cuda_ipc_kill_w3 COMMAND test_cuda_ipc_kill)
+set_tests_properties(cuda_ipc_kill_w3 PROPERTIES LABELS "cuda" TIMEOUT 150 SKIP_RETURN_CODE 77
+  ENVIRONMENT "${RR_CUDA_TEST_ENV}")
 
 if(TARGET reduce_kernel_perf)
   add_test(NAME cuda_reduce_kernel_perf COMMAND reduce_kernel_perf -b 1M -e 16M -f 4)

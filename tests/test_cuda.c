@@ -368,7 +368,13 @@ static int others(rr_pg *pg, size_t count, uint64_t seed) {
     int root = n - 1;
     t_fill(h, count, RR_FLOAT32, RR_SUM, seed, r, 0);
     T_CHECK(!put(small, h, blk), "upload");
+    uint64_t bc_before = rr__ipc_segments();
     T_OK(rr_broadcast(pg, small, inplace ? small : big, count, RR_FLOAT32, root));
+    uint64_t bc_sent = rr__ipc_segments() - bc_before;
+    /* Every rank of the chain but its tail (the root's left neighbour) sends. */
+    if (expect_ipc() == 1 && n > 1 && count > 0 && r != (root + n - 1) % n)
+      T_CHECK(bc_sent > 0, "broadcast: nothing went through CUDA IPC");
+    if (expect_ipc() == 0) T_CHECK(bc_sent == 0, "broadcast: sent through CUDA IPC");
     T_CHECK(!get(h, inplace ? small : big, blk), "download");
     T_CHECK(!t_check_copied(h, count, RR_FLOAT32, RR_SUM, seed, root, 0, "device broadcast"),
             "broadcast");

@@ -18,13 +18,13 @@ struct rr__ipc {
   int self_global, peer_global;
   uint32_t nslots;
   size_t slot;
-  /* Ours: the slots we receive into and their events, and the events behind our copies. */
+  /* Ours: the slots we receive into; done[i] behind our read of slot i, sent[i] behind our
+   * copy into the peer's slot i. Plain events: only this process records or queries them. */
   char *slots;
   void *done[RR__IPC_MAX_SLOTS], *sent[RR__IPC_MAX_SLOTS];
-  /* The peer's, once opened (opened: closed by us; same process: borrowed pointers). */
+  /* The peer's slots, once opened (opened: closed by us; same process: a borrowed pointer). */
   int opened, same_process; /* same process: set at start, from the lane's checked pid */
   char *peer_slots;
-  void *peer_done[RR__IPC_MAX_SLOTS], *peer_sent[RR__IPC_MAX_SLOTS];
 };
 
 static atomic_ullong rr__ipc_nseg;
@@ -53,18 +53,20 @@ int rr__ipc_device(const rr__ipc *x) {
 
 void rr__ipc_free(rr__ipc *x) {
   if (!x) return;
-  if (x->opened && !x->same_process) {
-    rr__cuda_ipc_close_mem(x->peer_slots);
-    for (uint32_t i = 0; i < x->nslots; i++) {
-      rr__cuda_event_destroy(x->peer_done[i]);
-      rr__cuda_event_destroy(x->peer_sent[i]);
-    }
-  }
+  /* On the slots' device (the closing thread may never have chosen it). */
+  int prev = -1;
+  int on = rr__cuda_set_device(x->device, &prev) == RR_OK;
+  /* A call that failed (a peer died) can leave our copies into the peer's slots queued:
+   * they must be done before its memory is unmapped. They wait for nothing of the peer's. */
+  for (uint32_t i = 0; i < x->nslots; i++)
+    if (x->sent[i]) (void)rr__cuda_event_sync(x->sent[i]); /* a device error: nothing to do */
+  if (x->opened && !x->same_process) rr__cuda_ipc_close_mem(x->peer_slots);
   for (uint32_t i = 0; i < x->nslots; i++) {
     rr__cuda_event_destroy(x->done[i]);
     rr__cuda_event_destroy(x->sent[i]);
   }
-  rr__cuda_free(x->slots); /* waits for the device first */
+  rr__cuda_free(x->slots); /* waits for the device first: our reads of the slots */
+  if (on) rr__cuda_restore_device(prev);
   free(x);
 }
 
@@ -83,16 +85,10 @@ int rr__ipc_start(rr__ipc **out, rr__ipc_export *mine, uint32_t nslots, size_t s
   int st = rr__cuda_get_device(&x->device);
   if (st == RR_OK) st = rr__cuda_malloc((void **)&x->slots, (size_t)nslots * slot);
   for (uint32_t i = 0; st == RR_OK && i < nslots; i++) {
-    st = rr__cuda_event_create_ipc(&x->done[i]);
-    if (st == RR_OK) st = rr__cuda_event_create_ipc(&x->sent[i]);
+    st = rr__cuda_event_create(&x->done[i]);
+    if (st == RR_OK) st = rr__cuda_event_create(&x->sent[i]);
   }
   if (st == RR_OK) st = rr__cuda_ipc_mem_handle(&mine->slots, x->slots);
-  for (uint32_t i = 0; st == RR_OK && i < nslots; i++) {
-    st = rr__cuda_ipc_event_handle(&mine->done[i], x->done[i]);
-    if (st == RR_OK) st = rr__cuda_ipc_event_handle(&mine->sent[i], x->sent[i]);
-    mine->done_ptr[i] = (uint64_t)(uintptr_t)x->done[i];
-    mine->sent_ptr[i] = (uint64_t)(uintptr_t)x->sent[i];
-  }
   if (st != RR_OK) {
     rr__ipc_free(x);
     return rr__prefix_error(st, "CUDA IPC with rank %d: setting up %u device slots of %zu KiB",
@@ -130,10 +126,6 @@ int rr__ipc_open_peer(rr__ipc *x, const rr__ipc_export *theirs) {
      * pointers. */
     rr__ipc_publish_point();
     x->peer_slots = (char *)(uintptr_t)t.slots_ptr;
-    for (uint32_t i = 0; i < x->nslots; i++) {
-      x->peer_done[i] = (void *)(uintptr_t)t.done_ptr[i];
-      x->peer_sent[i] = (void *)(uintptr_t)t.sent_ptr[i];
-    }
     x->opened = 1;
     RR__LOG_INFO(RR__SUB_INIT,
                  "cuda_ipc: rank %d -> rank %d: its device slots by pointer (same process)",
@@ -141,22 +133,11 @@ int rr__ipc_open_peer(rr__ipc *x, const rr__ipc_export *theirs) {
     return 1;
   }
   int st = rr__cuda_ipc_open_mem((void **)&x->peer_slots, &t.slots);
-  uint32_t i = 0;
-  for (; st == RR_OK && i < x->nslots; i++) {
-    st = rr__cuda_ipc_open_event(&x->peer_done[i], &t.done[i]);
-    if (st == RR_OK) st = rr__cuda_ipc_open_event(&x->peer_sent[i], &t.sent[i]);
-  }
   if (st != RR_OK) {
-    for (uint32_t k = 0; k < x->nslots; k++) {
-      rr__cuda_event_destroy(x->peer_done[k]);
-      rr__cuda_event_destroy(x->peer_sent[k]);
-      x->peer_done[k] = x->peer_sent[k] = NULL;
-    }
-    rr__cuda_ipc_close_mem(x->peer_slots);
     x->peer_slots = NULL;
     return rr__prefix_error(st,
                             "CUDA IPC with rank %d (pid %d, device %d): opening its device "
-                            "slots and events (CUDA IPC between these processes refused? "
+                            "slots (CUDA IPC between these processes refused? "
                             "RR_TRANSPORT=shm stages through host memory instead)",
                             x->peer_global, (int)t.pid, (int)t.device);
   }
@@ -169,10 +150,9 @@ int rr__ipc_open_peer(rr__ipc *x, const rr__ipc_export *theirs) {
 
 int rr__ipc_put(rr__ipc *x, uint32_t i, const void *src, size_t n, void *stream) {
   char *slot = x->peer_slots + (size_t)i * x->slot;
-  /* The peer released the host slot after queueing its read of this device slot: wait for
-   * that read on the device, never on the host. */
-  int st = rr__cuda_stream_wait_event(stream, x->peer_done[i]);
-  if (st == RR_OK) st = rr__cuda_memcpy_async(slot, src, n, stream);
+  /* No wait on the device: the host slot is ours only after the peer saw its read of this
+   * device slot complete (rr__ipc_take_done) and released it. */
+  int st = rr__cuda_memcpy_async(slot, src, n, stream);
   if (st == RR_OK) st = rr__cuda_event_record(x->sent[i], stream);
   if (st != RR_OK)
     return rr__prefix_error(st, "CUDA IPC: sending %zu bytes to rank %d (slot %u)", n,
@@ -181,23 +161,41 @@ int rr__ipc_put(rr__ipc *x, uint32_t i, const void *src, size_t n, void *stream)
   return RR_OK;
 }
 
+/* One of our events, polled from the lane's progress: the host decides when the peer may
+ * see the slot, so the peer's device never waits for ours. */
+static int rr__ipc_poll(rr__ipc *x, void *ev, uint32_t i, const char *what) {
+  int d = rr__cuda_event_done(ev);
+  if (d < 0)
+    return rr__prefix_error(d, "CUDA IPC with rank %d: waiting for %s slot %u", x->peer_global,
+                            what, i);
+  return d;
+}
+
+int rr__ipc_put_done(rr__ipc *x, uint32_t i) {
+  return rr__ipc_poll(x, x->sent[i], i, "the copy into its");
+}
+
+int rr__ipc_take_done(rr__ipc *x, uint32_t i) {
+  return rr__ipc_poll(x, x->done[i], i, "the read of our");
+}
+
 int rr__ipc_take(rr__ipc *x, uint32_t i, rr__req *r, size_t n, void *stream) {
   char *slot = x->slots + (size_t)i * x->slot;
-  int st = rr__cuda_stream_wait_event(stream, x->peer_sent[i]);
-  if (st == RR_OK) {
-    if (r->consume && r->done == 0 && n == r->len) {
-      r->consume(r, slot, n); /* the ring's kernel reads the slot on this stream */
-      r->consumed = 1;
-    } else if (r->consume) {
-      st = rr__set_error(RR_EINVAL,
-                         "internal: a device segment of %zu bytes from rank %d does not fit "
-                         "one %zu-byte slot",
-                         r->len, x->peer_global, x->slot);
-    } else {
-      st = rr__cuda_memcpy_async(r->buf + r->done, slot, n, stream);
-    }
+  /* No wait on the device: the sender published the slot only after its copy completed. */
+  int st = RR_OK;
+  if (r->consume && r->done == 0 && n == r->len) {
+    r->consume(r, slot, n); /* the ring's kernel reads the slot on this stream */
+    r->consumed = 1;
+  } else if (r->consume) {
+    st = rr__set_error(RR_EINVAL,
+                       "internal: a device segment of %zu bytes from rank %d does not fit "
+                       "one %zu-byte slot",
+                       r->len, x->peer_global, x->slot);
+  } else {
+    st = rr__cuda_memcpy_async(r->buf + r->done, slot, n, stream);
   }
-  /* Behind the read: the sender may overwrite the slot once this completes. */
+  /* Behind the read: the slot is released (and the sender may overwrite it) once this
+   * completes. */
   if (st == RR_OK) st = rr__cuda_event_record(x->done[i], stream);
   if (st != RR_OK)
     return rr__prefix_error(st, "CUDA IPC: receiving %zu bytes from rank %d (slot %u)", n,

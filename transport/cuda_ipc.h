@@ -3,23 +3,27 @@
  * Ranks on one host whose call buffers are device memory move their segments through device
  * memory, host-driven as NCCL's copy-engine path: no kernel ever waits for a peer. Each side
  * of a pair owns a ring of receive slots in device memory (as many slots, as large, as the
- * shared-memory lane's host slots) and two interprocess events per slot, and publishes their
- * IPC handles in the pair's mapping (rr__ipc_export). The shm transport (transport/shm.c)
- * keeps its protocol: a device message takes host slot s like any other, but its bytes go
- * to device slot s mod nslots, and its descriptor says so. So the host queue is the signal
- * (descriptor published) and the credit (tail released), and the events order the device
- * work behind them:
+ * shared-memory lane's host slots) and publishes its IPC handle in the pair's mapping
+ * (rr__ipc_export). The shm transport (transport/shm.c) keeps its protocol: a device message
+ * takes host slot s like any other, but its bytes go to device slot s mod nslots, and its
+ * descriptor says so. So the host queue is the signal (descriptor published) and the credit
+ * (tail released), and each side orders its own device work against them with events of its
+ * own, which only its own host thread looks at:
  *
- *   sender     stream waits for done[i] (the receiver finished reading slot i last round),
- *              cudaMemcpyAsync(peer slot i <- segment), records sent[i], publishes the
- *              descriptor;
- *   receiver   sees the descriptor, its stream waits for sent[i], the reduction kernel
- *              reads slot i (or a copy moves it to the destination), records done[i],
- *              releases the host slot.
+ *   sender     (host slot i free: the receiver's read of device slot i is complete)
+ *              cudaMemcpyAsync(peer slot i <- segment), records sent[i]; publishes the
+ *              descriptor only once sent[i] completed (polled, rr__ipc_put_done);
+ *   receiver   (descriptor published: the bytes are in slot i) the reduction kernel reads
+ *              slot i (or a copy moves it to the destination), records done[i]; releases
+ *              the host slot only once done[i] completed (rr__ipc_take_done).
  *
- * Neither side waits on the host for the device. Same process (threads): the pointers are
- * used as they are (the runtime refuses to open a handle in the process that exported it).
- * Another process, same or other GPU: IPC handles, opened once per lane and closed with it. */
+ * No stream ever waits for an event another process records: a peer that dies mid-call can
+ * leave nothing queued on this rank's device that only it could complete, so this rank's
+ * device work always drains, and its host sees the death on the lane's socket and fails
+ * the call (the cost: the host is in the loop between a copy and the kernel that reads it).
+ * Same process (threads): the slots by pointer (the runtime refuses to open a handle in the
+ * process that exported it). Another process, same or other GPU: an IPC memory handle,
+ * opened once per lane and closed with it. */
 #ifndef RR__TRANSPORT_CUDA_IPC_H_
 #define RR__TRANSPORT_CUDA_IPC_H_
 
@@ -40,13 +44,8 @@ typedef struct rr__ipc_export {
   int32_t device;
   uint32_t nslots;
   uint64_t slot_bytes;
-  /* Same process only: the pointers themselves. */
-  uint64_t slots_ptr;
-  uint64_t done_ptr[RR__IPC_MAX_SLOTS], sent_ptr[RR__IPC_MAX_SLOTS];
-  /* The slots this side receives into; done[i]: it finished reading its slot i; sent[i]:
-   * its copy into the peer's slot i is complete. */
-  rr__cuda_ipc_handle slots;
-  rr__cuda_ipc_handle done[RR__IPC_MAX_SLOTS], sent[RR__IPC_MAX_SLOTS];
+  uint64_t slots_ptr;        /* same process only: the pointer itself */
+  rr__cuda_ipc_handle slots; /* the slots this side receives into */
 } rr__ipc_export;
 
 typedef struct rr__ipc rr__ipc;
@@ -60,14 +59,21 @@ int rr__ipc_start(rr__ipc **out, rr__ipc_export *mine, uint32_t nslots, size_t s
 int rr__ipc_open_peer(rr__ipc *x, const rr__ipc_export *theirs);
 int rr__ipc_opened(const rr__ipc *x);
 int rr__ipc_device(const rr__ipc *x);
-/* Sender: queue n bytes from src into the peer's slot i on stream, after the peer's last
- * read of that slot, and record sent[i] behind the copy. */
+/* Sender: queue n bytes from src into the peer's slot i on stream (host slot i is ours: the
+ * peer's read of it completed), and record sent[i] behind the copy. */
 int rr__ipc_put(rr__ipc *x, uint32_t i, const void *src, size_t n, void *stream);
-/* Receiver: n bytes arrived in our slot i. After the sender's copy, either hand the slot to
- * r->consume (whole message: the ring reduces from it) or copy it to r->buf + r->done; then
- * record done[i]. All queued on stream. */
+/* Has the copy into the peer's slot i completed? 1 yes (the slot may be published), 0 not
+ * yet, <0 error (set). Never blocks. */
+int rr__ipc_put_done(rr__ipc *x, uint32_t i);
+/* Receiver: n bytes are in our slot i (the sender's copy completed before it published).
+ * Either hand the slot to r->consume (whole message: the ring reduces from it) or copy it to
+ * r->buf + r->done; then record done[i]. All queued on stream. */
 int rr__ipc_take(rr__ipc *x, uint32_t i, rr__req *r, size_t n, void *stream);
-/* Release everything (waits for the device work still using it). */
+/* Has our read of slot i completed? 1 yes (the host slot may be released), 0 not yet, <0
+ * error (set). Never blocks. */
+int rr__ipc_take_done(rr__ipc *x, uint32_t i);
+/* Release everything. Waits first for this side's own copies and reads still queued (they
+ * depend on nothing a peer must do, so this ends even when the peer died). */
 void rr__ipc_free(rr__ipc *x);
 
 /* Segments this process sent through CUDA IPC so far (tests check the path was taken). */

@@ -39,6 +39,12 @@
  *
  * Device messages (rr__req.dev) keep this protocol slot for slot, but their bytes go into the
  * receiver's device slot of the same index (flags say so); transport/cuda_ipc.h has the rest.
+ * Two things differ, so that no device ever waits for another process: a device slot is
+ * published only once the sender's copy into it completed (tx_queued runs ahead of tx_head
+ * meanwhile), and released only once the receiver's read of it completed (rx_tail runs ahead
+ * of rx_freed); both are polled here (cudaEventQuery), in order, and the request a slot ends
+ * completes only then. While any is pending the lane never sleeps in poll(): it yields the
+ * core and looks again, still watching the socket, so a peer's death fails the call.
  *
  * This file is the data path (posting, progress, waiting, peeking) and the transport's
  * table; transport/shm_setup.c makes a lane (the handshake, the mapping) and closes it;
@@ -47,6 +53,7 @@
 #include "transport/shm.h"
 
 #include <errno.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -96,11 +103,31 @@ static int rr__shm_rx_ready(rr__shm_conn *c) {
 
 /* Is a slot free to send into? 1 yes, 0 no, <0 a corrupt counter. */
 static int rr__shm_tx_space(rr__shm_conn *c) {
-  if (c->tx_head - c->tx_tail < c->nslots) return 1;
+  if (c->tx_queued - c->tx_tail < c->nslots) return 1;
   uint64_t t = atomic_load_explicit(&c->tx->tail, memory_order_acquire);
   if (t - c->tx_tail > c->tx_head - c->tx_tail) return rr__shm_corrupt(c, "tail out of range");
   c->tx_tail = t;
-  return c->tx_head - t < c->nslots;
+  return c->tx_queued - t < c->nslots;
+}
+
+/* Device work of ours that a slot waits for (a copy to publish, a read to release)? */
+static int rr__shm_dev_pending(const rr__shm_conn *c) {
+  return c->tx_head != c->tx_queued || c->rx_freed != c->rx_tail;
+}
+
+/* The head of q has all its bytes queued on the device: out of the queue, still incomplete
+ * (and counted pending) until its last slot is published or released (rr__shm_finish). */
+static rr__req *rr__shm_unlink(rr__reqq *q) {
+  rr__req *r = q->head;
+  q->head = r->next;
+  if (!q->head) q->tail = NULL;
+  return r;
+}
+
+static void rr__shm_finish(rr__shm_conn *c, rr__req *r, int rx) {
+  r->complete = 1;
+  c->base.pending--;
+  if (rx) c->base.rx_pending--;
 }
 
 /* Can the head send move? A device message also needs the peer's device slots, which it
@@ -194,6 +221,51 @@ static void rr__shm_wake_if(rr__shm_conn *c, _Atomic uint32_t *flag) {
   if (atomic_load(flag) && atomic_exchange(flag, 0)) rr__shm_wake(c);
 }
 
+/* Publish, in order, the device slots whose copies completed (only device slots lie between
+ * tx_head and tx_queued: a host message waits behind them). */
+static int rr__shm_publish(rr__shm_conn *c, size_t *moved, int *late) {
+  while (c->tx_head != c->tx_queued) {
+    uint32_t i = (uint32_t)(c->tx_head % c->nslots);
+    int d = rr__ipc_put_done(c->ipc, i);
+    if (d < 0) return rr__prefix_error(d, "sending to rank %d", c->base.peer_global);
+    if (!d) break;
+    uint32_t n = c->tx_desc[i].len; /* ours: written when the copy was queued */
+    c->tx_head++;
+    atomic_store(&c->tx_desc[i].seq, c->tx_head); /* seq_cst, as for host slots */
+    RR__SHM_RACE_POINT();
+    *moved += n;
+    if (c->tx_req[i]) rr__shm_finish(c, c->tx_req[i], 0), c->tx_req[i] = NULL;
+    if (n >= RR__SHM_WAKE_EARLY)
+      rr__shm_wake_if(c, &c->tx->rx_wait);
+    else
+      *late = 1;
+  }
+  return RR_OK;
+}
+
+/* Release, in order, the slots read: a device slot once our read of it completed; a host
+ * slot read behind one waits for it (the tail is one counter). A device slot's bytes count
+ * as moved here, where its request may complete: a caller that polls until something moved
+ * (rr__spin) must look at its requests then. */
+static int rr__shm_release(rr__shm_conn *c, size_t *moved, int *late) {
+  while (c->rx_freed != c->rx_tail) {
+    uint32_t i = (uint32_t)(c->rx_freed % c->nslots);
+    if (c->rx_dev[i]) {
+      int d = rr__ipc_take_done(c->ipc, i);
+      if (d < 0) return rr__prefix_error(d, "receiving from rank %d", c->base.peer_global);
+      if (!d) break;
+      *moved += c->rx_dev[i];
+      c->rx_dev[i] = 0;
+    }
+    c->rx_freed++;
+    atomic_store(&c->rx->tail, c->rx_freed); /* seq_cst, then the sender's flag */
+    RR__SHM_RACE_POINT();
+    *late = 1;
+    if (c->rx_req[i]) rr__shm_finish(c, c->rx_req[i], 1), c->rx_req[i] = NULL;
+  }
+  return RR_OK;
+}
+
 /* The first device message of the lane (either way) sets up its device side, on the
  * device of that message, and tells a peer that may be waiting for it. */
 static int rr__shm_dev_start(rr__shm_conn *c, const rr__req_dev *dev) {
@@ -226,24 +298,32 @@ static int rr__shm_irecv(rr__conn *base, rr__req *r) {
 
 static int rr__shm_send_some(rr__shm_conn *c, size_t *moved) {
   int late = 0;
+  RR__CHECK(rr__shm_publish(c, moved, &late));
   while (c->sq.head) {
     rr__req *r = c->sq.head;
     if (r->dev) { /* the peer's device slots: opened once it published them */
       int o = rr__ipc_open_peer(c->ipc, c->ipc_theirs);
       if (o < 0) return rr__prefix_error(o, "sending to rank %d", c->base.peer_global);
       if (!o) break;
+    } else if (c->tx_head != c->tx_queued) {
+      break; /* slots go out in order: after the device slots queued before it */
     }
     int sp = rr__shm_tx_space(c);
     if (sp < 0) return sp;
     if (!sp) break;
     size_t n = RR__MIN(r->len - r->done, c->slot);
-    uint32_t i = (uint32_t)(c->tx_head % c->nslots);
+    uint32_t i = (uint32_t)(c->tx_queued % c->nslots);
     rr__shm_desc *d = &c->tx_desc[i];
     if (r->dev) {
-      /* Host slot tx_head is ours, so the peer released device slot i too (its read of it
-       * is ordered by the event the copy waits for). */
+      /* Host slot tx_queued is free, so the peer saw its read of device slot i complete.
+       * Published by rr__shm_publish once this copy completed. */
       RR__CHECK(rr__ipc_put(c->ipc, i, r->buf + r->done, n, r->dev->stream));
       d->flags = RR__SHM_DEVICE;
+      d->len = (uint32_t)n;
+      c->tx_queued++;
+      r->done += n;
+      c->tx_req[i] = r->done == r->len ? rr__shm_unlink(&c->sq) : NULL;
+      continue;
     } else {
       memcpy(n <= RR__SHM_INLINE ? (char *)d->inl : c->tx_data + (size_t)i * c->slot,
              r->buf + r->done, n);
@@ -251,6 +331,7 @@ static int rr__shm_send_some(rr__shm_conn *c, size_t *moved) {
     }
     d->len = (uint32_t)n;
     c->tx_head++;
+    c->tx_queued++;
     /* seq_cst: the receiver's flag is read after this store is visible (see the top). */
     atomic_store(&d->seq, c->tx_head);
     RR__SHM_RACE_POINT();
@@ -268,6 +349,7 @@ static int rr__shm_send_some(rr__shm_conn *c, size_t *moved) {
 
 static int rr__shm_recv_some(rr__shm_conn *c, size_t *moved) {
   int got = 0, late = 0;
+  RR__CHECK(rr__shm_release(c, moved, &late));
   while (c->rq.head) {
     int rd = rr__shm_rx_ready(c);
     if (rd < 0) return rd;
@@ -299,23 +381,34 @@ static int rr__shm_recv_some(rr__shm_conn *c, size_t *moved) {
       r->done += take;
     } else {
       take = rr__req_deliver(r, data, avail); /* straight from shared memory when it can */
+      *moved += take; /* device bytes: once read (rr__shm_release) */
     }
     c->rx_off += take;
-    *moved += take;
     got = 1;
-    if (c->rx_off == c->rx_len) { /* release the slot */
+    int finished = r->done == r->len;
+    if (c->rx_off == c->rx_len) { /* the slot is read */
+      uint32_t i = (uint32_t)(c->rx_tail % c->nslots);
       int big = c->rx_len >= RR__SHM_WAKE_EARLY;
       c->rx_off = 0;
       c->rx_len = 0;
       c->rx_tail++;
-      atomic_store(&c->rx->tail, c->rx_tail); /* seq_cst, then the sender's flag */
-      RR__SHM_RACE_POINT();
-      if (big)
-        rr__shm_wake_if(c, &c->rx->tx_wait);
-      else
-        late = 1;
+      if (r->dev || c->rx_freed + 1 != c->rx_tail) {
+        /* Released by rr__shm_release: once our read completed (device), or behind such a
+         * slot; a device request completes with its last slot. */
+        c->rx_dev[i] = r->dev ? (uint32_t)take : 0;
+        c->rx_req[i] = r->dev && finished ? rr__shm_unlink(&c->rq) : NULL;
+        if (r->dev) finished = 0;
+      } else {
+        c->rx_freed = c->rx_tail;
+        atomic_store(&c->rx->tail, c->rx_freed); /* seq_cst, then the sender's flag */
+        RR__SHM_RACE_POINT();
+        if (big)
+          rr__shm_wake_if(c, &c->rx->tx_wait);
+        else
+          late = 1;
+      }
     }
-    if (r->done == r->len) rr__reqq_pop(&c->base, &c->rq, 1);
+    if (finished) rr__reqq_pop(&c->base, &c->rq, 1);
   }
   if (late) rr__shm_wake_if(c, &c->rx->tx_wait);
   if (got) c->base.last_rx_ms = rr__now_ms_coarse();
@@ -348,12 +441,21 @@ static int rr__shm_progress(rr__conn *base, size_t *moved) {
 static int rr__shm_pollfd(rr__conn *base, struct pollfd *pfd) {
   rr__shm_conn *c = (rr__shm_conn *)base;
   int want_rx = c->rq.head != NULL, want_tx = c->sq.head != NULL;
-  if (!want_rx && !want_tx) return 0;
+  int dev = rr__shm_dev_pending(c);
+  if (!want_rx && !want_tx && !dev) return 0;
   pfd->fd = c->sock;
   pfd->events = POLLIN;
   pfd->revents = 0;
   /* POLLOUT is always ready on a live socket: poll() returns at once, progress runs. */
-  if (rr__shm_arm(c, want_rx, want_tx)) pfd->events |= POLLOUT;
+  if (rr__shm_arm(c, want_rx, want_tx)) {
+    pfd->events |= POLLOUT;
+  } else if (dev) {
+    /* Our own device work nobody will wake us for: look again at once (the socket still
+     * reports a dead peer), after leaving the core to others (the device's feeders, ranks
+     * that outnumber the cores). */
+    sched_yield();
+    pfd->events |= POLLOUT;
+  }
   return 1;
 }
 

@@ -24,7 +24,9 @@ typedef struct rr__shm_conn {
   rr__shm_desc *tx_desc, *rx_desc;
   char *tx_data, *rx_data;
   uint64_t tx_head, tx_tail; /* slots we published; the peer's tail as last seen */
-  uint64_t rx_tail;          /* slots we released */
+  uint64_t tx_queued;        /* slots filled (device: their copy queued), >= tx_head */
+  uint64_t rx_tail;          /* slots we read (device: their read queued) */
+  uint64_t rx_freed;         /* slots we released (the shared tail), <= rx_tail */
   size_t rx_off;             /* bytes of slot rx_tail already handed out */
   uint32_t rx_len;           /* its length, read once (0: not yet read) */
   uint32_t rx_flags;         /* and its flags, read with it */
@@ -38,6 +40,12 @@ typedef struct rr__shm_conn {
    * what the peer does, in the mapping. */
   rr__ipc *ipc;
   rr__ipc_export *ipc_mine, *ipc_theirs;
+  /* A device slot is published only once our copy into it completed, and released only
+   * once our read of it did (transport/cuda_ipc.h): until then its request stays incomplete
+   * here (the request the slot ends, or NULL); rx_dev: the bytes of a read device slot that
+   * waits so (0: a host slot). */
+  rr__req *tx_req[RR__SHM_MAX_SLOTS], *rx_req[RR__SHM_MAX_SLOTS];
+  uint32_t rx_dev[RR__SHM_MAX_SLOTS];
   int self_global;
   int peer_pid; /* the rendezvous's, checked with SO_PEERCRED at setup */
 } rr__shm_conn;

@@ -124,6 +124,7 @@ def main():
         print()
     ipc = perf_rows(find(secs, ["CUDA IPC"]))
     staged = perf_rows(find(secs, ["staged"]))
+    piped = perf_rows(find(secs, ["piped through pinned slots over shm"]))
     dtcp = perf_rows(find(secs, ["device buffers over TCP"]))
     hosts = find(secs, ["host buffers"])
     htcp, hshm = {}, {}
@@ -135,10 +136,10 @@ def main():
     n = 2
     if ipc or staged or dtcp:
         print("all_reduce, float32 sum, 2 ranks on one GPU, out of place (busbw GB/s):\n")
-        print("| size | IPC | IPC / HBM bound | staged (shm) | device over TCP | host over TCP "
-              "| TCP device / host | host over shm |")
-        print("|---:|---:|---:|---:|---:|---:|---:|---:|")
-        for s in sorted(set(ipc) | set(staged) | set(dtcp)):
+        print("| size | IPC | IPC / HBM bound | piped (shm) | staged (shm) | device over TCP "
+              "| host over TCP | TCP device / host | host over shm |")
+        print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+        for s in sorted(set(ipc) | set(piped) | set(staged) | set(dtcp)):
             def bw(rows):
                 return f"{rows[s][2]:.2f}" if s in rows else "-"
             bound = "-"
@@ -147,7 +148,7 @@ def main():
                 bound = f"{100 * t_bound_us / ipc[s][0]:.0f}%"
             ratio = (f"{100 * dtcp[s][2] / htcp[s][2]:.0f}%"
                      if s in dtcp and s in htcp and htcp[s][2] > 0 else "-")
-            print(f"| {fmt_size(s)} | {bw(ipc)} | {bound} | {bw(staged)} | {bw(dtcp)} | "
+            print(f"| {fmt_size(s)} | {bw(ipc)} | {bound} | {bw(piped)} | {bw(staged)} | {bw(dtcp)} | "
                   f"{bw(htcp)} | {ratio} | {bw(hshm)} |")
         print(f"\n(HBM bound from the largest memcpy traffic rate above, {mem_rate:.0f} GB/s; "
               "targets: IPC >= 70% of the bound at 256 MiB, TCP device >= 80% of host.)\n")

@@ -32,7 +32,8 @@
 #   kernels    90  pointer detection; every dtype x op bit for bit against ring/op.c,
 #                  misaligned, aliased, fused, (1<<24)+5 elements (test_cuda ptr, kernel)
 #   coll      150  every collective on device buffers, world 1, 2, 4 over CUDA IPC (checked
-#                  taken), staged over shm (world 2) and TCP (world 2)
+#                  taken), piped over TCP (world 2, checked taken), staged (world 2); a rank
+#                  SIGKILLed mid-call through CUDA IPC: the survivors fail, destroy, exit
 #   streams    90  async order on a user stream, no stream sync (buffer and managed),
 #                  managed blocking, capture refused, per-thread stream refused, device
 #                  option, no context on GPU 0 from the worker (skips with one GPU)
@@ -46,9 +47,9 @@
 #                  through CUDA IPC (the kernels on a peer's mapped memory), DDP 2 ranks; on a
 #                  machine where it refuses the device: reported as SKIP, not a failure
 #   perf      150  reduce kernel vs cudaMemcpy D2D; all_reduce_perf 2 ranks on one GPU:
-#                  device buffers over IPC, staged over shm, over TCP, host buffers over shm
-#                  and TCP; torch ringreduce vs torch gloo on the same CUDA tensors; the
-#                  example's DDP step on the GPU and on the CPU
+#                  device buffers over IPC, piped and staged over shm, piped over TCP, host
+#                  buffers over TCP and shm; torch ringreduce vs torch gloo on the same CUDA
+#                  tensors; the example's DDP step on the GPU and on the CPU
 # extras (only with `all`): ddp_more (gpu_w1/w3, rrun_w4), torch_cpu (the CPU torch tests on
 #   this torch 2.x), perf_more (every dtype x op kernel table, bench_ddp.sh).
 # Without a GPU (a dry run, as on the machine that writes this) every piece still runs its
@@ -73,8 +74,8 @@ in CI, label cudafake, which cannot prove what docs/cuda.md "The fake" lists):
   (kernels); collectives on device buffers over IPC, staged and TCP (coll); stream order,
   managed buffers, refusals (streams); torch CUDA tensors (torch); DDP and the example on
   device gradients (ddp); compute-sanitizer (memcheck); the figures of issue 24 (perf).
-Not built (docs/cuda.md): the collectives other than all_reduce / reduce_scatter /
-all_gather through CUDA IPC, the pipelined staged path between hosts with GPU reduction.
+Not built (docs/cuda.md): reduce, gather, scatter, all_to_all(v) and send/recv through
+CUDA IPC (staged); the chains (broadcast, reduce) on the piped path.
 EOF
 }
 
@@ -189,7 +190,7 @@ p_kernels() {
 p_coll() {
   need_build || return
   # IPC taken where it must be (RR_TEST_EXPECT_IPC, set by the tests), staged where not.
-  ctest_gpu '^cuda_coll_(w1|w2|w4|staged_w2|tcp_w2)$' '^$'
+  ctest_gpu '^cuda_(coll_(w1|w2|w4|staged_w2|tcp_w2)|ipc_kill_w3)$' '^$'
 }
 
 p_streams() {
@@ -241,9 +242,11 @@ p_perf() {
     local ar=("$dir/bin/all_reduce_perf" -b 1M -e 256M -f 16 -n 10 -w 3)
     echo "## all_reduce, 2 ranks on one GPU: device buffers over CUDA IPC"
     RR_CUDA_IPC=1 run rrun2 "${ar[@]}" --mem cuda
-    echo "## device buffers staged through pinned host memory over shm"
-    RR_CUDA_IPC=0 RR_TRANSPORT=shm run rrun2 "${ar[@]}" --mem cuda
-    echo "## device buffers over TCP"
+    echo "## device buffers piped through pinned slots over shm (no IPC), reduced on the GPU"
+    RR_CUDA_IPC=0 run rrun2 "${ar[@]}" --mem cuda
+    echo "## device buffers staged whole through pinned host memory over shm"
+    RR_CUDA_IPC=0 RR_CUDA_PIPE=0 run rrun2 "${ar[@]}" --mem cuda
+    echo "## device buffers over TCP (piped)"
     RR_TRANSPORT=tcp run rrun2 "${ar[@]}" --mem cuda
     echo "## host buffers over TCP, then shm (baselines, same run)"
     RR_TRANSPORT=tcp run rrun2 "${ar[@]}" --mem host

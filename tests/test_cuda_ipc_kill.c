@@ -1,0 +1,156 @@
+/* A rank killed in the middle of device all-reduces through CUDA IPC (issue 24 item 2,
+ * docs/cuda.md "The CUDA IPC path", "A dead peer").
+ *
+ *   test_cuda_ipc_kill [--fake]
+ *
+ * World 3 on one host: every rank loops over 4 MiB float32 all-reduces on a device buffer,
+ * every third call a broadcast (a chain: the middle rank forwards), all through CUDA IPC
+ * (the first call checks that segments did); once all three are
+ * inside the loop, rank 1 is SIGKILLed at a random moment (RR_TEST_SEED). The survivors must
+ * fail with RR_EPEER naming rank 1, within a bound far below RR_TIMEOUT (the death is seen on
+ * the sockets, not by a timeout), then rr_destroy_process_group must return and the process
+ * exit 0. What this guards against: a survivor's device work waiting for something only the
+ * dead rank could complete (an event it recorded): then the call, its final wait or the
+ * destroy (cudaFree waits for the device) never returns. On the fake (tests/fake_cuda/) an
+ * interprocess event recorded by a process that dies before that work ran never completes,
+ * as on a GPU; whether the real runtime does the same is for the GPU run (cuda_ipc_kill_w3).
+ *
+ * Its own program, not a case of test_cuda.c: that file is already its longest. */
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "transport/cuda_ipc.h"
+#include "tests/cuda_harness.h"
+
+#define SKIP 77
+#define WORLD 3
+#define VICTIM 1
+#define COUNT ((size_t)1 << 20) /* floats: 4 MiB */
+/* How long the survivors may take to report, after the kill (RR_TIMEOUT is 120 s here). */
+#define REPORT_S 30.0
+/* How long the whole run may take before the children are killed (a hang); RR_TEST_RUN_S
+ * shortens it (to show a hang quickly). */
+#define RUN_S 90.0
+
+typedef struct kcase {
+  double kill_after, killed_at;
+  char ready_dir[64]; /* each rank drops a file here once it is inside the loop */
+} kcase;
+
+static int rank_fn(int rank, void *arg) {
+  kcase *kc = arg;
+  t_rank = rank;
+  rr_pg *pg;
+  T_OK(rr_init_process_group(&pg, NULL));
+  int dev = -1;
+  T_OK(rr__cuda_pick_device(-1, rank, &dev));
+  C_OK(set_device(dev));
+  void *x = NULL;
+  C_OK(malloc(&x, COUNT * sizeof(float)));
+  C_OK(memset_async(x, 0, COUNT * sizeof(float), NULL));
+  C_OK(stream_sync(NULL));
+  /* One call before the kill may come: it must have gone through CUDA IPC, or this test
+   * would check the staged path. */
+  uint64_t before = rr__ipc_segments();
+  T_OK(rr_all_reduce(pg, x, x, COUNT, RR_FLOAT32, RR_SUM));
+  T_CHECK(rr__ipc_segments() > before, "the all-reduce did not go through CUDA IPC");
+  char path[96];
+  snprintf(path, sizeof path, "%s/%d", kc->ready_dir, rank);
+  FILE *f = fopen(path, "w");
+  T_CHECK(f != NULL, "cannot create %s", path);
+  fclose(f);
+  int st;
+  long calls = 0;
+  do {
+    st = calls % 3 == 2 ? rr_broadcast(pg, x, x, COUNT, RR_FLOAT32, (int)(calls / 3 % WORLD))
+                        : rr_all_reduce(pg, x, x, COUNT, RR_FLOAT32, RR_SUM);
+    calls++;
+  } while (st == RR_OK);
+  const char *e = rr_last_error();
+  printf("rank %d: call %ld failed: %s: %s\n", rank, calls, rr_status_name(st), e);
+  fflush(stdout);
+  T_CHECK(st == RR_EPEER, "status %s: %s", rr_status_name(st), e);
+  T_CHECK(strstr(e, "lost rank") || strstr(e, "closed by the peer") || strstr(e, "reset"),
+          "the message does not say the peer is gone: %s", e);
+  T_HAS(e, "rank 1");
+  rr_destroy_process_group(pg);
+  printf("rank %d: destroyed\n", rank);
+  fflush(stdout);
+  /* The device buffer is not freed: if the device were still blocked, cudaFree would wait
+   * for it, and the process must be able to exit regardless. */
+  return 0;
+}
+
+static void kill_victim(const int *pids, int n, void *arg) {
+  kcase *kc = arg;
+  /* Wait until every rank is looping (slow under load), then a random moment. */
+  for (double end = t_now() + 60; t_now() < end;) {
+    int ready = 0;
+    for (int r = 0; r < n; r++) {
+      char path[96];
+      snprintf(path, sizeof path, "%s/%d", kc->ready_dir, r);
+      ready += access(path, F_OK) == 0;
+    }
+    if (ready == n) break;
+    usleep(10000);
+  }
+  usleep((useconds_t)(kc->kill_after * 1e6));
+  kill(pids[VICTIM], SIGKILL);
+  kc->killed_at = t_now();
+}
+
+int main(int argc, char **argv) {
+  int fake = cu_setup(&argc, &argv);
+  if (!rr__cuda_built() && !fake) {
+    printf("skipped: no CUDA device (this build has no CUDA; run with --fake)\n");
+    return SKIP;
+  }
+  if (!have_device_forked()) {
+    printf("skipped: no CUDA device (the CUDA runtime found no usable driver or GPU)\n");
+    return SKIP;
+  }
+  t_seed_announce("cuda_ipc_kill");
+  kcase kc = {.kill_after = 0.05 + (double)(t_bits(t_seed(), 24, 2) % 500) / 1000.0};
+  snprintf(kc.ready_dir, sizeof kc.ready_dir, "/tmp/rr-ipckill-XXXXXX");
+  if (!mkdtemp(kc.ready_dir)) {
+    perror("mkdtemp");
+    return 1;
+  }
+  int codes[WORLD], sigs[WORLD];
+  double t0 = t_now();
+  const char *rs = getenv("RR_TEST_RUN_S");
+  double run_s = rs && atof(rs) > 0 ? atof(rs) : RUN_S;
+  int rc = t_run(WORLD, rank_fn, &kc, kill_victim, run_s, codes, sigs);
+  for (int r = 0; r < WORLD; r++) {
+    char path[96];
+    snprintf(path, sizeof path, "%s/%d", kc.ready_dir, r);
+    unlink(path);
+  }
+  rmdir(kc.ready_dir);
+  if (rc) {
+    fprintf(stderr,
+            "cuda_ipc_kill: the ranks had not all exited %.1f s after the start (rank %d "
+            "killed %.2f s into the loop): survivors hung\n",
+            t_now() - t0, VICTIM, kc.kill_after);
+    return 1;
+  }
+  int bad = 0;
+  double took = t_now() - kc.killed_at;
+  printf("cuda_ipc_kill: rank %d killed %.2f s into the loop; survivors done %.2f s later\n",
+         VICTIM, kc.kill_after, took);
+  for (int r = 0; r < WORLD; r++)
+    if (r != VICTIM && (codes[r] != 0 || sigs[r] != 0)) {
+      fprintf(stderr, "survivor rank %d: exit %d signal %d\n", r, codes[r], sigs[r]);
+      bad = 1;
+    }
+  if (sigs[VICTIM] != SIGKILL) bad = 1, fprintf(stderr, "rank %d was not killed\n", VICTIM);
+  if (took > REPORT_S) {
+    fprintf(stderr, "survivors took %.1f s after the kill (at most %.0f s)\n", took, REPORT_S);
+    bad = 1;
+  }
+  return bad;
+}

@@ -188,6 +188,10 @@ target_link_libraries(test_cuda_ipc_kill PRIVATE rrtest rr_fake_cuda)
 add_test(NAME cudafake.ipc_kill_w3 COMMAND test_cuda_ipc_kill --fake)
 set_tests_properties(cudafake.ipc_kill_w3 PROPERTIES LABELS "cudafake" TIMEOUT 150
   ENVIRONMENT "${RR_FAKE_ENV}")
+# The same over TCP: the all-reduces piped through pinned slots (ring/pipe_dev.c).
+add_test(NAME cudafake.piped_kill_w3 COMMAND test_cuda_ipc_kill --fake)
+set_tests_properties(cudafake.piped_kill_w3 PROPERTIES LABELS "cudafake" TIMEOUT 150
+  ENVIRONMENT "${RR_FAKE_ENV};RR_TRANSPORT=tcp")
 add_test(NAME cuda_ipc_kill_w3 COMMAND test_cuda_ipc_kill)
 set_tests_properties(cuda_ipc_kill_w3 PROPERTIES LABELS "cuda" TIMEOUT 150 SKIP_RETURN_CODE 77
   ENVIRONMENT "${RR_CUDA_TEST_ENV}")

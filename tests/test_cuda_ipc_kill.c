@@ -15,6 +15,10 @@
  * interprocess event recorded by a process that dies before that work ran never completes,
  * as on a GPU; whether the real runtime does the same is for the GPU run (cuda_ipc_kill_w3).
  *
+ * With RR_TRANSPORT=tcp (cudafake.piped_kill_w3) the all-reduces take the piped path instead
+ * (ring/pipe_dev.c: pinned slots over sockets; the first call checks it) and the broadcasts
+ * are staged: the same must hold there.
+ *
  * Its own program, not a case of test_cuda.c: that file is already its longest. */
 #include <signal.h>
 #include <stdio.h>
@@ -23,6 +27,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "ring/coll.h" /* rr__piped_segments */
 #include "transport/cuda_ipc.h"
 #include "tests/cuda_harness.h"
 
@@ -53,11 +58,14 @@ static int rank_fn(int rank, void *arg) {
   C_OK(malloc(&x, COUNT * sizeof(float)));
   C_OK(memset_async(x, 0, COUNT * sizeof(float), NULL));
   C_OK(stream_sync(NULL));
-  /* One call before the kill may come: it must have gone through CUDA IPC, or this test
-   * would check the staged path. */
-  uint64_t before = rr__ipc_segments();
+  /* One call before the kill may come: it must have gone through CUDA IPC (or, over TCP, the
+   * piped path), or this test would check the staged path. */
+  const char *tp = getenv("RR_TRANSPORT");
+  const int piped = tp && !strcmp(tp, "tcp");
+  uint64_t before = piped ? rr__piped_segments() : rr__ipc_segments();
   T_OK(rr_all_reduce(pg, x, x, COUNT, RR_FLOAT32, RR_SUM));
-  T_CHECK(rr__ipc_segments() > before, "the all-reduce did not go through CUDA IPC");
+  T_CHECK((piped ? rr__piped_segments() : rr__ipc_segments()) > before,
+          "the all-reduce did not go through %s", piped ? "the piped path" : "CUDA IPC");
   char path[96];
   snprintf(path, sizeof path, "%s/%d", kc->ready_dir, rank);
   FILE *f = fopen(path, "w");

@@ -85,3 +85,10 @@ foreach(w 3 4)
   set_tests_properties(ib_netns_w${w} PROPERTIES TIMEOUT 150 LABELS "ib;netns" SKIP_RETURN_CODE 77
     ENVIRONMENT "RR_TIMEOUT=60;RR_IB_LIBRARY=${RR_FAKE_IB}")
 endforeach()
+
+# Device buffers over verbs (the host fake of CUDA beside the fake verbs library): the ring
+# kinds take the piped path (ring/pipe_dev.c: pinned slots on the wire, the GPU kernel
+# reducing; RR_TEST_EXPECT_PIPED=1 checks every call did), 16 KiB segments, world 3.
+add_test(NAME cudafake.coll_piped_ib_w3 COMMAND test_cuda --fake coll 3)
+set_tests_properties(cudafake.coll_piped_ib_w3 PROPERTIES TIMEOUT 240 LABELS "cudafake;ib"
+  ENVIRONMENT "${RR_IB_ENV};RR_TIMEOUT=120;RR_SEG_BYTES=16384;RR_TEST_EXPECT_IPC=0;RR_TEST_EXPECT_PIPED=1")

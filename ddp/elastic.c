@@ -43,8 +43,9 @@ static int rr__ddp_agree_layout(rr_ddp *d) {
   int n = d->ntrainable;
   int32_t *msg = rr__calloc((size_t)n + 1, sizeof *msg);
   if (!msg) return RR_ENOMEM;
-  msg[0] = d->rebuilt ? RR__LAYOUT_REBUILT
-                      : d->rebuild_pending ? RR__LAYOUT_PENDING : RR__LAYOUT_RECORDING;
+  msg[0] = d->rebuilt           ? RR__LAYOUT_REBUILT
+           : d->rebuild_pending ? RR__LAYOUT_PENDING
+                                : RR__LAYOUT_RECORDING;
   for (int k = 0; k < n; k++) msg[k + 1] = d->ready_order[k];
   int st = rr_broadcast(d->pg, msg, msg, (size_t)n + 1, RR_INT32, d->root);
   if (st != RR_OK) {

@@ -94,8 +94,8 @@ static int elastic_rank(int rank, void *arg) {
     int st = el_step(ddp, &m, &c, x + (size_t)gr * LOCAL * IN, y + gr * LOCAL);
     if (st != RR_OK) {
       T_CHECK(!failed, "step %d failed on the shrunk group: %s", s, rr_last_error());
-      T_CHECK(s == ec->kill_step, "step %d failed, the kill was at step %d: %s", s,
-              ec->kill_step, rr_last_error());
+      T_CHECK(s == ec->kill_step, "step %d failed, the kill was at step %d: %s", s, ec->kill_step,
+              rr_last_error());
       printf("rank %d: step %d failed: %s: %s\n", rank, s, rr_status_name(st), rr_last_error());
       /* The failed step's gradients are this rank's own: recompute them without DDP. */
       memcpy(loc.params, m.params, m.nweights * sizeof(float));
@@ -109,8 +109,8 @@ static int elastic_rank(int rank, void *arg) {
       T_OK(rr_pg_shrink(pg, 0, &np));
       T_CHECK(rr_get_world_size(np) == w - 1, "new world %d, want %d", rr_get_world_size(np),
               w - 1);
-      T_CHECK(rr_get_global_rank(np, 0) == (ec->victim == 0 ? 1 : 0),
-              "new rank 0 is old rank %d", rr_get_global_rank(np, 0));
+      T_CHECK(rr_get_global_rank(np, 0) == (ec->victim == 0 ? 1 : 0), "new rank 0 is old rank %d",
+              rr_get_global_rank(np, 0));
       /* As if some survivors had applied the failed step and others not: rr_ddp_set_group
        * must leave every survivor with the new rank 0's parameters. */
       for (size_t i = 0; i < m.nweights; i++) m.params[i] += 1e-3f * (float)rank;
@@ -141,8 +141,7 @@ static int elastic_rank(int rank, void *arg) {
       d = (d < 0 ? -d : d) / (1.0 + (ref.params[i] < 0 ? -ref.params[i] : ref.params[i]));
       if (!(d <= worst)) worst = d;
     }
-    T_CHECK(worst <= 1e-6, "step %d (world %d): DDP differs from one process by %.3g", s, w,
-            worst);
+    T_CHECK(worst <= 1e-6, "step %d (world %d): DDP differs from one process by %.3g", s, w, worst);
   }
   T_CHECK(failed, "no step failed");
   if (gr == 0) printf("survivors (world %d) identical and exact after the shrink\n", w);

@@ -322,7 +322,9 @@ int rr__ddp_rebuild(rr_ddp *d) {
     rr__prefix_error(st, "rank %d: rr_ddp_forward: broadcasting the bucket order", d->rank);
     return rr__ddp_break(d, st);
   }
-  for (int k = 0; k < n; k++) ready[k] = ord[k];
+  /* Every rank keeps the order the layout was built from (rank 0's): rr_ddp_set_group sends
+   * it from the new group's rank 0 when the old rank 0 is gone. */
+  for (int k = 0; k < n; k++) ready[k] = d->ready_order[k] = ord[k];
   st = rr__ddp_make_buckets(d, ready);
   free(ord), free(ready);
   if (st != RR_OK) {

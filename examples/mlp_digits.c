@@ -49,6 +49,8 @@ enum { DEV_AUTO, DEV_CPU, DEV_CUDA };
 
 typedef struct args {
   int spawn, epochs, batch, nhidden, no_comm, check_identical, comm_iters;
+  int elastic;       /* survive a dead rank: revoke, shrink, go on (docs/elastic.md) */
+  int step_sleep_ms; /* after each step: slows training so a test can kill a rank mid-epoch */
   int device;   /* DEV_* as asked */
   int ncuda;    /* CUDA devices visible (asked in a child: CUDA must not start before fork) */
   int use_cuda; /* the choice: 1 runs on the GPU */
@@ -80,6 +82,10 @@ static void usage(FILE *f) {
           "  --check-identical    after every step, check all ranks hold the same parameters\n"
           "  --comm-iters N       repetitions of the standalone communication timing (20)\n"
           "  --min-accuracy PCT   exit 3 when the final held-out accuracy is lower\n"
+          "  --elastic            when a peer dies during training, the survivors revoke, shrink,\n"
+          "                       move DDP to the new group (parameters from its rank 0) and go\n"
+          "                       on; needs rrun --keep-going (--spawn stops all at a death)\n"
+          "  --step-sleep-ms N    sleep N ms after each step (to kill a rank mid-epoch in tests)\n"
           "  --device D           cpu | cuda | auto (auto: cuda when a GPU is visible and this\n"
           "                       example was built with CUDA and cuBLAS, else cpu)\n");
 }
@@ -139,6 +145,7 @@ static int on_ready(int layer, void *p) {
 static int params_identical(rr_pg *pg, const mlp *m, int *same) {
   int w = rr_get_world_size(pg);
   uint64_t h = fnv(m->params, m->nweights * sizeof(float));
+  if (rr_get_rank(pg) == 0) printf("parameter hash on rank 0: %016" PRIx64 "\n", h);
   uint64_t *all = calloc((size_t)w, sizeof *all);
   if (!all) return RR_ENOMEM;
   int st = rr_all_gather(pg, &h, all, 1, RR_INT64);
@@ -146,6 +153,53 @@ static int params_identical(rr_pg *pg, const mlp *m, int *same) {
   for (int r = 0; st == RR_OK && r < w; r++) *same &= all[r] == all[0];
   free(all);
   return st;
+}
+
+/* The failures --elastic survives: a peer lost, or the group stopped because of one. */
+static int peer_failure(int st) {
+  return st == RR_EPEER || st == RR_EABORTED || st == RR_EREVOKED || st == RR_ETIMEDOUT;
+}
+
+/* --elastic, after a collective failed with `why`: revoke the group (so every survivor stops
+ * promptly, not at its timeout), shrink to the survivors, move the DDP wrapper there
+ * (rr_ddp_set_group: drops the failed step, averages over the new world, broadcasts the
+ * parameters from the new rank 0), then take the new rank 0's training position `pos`
+ * (epoch, samples seen), since survivors may have failed one step or one epoch end apart.
+ * A death during this starts it again on the group just made. The old group is destroyed
+ * here; *pg becomes the new one. */
+static int elastic_recover(rr_pg **pg, rr_ddp *ddp, mlp_cuda *g, int why, int64_t pos[2]) {
+  double t0 = now_s();
+  int old_world = rr_get_world_size(*pg), st = why;
+  for (int attempt = 0; attempt < 8 && peer_failure(st); attempt++) {
+    fprintf(stderr, "mlp_digits rank %d (world %d): %s: %s; shrinking\n", rr_get_rank(*pg),
+            rr_get_world_size(*pg), rr_status_name(st), rr_last_error());
+    st = rr_pg_revoke(*pg);
+    if (st != RR_OK && st != RR_EREVOKED) break;
+    rr_pg *np = NULL;
+    if ((st = rr_pg_shrink(*pg, 0, &np)) != RR_OK) break;
+    if (g) st = rr_pg_set_cuda_stream(np, g->stream);
+    if (st == RR_OK) st = rr_ddp_set_group(ddp, np);
+    /* The old group is revoked: its destroy returns that failure, which is known. */
+    (void)rr_destroy_process_group(*pg);
+    *pg = np;
+    if (st == RR_OK) st = rr_broadcast(*pg, pos, pos, 2, RR_INT64, rr_get_global_rank(*pg, 0));
+  }
+  if (st != RR_OK) {
+    fprintf(stderr, "mlp_digits: rank %d: --elastic: could not go on: %s: %s\n",
+            rr_get_rank(*pg), rr_status_name(st), rr_last_error());
+    return st;
+  }
+  if (rr_get_rank(*pg) == 0) {
+    struct timespec wall;
+    if (clock_gettime(CLOCK_REALTIME, &wall) != 0) wall.tv_sec = wall.tv_nsec = 0;
+    printf("elastic: world %d -> %d (new rank 0 is rank %d of the original group); resuming "
+           "epoch %" PRId64 " at sample %" PRId64 ", %.1f ms after the failure was seen "
+           "(unix time %.6f)\n",
+           old_world, rr_get_world_size(*pg), rr_get_global_rank(*pg, 0), pos[0], pos[1],
+           (now_s() - t0) * 1e3, (double)wall.tv_sec + (double)wall.tv_nsec * 1e-9);
+    fflush(stdout);
+  }
+  return RR_OK;
 }
 
 static int worker(int rank, void *p) {
@@ -193,7 +247,7 @@ static int worker(int rank, void *p) {
   for (int i = 0; i < a->nhidden; i++) dims[i + 1] = a->hidden[i];
   dims[nl] = 10;
   /* Each rank starts from different weights: DDP's construction broadcast makes them rank 0's. */
-  if (mlp_init(&m, nl, dims, local > 256 ? local : 256, a->seed + (uint64_t)rank) != 0) {
+  if (mlp_init(&m, nl, dims, a->batch > 256 ? a->batch : 256, a->seed + (uint64_t)rank) != 0) {
     fprintf(stderr, "rank %d: mlp_init failed\n", rank);
     goto out;
   }
@@ -218,9 +272,10 @@ static int worker(int rank, void *p) {
   CHECK_RR(rr_sampler_init(&sampler, NTRAIN, world, rank, 1, (int64_t)a->seed, 0));
   uint64_t ns = rr_sampler_len(&sampler);
   int steps = (int)((ns + (uint64_t)local - 1) / (uint64_t)local);
-  idx = malloc((ns ? ns : 1) * sizeof *idx);
-  xb = malloc((size_t)local * 64 * sizeof *xb);
-  yb = malloc((size_t)local * sizeof *yb);
+  /* Sized for any world down to 1: --elastic may shrink it. */
+  idx = malloc((size_t)NTRAIN * sizeof *idx);
+  xb = malloc((size_t)a->batch * 64 * sizeof *xb);
+  yb = malloc((size_t)a->batch * sizeof *yb);
   step_times = malloc(((size_t)a->epochs * steps + 1) * sizeof *step_times);
   if (!idx || !xb || !yb || !step_times) {
     fprintf(stderr, "rank %d: out of memory\n", rank);
@@ -243,22 +298,35 @@ static int worker(int rank, void *p) {
   }
 
   ready_ctx rctx = {.ddp = a->no_comm ? NULL : ddp};
-  int nsteps = 0;
+  int nsteps = 0, maxsteps = a->epochs * steps + 1;
   double acc = 0;
-  for (int e = 0; e < a->epochs; e++) {
-    rr_sampler_set_epoch(&sampler, e);
-    CHECK_RR(rr_sampler_indices(&sampler, idx, ns));
-    double loss_sum[2] = {0, 0}; /* summed loss, samples */
-    for (int s = 0; s < steps; s++) {
-      int b = (int)((uint64_t)(s + 1) * local <= ns ? (uint64_t)local : ns - (uint64_t)s * local);
+  /* Where training stands: epoch e, and seen, the samples of the epoch's shuffled list that the
+   * group has consumed (the sampler gives rank r the list's positions r, r + world, ...; a
+   * step at local offset j covers positions [j * world, (j + b) * world)). A position
+   * independent of the world size, so an --elastic restart on fewer ranks goes on from it. */
+  int e = 0, epoch_ready = 0;
+  uint64_t seen = 0;
+  double loss_sum[2] = {0, 0}; /* summed loss, samples: this rank's, in this epoch */
+  while (e < a->epochs) {
+    if (!epoch_ready) { /* (again) after a shrink: this rank's share under the new world */
+      CHECK_RR(rr_sampler_init(&sampler, NTRAIN, world, rank, 1, (int64_t)a->seed, 0));
+      rr_sampler_set_epoch(&sampler, e);
+      ns = rr_sampler_len(&sampler);
+      CHECK_RR(rr_sampler_indices(&sampler, idx, ns));
+      epoch_ready = 1;
+    }
+    uint64_t j = (seen + (uint64_t)world - 1) / (uint64_t)world;
+    int st = RR_OK;
+    if (j < ns) {
+      int b = (int)(j + (uint64_t)local <= ns ? (uint64_t)local : ns - j);
       for (int i = 0; i < b; i++) {
-        int k = train[idx[(size_t)s * local + i]];
+        int k = train[idx[j + (uint64_t)i]];
         memcpy(xb + (size_t)i * 64, a->x + (size_t)k * 64, 64 * sizeof(float));
         yb[i] = a->y[k];
       }
       double t0 = now_s();
-      if (!a->no_comm) CHECK_RR(rr_ddp_forward(ddp));
-      if (gpu) {
+      if (!a->no_comm) st = rr_ddp_forward(ddp);
+      if (st == RR_OK && gpu) {
         double l;
         CHECK_CUDA(mlp_cuda_forward(&g, xb, b));
         CHECK_CUDA(mlp_cuda_loss(&g, yb, b, 1.0f / (float)b, &l));
@@ -266,44 +334,67 @@ static int worker(int rank, void *p) {
         loss_sum[1] += b;
         int brc = mlp_cuda_backward(&g, b, 0, on_ready, &rctx);
         CHECK_CUDA(brc < 0);
-        if (brc != 0) CHECK_RR(rctx.status);
-        if (!a->no_comm) CHECK_RR(rr_ddp_sync(ddp));
-        CHECK_CUDA(mlp_cuda_sgd(&g, a->lr));
+        if (brc != 0) st = rctx.status;
+        if (st == RR_OK && !a->no_comm) st = rr_ddp_sync(ddp);
+        /* A failed step is dropped: its gradients are this rank's own (docs/elastic.md). */
+        if (st == RR_OK) CHECK_CUDA(mlp_cuda_sgd(&g, a->lr));
         CHECK_CUDA(mlp_cuda_sync(&g)); /* the step is over when its kernels are */
-      } else {
+      } else if (st == RR_OK) {
         mlp_forward(&m, xb, b);
         loss_sum[0] += mlp_loss(&m, yb, b, 1.0f / (float)b);
         loss_sum[1] += b;
-        if (mlp_backward(&m, b, 0, on_ready, &rctx) != 0) CHECK_RR(rctx.status);
-        if (!a->no_comm) CHECK_RR(rr_ddp_sync(ddp));
-        mlp_sgd(&m, a->lr);
+        if (mlp_backward(&m, b, 0, on_ready, &rctx) != 0) st = rctx.status;
+        if (st == RR_OK && !a->no_comm) st = rr_ddp_sync(ddp);
+        if (st == RR_OK) mlp_sgd(&m, a->lr);
       }
-      step_times[nsteps++] = now_s() - t0;
-      if (a->check_identical && !a->no_comm) {
+      if (st == RR_OK) {
+        if (nsteps < maxsteps) step_times[nsteps++] = now_s() - t0;
+        seen = (j + (uint64_t)b) * (uint64_t)world;
+        /* A throttle only: a signal cutting it short (EINTR) changes nothing that matters. */
+        if (a->step_sleep_ms > 0 && usleep((useconds_t)a->step_sleep_ms * 1000) != 0 &&
+            errno != EINTR)
+          fprintf(stderr, "rank %d: usleep: %s\n", rank, strerror(errno));
+      }
+      if (st == RR_OK && a->check_identical && !a->no_comm) {
         int same;
         if (gpu) CHECK_CUDA(mlp_cuda_download(&g, &m));
-        CHECK_RR(params_identical(pg, &m, &same));
-        if (!same) {
-          fprintf(stderr, "rank %d: parameters differ across ranks after epoch %d step %d\n", rank,
-                  e, s);
+        st = params_identical(pg, &m, &same);
+        if (st == RR_OK && !same) {
+          fprintf(stderr, "rank %d: parameters differ across ranks in epoch %d at sample %" PRIu64
+                  "\n", rank, e, seen);
           goto out;
         }
       }
+    } else { /* the epoch's end */
+      if (!a->no_comm) st = rr_all_reduce(pg, loss_sum, loss_sum, 2, RR_FLOAT64, RR_SUM);
+      if (st == RR_OK && rank == 0) {
+        int correct;
+        if (gpu)
+          CHECK_CUDA(mlp_cuda_correct(&g, test_x, test_y, ntest, &correct));
+        else
+          correct = mlp_correct(&m, test_x, test_y, ntest);
+        acc = 100.0 * correct / ntest;
+        printf("epoch %2d  loss %.4f  held-out accuracy %.2f%% (%d/%d)\n", e,
+               loss_sum[0] / loss_sum[1], acc, correct, ntest);
+        fflush(stdout);
+      }
+      if (st == RR_OK) e++, seen = 0, epoch_ready = 0, loss_sum[0] = loss_sum[1] = 0;
     }
-    if (!a->no_comm) CHECK_RR(rr_all_reduce(pg, loss_sum, loss_sum, 2, RR_FLOAT64, RR_SUM));
-    if (rank == 0) {
-      int correct;
-      if (gpu)
-        CHECK_CUDA(mlp_cuda_correct(&g, test_x, test_y, ntest, &correct));
-      else
-        correct = mlp_correct(&m, test_x, test_y, ntest);
-      acc = 100.0 * correct / ntest;
-      printf("epoch %2d  loss %.4f  held-out accuracy %.2f%% (%d/%d)\n", e,
-             loss_sum[0] / loss_sum[1], acc, correct, ntest);
-      fflush(stdout);
+    if (st == RR_OK) continue;
+    if (!a->elastic || !peer_failure(st)) {
+      fprintf(stderr, "mlp_digits rank %d: training failed: %s: %s\n", rank, rr_status_name(st),
+              rr_last_error());
+      goto out;
     }
+    /* --elastic: go on with the survivors, from the new rank 0's position and parameters. */
+    int64_t pos[2] = {e, (int64_t)seen};
+    if (elastic_recover(&pg, ddp, gpu ? &g : NULL, st, pos) != RR_OK) goto out;
+    rank = rr_get_rank(pg);
+    world = rr_get_world_size(pg);
+    local = a->batch / world > 0 ? a->batch / world : 1;
+    if (pos[1] == 0) loss_sum[0] = loss_sum[1] = 0; /* the new rank 0 starts an epoch */
+    e = (int)pos[0], seen = (uint64_t)pos[1], epoch_ready = 0;
   }
-
   if (a->checkpoint && a->checkpoint[0]) {
     CHECK_RR(rr_ddp_save(ddp, a->checkpoint));
     if (rank == 0) printf("checkpoint: %s\n", a->checkpoint);
@@ -431,6 +522,9 @@ int main(int argc, char **argv) {
     } else if (!strcmp(o, "--no-comm")) {
       a.no_comm = 1;
       continue;
+    } else if (!strcmp(o, "--elastic")) {
+      a.elastic = 1;
+      continue;
     } else if (!strcmp(o, "--check-identical")) {
       a.check_identical = 1;
       continue;
@@ -442,6 +536,8 @@ int main(int argc, char **argv) {
       bad = parse_int(v, 1, 100000, &a.epochs);
     } else if (!strcmp(o, "--batch")) {
       bad = parse_int(v, 1, 4096, &a.batch);
+    } else if (!strcmp(o, "--step-sleep-ms")) {
+      bad = parse_int(v, 0, 100000, &a.step_sleep_ms);
     } else if (!strcmp(o, "--comm-iters")) {
       bad = parse_int(v, 0, 100000, &a.comm_iters);
     } else if (!strcmp(o, "--lr")) {
@@ -502,6 +598,14 @@ int main(int argc, char **argv) {
       return 2;
     }
     i++;
+  }
+  /* rr_spawn (torch.multiprocessing.spawn) stops every rank when one dies, so there would be
+   * no survivors; rrun --keep-going lets them run. */
+  if (a.elastic && (a.no_comm || (a.spawn > 0 || !getenv("RANK")))) {
+    fprintf(stderr, "mlp_digits: --elastic %s\n",
+            a.no_comm ? "needs communication (not --no-comm)"
+                      : "needs rrun --keep-going: --spawn stops every rank when one dies");
+    return 2;
   }
   const char *path = a.data ? a.data : digits_default_path();
   if (digits_load(path, &a.x, &a.y, &a.n) != 0) return 1;

@@ -9,7 +9,7 @@ add_dependencies(rrun rrun_helper rrun_allreduce)
 
 set(RRUN_TEST_CASES
   env_nproc1 env_nproc4 env_multinode underscores standalone
-  fail_stops_others grace_kill process_group rrun_killed rrun_killed_grandchild keeper_pid_reuse stopped_worker
+  fail_stops_others keep_going grace_kill process_group rrun_killed rrun_killed_grandchild keeper_pid_reuse stopped_worker
   fd_exhaustion fd_exhaustion_setup signalled exec_fail signals
   tee tee_modes tee_stalled_reader leftover_writer no_zombies restart bad_flags two_nodes_local)
 foreach(case IN LISTS RRUN_TEST_CASES)

@@ -43,6 +43,9 @@
  *               checkpoint file bit-identical to the host path's (tolerance zero, by design:
  *               see the section), and identical on all ranks
  *   gpufake W   the same on the host fake of the CUDA table (tests/fake_cuda/), no GPU needed
+ *   elastic W   a random rank killed mid-backward; the survivors shrink and rr_ddp_set_group:
+ *               the failed step left local gradients only, parameters identical afterwards,
+ *               and exact against one process on the survivors' batches (test_ddp_elastic.c)
  *
  * Data is random (t_value: never zero), from $RR_TEST_SEED or a fixed seed, printed.
  *
@@ -135,9 +138,10 @@ int main(int argc, char **argv) {
   if (!strcmp(sec, "gpu")) return sec_gpu(w, 0);
   if (!strcmp(sec, "gpufake")) return sec_gpu(w, 1);
   if (!strcmp(sec, "gpucost")) return sec_gpucost(w);
+  if (!strcmp(sec, "elastic")) return sec_elastic(w);
   fprintf(stderr,
           "usage: %s buckets | grads W | order | equiv W | identical | nosync W | hooks W | "
-          "missing | mismatch | checkpoint | broadcast | cuda | args | gpu W | gpufake W | gpucost W\n",
+          "missing | mismatch | checkpoint | broadcast | cuda | args | gpu W | gpufake W | gpucost W | elastic W\n",
           argv[0]);
   return 2;
 }

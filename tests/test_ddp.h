@@ -57,6 +57,9 @@ int args_rank(int rank, void *arg);
 /* test_ddp_gpu.c: 77 (skipped) without a GPU; fake: on the host fake of the CUDA table. */
 int sec_gpu(int w, int fake);
 
+/* test_ddp_elastic.c: rr_ddp_set_group after a rank is killed (issue 26). */
+int sec_elastic(int w);
+
 /* test_ddp_gpucost.c: CUDA calls per DDP step on device tensors, counted on the fake. */
 int sec_gpucost(int w);
 

@@ -271,6 +271,41 @@ case_fail_stops_others() {
   expect_gone "$T"/pid.*.0
 }
 
+case_keep_going() {
+  # --keep-going (issue 26 item 4): rank 2 dies by SIGKILL; it is reported and the others run
+  # to the end of their 1.5 s, unsignalled; the survivors exited 0, so rrun exits 0.
+  rr --nproc-per-node 4 --keep-going "$HELPER" "$T" '*=exit:0:1500' '2=raise:9:100'
+  expect_rc 0
+  expect_slower 1500
+  local p2 r
+  p2=$(cat "$T/pid.2.0")
+  expect_err "rrun: rank 2 (local rank 2, pid $p2) failed: killed by signal SIGKILL (9)"
+  expect_err "rrun: --keep-going: 3 other worker(s) keep running"
+  expect_err "rrun: summary: 1 of 4 worker(s) failed, 0 stopped by rrun"
+  expect_err "rrun: --keep-going: the job finished on the surviving worker(s); exit status 0"
+  expect_no_err "stopping"
+  for r in 0 1 3; do [ ! -e "$T/sig.$r.0" ] || fail "rank $r was signalled"; done
+  expect_gone "$T"/pid.*.0
+  # The same job without --keep-going: the death stops the others and is rrun's status.
+  rr --nproc-per-node 4 --grace-period 5 "$HELPER" "$T" '*=exit:0:1500' '2=raise:9:100'
+  expect_rc 137
+  expect_err "rrun: stopping 3 other worker(s)"
+  # A survivor that exits non-zero is the job's status, whatever the others did.
+  rr --nproc-per-node 4 --keep-going "$HELPER" "$T" '*=exit:0:800' '1=raise:9:100' '3=exit:4:300'
+  expect_rc 4
+  expect_err "rrun: summary: 2 of 4 worker(s) failed, 0 stopped by rrun"
+  # Every worker killed: no survivor, 128 + the first one's signal.
+  rr --nproc-per-node 2 --keep-going "$HELPER" "$T" '0=raise:9:100' '1=raise:15:600'
+  expect_rc 137
+  # A signal to rrun still stops everything.
+  rr --nproc-per-node 2 --keep-going --grace-period 5 "$HELPER" "$T" '*=sleep' &
+  local rp=$!
+  wait_for "$T/pid.0.0" "$T/pid.1.0"
+  kill -TERM $rp
+  wait $rp
+  [ $? = 143 ] || fail "rrun --keep-going under SIGTERM: exit $?, expected 143"
+}
+
 case_grace_kill() {
   # Rank 1 ignores SIGTERM: it gets SIGKILL once the 1 s grace period is over.
   rr --nproc-per-node 2 --grace-period 1 "$HELPER" "$T" '0=exit:1' '1=ignoreterm'

@@ -11,6 +11,13 @@
 #              after 5 epochs (the CPU run's bar), parameters bit-identical on both ranks
 #              after every step, checkpoint written from device parameters
 #   gpu_rrun_w4  --device cuda under rrun, 4 ranks on one GPU, no hook: the same bar
+#   elastic_w4  issue 26: an undisturbed run (4 ranks under rrun, 10 epochs, seed 0), then the
+#              same with --elastic under rrun --keep-going with one random rank (0 included;
+#              RR_TEST_SEED picks it) killed by SIGKILL mid-training: rrun exits 0 reporting
+#              the death, the 3 survivors finish with bit-identical parameters (hash
+#              all-gather) and a final accuracy within 1 point of the undisturbed run's; the
+#              time from the kill to training resuming is printed. Then the same kill without
+#              --elastic: the job must fail (the survivors cannot go on).
 #   The gpu cases need a GPU: without one (or in a build without CUDA) the example must
 #   refuse --device cuda saying which, and the case then prints "skipped: no CUDA device"
 #   and exits 77.
@@ -62,6 +69,54 @@ case $case in
     cat "$tmp/out"
     [ $rc -ne 0 ] || fail "a missing data file must fail"
     want "nope.csv.gz"
+    ;;
+  elastic_w4)
+    common=(--device cpu --epochs 10 --checkpoint "" --comm-iters 0 --step-sleep-ms 5)
+    "$rrun" --standalone --nproc-per-node 4 "$prog" "${common[@]}" >"$tmp/out" 2>&1 ||
+      fail "the undisturbed run failed"
+    want "parameters bit-identical on all 4 ranks: yes"
+    base=$(sed -n 's/^final held-out accuracy \([0-9.]*\)%$/\1/p' "$tmp/out")
+    seed=${RR_TEST_SEED:-$(( $(date +%s%N) % 100000 ))}
+    victim=$((seed % 4)) delay_ms=$((seed / 4 % 500))
+    echo "undisturbed: $base%; seed $seed: rank $victim killed ${delay_ms} ms after epoch 0"
+    # kill_one ARGS...: runs the job in the background, kills rank $victim by SIGKILL
+    # delay_ms after rank 0 printed epoch 0's line (the job then is mid-training), waits.
+    kill_one() {
+      # Bounded: a survivor stuck after the kill is a failure, not a hang of the test.
+      timeout 90 "$rrun" --standalone --nproc-per-node 4 --keep-going "$prog" "${common[@]}" \
+        "$@" >"$tmp/out" 2>&1 &
+      local rp=$! i k pid=
+      for ((i = 0; i < 400; i++)); do grep -q "^epoch  0" "$tmp/out" && break; sleep 0.01; done
+      local rr_pid
+      rr_pid=$(pgrep -P $rp -x rrun) || rr_pid=$rp
+      for k in $(pgrep -P "$rr_pid"); do
+        [ "$(tr '\0' '\n' <"/proc/$k/environ" 2>/dev/null | sed -n 's/^RANK=//p')" = $victim ] &&
+          pid=$k
+      done
+      [ -n "$pid" ] || { wait $rp; fail "rank $victim was not found running"; }
+      sleep "$(printf '0.%03d' $delay_ms)"
+      kill_at=$(date +%s.%N)
+      kill -9 "$pid" || { wait $rp; fail "rank $victim ended before the kill"; }
+      wait $rp
+      rc=$?
+    }
+    kill_one --elastic
+    cat "$tmp/out"
+    [ $rc -eq 0 ] || fail "exit code $rc with --elastic"
+    want "rrun: rank $victim (local rank $victim, pid [0-9]*) failed: killed by signal SIGKILL"
+    want "elastic: world 4 -> 3"
+    want "parameters bit-identical on all 3 ranks: yes"
+    acc=$(sed -n 's/^final held-out accuracy \([0-9.]*\)%$/\1/p' "$tmp/out")
+    awk -v a="$acc" -v b="$base" 'BEGIN { d = a - b; exit !(d <= 1 && d >= -1) }' ||
+      fail "accuracy $acc% is not within 1 point of the undisturbed run's $base%"
+    resumed=$(sed -n 's/.*(unix time \([0-9.]*\)).*/\1/p' "$tmp/out" | head -1)
+    awk -v r="$resumed" -v k="$kill_at" \
+      'BEGIN { printf "elastic: accuracy %s%% (undisturbed %s%%); kill to resume %.1f ms\n", "'"$acc"'", "'"$base"'", (r - k) * 1e3 }'
+    # Without --elastic the same kill ends the job: the survivors exit non-zero.
+    kill_one
+    [ $rc -ne 0 ] || fail "without --elastic the job survived the kill"
+    want "training failed"
+    echo "without --elastic: exit code $rc, as it must"
     ;;
   gpu_w2|gpu_rrun_w4)
     if [ $case = gpu_w2 ]; then

@@ -40,6 +40,7 @@ typedef struct {
   bool standalone;
   bool nnodes_set, node_rank_set, addr_set, port_set;
   int max_restarts;
+  bool keep_going; /* a failed worker does not stop the others (issue 26 item 4) */
   int tee; /* bit 0: prefix stdout, bit 1: prefix stderr */
   double grace_s;
   const char *run_id; /* --rdzv-id; NULL: "none" */

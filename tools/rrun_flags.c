@@ -40,6 +40,7 @@ enum flag_id {
   F_MASTER_PORT,
   F_STANDALONE,
   F_MAX_RESTARTS,
+  F_KEEP_GOING,
   F_TEE,
   F_PREFIX,
   F_GRACE,
@@ -62,6 +63,7 @@ static const struct flag {
     {"--master-port", F_MASTER_PORT, true},
     {"--standalone", F_STANDALONE, false},
     {"--max-restarts", F_MAX_RESTARTS, true},
+    {"--keep-going", F_KEEP_GOING, false},
     {"--tee", F_TEE, true},
     {"-t", F_TEE, true},
     {"--prefix", F_PREFIX, false},
@@ -89,6 +91,8 @@ static void print_help(void) {
       "  --standalone         one-node job: nnodes 1, node rank 0, master 127.0.0.1 on a free\n"
       "                       port, and a random TORCHELASTIC_RUN_ID (as torchrun)\n"
       "  --max-restarts N     after a failure, restart the whole group up to N times (default 0)\n"
+      "  --keep-going         a worker that dies does not stop the others (for programs that\n"
+      "                       survive it: rr_pg_shrink); see the exit status below\n"
       "  --tee N, -t N        prefix worker lines with \"[rankR]: \": 0 none (default),\n"
       "                       1 stdout, 2 stderr, 3 both\n"
       "  --prefix             same as --tee 3\n"
@@ -116,7 +120,14 @@ static void print_help(void) {
       "When a worker exits non-zero or is killed by a signal, rrun sends SIGTERM to the other\n"
       "workers, SIGKILL to those still running after the grace period, and exits with that\n"
       "worker's exit code (128 + signal number if it was killed). SIGINT, SIGTERM, SIGHUP and\n"
-      "SIGQUIT sent to rrun are forwarded to the workers; rrun then exits 128 + signal number.\n";
+      "SIGQUIT sent to rrun are forwarded to the workers; rrun then exits 128 + signal number.\n"
+      "\n"
+      "With --keep-going a failed worker is reported (rank, pid, exit code or signal) and the\n"
+      "others keep running. rrun then exits 0 when at least one worker exited 0 and every\n"
+      "other one either exited 0 or was killed by a signal rrun did not send (a death the job\n"
+      "survived); otherwise with the exit code of the lowest rank that exited non-zero, or, when\n"
+      "none did, 128 + the signal of the first worker killed. --max-restarts then restarts the\n"
+      "whole group only when that status is not 0. No replacement worker is started.\n";
   if (rr__write_all(STDOUT_FILENO, text, sizeof text - 1) != 0) exit(1);
 }
 
@@ -203,6 +214,9 @@ static void apply_flag(options *o, const struct flag *f, const char *spelled, co
       break;
     case F_MAX_RESTARTS:
       o->max_restarts = int_value(spelled, value, 0, 1000000);
+      break;
+    case F_KEEP_GOING:
+      o->keep_going = true;
       break;
     case F_TEE:
       o->tee = int_value(spelled, value, 0, 3);

@@ -5,7 +5,9 @@
  * PR_SET_PDEATHSIG, so workers die with rrun. A close-on-exec pipe tells rrun whether exec
  * worked. The first failure (non-zero exit or a signal) stops the group: SIGTERM to every
  * live process group, SIGKILL after the grace period, reap everything, then restart
- * (--max-restarts) or exit with the failed worker's code.
+ * (--max-restarts) or exit with the failed worker's code. With --keep-going a failure is
+ * only reported: the others run on (a program that survives a death shrinks its group,
+ * docs/elastic.md), and the exit status follows job_status's rule.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -305,8 +307,10 @@ static void reap(launcher *L) {
     char how[96];
     describe_status(status, how, sizeof how);
     rr__say("rank %d (local rank %d, pid %d) failed: %s", w->rank, w->local_rank, (int)pid, how);
+    if (L->opt->keep_going && L->live > 0 && !L->stopping)
+      rr__say("--keep-going: %d other worker(s) keep running", L->live);
   }
-  if (new_failure && !L->stopping) {
+  if (new_failure && !L->stopping && !L->opt->keep_going) {
     int n = count_alive(L);
     if (n > 0) {
       rr__say("stopping %d other worker(s) (SIGTERM, then SIGKILL after %g s)", n, L->opt->grace_s);
@@ -438,6 +442,24 @@ static void run_group(launcher *L) {
   }
 }
 
+/* The attempt's exit status. Without --keep-going: 0, or the first failed worker's. With it
+ * (a death is something the job may survive): 0 when some worker exited 0 and each other one
+ * exited 0 or was killed by a signal rrun did not send; else the exit code of the lowest rank
+ * that exited non-zero, or, when none did, 128 + the first killed worker's signal. A non-zero
+ * exit is a worker reporting its own error (a survivor that could not go on), which no
+ * survivor's success hides. */
+static int job_status(const launcher *L) {
+  if (L->first_failed < 0) return 0;
+  if (!L->opt->keep_going) return exit_code_of(L->w[L->first_failed].status);
+  int ok = 0;
+  for (int i = 0; i < L->opt->nproc; i++) {
+    const worker *w = &L->w[i];
+    if (w->failed && WIFEXITED(w->status)) return WEXITSTATUS(w->status);
+    ok += !w->failed && !w->signalled && w->pid > 0;
+  }
+  return ok > 0 ? 0 : exit_code_of(L->w[L->first_failed].status);
+}
+
 /* Runs the group until it succeeds, is stopped by a signal, or has used its restarts. */
 int rr__run_job(launcher *L) {
   L->keeper_fd = -1;
@@ -450,8 +472,13 @@ int rr__run_job(launcher *L) {
     handle_signals(L);
     if (L->signal_in) return 128 + L->signal_in;
     if (L->launch_error) return EXIT_FAILURE;
-    if (L->first_failed < 0) return 0;
-    if (L->restart >= L->opt->max_restarts) return exit_code_of(L->w[L->first_failed].status);
+    int rc = job_status(L);
+    if (rc == 0) {
+      if (L->first_failed >= 0)
+        rr__say("--keep-going: the job finished on the surviving worker(s); exit status 0");
+      return 0;
+    }
+    if (L->restart >= L->opt->max_restarts) return rc;
     L->restart++;
     rr__say("restarting the worker group (restart %d of %d)", L->restart, L->opt->max_restarts);
   }

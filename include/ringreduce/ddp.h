@@ -139,6 +139,25 @@ int rr_ddp_init(rr_ddp **ddp, rr_pg *pg, const rr_ddp_tensor *params, int nparam
  * Returns the first error seen, if any. NULL is a no-op. */
 int rr_ddp_destroy(rr_ddp *ddp);
 
+/* Move the wrapper to another group: after a failed step the survivors revoke and shrink the
+ * old group (rr_pg_shrink) and hand the new group to their wrappers. Collective on newpg:
+ * every member calls it, with the same model it gave rr_ddp_init. It
+ *  - waits for and drops the all-reduces still in flight on the old group (they fail there,
+ *    being revoked) and the backward that was under way: its gradients are never copied back
+ *    (rr_ddp_sync copies averages into the gradients only when every bucket succeeded), so the
+ *    failed step is dropped whole. The caller's gradient memory then holds this rank's own,
+ *    un-averaged gradients (or a sum of them under no_sync): apply none of it;
+ *  - takes rank, world size (the 1/world scaling and the hooks' divisor) and the root from
+ *    newpg, and clears the wrapper's sticky error;
+ *  - makes the bucket layout agree with newpg's rank 0 (a rank that failed inside the rebuild's
+ *    broadcast may hold the old layout while others hold the new one) and broadcasts
+ *    parameters and buffers from newpg's rank 0 (a survivor may have applied the failed step
+ *    while another did not), so every member returns with identical parameters.
+ * On CUDA tensors, set newpg's stream (rr_pg_set_cuda_stream) before calling. The old group
+ * may be destroyed after it returns. On an error (another member died during it) the wrapper
+ * is broken on newpg; shrink again and call it again with the next group. no_sync is kept. */
+int rr_ddp_set_group(rr_ddp *ddp, rr_pg *newpg);
+
 /* Call at the start of every forward, on every rank (torch does this inside forward()):
  * fails if the previous backward's reduction was left unfinished; rebuilds the buckets once,
  * after the first synchronised backward (a broadcast from rank 0); broadcasts buffers when

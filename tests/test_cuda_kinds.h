@@ -4,7 +4,7 @@
  * included (the local copies run on the device: a skipped one leaves the 0xa5 fill). With
  * RR_TEST_EXPECT_IPC=1 every rank that sends data in a call must have sent it through CUDA
  * IPC (the process's segment counter, transport/cuda_ipc.c), so a kind that is staged fails;
- * with 0 none may.
+ * with 0 none may. A device-to-device sendrecv last: point to point stays staged.
  *
  * A header, not a file of its own: it is part of test_cuda's one program (one binary per GPU
  * run), shares its buffer helpers (dalloc, put, get, expect_ipc, check_piped, defined before
@@ -113,6 +113,18 @@ static int kinds_linear(rr_pg *pg, size_t count, uint64_t seed) {
   for (int q = 0; q < n; q++)
     if (kinds_block(vr, rd[q], rc[q], seed, q, (size_t)r * 2 * count, "device all_to_allv", q))
       return 1;
+  /* sendrecv device to device around the ring: staged on purpose (docs/cuda.md, "Not point to
+   * point"): with CUDA IPC checked on, nothing of it may go through CUDA IPC */
+  if (n > 1) {
+    if (kinds_fill(small, 0, count, seed, r, 0)) return 1;
+    C_OK(memset_async(out, 0xa5, blk, NULL));
+    before = rr__ipc_segments();
+    T_OK(rr_sendrecv(pg, small, count, (r + 1) % n, out, count, (r + n - 1) % n, RR_INT32));
+    uint64_t got = rr__ipc_segments() - before;
+    T_CHECK(got == 0, "device sendrecv: %llu segments through CUDA IPC (p2p is staged)",
+            (unsigned long long)got);
+    if (kinds_block(out, 0, count, seed, (r + n - 1) % n, 0, "device sendrecv", 0)) return 1;
+  }
   C_OK(free(vs));
   C_OK(free(vr));
   C_OK(free(big));

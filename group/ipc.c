@@ -20,7 +20,7 @@ static const char *rr__ipc_how(const rr__args *a) {
  * landing area, ring/pipe.c), the linear gather and scatter and the pairwise all_to_all(v)
  * (pipelined plain steps, their own block copied on the device). Not point to point: a send
  * and its recv decide alone, each from its own buffer, and nothing tells one side where the
- * other's bytes are before they move (docs/cuda.md, "Which calls"). */
+ * other's bytes are before they move (docs/cuda.md, "Not point to point"). */
 static int rr__ipc_kind(int kind) {
   return kind == RR__K_BROADCAST || kind == RR__K_REDUCE || kind == RR__K_GATHER ||
          kind == RR__K_SCATTER || kind == RR__K_ALL_TO_ALL || kind == RR__K_ALL_TO_ALLV;

@@ -15,21 +15,36 @@ static const char *rr__ipc_how(const rr__args *a) {
                                    : "device buffer through CUDA IPC";
 }
 
+/* The kinds CUDA IPC carries beyond the ring's: broadcast's and reduce's chains (pipelined
+ * receive-and-forward steps: a broadcast forwards from the destination, a reduce from a device
+ * landing area, ring/pipe.c), the linear gather and scatter and the pairwise all_to_all(v)
+ * (pipelined plain steps, their own block copied on the device). Not point to point: a send
+ * and its recv decide alone, each from its own buffer, and nothing tells one side where the
+ * other's bytes are before they move (docs/cuda.md, "Not point to point"). */
+static int rr__ipc_kind(int kind) {
+  return kind == RR__K_BROADCAST || kind == RR__K_REDUCE || kind == RR__K_GATHER ||
+         kind == RR__K_SCATTER || kind == RR__K_ALL_TO_ALL || kind == RR__K_ALL_TO_ALLV;
+}
+
 /* What both device-to-device paths need: a kind whose algorithm is the ring (its steps are
- * all pipelined send / receive(-reduce) steps) or, with `chain`, broadcast's chain
- * (pipelined receive-and-forward steps, forwarding from the destination, never from a
- * staging slot: CUDA IPC only, the piped path runs no forwarding steps); something to move;
- * the ring chosen (RR_ALGO); no trace (it copies a step's values on the host); the buffers on
- * one device, where a buffer the call does not read (a broadcast's sendbuf off the root) is
- * not looked at (send_device -1). */
-static int rr__pg_ring_on_device(const rr_pg *pg, const rr__args *a, int chain) {
-  const int ring =
-      rr__kind(a->kind)->algo == RR__ALGO_RING || (chain && a->kind == RR__K_BROADCAST);
-  if (!ring || a->count == 0 || pg->size < 2) return 0;
+ * all pipelined send / receive(-reduce) steps) or, with `ipc`, one of rr__ipc_kind's (the
+ * piped path runs no forwarding steps and no local block copies); something this rank moves;
+ * the ring chosen (RR_ALGO); no trace (it copies a step's values on the host); every buffer
+ * the call touches on this rank on one device (a buffer it does not read or write, a
+ * broadcast's sendbuf off the root, a reduce's recvbuf, is not looked at: device -1).
+ * all_to_allv decides from the rank's own sizes, not its count: a rank that moves nothing
+ * stays on the host path, and sends and receives no segment either. */
+static int rr__pg_ring_on_device(const rr_pg *pg, const rr__args *a, int ipc) {
+  const int ring = rr__kind(a->kind)->algo == RR__ALGO_RING || (ipc && rr__ipc_kind(a->kind));
+  if (!ring || pg->size < 2) return 0;
   if (pg->cs.algo != RR__ALGO_NONE && pg->cs.algo != RR__ALGO_RING) return 0;
   if (pg->cs.trace != RR__TRACE_OFF) return 0;
-  const int reads = rr__kind_io(a, pg->size, pg->rank).reads;
-  return a->recv_device >= 0 && (!reads || a->send_device == a->recv_device);
+  const rr__call_io io = rr__kind_io(a, pg->size, pg->rank);
+  const int reads = io.reads && io.in > 0, writes = io.writes && io.out > 0;
+  if (!reads && !writes) return 0;
+  if (reads && a->send_device < 0) return 0;
+  if (writes && a->recv_device < 0) return 0;
+  return !reads || !writes || a->send_device == a->recv_device;
 }
 
 /* Every rank decides alone, from what all ranks share: the call (kind, count), the group's

@@ -33,6 +33,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "cuda/cuda.h"
 #include "ring/coll.h"
 
 /* The blocks of one side of the exchange: per-rank arrays (all_to_allv), or `count`
@@ -58,7 +59,11 @@ static int rr__pairwise(rr__coll *c, const rr__blocks *sb, const rr__blocks *rb)
   /* The block to itself is a pair too: both ends are this rank's arrays. */
   const size_t own = rr__blk_count(sb, r);
   if (own != rr__blk_count(rb, r)) return rr__coll_pair_mismatch(c, r, own, rr__blk_count(rb, r));
-  if (own) memcpy(dst + rr__blk_off(rb, r) * es, src + rr__blk_off(sb, r) * es, own * es);
+  char *own_dst = dst + rr__blk_off(rb, r) * es;
+  const char *own_src = src + rr__blk_off(sb, r) * es;
+  /* Device buffers (CUDA IPC): on the call's stream, in order with the steps after it. */
+  if (own && c->dev) RR__CHECK(rr__cuda_memcpy_async(own_dst, own_src, own * es, c->dev->stream));
+  else if (own) memcpy(own_dst, own_src, own * es);
 
   for (int s = 1; s < n; s++) {
     const int to = rr__mod(r + s, n), from = rr__mod(r - s, n);

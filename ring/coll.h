@@ -121,9 +121,10 @@ typedef struct rr__coll {
   int trace_step;              /* RR_TRACE: steps of this call traced so far */
   int64_t trace_t0;            /* RR_TRACE file: the call's start on the wall clock */
   /* Device buffers moved through CUDA IPC (group/run.c sets it, for group/ipc.c; NULL: host):
-   * segments travel as device messages and reductions run as kernels on dev->stream. Only
-   * the ring algorithms run so: all_reduce, reduce_scatter, all_gather (pipe.c refuses the
-   * chain steps). */
+   * segments travel as device messages, reductions run as kernels on dev->stream, and an
+   * algorithm's local copies go on that stream too. Every collective but point to point runs
+   * so (group/ipc.c, rr__ipc_kind); a reduce chain's middle link lands in the device scratch
+   * (pipe.c). */
   const rr__req_dev *dev;
   /* With dev: the lanes carry host memory only, so each segment goes through pinned host
    * slots and the reductions still run as kernels on dev->stream (ring/pipe_dev.c). */

@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "cuda/cuda.h"
 #include "ring/coll.h"
 
 enum { RR__FROM_ROOT = 0 /* scatter */, RR__TO_ROOT = 1 /* gather */ };
@@ -40,7 +41,9 @@ static inline int rr__linear_root(rr__coll *c, int to_root) {
   if (blk) {
     char *dst = (char *)c->a->recvbuf + (to_root ? (size_t)r * blk : 0);
     const char *src = (const char *)c->a->sendbuf + (to_root ? 0 : (size_t)r * blk);
-    if (dst != src) memcpy(dst, src, blk);
+    /* Device buffers (CUDA IPC): on the call's stream, in order with the steps around it. */
+    if (dst != src && c->dev) RR__CHECK(rr__cuda_memcpy_async(dst, src, blk, c->dev->stream));
+    else if (dst != src) memcpy(dst, src, blk);
   }
   for (int k = 1; k < n; k++) {
     const int q = rr__mod(r + k, n);

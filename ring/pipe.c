@@ -81,7 +81,7 @@ static int rr__pipe_segments(rr__coll *c, const rr__step *st, rr__trace_cap *tap
   const int forward = st->kind == RR__STEP_FWD_COPY || st->kind == RR__STEP_FWD_REDUCE;
   const int fwd_from_slot = st->kind == RR__STEP_FWD_REDUCE;
   const size_t nslots = (size_t)c->cs->nslots, slot_bytes = c->cs->seg_bytes;
-  char *const staging = c->cs->staging;
+  char *staging = c->cs->staging;
   const size_t rwin = slotted ? nslots : RR__RECV_WIN;
   rr__req sreq[RR__SEND_WIN], rreq[RR__RECV_WIN];
   rr__red red[RR__RECV_WIN];
@@ -91,10 +91,21 @@ static int rr__pipe_segments(rr__coll *c, const rr__step *st, rr__trace_cap *tap
   if (forward && (st->scount != st->rcount || st->to < 0 || st->from < 0))
     return rr__set_error(RR_EINVAL, "internal: a forwarding step needs equal sizes");
   const rr__req_dev *dev = c->dev;
-  /* Device steps forward only from the destination (a broadcast's chain), where the
-   * segment landed by a device copy the forward's copy follows on the same stream. */
-  if (dev && (fwd_from_slot || (slotted && !st->rbuf)))
-    return rr__set_error(RR_EINVAL, "internal: the device path forwards from no slot");
+  /* Device steps (CUDA IPC) reduce out of the transport's device slot, where the segment
+   * arrived. A reduce chain's middle link has no destination: its slots are a landing area of
+   * the same shape in the device scratch, where the kernel writes own (op) received and the
+   * forward's copy reads it, both on the call's stream. Stream order alone does not keep a
+   * landing slot: the copy of segment k is queued only when the next rank frees a slot, which
+   * may be after the kernel of segment k + nslots was launched. So a landing slot is reused
+   * only once the send from it completed (the receive window below), and a device send
+   * completes only once its copy did. */
+  if (dev && fwd_from_slot) {
+    void *area = NULL;
+    RR__CHECK(rr__coll_scratch(c, nslots * slot_bytes, &area));
+    staging = area;
+  } else if (dev && slotted && !st->rbuf) {
+    return rr__set_error(RR_EINVAL, "internal: a device reduction without a destination");
+  }
 
   for (;;) {
     int busy = 0;
@@ -122,7 +133,8 @@ static int rr__pipe_segments(rr__coll *c, const rr__step *st, rr__trace_cap *tap
       size_t off = rp * seg, n = RR__MIN(seg, st->rcount - off);
       rr__req *r = &rreq[rp % RR__RECV_WIN];
       memset(r, 0, sizeof *r);
-      r->buf = slotted && !dev ? staging + (rp % nslots) * slot_bytes : (char *)st->rbuf + off * es;
+      r->buf = slotted && (!dev || fwd_from_slot) ? staging + (rp % nslots) * slot_bytes
+                                                  : (char *)st->rbuf + off * es;
       r->len = n * es;
       r->dev = dev;
       if (slotted) {
@@ -130,7 +142,9 @@ static int rr__pipe_segments(rr__coll *c, const rr__step *st, rr__trace_cap *tap
         *x = (rr__red){c, st->rbuf ? (char *)st->rbuf + off * es : r->buf,
                        (const char *)st->own + off * es, off * es, st->avg_div, st->got_first,
                        tap, RR_OK};
-        if (st->rbuf) { /* the transport may reduce in place */
+        /* The transport may reduce in place; a device one must (into the landing slot, when
+         * forwarding from one: the kernel reads the transport's slot, writes ours). */
+        if (st->rbuf || dev) {
           r->consume = dev ? rr__reduce_on_device : rr__reduce_in_place; /* device: must */
           r->ctx = x;
         }

@@ -39,8 +39,8 @@ foreach(w 1 2 3 4)
   # Ranks on one host pair over shared memory by default; _tcp forces sockets.
   add_test(NAME cuda_coll_w${w} COMMAND test_cuda coll ${w})
   add_test(NAME cuda_coll_tcp_w${w} COMMAND test_cuda coll ${w})
-  # CUDA IPC (the default; RR_CUDA_IPC=1 said anyway): all_reduce, reduce_scatter,
-  # all_gather and broadcast through it (checked), the rest staged; _tcp: the ring kinds
+  # CUDA IPC (the default; RR_CUDA_IPC=1 said anyway): every collective through it (checked),
+  # send / recv staged; _tcp: the ring kinds
   # piped through pinned slots, reduced on the GPU (checked), the rest staged.
   # cuda_coll_staged_w2: RR_CUDA_IPC=0 and RR_CUDA_PIPE=0, staged only.
   set_tests_properties(cuda_coll_w${w} PROPERTIES LABELS "cuda" TIMEOUT 600
@@ -99,8 +99,8 @@ endfunction()
 rr_fake_test(ptr ptr)
 rr_fake_test(kernel kernel)
 set_tests_properties(cudafake.kernel PROPERTIES ENVIRONMENT "RR_FAKE_CUDA_DELAY_US=0")
-# On one host, all_reduce on device buffers goes through CUDA IPC by default
-# (transport/cuda_ipc.c; RR_TEST_EXPECT_IPC=1 checks every call did), the other collectives are
+# On one host, every collective on device buffers but point to point goes through CUDA IPC by
+# default (transport/cuda_ipc.c; RR_TEST_EXPECT_IPC=1 checks every call did), send / recv are
 # staged; RR_CUDA_IPC=0 (coll_staged_w2, and the staged twins of the stream, nosync and
 # capture tests) stages everything. Two fake
 # devices: ranks share them (LOCAL_RANK mod 2: in w3 ranks 2 -> 0 are one GPU's pair);
@@ -118,6 +118,11 @@ set_tests_properties(cudafake.coll_1gpu_w4 PROPERTIES ENVIRONMENT
 # kernel read it shows up as wrong data.
 rr_fake_test(coll_seg16k_w2 coll 2)
 set_tests_properties(cudafake.coll_seg16k_w2 PROPERTIES ENVIRONMENT
+  "${RR_FAKE_ENV};RR_CUDA_IPC=1;RR_TEST_EXPECT_IPC=1;RR_SEG_BYTES=16384")
+# World 3: a reduce chain has a middle rank, whose landing slots in the device scratch are
+# reused many times per call (one reused before its forward's copy read it: wrong data).
+rr_fake_test(coll_seg16k_w3 coll 3)
+set_tests_properties(cudafake.coll_seg16k_w3 PROPERTIES ENVIRONMENT
   "${RR_FAKE_ENV};RR_CUDA_IPC=1;RR_TEST_EXPECT_IPC=1;RR_SEG_BYTES=16384")
 # Ranks as threads of one process: CUDA IPC uses the peers' pointers, never its own handles.
 rr_fake_test(threads_w3 threads 3)

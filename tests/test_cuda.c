@@ -18,10 +18,11 @@
  *                                          harness.h, t_eps); ranks share devices (LOCAL_RANK
  *                                          modulo the device count)
  *                                          RR_TEST_EXPECT_IPC=1 / 0: each all_reduce (with
- *                                          >= 1 element per rank), reduce_scatter and
- *                                          all_gather must /
- *                                          must not send through CUDA IPC
- *                                          (transport/cuda_ipc.c)
+ *                                          >= 1 element per rank), reduce_scatter,
+ *                                          all_gather, and each rank's data sent in broadcast,
+ *                                          reduce, gather, scatter, all_to_all(v)
+ *                                          (test_cuda_kinds.h) must / must not go through
+ *                                          CUDA IPC (transport/cuda_ipc.c)
  *   test_cuda [--fake] threads <world>     the same with the ranks as threads of one process
  *   test_cuda [--fake] mixed <world>       rank 0's buffer in host memory, the others' on a
  *                                          device: all_reduce float32 sum and int32 max, exact
@@ -265,6 +266,8 @@ static int check_piped(uint64_t before, int should, const char *what) {
   return 0;
 }
 
+#include "tests/test_cuda_kinds.h" /* gather, scatter, all_to_all(v): uses the helpers above */
+
 static int all_reduce_case(rr_pg *pg, size_t count, rr_dtype d, rr_op op, int inplace,
                            uint64_t seed) {
   int n = rr_get_world_size(pg), r = rr_get_rank(pg);
@@ -380,7 +383,10 @@ static int others(rr_pg *pg, size_t count, uint64_t seed) {
             "broadcast");
     t_fill(h, count, RR_INT32, RR_MAX, seed, r, 0);
     T_CHECK(!put(small, h, blk), "upload");
+    uint64_t rd_before = rr__ipc_segments();
     T_OK(rr_reduce(pg, small, inplace ? small : big, count, RR_INT32, RR_MAX, root));
+    /* Every rank of the chain but the root sends. */
+    if (kinds_ipc(rd_before, n > 1 && count > 0 && r != root, "reduce")) return 1;
     if (r == root) {
       T_CHECK(!get(h, inplace ? small : big, blk), "download");
       T_CHECK(!t_check_reduced(h, count, RR_INT32, RR_MAX, seed, n, 0, "device reduce"), "reduce");
@@ -588,6 +594,7 @@ static int coll_rank(int rank, void *arg) {
             if (all_reduce_case(pg, counts[c], (rr_dtype)d, (rr_op)op, inplace, seed)) return 1;
         }
     if (others(pg, 7, seed) || others(pg, 100003, seed)) return 1;
+    if (kinds_linear(pg, 7, seed) || kinds_linear(pg, 100003, seed)) return 1;
   } else if (!strcmp(ca->what, "mixed")) {
     if (mixed_case(pg, rank, seed)) return 1;
   } else if (!strcmp(ca->what, "large")) {

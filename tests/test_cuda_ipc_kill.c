@@ -3,9 +3,11 @@
  *
  *   test_cuda_ipc_kill [--fake]
  *
- * World 3 on one host: every rank loops over 4 MiB float32 all-reduces on a device buffer,
- * every third call a broadcast (a chain: the middle rank forwards), all through CUDA IPC
- * (the first call checks that segments did); once all three are
+ * World 3 on one host: every rank loops over 4 MiB float32 calls on device buffers, in turn
+ * an all_reduce, a broadcast (a chain: the middle rank forwards from its destination), a
+ * reduce (a chain: the middle rank forwards from its device landing slots), a gather, a
+ * scatter and an all_to_all, all through CUDA IPC (the first call checks that segments
+ * did); once all three are
  * inside the loop, rank 1 is SIGKILLed at a random moment (RR_TEST_SEED). The survivors must
  * fail with RR_EPEER naming rank 1, within a bound far below RR_TIMEOUT (the death is seen on
  * the sockets, not by a timeout), then rr_destroy_process_group must return and the process
@@ -16,7 +18,7 @@
  * as on a GPU; whether the real runtime does the same is for the GPU run (cuda_ipc_kill_w3).
  *
  * With RR_TRANSPORT=tcp (cudafake.piped_kill_w3) the all-reduces take the piped path instead
- * (ring/pipe_dev.c: pinned slots over sockets; the first call checks it) and the broadcasts
+ * (ring/pipe_dev.c: pinned slots over sockets; the first call checks it) and the other kinds
  * are staged: the same must hold there.
  *
  * Its own program, not a case of test_cuda.c: that file is already its longest. */
@@ -54,9 +56,11 @@ static int rank_fn(int rank, void *arg) {
   int dev = -1;
   T_OK(rr__cuda_pick_device(-1, rank, &dev));
   C_OK(set_device(dev));
-  void *x = NULL;
+  void *x = NULL, *y = NULL; /* y: WORLD blocks of COUNT (gather's, scatter's root buffer) */
   C_OK(malloc(&x, COUNT * sizeof(float)));
+  C_OK(malloc(&y, WORLD * COUNT * sizeof(float)));
   C_OK(memset_async(x, 0, COUNT * sizeof(float), NULL));
+  C_OK(memset_async(y, 0, WORLD * COUNT * sizeof(float), NULL));
   C_OK(stream_sync(NULL));
   /* One call before the kill may come: it must have gone through CUDA IPC (or, over TCP, the
    * piped path), or this test would check the staged path. */
@@ -74,8 +78,15 @@ static int rank_fn(int rank, void *arg) {
   int st;
   long calls = 0;
   do {
-    st = calls % 3 == 2 ? rr_broadcast(pg, x, x, COUNT, RR_FLOAT32, (int)(calls / 3 % WORLD))
-                        : rr_all_reduce(pg, x, x, COUNT, RR_FLOAT32, RR_SUM);
+    const int root = (int)(calls / 6 % WORLD);
+    switch (calls % 6) {
+      case 0: st = rr_all_reduce(pg, x, x, COUNT, RR_FLOAT32, RR_SUM); break;
+      case 1: st = rr_broadcast(pg, x, x, COUNT, RR_FLOAT32, root); break;
+      case 2: st = rr_reduce(pg, x, x, COUNT, RR_FLOAT32, RR_SUM, root); break;
+      case 3: st = rr_gather(pg, x, y, COUNT, RR_FLOAT32, root); break;
+      case 4: st = rr_scatter(pg, y, x, COUNT, RR_FLOAT32, root); break;
+      default: st = rr_all_to_all(pg, x, y, COUNT / WORLD, RR_FLOAT32); break;
+    }
     calls++;
   } while (st == RR_OK);
   const char *e = rr_last_error();

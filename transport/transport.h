@@ -22,8 +22,11 @@
 
 /* A request whose bytes are in CUDA device memory (transport/cuda_ipc.c): buf (or, for a
  * consumed receive, the hook's destination) is on `device`, and the transport queues its
- * copies on `stream`, in order with the call's other device work; completion means
- * "queued", not "done". Only transports with a device_msg_max accept such requests. */
+ * copies on `stream`, in order with the call's other device work. Completion means the
+ * device work is done, not only queued: a send completes once its copy into the peer's slot
+ * completed (the slot is published then), a receive once its read of the slot did (the slot
+ * is released then; transport/cuda_ipc.h). ring/pipe.c relies on it to reuse a reduce
+ * chain's landing slot. Only transports with a device_msg_max accept such requests. */
 typedef struct rr__req_dev {
   void *stream; /* cudaStream_t */
   int device;

@@ -86,7 +86,10 @@ case $case in
       timeout 90 "$rrun" --standalone --nproc-per-node 4 --keep-going "$prog" "${common[@]}" \
         "$@" >"$tmp/out" 2>&1 &
       local rp=$! i k pid=
-      for ((i = 0; i < 400; i++)); do grep -q "^epoch  0" "$tmp/out" && break; sleep 0.01; done
+      # Up to 60 s: on a loaded machine the start and the first epoch can take several
+      # seconds, and a kill before the group formed tests the rendezvous, not the training.
+      for ((i = 0; i < 6000; i++)); do grep -q "^epoch  0" "$tmp/out" && break; sleep 0.01; done
+      grep -q "^epoch  0" "$tmp/out" || { wait $rp; fail "epoch 0 never ended (no kill made)"; }
       local rr_pid
       rr_pid=$(pgrep -P $rp -x rrun) || rr_pid=$rp
       for k in $(pgrep -P "$rr_pid"); do

@@ -83,8 +83,11 @@ case $case in
     # delay_ms after rank 0 printed epoch 0's line (the job then is mid-training), waits.
     kill_one() {
       # Bounded: a survivor stuck after the kill is a failure, not a hang of the test.
+      # Emptied here, before the job starts: its own redirection runs in the background, so
+      # the loop below could otherwise read the previous run's "epoch  0" and kill too early.
+      : >"$tmp/out"
       timeout 90 "$rrun" --standalone --nproc-per-node 4 --keep-going "$prog" "${common[@]}" \
-        "$@" >"$tmp/out" 2>&1 &
+        "$@" >>"$tmp/out" 2>&1 &
       local rp=$! i k pid=
       # Up to 60 s: on a loaded machine the start and the first epoch can take several
       # seconds, and a kill before the group formed tests the rendezvous, not the training.

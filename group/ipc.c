@@ -18,12 +18,12 @@ static const char *rr__ipc_how(const rr__args *a) {
 /* The kinds CUDA IPC carries beyond the ring's: broadcast's and reduce's chains (pipelined
  * receive-and-forward steps: a broadcast forwards from the destination, a reduce from a device
  * landing area, ring/pipe.c), the linear gather and scatter and the pairwise all_to_all(v)
- * (pipelined plain steps, their own block copied on the device). Not point to point: a send
- * and its recv decide alone, each from its own buffer, and nothing tells one side where the
- * other's bytes are before they move (docs/cuda.md, "Not point to point"). */
+ * (pipelined plain steps, their own block copied on the device), and point to point: a send
+ * and its recv decide alone, each from its own buffer, so the lane copies across memories
+ * where the two differ (rr__req.p2p; docs/cuda.md, "Point to point"). */
 static int rr__ipc_kind(int kind) {
-  return kind == RR__K_BROADCAST || kind == RR__K_REDUCE || kind == RR__K_GATHER ||
-         kind == RR__K_SCATTER || kind == RR__K_ALL_TO_ALL || kind == RR__K_ALL_TO_ALLV;
+  return rr__kind_has(kind, RR__KF_P2P) || kind == RR__K_BROADCAST || kind == RR__K_REDUCE ||
+         kind == RR__K_GATHER || kind == RR__K_SCATTER || kind == RR__K_ALL_TO_ALL || kind == RR__K_ALL_TO_ALLV;
 }
 
 /* What both device-to-device paths need: a kind whose algorithm is the ring (its steps are

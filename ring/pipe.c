@@ -91,6 +91,8 @@ static int rr__pipe_segments(rr__coll *c, const rr__step *st, rr__trace_cap *tap
   if (forward && (st->scount != st->rcount || st->to < 0 || st->from < 0))
     return rr__set_error(RR_EINVAL, "internal: a forwarding step needs equal sizes");
   const rr__req_dev *dev = c->dev;
+  /* Point to point: the lane may copy across memories (transport.h, rr__req.p2p). */
+  const int p2p = rr__kind_has(c->a->kind, RR__KF_P2P);
   /* Device steps (CUDA IPC) reduce out of the transport's device slot, where the segment
    * arrived. A reduce chain's middle link has no destination: its slots are a landing area of
    * the same shape in the device scratch, where the kernel writes own (op) received and the
@@ -123,6 +125,7 @@ static int rr__pipe_segments(rr__coll *c, const rr__step *st, rr__trace_cap *tap
         r->buf = (char *)st->sbuf + off * es;
       r->len = n * es;
       r->dev = dev;
+      r->p2p = p2p;
       RR__CHECK(rr__comm_isend(c->cm, st->to, (int)sp, r));
       sp++;
     }
@@ -137,6 +140,7 @@ static int rr__pipe_segments(rr__coll *c, const rr__step *st, rr__trace_cap *tap
                                                   : (char *)st->rbuf + off * es;
       r->len = n * es;
       r->dev = dev;
+      r->p2p = p2p;
       if (slotted) {
         rr__red *x = &red[rp % RR__RECV_WIN];
         *x = (rr__red){c, st->rbuf ? (char *)st->rbuf + off * es : r->buf,

@@ -99,9 +99,10 @@ endfunction()
 rr_fake_test(ptr ptr)
 rr_fake_test(kernel kernel)
 set_tests_properties(cudafake.kernel PROPERTIES ENVIRONMENT "RR_FAKE_CUDA_DELAY_US=0")
-# On one host, every collective on device buffers but point to point goes through CUDA IPC by
-# default (transport/cuda_ipc.c; RR_TEST_EXPECT_IPC=1 checks every call did), send / recv are
-# staged; RR_CUDA_IPC=0 (coll_staged_w2, and the staged twins of the stream, nosync and
+# On one host, every collective and point to point on device buffers goes through CUDA IPC by
+# default (transport/cuda_ipc.c; RR_TEST_EXPECT_IPC=1 checks every call did; a device send to
+# a peer without device slots yet goes as host bytes, tests/test_cuda_kinds.h);
+# RR_CUDA_IPC=0 (coll_staged_w2, and the staged twins of the stream, nosync and
 # capture tests) stages everything. Two fake
 # devices: ranks share them (LOCAL_RANK mod 2: in w3 ranks 2 -> 0 are one GPU's pair);
 # coll_1gpu_w4 puts all four ranks on one GPU. RR_TRANSPORT=shm and tcp: staged only.

@@ -583,6 +583,7 @@ static int coll_rank(int rank, void *arg) {
   C_OK(set_device(dev));
   uint64_t seed = t_seed();
   if (!strcmp(ca->what, "coll")) {
+    if (kinds_p2p_first(pg, 196613, seed)) return 1;
     const size_t counts[] = {0, 1, 7, g_fake || getenv("RR_TEST_SMALL") ? 100003 : 1000003};
     for (size_t c = 0; c < sizeof counts / sizeof counts[0]; c++)
       for (int d = 0; d < RR_NUM_DTYPES; d++)
@@ -595,6 +596,7 @@ static int coll_rank(int rank, void *arg) {
         }
     if (others(pg, 7, seed) || others(pg, 100003, seed)) return 1;
     if (kinds_linear(pg, 7, seed) || kinds_linear(pg, 100003, seed)) return 1;
+    if (kinds_p2p(pg, 7, seed) || kinds_p2p(pg, 196613, seed)) return 1;
   } else if (!strcmp(ca->what, "mixed")) {
     if (mixed_case(pg, rank, seed)) return 1;
   } else if (!strcmp(ca->what, "large")) {

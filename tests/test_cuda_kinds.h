@@ -4,7 +4,7 @@
  * included (the local copies run on the device: a skipped one leaves the 0xa5 fill). With
  * RR_TEST_EXPECT_IPC=1 every rank that sends data in a call must have sent it through CUDA
  * IPC (the process's segment counter, transport/cuda_ipc.c), so a kind that is staged fails;
- * with 0 none may. A device-to-device sendrecv last: point to point stays staged.
+ * with 0 none may. Point to point on device buffers: kinds_p2p and kinds_p2p_first.
  *
  * A header, not a file of its own: it is part of test_cuda's one program (one binary per GPU
  * run), shares its buffer helpers (dalloc, put, get, expect_ipc, check_piped, defined before
@@ -116,23 +116,90 @@ static int kinds_linear(rr_pg *pg, size_t count, uint64_t seed) {
   for (int q = 0; q < n; q++)
     if (kinds_block(vr, rd[q], rc[q], seed, q, (size_t)r * 2 * count, "device all_to_allv", q))
       return 1;
-  /* sendrecv device to device around the ring: staged on purpose (docs/cuda.md, "Not point to
-   * point"): with CUDA IPC checked on, nothing of it may go through CUDA IPC */
-  if (n > 1) {
-    if (kinds_fill(small, 0, count, seed, r, 0)) return 1;
-    C_OK(memset_async(out, 0xa5, blk, NULL));
-    before = rr__ipc_segments();
-    T_OK(rr_sendrecv(pg, small, count, (r + 1) % n, out, count, (r + n - 1) % n, RR_INT32));
-    uint64_t got = rr__ipc_segments() - before;
-    T_CHECK(got == 0, "device sendrecv: %llu segments through CUDA IPC (p2p is staged)",
-            (unsigned long long)got);
-    if (kinds_block(out, 0, count, seed, (r + n - 1) % n, 0, "device sendrecv", 0)) return 1;
-  }
   C_OK(free(vs));
   C_OK(free(vr));
   C_OK(free(big));
   C_OK(free(out));
   C_OK(free(small));
+  return 0;
+}
+
+/* Point to point through CUDA IPC (docs/cuda.md, "Point to point"), once every lane has its
+ * device slots (after kinds_linear: all_to_all moved data between every pair): a device to
+ * device sendrecv around the ring goes through CUDA IPC, and so does a device send into a
+ * peer's host buffer (the receiver copies its device slot to host memory); a host send into
+ * a device buffer is host bytes the receiver copies to the device. Every result exact;
+ * `count` int32 may span several slots (then at least two segments went through IPC). */
+static int kinds_p2p(rr_pg *pg, size_t count, uint64_t seed) {
+  const int n = rr_get_world_size(pg), r = rr_get_rank(pg);
+  if (n < 2) return 0;
+  const size_t blk = count * 4;
+  const size_t min_seg = blk > (256u << 10) ? 2 : 1; /* never larger than the default slot */
+  char *small = dalloc(blk), *out = dalloc(blk), *h = t_alloc(blk);
+  char what[96];
+  /* device to device, around the ring */
+  if (kinds_fill(small, 0, count, seed, r, 0)) return 1;
+  C_OK(memset_async(out, 0xa5, blk, NULL));
+  uint64_t before = rr__ipc_segments();
+  T_OK(rr_sendrecv(pg, small, count, (r + 1) % n, out, count, (r + n - 1) % n, RR_INT32));
+  uint64_t got = rr__ipc_segments() - before;
+  snprintf(what, sizeof what, "device sendrecv count %zu", count);
+  if (kinds_ipc(before, 1, what)) return 1;
+  if (expect_ipc() == 1)
+    T_CHECK(got >= min_seg, "%s: %llu segments through CUDA IPC, want at least %zu", what,
+            (unsigned long long)got, min_seg);
+  if (kinds_block(out, 0, count, seed, (r + n - 1) % n, 0, what, 0)) return 1;
+  /* device (rank 0) to host (rank 1), then host (rank 1) to device (rank 0) */
+  if (r == 0) {
+    if (kinds_fill(small, 1, count - 1, seed, r, 7)) return 1; /* element 0 stays */
+    before = rr__ipc_segments();
+    T_OK(rr_send(pg, small, count, RR_INT32, 1));
+    snprintf(what, sizeof what, "device send into host memory count %zu", count);
+    if (kinds_ipc(before, 1, what)) return 1;
+    C_OK(memset_async(out, 0xa5, blk, NULL));
+    T_OK(rr_recv(pg, out, count, RR_INT32, 1));
+    snprintf(what, sizeof what, "host send into device memory count %zu", count);
+    if (kinds_block(out, 0, count, seed, 1, 3, what, 1)) return 1;
+  } else if (r == 1) {
+    memset(h, 0xa5, blk);
+    T_OK(rr_recv(pg, h, count, RR_INT32, 0));
+    snprintf(what, sizeof what, "device send into host memory count %zu", count);
+    size_t wrong = t_check_copied(h + 4, count - 1, RR_INT32, RR_SUM, seed, 0, 7, what);
+    T_CHECK(!wrong, "%s: %zu wrong elements", what, wrong);
+    t_fill(h, count, RR_INT32, RR_SUM, seed, 1, 3);
+    T_OK(rr_send(pg, h, count, RR_INT32, 0));
+  }
+  free(h);
+  C_OK(free(out));
+  C_OK(free(small));
+  return 0;
+}
+
+/* Before any device call: rank 1 has no device slots for rank 0 yet, and a point-to-point
+ * send cannot wait for slots a host receiver never makes, so rank 0's device send goes as
+ * host bytes (nothing through CUDA IPC, not a hang) and lands exact in rank 1's host buffer. */
+static int kinds_p2p_first(rr_pg *pg, size_t count, uint64_t seed) {
+  const int n = rr_get_world_size(pg), r = rr_get_rank(pg);
+  if (n < 2 || r > 1) return 0;
+  const size_t blk = count * 4;
+  char *h = t_alloc(blk);
+  const char *what = "first device send into host memory";
+  if (r == 0) {
+    char *d = dalloc(blk);
+    if (kinds_fill(d, 0, count, seed, 0, 5)) return 1;
+    uint64_t before = rr__ipc_segments();
+    T_OK(rr_send(pg, d, count, RR_INT32, 1));
+    uint64_t got = rr__ipc_segments() - before;
+    T_CHECK(got == 0, "%s: %llu segments through CUDA IPC before the peer had device slots",
+            what, (unsigned long long)got);
+    C_OK(free(d));
+  } else {
+    memset(h, 0xa5, blk);
+    T_OK(rr_recv(pg, h, count, RR_INT32, 0));
+    size_t wrong = t_check_copied(h, count, RR_INT32, RR_SUM, seed, 0, 5, what);
+    T_CHECK(!wrong, "%s: %zu wrong elements", what, wrong);
+  }
+  free(h);
   return 0;
 }
 

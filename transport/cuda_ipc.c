@@ -202,3 +202,19 @@ int rr__ipc_take(rr__ipc *x, uint32_t i, rr__req *r, size_t n, void *stream) {
                             x->peer_global, i);
   return RR_OK;
 }
+
+int rr__ipc_take_host(rr__ipc *x, uint32_t i, void *dst, size_t n) {
+  /* A host buffer's thread may never have chosen the slots' device. The sender published
+   * the slot once its copy completed, so nothing on the device precedes this read; it is
+   * synchronous, so the slot may be released as soon as it returns. */
+  int prev = -1;
+  int st = rr__cuda_set_device(x->device, &prev);
+  if (st == RR_OK) {
+    st = rr__cuda_memcpy_sync(dst, x->slots + (size_t)i * x->slot, n, NULL);
+    rr__cuda_restore_device(prev);
+  }
+  if (st != RR_OK)
+    return rr__prefix_error(st, "CUDA IPC: receiving %zu bytes from rank %d (slot %u) into "
+                                "host memory", n, x->peer_global, i);
+  return RR_OK;
+}

@@ -69,6 +69,9 @@ int rr__ipc_put_done(rr__ipc *x, uint32_t i);
  * Either hand the slot to r->consume (whole message: the ring reduces from it) or copy it to
  * r->buf + r->done; then record done[i]. All queued on stream. */
 int rr__ipc_take(rr__ipc *x, uint32_t i, rr__req *r, size_t n, void *stream);
+/* Receiver, point to point into host memory: copy n bytes of our slot i to dst and wait for
+ * the copy (on the slots' device, chosen around it), so the slot may be released at once. */
+int rr__ipc_take_host(rr__ipc *x, uint32_t i, void *dst, size_t n);
 /* Has our read of slot i completed? 1 yes (the host slot may be released), 0 not yet, <0
  * error (set). Never blocks. */
 int rr__ipc_take_done(rr__ipc *x, uint32_t i);

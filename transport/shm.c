@@ -61,6 +61,7 @@
 
 #include "common/status.h"
 #include "common/util.h"
+#include "cuda/cuda.h"
 #include "transport/cuda_ipc.h"
 #include "transport/queue.h"
 #include "transport/shm_lane.h"
@@ -134,7 +135,8 @@ static void rr__shm_finish(rr__shm_conn *c, rr__req *r, int rx) {
  * publishes at its first device message (then it takes our flag, as for a free slot). */
 static int rr__shm_tx_ready(rr__shm_conn *c) {
   const rr__req *r = c->sq.head;
-  if (r && r->dev && c->ipc && !rr__ipc_opened(c->ipc))
+  /* Point to point does not wait for the peer's slots: it sends host bytes meanwhile. */
+  if (r && r->dev && !r->p2p && c->ipc && !rr__ipc_opened(c->ipc))
     return atomic_load(&c->ipc_theirs->ready) != 0; /* seq_cst: after our flag store */
   return rr__shm_tx_space(c);
 }
@@ -301,11 +303,17 @@ static int rr__shm_send_some(rr__shm_conn *c, size_t *moved) {
   RR__CHECK(rr__shm_publish(c, moved, &late));
   while (c->sq.head) {
     rr__req *r = c->sq.head;
-    if (r->dev) { /* the peer's device slots: opened once it published them */
+    int dev = r->dev != NULL;
+    if (dev) { /* the peer's device slots: opened once it published them */
       int o = rr__ipc_open_peer(c->ipc, c->ipc_theirs);
       if (o < 0) return rr__prefix_error(o, "sending to rank %d", c->base.peer_global);
-      if (!o) break;
-    } else if (c->tx_head != c->tx_queued) {
+      /* Point to point: a peer that has not exported device slots may never (a host
+       * buffer, no CUDA at all), and this send may complete before its recv is posted, so
+       * it is not waited for: this slot goes as host bytes, copied off the device here. */
+      if (!o && !r->p2p) break;
+      dev = o;
+    }
+    if (!dev && c->tx_head != c->tx_queued) {
       break; /* slots go out in order: after the device slots queued before it */
     }
     int sp = rr__shm_tx_space(c);
@@ -314,7 +322,7 @@ static int rr__shm_send_some(rr__shm_conn *c, size_t *moved) {
     size_t n = RR__MIN(r->len - r->done, c->slot);
     uint32_t i = (uint32_t)(c->tx_queued % c->nslots);
     rr__shm_desc *d = &c->tx_desc[i];
-    if (r->dev) {
+    if (dev) {
       /* Host slot tx_queued is free, so the peer saw its read of device slot i complete.
        * Published by rr__shm_publish once this copy completed. */
       RR__CHECK(rr__ipc_put(c->ipc, i, r->buf + r->done, n, r->dev->stream));
@@ -324,11 +332,19 @@ static int rr__shm_send_some(rr__shm_conn *c, size_t *moved) {
       r->done += n;
       c->tx_req[i] = r->done == r->len ? rr__shm_unlink(&c->sq) : NULL;
       continue;
-    } else {
-      memcpy(n <= RR__SHM_INLINE ? (char *)d->inl : c->tx_data + (size_t)i * c->slot,
-             r->buf + r->done, n);
-      d->flags = 0;
     }
+    char *to = n <= RR__SHM_INLINE ? (char *)d->inl : c->tx_data + (size_t)i * c->slot;
+    if (r->dev) {
+      /* Waited for: the slot is published below, and the device buffer is ordered on the
+       * call's stream (behind the caller's work). */
+      int cs = rr__cuda_memcpy_sync(to, r->buf + r->done, n, r->dev->stream);
+      if (cs != RR_OK)
+        return rr__prefix_error(cs, "sending to rank %d: copying %zu bytes off the device",
+                                c->base.peer_global, n);
+    } else {
+      memcpy(to, r->buf + r->done, n);
+    }
+    d->flags = 0;
     d->len = (uint32_t)n;
     c->tx_head++;
     c->tx_queued++;
@@ -362,23 +378,46 @@ static int rr__shm_recv_some(rr__shm_conn *c, size_t *moved) {
     size_t avail = c->rx_len - c->rx_off;
     rr__req *r = c->rq.head;
     size_t take;
-    if (((c->rx_flags & RR__SHM_DEVICE) != 0) != (r->dev != NULL))
+    const int dmsg = (c->rx_flags & RR__SHM_DEVICE) != 0;
+    /* Read on the device, asynchronously: the slot is released once that read completed. */
+    int async = 0;
+    if (dmsg != (r->dev != NULL) && !r->p2p)
       return rr__set_error(RR_EMISMATCH,
                            "receiving from rank %d: it sent %s memory where this rank expects "
                            "%s memory: in one call every rank's buffers must be CUDA device "
                            "memory, or none (RR_TRANSPORT=shm stages device buffers instead)",
                            c->base.peer_global, r->dev ? "host" : "device",
                            r->dev ? "device" : "host");
-    if (r->dev) {
-      /* One request per slot: the whole slot belongs to this request. */
+    if (dmsg) {
+      /* One request per slot: the whole slot belongs to this request. A device message
+       * comes only into slots we exported (a point-to-point receive into host memory
+       * included: slots left by an earlier device call of this lane). */
       if (c->rx_off != 0 || avail > r->len - r->done)
         return rr__shm_corrupt(c, "device slot overruns");
-      int o = rr__ipc_open_peer(c->ipc, c->ipc_theirs);
-      if (o == 0) return rr__shm_corrupt(c, "a device message before the device slots");
-      if (o < 0) return rr__prefix_error(o, "receiving from rank %d", c->base.peer_global);
+      if (!c->ipc) return rr__shm_corrupt(c, "a device message before the device slots");
       take = avail;
-      RR__CHECK(rr__ipc_take(c->ipc, (uint32_t)(c->rx_tail % c->nslots), r, take, r->dev->stream));
+      uint32_t i = (uint32_t)(c->rx_tail % c->nslots);
+      if (r->dev) {
+        int o = rr__ipc_open_peer(c->ipc, c->ipc_theirs);
+        if (o == 0) return rr__shm_corrupt(c, "a device message before the device slots");
+        if (o < 0) return rr__prefix_error(o, "receiving from rank %d", c->base.peer_global);
+        RR__CHECK(rr__ipc_take(c->ipc, i, r, take, r->dev->stream));
+        async = 1;
+      } else {
+        RR__CHECK(rr__ipc_take_host(c->ipc, i, r->buf + r->done, take));
+        *moved += take;
+      }
       r->done += take;
+    } else if (r->dev) {
+      /* Point to point: host bytes into a device buffer, copied and waited for on the
+       * call's stream before the slot is released below. */
+      take = RR__MIN(avail, r->len - r->done);
+      int cs = rr__cuda_memcpy_sync(r->buf + r->done, data, take, r->dev->stream);
+      if (cs != RR_OK)
+        return rr__prefix_error(cs, "receiving from rank %d: copying %zu bytes to the device",
+                                c->base.peer_global, take);
+      r->done += take;
+      *moved += take;
     } else {
       take = rr__req_deliver(r, data, avail); /* straight from shared memory when it can */
       *moved += take; /* device bytes: once read (rr__shm_release) */
@@ -392,12 +431,12 @@ static int rr__shm_recv_some(rr__shm_conn *c, size_t *moved) {
       c->rx_off = 0;
       c->rx_len = 0;
       c->rx_tail++;
-      if (r->dev || c->rx_freed + 1 != c->rx_tail) {
+      if (async || c->rx_freed + 1 != c->rx_tail) {
         /* Released by rr__shm_release: once our read completed (device), or behind such a
          * slot; a device request completes with its last slot. */
-        c->rx_dev[i] = r->dev ? (uint32_t)take : 0;
-        c->rx_req[i] = r->dev && finished ? rr__shm_unlink(&c->rq) : NULL;
-        if (r->dev) finished = 0;
+        c->rx_dev[i] = async ? (uint32_t)take : 0;
+        c->rx_req[i] = async && finished ? rr__shm_unlink(&c->rq) : NULL;
+        if (async) finished = 0;
       } else {
         c->rx_freed = c->rx_tail;
         atomic_store(&c->rx->tail, c->rx_freed); /* seq_cst, then the sender's flag */

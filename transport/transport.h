@@ -46,6 +46,12 @@ typedef struct rr__req {
   void *ctx;
   int consumed;
   const rr__req_dev *dev; /* NULL: host memory */
+  /* Point to point: the peer chose its path from its own buffer alone, so its bytes may be
+   * in the other memory than ours. A lane that carries device messages (shm with CUDA IPC)
+   * then copies across (docs/cuda.md, "Point to point"), and a device send to a peer that
+   * never exported device slots goes as host bytes instead of waiting for them. Others
+   * ignore it: their messages are always host bytes. */
+  int p2p;
 } rr__req;
 
 /* What every rank publishes at rendezvous about itself. */

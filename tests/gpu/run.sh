@@ -165,7 +165,8 @@ p_build() {
   # not cost the window. Warnings are counted and listed instead.
   run cmake -S . -B "$dir" "${gen[@]}" -DRR_CUDA=ON -DRR_WERROR=OFF "${archflag[@]}"
   [ $fail = 0 ] || return
-  local targets=(ringreduce test_cuda test_ddp rrun all_reduce_perf reduce_kernel_perf mlp_digits)
+  local targets=(ringreduce test_cuda test_cuda_ipc_kill test_ddp rrun all_reduce_perf
+    reduce_kernel_perf mlp_digits)
   echo "+ cmake --build $dir -j $ncpu --target ${targets[*]}"
   cmake --build "$dir" -j "$ncpu" --target "${targets[@]}" > "$res/build.log" 2>&1
   local rc=$?

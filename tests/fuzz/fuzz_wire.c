@@ -74,7 +74,8 @@ static void fuzz_ctl(const uint8_t *p, size_t n) {
   rr__ctl c, c2;
   memset(&c, 0, sizeof c);
   if (rr__ctl_decode(in, &c) != RR_OK) return;
-  FZ_ASSERT(c.type == RR__CTL_ABORT || c.type == RR__CTL_BYE);
+  /* ABORT, BYE, and rr_pg_shrink's agreement messages (VOTE .. SETUP, group/elastic.c). */
+  FZ_ASSERT(c.type == RR__CTL_ABORT || c.type == RR__CTL_BYE || RR__CTL_IS_SHRINK(c.type));
   FZ_ASSERT(c.len <= RR__CTL_TEXT_MAX);
   FZ_ASSERT(c.status <= 0);
   rr__ctl_encode(&c, out);

@@ -20,7 +20,10 @@ together when it ends, in an order that cannot deadlock (_p2p_order).
 Tensors must stay alive and untouched until their call completes (as with gloo); the
 process group keeps them referenced until then. Non-contiguous tensors are copied to
 contiguous ones and back. Errors raise RuntimeError with the library's sentence (which
-rank, which call, why)."""
+rank, which call, why).
+
+(Just over 800 lines: one class, the ProcessGroup torch calls, whose methods are one map
+from torch's names to the library's calls; split, the map would be read in two files.)"""
 
 import collections
 import ctypes

@@ -284,6 +284,7 @@ int t_thread_join(t_thread *t) {
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
+#include "tests/test_port.h"
 
 int t_barrier_early(rr_pg *pg, uint64_t seed, int iter, int *early, double *left,
                     double *entered) {
@@ -312,18 +313,7 @@ int t_abort_after(t_aborter *a, rr_pg *pg, int delay_ms) {
   return t_thread_start(&a->thread, t_abort_main, a);
 }
 
-int t_free_port(void) {
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  if (fd < 0) return -1;
-  struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-  socklen_t len = sizeof a;
-  int port = -1;
-  if (bind(fd, (struct sockaddr *)&a, sizeof a) == 0 &&
-      getsockname(fd, (struct sockaddr *)&a, &len) == 0)
-    port = ntohs(a.sin_port);
-  close(fd);
-  return port;
-}
+int t_free_port(void) { return rr_test_free_port(); }
 
 int t_run(int n, int (*fn)(int rank, void *arg), void *arg, t_during_fn during,
           double timeout_s, int *exit_codes, int *signals) {

@@ -23,6 +23,7 @@
 #include <unistd.h>
 
 #include "test_store.h"
+#include "test_port.h"
 
 /* ---------------------------------------------------------------------------------------------
  * Harness
@@ -117,14 +118,9 @@ void *shared_mem(size_t n) {
 }
 
 int free_port(void) {
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  CHECK(fd >= 0, "socket: %s", strerror(errno));
-  struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-  socklen_t len = sizeof a;
-  CHECK(bind(fd, (struct sockaddr *)&a, sizeof a) == 0, "bind: %s", strerror(errno));
-  CHECK(getsockname(fd, (struct sockaddr *)&a, &len) == 0, "getsockname: %s", strerror(errno));
-  close(fd);
-  return ntohs(a.sin_port);
+  int port = rr_test_free_port();
+  CHECK(port > 0, "no free port in %d..%d", RR_TEST_PORT_LO, RR_TEST_PORT_HI);
+  return port;
 }
 
 void master_proc_start(master_proc *m, int port, int64_t timeout_ms) {

@@ -4,6 +4,7 @@ ranks with torch.multiprocessing, and a free port."""
 import os
 import socket
 import sys
+import time
 
 # The package from this source tree (python/), unless the test runs against an installed one.
 _ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -39,10 +40,32 @@ def fail(msg):
     raise AssertionError(f"rank {_rank}: {msg}")
 
 
+PORT_RANGE = (20000, 32768)  # below the kernel's ephemeral range (32768-60999 by default)
+
+
 def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A port for a job's rendezvous, below the ephemeral range: a port the kernel hands out
+    for port 0 is also where other tests' outgoing connections take their local ports, and one
+    of them can take it before rank 0 binds it (tests/test_port.h says more). The probe bind
+    refuses ports already bound; jobs that still meet "Address already in use" retry
+    (port_clash)."""
+    import random
+    rnd = random.Random(os.getpid() ^ time.monotonic_ns())
+    for _ in range(256):
+        port = rnd.randrange(*PORT_RANGE)
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+        return port
+    raise RuntimeError(f"no free port in {PORT_RANGE}")
+
+
+def port_clash(text):
+    """Whether a job's output says its rendezvous port was taken by someone else between
+    free_port and the bind: the harness's race, not the code under test; run it again."""
+    return "Address already in use" in text or "EADDRINUSE" in text
 
 
 def _entry(rank, fn, args):

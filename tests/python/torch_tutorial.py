@@ -73,30 +73,43 @@ def run_job(cmd, env, what):
     return subprocess.CompletedProcess(cmd, p.returncode, out, err)
 
 
-def launch(how, world, backend, out, rrun):
-    env = base_env()
+def launch_cmd(how, world, backend, out, rrun, env):
     py = sys.executable
     args = ["--backend", backend, "--out", out]
     if how == "spawn":
-        cmd = [py, SCRIPT, "--nprocs", str(world)] + args
-    elif how == "torchrun":
+        return [py, SCRIPT, "--nprocs", str(world)] + args
+    if how == "torchrun":
         # --redirects/--tee: Debian's torch 1.13 under Python 3.11 cannot parse their default
         # "0" (IntFlag iteration changed in 3.11) and torchrun fails for every backend.
-        cmd = [py, "-m", "torch.distributed.run", "--nproc_per_node", str(world),
-               "--master_addr", "127.0.0.1", "--master_port", env["MASTER_PORT"],
-               "--redirects", "2", "--tee", "2", SCRIPT] + args
-    else:
-        cmd = [rrun, "--nproc-per-node", str(world), "--master-port", env["MASTER_PORT"], py,
-               SCRIPT] + args
+        return [py, "-m", "torch.distributed.run", "--nproc_per_node", str(world),
+                "--master_addr", "127.0.0.1", "--master_port", env["MASTER_PORT"],
+                "--redirects", "2", "--tee", "2", SCRIPT] + args
+    return [rrun, "--nproc-per-node", str(world), "--master-port", env["MASTER_PORT"], py,
+            SCRIPT] + args
+
+
+def launch(how, world, backend, out, rrun):
     for attempt in range(3):
-        r = run_job(cmd, env, f"{backend} under {how}")
+        env = base_env()  # a fresh port each time
+        r = run_job(launch_cmd(how, world, backend, out, rrun, env), env,
+                    f"{backend} under {how}")
+        if r.returncode == 0:
+            break
+        said = r.stdout + r.stderr
+        # Another test took the free port before rank 0 bound it (common.free_port): the
+        # harness's race, whichever backend runs.
+        if common.port_clash(said):
+            print(f"note: {backend} under {how}: port {env['MASTER_PORT']} was taken before "
+                  f"rank 0 bound it (not the backend): run {attempt + 2}")
+            continue
         # torch 2.15's own gloo sometimes dies at exit under torchrun ("terminate called
         # without an active exception", SIGABRT, in 3 of 12 runs here) after the job's work
         # is done: the reference, not the backend under test. Run it again.
-        crashed = "terminate called without an active exception" in r.stdout + r.stderr
-        if r.returncode == 0 or backend != "gloo" or not crashed:
-            break
-        print(f"note: gloo under {how} crashed at exit (torch's gloo, not ringreduce): run {attempt + 2}")
+        if backend == "gloo" and "terminate called without an active exception" in said:
+            print(f"note: gloo under {how} crashed at exit (torch's gloo, not ringreduce): "
+                  f"run {attempt + 2}")
+            continue
+        break
     if r.returncode != 0:
         print(f"FAILED: {backend} under {how}: exit {r.returncode}\n{r.stdout[-3000:]}\n{r.stderr[-3000:]}")
         sys.exit(1)
@@ -116,8 +129,13 @@ def launch_reordered(world, order, out):
                      "wait $p || rc=1; done; exit $rc"], env, f"gloo summed in {order} order")
         logs = [r.stdout + r.stderr]
         procs = [r]
-        crashed = any("terminate called without an active exception" in x for x in logs)
-        if not any(p.returncode for p in procs) or not crashed:
+        if not any(p.returncode for p in procs):
+            break
+        if any(common.port_clash(x) for x in logs):
+            print(f"note: gloo ({order} order): port {env['MASTER_PORT']} was taken before "
+                  f"rank 0 bound it: run {attempt + 2}")
+            continue
+        if not any("terminate called without an active exception" in x for x in logs):
             break
         print(f"note: gloo ({order} order) crashed at exit (torch's gloo): run {attempt + 2}")
     if any(p.returncode for p in procs):

@@ -12,3 +12,10 @@ foreach(case IN LISTS RR_BENCH_CASES)
   set_tests_properties(bench_${case} PROPERTIES TIMEOUT 120 LABELS bench SKIP_RETURN_CODE 77
     ENVIRONMENT "RR_TIMEOUT=60;RR_GRACE_PERIOD=2")
 endforeach()
+# bench/compare's statistics (median, spread, flagged rounds, issue 27's verdicts) on made-up
+# rounds whose answers are known: no benchmark runs.
+find_program(RR_PYTHON3 python3)
+if(RR_PYTHON3)
+  add_test(NAME bench_compare_stats COMMAND ${RR_PYTHON3} ${RR_TEST_DIR}/test_compare_stats.py)
+  set_tests_properties(bench_compare_stats PROPERTIES TIMEOUT 60 LABELS bench)
+endif()

@@ -22,11 +22,14 @@
 #
 # Method: for every round, world size and size group, every system runs once, one after the
 # other, the order rotated each round, so drift on the machine hits all alike. Small sizes
-# (8 B ... 128 KiB, x4) run as one group, once (200 iterations each); 512 KiB and up one size
-# per launch with fewer iterations (5 at 128 and 256 MiB), ROUNDS times (default 3), and the
-# table shows the median. Each launch also records how much CPU other work on the machine
-# used meanwhile (runs.log, last field of results.txt; it counts interrupt time, so loopback
-# TCP launches read a few % even on a quiet machine). Every harness times like nccl-tests
+# (8 B ... 128 KiB, x4) run as one group (200 iterations each); 512 KiB and up one size per
+# launch with fewer iterations (5 at 128 and 256 MiB); every group ROUNDS times (default 5:
+# a median of 3 is decided by one launch), so latency is seen across launches too. The table
+# shows the median, the spread of the rounds, and flags a round far from both its neighbours
+# (stats.py). Each launch also records the 1-minute load average at its start and how much
+# CPU other work on the machine used meanwhile (runs.log, last two fields of results.txt; the
+# CPU figure counts interrupt time, so loopback TCP launches read a few % even on a quiet
+# machine). Every harness times like nccl-tests
 # (warm-up, barrier, back-to-back calls, mean per rank, max over ranks) and checks the sum.
 #
 # Environment: NPS ("2 4"), ROUNDS (3), SIZES_LARGE (the per-launch sizes), OUT (the result
@@ -40,9 +43,9 @@ root=$(cd "$here/../.." && pwd)
 cd "$root"
 
 NPS=${NPS:-"2 4"}
-ROUNDS=${ROUNDS:-3}
+ROUNDS=${ROUNDS:-5}
 SIZES_SMALL="8 128K"                       # one launch: -b 8 -e 128K -f 4
-SIZES_LARGE=${SIZES_LARGE:-"512K 2M 8M 32M 128M 256M"}
+SIZES_LARGE=${SIZES_LARGE:-"512K 2M 4M 8M 32M 128M 256M"}
 SYSTEMS=${SYSTEMS:-"mpi-tcp mpi-tcp-tuned mpi-shm mpi-shm-tuned gloo-ring gloo-ring_chunked socket-ring rr-tcp rr-shm"}
 BUILD=${BUILD:-build-cmp}
 date_tag=$(date +%Y-%m-%d)
@@ -130,8 +133,8 @@ busy_ticks() { awk '/^cpu /{ print $2 + $3 + $4 + $7 + $8 + $9; exit }' /proc/st
 child_ticks() { awk '{ print $16 + $17 }' /proc/$$/stat; }
 
 # iterations and warm-up per size (the same for every system)
-iters_for() { case $1 in 8|128K) echo 200;; 512K|2M) echo 50;; 8M) echo 20;; 32M) echo 10;; *) echo 5;; esac; }
-warm_for() { case $1 in 8|128K) echo 20;; 512K|2M|8M) echo 2;; *) echo 1;; esac; }
+iters_for() { case $1 in 8|128K) echo 200;; 512K|2M) echo 50;; 4M|8M) echo 20;; 32M) echo 10;; *) echo 5;; esac; }
+warm_for() { case $1 in 8|128K) echo 20;; 512K|2M|4M|8M) echo 2;; *) echo 1;; esac; }
 
 # one launch: system np minsize maxsize round
 launch() {
@@ -155,7 +158,8 @@ launch() {
   esac
   echo "## round $round np $np $sys $b..$e  load $(cut -d' ' -f1 /proc/loadavg)  $(date +%T)" >>"$runlog"
   echo "\$ ${cmd[*]//$root\//}" >>"$runlog"
-  local b0 c0 t0 b1 c1 t1 other
+  local b0 c0 t0 b1 c1 t1 other load
+  load=$(cut -d' ' -f1 /proc/loadavg)
   b0=$(busy_ticks); c0=$(child_ticks); t0=$(date +%s%N)
   out=$(timeout 600 "${cmd[@]}" 2>&1) || rc=$?
   b1=$(busy_ticks); c1=$(child_ticks); t1=$(date +%s%N)
@@ -177,7 +181,7 @@ launch() {
       { print }' <<<"$out")
   fi
   grep -v '^RESULT' <<<"$out" | grep -v 'OMP_NUM_THREADS' >>"$runlog" || true
-  grep '^RESULT' <<<"$out" | sed "s/\$/ $round $other/" >>"$results" || true
+  grep '^RESULT' <<<"$out" | sed "s/\$/ $round $other $load/" >>"$results" || true
   if [ $rc -ne 0 ]; then
     echo "!! exit status $rc" >>"$runlog"
     log "$sys np=$np $b..$e failed (status $rc), see $runlog"
@@ -191,8 +195,9 @@ start=$(date +%s)
 for round in $(seq 1 "$ROUNDS"); do
   for np in $NPS; do
     groups=()
-    # the small group once (round 1); 512 KiB and up every round
-    if [ "$round" = 1 ] && [ -z "${ONLY_LARGE:-}" ]; then groups+=("8:128K"); fi
+    # every group every round (the small sizes too: issue 27 asks how latency moves between
+    # launches)
+    if [ -z "${ONLY_LARGE:-}" ]; then groups+=("8:128K"); fi
     for s in $SIZES_LARGE; do groups+=("$s:$s"); done
     for g in "${groups[@]}"; do
       b=${g%%:*}; e=${g##*:}

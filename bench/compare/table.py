@@ -1,14 +1,19 @@
 #!/usr/bin/env python3
 """bench/compare: results.txt -> table.md, busbw_np<N>.dat and busbw.gp (gnuplot script).
 
-results.txt holds lines "RESULT system np bytes time_us busbw_GBps wrong round [other%]";
-each (system, np, size) is summarised by its median over rounds (by time; busbw follows).
-other% (when present) is the CPU used by anything else on the machine during that launch.
+results.txt holds lines "RESULT system np bytes time_us busbw_GBps wrong round [other% [load]]";
+each (system, np, size) is summarised by its median over rounds (by time; busbw follows) and
+the spread of its rounds; rounds far from both neighbours are flagged (stats.py says how).
+other% (when present) is the CPU used by anything else on the machine during that launch,
+load the 1-minute load average when it started.
 """
 import os
 import statistics
 import sys
 from collections import defaultdict
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import stats  # noqa: E402
 
 SYSTEMS = ["mpi-tcp", "mpi-tcp-tuned", "mpi-shm", "mpi-shm-tuned", "gloo-ring",
            "gloo-ring_chunked", "socket-ring", "rr-tcp", "rr-shm"]
@@ -25,7 +30,7 @@ def human(b):
 
 
 def main(out):
-    runs = defaultdict(list)  # (sys, np, bytes) -> [(time_us, busbw, wrong, round, other%)]
+    runs = defaultdict(list)  # (sys, np, bytes) -> [(time_us, busbw, wrong, round, other%, load)]
     with open(os.path.join(out, "results.txt")) as f:
         for line in f:
             p = line.split()
@@ -34,7 +39,9 @@ def main(out):
             sysname, np_, b = p[1], int(p[2]), int(p[3])
             wrong = p[6]
             other = float(p[8]) if len(p) > 8 else None
-            runs[(sysname, np_, b)].append((float(p[4]), float(p[5]), wrong, int(p[7]), other))
+            load = float(p[9]) if len(p) > 9 else None
+            runs[(sysname, np_, b)].append((float(p[4]), float(p[5]), wrong, int(p[7]), other,
+                                            load))
 
     def med(sysname, np_, b, what="busbw"):
         r = runs.get((sysname, np_, b))
@@ -57,6 +64,13 @@ def main(out):
     wrongs = [(k, x) for k, v in runs.items() for x in v if x[2] not in ("0", "N/A")]
     env = open(os.path.join(out, "env.txt")).read() if os.path.exists(
         os.path.join(out, "env.txt")) else ""
+
+    def spread_note(sysname, np_, b):
+        """' (12%)': how far apart this cell's rounds are, relative to their median."""
+        r = runs.get((sysname, np_, b), [])
+        if len(r) < 2:
+            return ""
+        return f" ({stats.summary([x[1] for x in r])[3] * 100:.0f}%)"
 
     def fmt(v, nd=2):
         return "–" if v is None else f"{v:.{nd}f}"
@@ -82,7 +96,8 @@ def main(out):
     L.append("# bench/compare: ringreduce vs Open MPI, Gloo and a bare socket ring\n")
     L.append("All-reduce, float32 sum, one process per rank on this host. busbw in GB/s "
              "(algbw × 2(n−1)/n, GB = 10⁹ B); time = mean per rank, max over ranks; "
-             "median over rounds (" + rounds_note + "). "
+             "median over rounds (" + rounds_note + "), in brackets the spread of the rounds "
+             "((highest − lowest) / median). "
              "Every result was checked (see the #wrong note below). ringreduce figures are "
              "out of place, as MPI's; Gloo's algorithms run in place.\n")
     L.append("```\n" + env.strip() + "\n```\n")
@@ -107,21 +122,13 @@ def main(out):
             for s in SYSTEMS:
                 v = vals[s]
                 cell = fmt(v, 3 if v is not None and v < 0.1 else 2)
-                row.append(f"**{cell}**" if v is not None and v == top else cell)
+                cell = f"**{cell}**" if v is not None and v == top else cell
+                row.append(cell + spread_note(s, np_, b))
             bt, _ = best(np_, b, TCP_PEERS)
             ba, _ = best(np_, b, ALL_PEERS)
             row += [ratio(vals["rr-tcp"], bt), ratio(vals["rr-tcp"], vals["socket-ring"]),
                     ratio(vals["rr-shm"], ba), ratio(vals["rr-shm"], vals["mpi-shm-tuned"])]
             L.append("| " + " | ".join(row) + " |")
-
-    L.append("\n## Small-message latency (µs per call, 8 B and 128 B)\n")
-    hdr = ["system"] + [f"8 B np={n}" for n in nps] + [f"128 B np={n}" for n in nps]
-    L.append("| " + " | ".join(hdr) + " |")
-    L.append("|" + "---|" * len(hdr))
-    for s in SYSTEMS + EXTRA:
-        row = [s] + [fmt(med(s, n, 8, "time"), 1) for n in nps] + \
-              [fmt(med(s, n, 128, "time"), 1) for n in nps]
-        L.append("| " + " | ".join(row) + " |")
 
     # Per-round spread at the largest size: how steady the machine was.
     big = max(sizes) if sizes else None
@@ -143,6 +150,81 @@ def main(out):
                 if r:
                     L.append("| " + " | ".join([s, str(np_)] + [cell(r.get(k)) for k in rounds])
                              + " |")
+
+    # Latency across launches: every round launches the small sizes afresh.
+    K8 = 8 << 10
+    L.append("\n## Small-message latency across launches (µs per call: the median launch, and "
+             "the slowest launch over the fastest)\n")
+    hdr = ["system"] + [f"{human(b)} np={n}" for b in (8, 128, K8) for n in nps]
+    L.append("| " + " | ".join(hdr) + " |")
+    L.append("|" + "---|" * len(hdr))
+    for s in SYSTEMS + EXTRA:
+        row = [s]
+        for b in (8, 128, K8):
+            for n in nps:
+                t = [x[0] for x in runs.get((s, n, b), [])]
+                row.append("–" if not t else
+                           f"{statistics.median(t):.1f} (×{stats.launch_swing(t):.2f}, "
+                           f"{len(t)} launches)")
+        L.append("| " + " | ".join(row) + " |")
+
+    # Rounds far from both neighbours.
+    flags = []
+    for (s, n, b), r in sorted(runs.items()):
+        by_round = {x[3]: x for x in r}
+        for rnd in stats.flagged_rounds([(x[3], x[1] if b >= 512 << 10 else 1.0 / x[0])
+                                         for x in r if x[0] > 0]):
+            x = by_round[rnd]
+            order = sorted(by_round)
+            near = [order[j] for j in stats.neighbours(len(order), order.index(rnd))]
+            others = ", ".join(f"round {k}: {by_round[k][1]:.3g}" if b >= 512 << 10
+                               else f"round {k}: {by_round[k][0]:.1f} µs" for k in sorted(near))
+            what = f"{x[1]:.3g} GB/s" if b >= 512 << 10 else f"{x[0]:.1f} µs"
+            flags.append(f"- {s} np={n} {human(b)} round {rnd}: {what} against {others}; "
+                         f"other CPU {fmt(x[4], 0)}%, load {fmt(x[5], 2)} at its start")
+    L.append(f"\n## Flagged rounds (more than {stats.FLAG_FRACTION * 100:.0f}% from each "
+             "neighbouring round of the same system and size)\n")
+    L.append("\n".join(flags) if flags else "None: no round stands apart from its neighbours.")
+
+    # Issue 27's targets.
+    L.append("\n## Targets (issue 27)\n")
+    L.append("Medians over rounds. busbw in GB/s, latency in µs.\n")
+    L.append("| target | np | size | ringreduce | reference | ratio | met |")
+    L.append("|---|---|---|---|---|---|---|")
+
+    def row27(name, np_, b, mine, ref, refname, r, ok, want, cmp_):
+        if r is None:
+            L.append(f"| {name} | {np_} | {human(b)} | {fmt(mine)} | – | – | – |")
+        else:
+            L.append(f"| {name} | {np_} | {human(b)} | {fmt(mine)} | {fmt(ref)} ({refname}) | "
+                     f"{r:.2f}× (want {cmp_} {want}×) | {'yes' if ok else '**no**'} |")
+
+    M4 = 4 << 20
+    for np_ in nps:
+        for b in [x for x in sizes if x >= M4]:
+            for ref, want in (("mpi-tcp-tuned", 1.25), ("socket-ring", 0.90)):
+                mine, other = med("rr-tcp", np_, b), med(ref, np_, b)
+                r, ok = stats.ratio_at_least(mine, other, want)
+                row27(f"tcp ≥ {want}× {ref}", np_, b, mine, other, ref, r, ok, want, "≥")
+    for np_ in [n for n in nps if n == 4]:
+        b = 256 << 20 if (256 << 20) in sizes else big
+        mine, other = med("rr-shm", np_, b), med("mpi-shm-tuned", np_, b)
+        r, ok = stats.ratio_at_least(mine, other, 1.5)
+        row27("shm ≥ 1.5× mpi-shm-tuned", np_, b, mine, other, "mpi-shm-tuned", r, ok, 1.5, "≥")
+    for np_ in nps:
+        for b in (8, K8):
+            for s in ("rr-tcp", "rr-shm"):
+                t = [x[0] for x in runs.get((s, np_, b), [])]
+                if len(t) >= 2:
+                    sw = stats.launch_swing(t)
+                    ok = sw <= stats.LAUNCH_SWING_MAX
+                    L.append(f"| {s} latency between launches | {np_} | {human(b)} | "
+                             f"{min(t):.1f} … {max(t):.1f} | – | {sw:.2f}× (want ≤ "
+                             f"{stats.LAUNCH_SWING_MAX}×) | {'yes' if ok else '**no**'} |")
+            if np_ == 2:
+                mine, other = med("rr-shm", np_, b, "time"), med("mpi-shm", np_, b, "time")
+                r, ok = stats.ratio_at_most(mine, other, 2.0)
+                row27("shm latency ≤ 2× mpi-shm", np_, b, mine, other, "mpi-shm", r, ok, 2.0, "≤")
 
     # The issue's targets.
     L.append("\n## Targets (issue 5)\n")

@@ -19,6 +19,17 @@ const char *rr_status_name(int status) {
   return "RR_UNKNOWN";
 }
 
+int rr__status_known(int status) {
+  switch (status) {
+#define RR__KNOWN_CASE(name, value, msg) \
+  case value:                            \
+    return 1;
+    RR_STATUS_MAP(RR__KNOWN_CASE)
+#undef RR__KNOWN_CASE
+  }
+  return 0;
+}
+
 const char *rr_strerror(int status) {
   switch (status) {
 #define RR__MSG_CASE(name, value, msg) \

@@ -22,6 +22,8 @@ int rr__set_error(int status, const char *fmt, ...) RR__PRINTF(2, 3);
 int rr__prefix_error(int status, const char *fmt, ...) RR__PRINTF(2, 3);
 /* Replace the last error with a copy of msg (used to hand a worker's error to a waiter). */
 void rr__copy_error(const char *msg);
+/* Whether status is one of RR_STATUS_MAP's (a callback's answer may be anything). */
+int rr__status_known(int status);
 /* The last error of this thread (same as rr_last_error). */
 const char *rr__error(void);
 /* Forget the last error (so a later success does not show a stale one). */

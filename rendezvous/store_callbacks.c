@@ -27,7 +27,9 @@ typedef struct rr__cb_store {
  * the key even when the callback gave none. */
 static int rr__cb_result(int rc, const char *call, const char *key) {
   if (rc == RR_OK) return RR_OK;
-  if (rc > 0 || rc < RR_ENOTMEMBER) rc = RR_ESYS; /* not one of ours: a failure all the same */
+  /* Not one of ours, or a positive one (no callback returns "in progress"): a failure all the
+   * same. Checked against the status table, so a status added to it is passed through. */
+  if (rc > 0 || !rr__status_known(rc)) rc = RR_ESYS;
   char ks[192] = "";
   if (key) rr__store_key_str(key, strlen(key), ks, sizeof ks);
   if (!rr__error()[0]) rr__set_error(rc, "the callback returned %s", rr_status_name(rc));

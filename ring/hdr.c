@@ -11,13 +11,11 @@
 
 static const char *rr__algo_name(int algo) {
   switch (algo) {
-    case RR__ALGO_RING: return "ring";
-    case RR__ALGO_RD: return "recursive doubling";
-    case RR__ALGO_CHAIN: return "chain";
-    case RR__ALGO_DISSEM: return "dissemination";
-    case RR__ALGO_STAR: return "star";
-    case RR__ALGO_LINEAR: return "linear";
-    case RR__ALGO_PAIRWISE: return "pairwise";
+#define RR__ALGO_LONG(name, short_name, long_name) \
+  case RR__ALGO_##name:                            \
+    return long_name;
+    RR__ALGO_MAP(RR__ALGO_LONG)
+#undef RR__ALGO_LONG
     default: return "-";
   }
 }

@@ -226,13 +226,11 @@ static void rr__jvalues(rr__jbuf *j, const char *key, const void *buf, size_t n,
 
 static const char *rr__trace_algo(int algo) {
   switch (algo) {
-    case RR__ALGO_RING: return "ring";
-    case RR__ALGO_RD: return "rd";
-    case RR__ALGO_CHAIN: return "chain";
-    case RR__ALGO_DISSEM: return "dissemination";
-    case RR__ALGO_STAR: return "star";
-    case RR__ALGO_LINEAR: return "linear";
-    case RR__ALGO_PAIRWISE: return "pairwise";
+#define RR__ALGO_SHORT(name, short_name, long_name) \
+  case RR__ALGO_##name:                             \
+    return short_name;
+    RR__ALGO_MAP(RR__ALGO_SHORT)
+#undef RR__ALGO_SHORT
     default: return "p2p";
   }
 }

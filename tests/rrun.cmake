@@ -19,7 +19,5 @@ foreach(case IN LISTS RRUN_TEST_CASES)
   # 77: the case needs something this machine lacks (a usable 127.0.0.1).
   set_tests_properties(rrun_${case} PROPERTIES TIMEOUT 60 LABELS rrun SKIP_RETURN_CODE 77)
 endforeach()
-# These two start real groups without --standalone: their stores both listen on rrun's
-# default port, 29500, so run together they fail with "Address already in use".
-set_tests_properties(rrun_fd_exhaustion rrun_fd_exhaustion_setup PROPERTIES
-  RESOURCE_LOCK rrun_default_port)
+# fd_exhaustion and fd_exhaustion_setup start real groups without --standalone, each on a
+# random port of its own (job_port in test_rrun.sh), not rrun's default 29500.

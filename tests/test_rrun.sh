@@ -35,6 +35,10 @@ now_ms() { date +%s%3N; }
 
 # rr ARGS...: runs rrun, output in $T/out and $T/err; sets RC and ELAPSED (milliseconds).
 # The helper's files of an earlier run are removed first: its workers wait for pid files.
+# A port for a job's store, below the kernel's ephemeral range (not rrun's default 29500,
+# which any other job on the machine may hold).
+job_port() { echo $((20000 + RANDOM % 12000)); }
+
 rr() {
   local t0
   rm -f "$T"/env.* "$T"/pid.* "$T"/sig.* "$T"/port.*
@@ -231,6 +235,12 @@ case_standalone() {
   local port uuid='^[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$'
   port=$(cat "$T/port.0.0") # rank 0 could bind it: it was free
   [ "$port" != 29500 ] && [ "$port" -ge 1024 ] && [ "$port" -le 65535 ] || fail "port $port"
+  # Below the kernel's ephemeral range, where no outgoing connection can take it before rank 0
+  # binds it (rrun.c's free_port says why).
+  local eph
+  eph=$(cut -f1 /proc/sys/net/ipv4/ip_local_port_range 2>/dev/null || echo 32768)
+  [ "$eph" -le 2048 ] || [ "$port" -lt "$eph" ] ||
+    fail "port $port is in the ephemeral range (from $eph)"
   local id
   id=$(sed -n 's/^TORCHELASTIC_RUN_ID=//p' "$T/env.0.0")
   [[ $id =~ $uuid ]] || fail "standalone run id '$id' is not a random UUID, as torchrun's"
@@ -466,7 +476,8 @@ case_fd_exhaustion() {
   [ -n "$ALLREDUCE" ] || fail "no all-reduce worker given"
   local t0
   t0=$(now_ms)
-  (ulimit -n 16 && RR_TIMEOUT=60 timeout -s KILL 30 "$RRUN" --nproc-per-node 8 "$ALLREDUCE") \
+  (ulimit -n 16 && RR_TIMEOUT=60 timeout -s KILL 30 "$RRUN" --nproc-per-node 8 \
+    --master-port "$(job_port)" "$ALLREDUCE") \
     >"$T/out" 2>"$T/err"
   RC=$?
   ELAPSED=$(($(now_ms) - t0))
@@ -490,7 +501,8 @@ case_fd_exhaustion_setup() {
   [ -n "$ALLREDUCE" ] || fail "no all-reduce worker given"
   local i first
   for i in 1 2 3; do
-    (ulimit -n 24 && RR_TIMEOUT=60 timeout -s KILL 30 "$RRUN" --nproc-per-node 8 "$ALLREDUCE") \
+    (ulimit -n 24 && RR_TIMEOUT=60 timeout -s KILL 30 "$RRUN" --nproc-per-node 8 \
+      --master-port "$(job_port)" "$ALLREDUCE") \
       >"$T/out" 2>"$T/err"
     [ "$?" != 0 ] || fail "launch $i: the job succeeded with 24 descriptors per process"
     first=$(grep -m1 -E "rank [0-7]: init_process_group" "$T/err")

@@ -81,9 +81,48 @@ static int random_bytes(unsigned char *buf, size_t n) {
   return 0;
 }
 
-/* A free port, as torchrun's standalone mode finds one: bind port 0 on loopback and read back
- * what the kernel chose. The port is released again, for rank 0 to bind. */
+/* The kernel's ephemeral range (net.ipv4.ip_local_port_range); the default when it cannot
+ * be read. */
+static void ephemeral_range(int *lo, int *hi) {
+  *lo = 32768, *hi = 60999;
+  FILE *f = fopen("/proc/sys/net/ipv4/ip_local_port_range", "r");
+  if (!f) return;
+  int a, b;
+  if (fscanf(f, "%d %d", &a, &b) == 2 && a > 0 && b >= a && b < 65536) *lo = a, *hi = b;
+  fclose(f);
+}
+
+static int port_bindable(int port) {
+  int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return -1;
+  struct sockaddr_in addr = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port),
+                             .sin_addr.s_addr = htonl(INADDR_ANY)};
+  int ok = bind(fd, (struct sockaddr *)&addr, sizeof addr) == 0;
+  int saved = errno;
+  if (close(fd) != 0) return -1;
+  errno = saved;
+  return ok;
+}
+
+/* A free port for --standalone. Rank 0 binds it only after rrun has let it go, so the port
+ * must stay free meanwhile. torchrun asks the kernel for port 0, which comes from the
+ * ephemeral range; so does the local port of every outgoing connection on the machine, and
+ * one of them can take it in that moment (seen in this project's tests, which launch many
+ * jobs at once: "Address already in use" on rank 0's store). So: a random port below the
+ * ephemeral range (only another explicit bind can take those), probed by binding it on every
+ * address as rank 0 will; the kernel's choice only when no such range is left. */
 static int free_port(void) {
+  int lo, hi;
+  ephemeral_range(&lo, &hi);
+  int base = lo > 16384 ? lo / 2 : 1024, span = lo - base;
+  for (int i = 0; span > 0 && i < 256; i++) {
+    uint32_t r;
+    if (random_bytes((unsigned char *)&r, sizeof r) != 0) return -1;
+    int port = base + (int)(r % (uint32_t)span);
+    int ok = port_bindable(port);
+    if (ok < 0) return -1;
+    if (ok) return port;
+  }
   int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
   if (fd < 0) return -1;
   struct sockaddr_in addr = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};

@@ -301,7 +301,7 @@ done:
 
 /* The new group of the members d[] of pg: control sockets and transports taken from the old
  * comm, data lanes made afresh, the worker started. */
-static int rr__shrunk_group(rr_pg *pg, const uint8_t *d, rr_pg **out) {
+static int rr__shrunk_group(rr_pg *pg, const uint8_t *d, int64_t step_ms, rr_pg **out) {
   rr__comm *old = pg->comm;
   int k = rr__count(d, pg->size), me = 0, st;
   for (int i = 0; i < pg->rank; i++) me += d[i] != 0;
@@ -345,7 +345,9 @@ static int rr__shrunk_group(rr_pg *pg, const uint8_t *d, rr_pg **out) {
     o->ctl_have = 0;
   }
   pthread_mutex_unlock(&old->abort_mu);
-  int64_t dl = rr__deadline(pg->timeout_ms);
+  /* The same bound as each step of the agreement (rr_pg_set_timeout's, when set): a member
+   * that acknowledged but never got the COMMIT sends no SETUP, and its peers wait this long. */
+  int64_t dl = rr__deadline(step_ms);
   /* Pairs in one global order (by the lower, then the higher rank): no two ranks wait on
    * each other in opposite orders. */
   for (int j = 0; j < k && st == RR_OK; j++)
@@ -381,13 +383,16 @@ int rr_pg_shrink(rr_pg *pg, int flags, rr_pg **newpg) {
   rr__agree ag = {.cm = pg->comm, .n = pg->size, .me = pg->rank, .step_ms = pg->timeout_ms};
   int64_t ov = atomic_load(&pg->timeout_override);
   if (ov > 0) ag.step_ms = ov;
+  /* A member waits two steps for its coordinator: keep 2 * step_ms representable for "no
+   * timeout" values such as INT64_MAX (rr__deadline saturates the rest). */
+  if (ag.step_ms > INT64_MAX / 4) ag.step_ms = INT64_MAX / 4;
   for (int i = 0; i < pg->size; i++) {
     const rr__peer *p = &pg->comm->peers[i];
     ag.view[i] = i == pg->rank || (p->ctrl_fd >= 0 && !p->said_bye);
   }
   uint8_t d[RR__SHRINK_MAX];
   int st = rr__agree_members(&ag, d);
-  if (st == RR_OK) st = rr__shrunk_group(pg, d, newpg);
+  if (st == RR_OK) st = rr__shrunk_group(pg, d, ag.step_ms, newpg);
   if (st != RR_OK) {
     /* Let whoever still waits on this rank know it is out. */
     uint8_t all[RR__SHRINK_MAX];

@@ -35,3 +35,8 @@ foreach(tp tcp shm)
   set_tests_properties(elastic_shrink_slow_w5_${tp} PROPERTIES TIMEOUT 120
     LABELS "core;elastic" ENVIRONMENT "RR_TIMEOUT=1;RR_GRACE_PERIOD=2;RR_TRANSPORT=${tp}")
 endforeach()
+# rr_pg_set_timeout(INT64_MAX) on every rank, then the same kill and shrink: no deadline of
+# the agreement may overflow.
+add_test(NAME elastic_shrink_notimeout_w4_tcp COMMAND test_elastic shrink 4 2)
+set_tests_properties(elastic_shrink_notimeout_w4_tcp PROPERTIES TIMEOUT 120
+  LABELS "core;elastic" ENVIRONMENT "RR_TIMEOUT=5;RR_GRACE_PERIOD=2;RR_TRANSPORT=tcp;RR_TEST_NO_TIMEOUT=1")

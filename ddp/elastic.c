@@ -42,7 +42,11 @@ static void rr__ddp_drop_step(rr_ddp *d) {
 static int rr__ddp_agree_layout(rr_ddp *d) {
   int n = d->ntrainable;
   int32_t *msg = rr__calloc((size_t)n + 1, sizeof *msg);
-  if (!msg) return RR_ENOMEM;
+  if (!msg) { /* the others are in the broadcast below: tell them, as any failure here */
+    rr__set_error(RR_ENOMEM, "rank %d: rr_ddp_set_group: no memory for the bucket layout",
+                  d->rank);
+    return rr__ddp_abort(d, RR_ENOMEM);
+  }
   msg[0] = d->rebuilt           ? RR__LAYOUT_REBUILT
            : d->rebuild_pending ? RR__LAYOUT_PENDING
                                 : RR__LAYOUT_RECORDING;
@@ -73,7 +77,7 @@ static int rr__ddp_agree_layout(rr_ddp *d) {
        * had it gets it again (cheap: once per failure). */
       if (st == RR_OK) st = rr__ddp_make_buckets(d, ready);
       free(ready);
-      d->rebuild_pending = 0, d->rebuilt = 1, d->stats.rebuilt = 1;
+      if (st == RR_OK) d->rebuild_pending = 0, d->rebuilt = 1, d->stats.rebuilt = 1;
     }
   }
   free(msg);

@@ -266,6 +266,16 @@ int rr__comm_irecv(rr__comm *cm, int peer, int msg, rr__req *r) {
   return RR_OK;
 }
 
+/* Close a peer's control socket under the abort lock: an abort or revoke from another thread
+ * sends on every open one while it holds the lock, and must not find the number of a closed
+ * socket that was meanwhile reused (a lane set up during a shrink, say). */
+static void rr__ctl_close(rr__comm *cm, rr__peer *p) {
+  pthread_mutex_lock(&cm->abort_mu);
+  if (p->ctrl_fd >= 0) close(p->ctrl_fd);
+  p->ctrl_fd = -1;
+  pthread_mutex_unlock(&cm->abort_mu);
+}
+
 /* Read what is waiting on a peer's control socket; a complete ABORT becomes this group's
  * error. An unannounced close sets *lost (the caller decides, after reading every socket,
  * whether some peer's ABORT already explains it). */
@@ -317,8 +327,7 @@ static int rr__read_ctl_msgs(rr__comm *cm, int i, int *lost) {
     if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return RR_OK;
     /* Closed (or reset). After a goodbye that is an orderly leave; otherwise the process is
      * gone, and every call that needs it would wait forever. */
-    close(p->ctrl_fd);
-    p->ctrl_fd = -1;
+    rr__ctl_close(cm, p);
     if (!p->said_bye) *lost = 1;
     return RR_OK;
   }
@@ -326,8 +335,7 @@ garbage: {
   char reason[RR__ERRMSG_MAX];
   snprintf(reason, sizeof reason, "garbage on the control connection from rank %d",
            p->info.global_rank);
-  close(p->ctrl_fd);
-  p->ctrl_fd = -1;
+  rr__ctl_close(cm, p);
   rr__comm_abort(cm, RR_EPROTO, reason, 1);
   return rr__comm_check(cm);
 }
@@ -390,6 +398,17 @@ int rr__comm_progress(rr__comm *cm, size_t *moved) {
   return RR_OK;
 }
 
+/* Should a wait poll this peer's control socket? Not while a shrink message of the peer's
+ * waits in ctl_buf for this rank's rr_pg_shrink (rr__read_ctl_msgs leaves it there): what
+ * follows it on the socket is also for the shrink, so polling would report it again and
+ * again without anything being read, a busy loop for the rest of the call. */
+static int rr__ctl_watched(const rr__peer *p) {
+  rr__ctl c;
+  if (p->ctrl_fd < 0) return 0;
+  if (p->ctl_have < RR__CTL_FIXED || rr__ctl_decode(p->ctl_buf, &c) != RR_OK) return 1;
+  return !(RR__CTL_IS_SHRINK(c.type) && p->ctl_have == RR__CTL_FIXED + c.len);
+}
+
 /* Has the peer left (a goodbye) or lost its control socket? It sends nothing more. */
 static int rr__peer_gone(const rr__peer *p) { return p->said_bye || p->ctrl_fd < 0; }
 
@@ -414,7 +433,7 @@ int rr__comm_wait(rr__comm *cm, int64_t deadline_ms, const rr__sniff *sn) {
   }
   int first_ctl = n;
   for (int i = 0; i < cm->size; i++) {
-    if (cm->peers[i].ctrl_fd < 0) continue;
+    if (!rr__ctl_watched(&cm->peers[i])) continue;
     cm->pfds[n].fd = cm->peers[i].ctrl_fd;
     cm->pfds[n].events = POLLIN;
     cm->pfds[n].revents = 0;
@@ -458,9 +477,10 @@ int rr__comm_wait(rr__comm *cm, int64_t deadline_ms, const rr__sniff *sn) {
   }
   /* Read every control socket before judging a silent close: when several peers go at
    * once, the one that said why (an ABORT) names the cause, not the first to close. */
+  /* The same peers as polled: only reading a peer's socket changes whether it is watched. */
   int lost = -1;
   for (int k = first_ctl, i = 0; i < cm->size; i++) {
-    if (cm->peers[i].ctrl_fd < 0) continue;
+    if (!rr__ctl_watched(&cm->peers[i])) continue;
     int gone = 0;
     if (cm->pfds[k++].revents) RR__CHECK(rr__read_ctl_msgs(cm, i, &gone));
     if (gone && lost < 0) lost = i;
@@ -474,7 +494,7 @@ int rr__comm_wait(rr__comm *cm, int64_t deadline_ms, const rr__sniff *sn) {
 void rr__comm_poll_ctl(rr__comm *cm) {
   int n = 0;
   for (int i = 0; i < cm->size; i++) {
-    if (cm->peers[i].ctrl_fd < 0) continue;
+    if (!rr__ctl_watched(&cm->peers[i])) continue;
     cm->pfds[n].fd = cm->peers[i].ctrl_fd;
     cm->pfds[n].events = POLLIN;
     cm->pfds[n].revents = 0;
@@ -483,7 +503,7 @@ void rr__comm_poll_ctl(rr__comm *cm) {
   if (n == 0 || poll(cm->pfds, (nfds_t)n, 0) <= 0) return;
   int lost = -1;
   for (int k = 0, i = 0; i < cm->size; i++) {
-    if (cm->peers[i].ctrl_fd < 0) continue;
+    if (!rr__ctl_watched(&cm->peers[i])) continue;
     int gone = 0;
     if (cm->pfds[k++].revents) (void)rr__read_ctl_msgs(cm, i, &gone);
     if (gone && lost < 0) lost = i;
@@ -519,9 +539,15 @@ int rr__comm_ctl_send(rr__comm *cm, int peer, uint32_t type, uint64_t seq, const
   ssize_t w;
   do w = send(p->ctrl_fd, buf, RR__CTL_FIXED + len, MSG_DONTWAIT | MSG_NOSIGNAL);
   while (w < 0 && errno == EINTR);
-  if (w != (ssize_t)(RR__CTL_FIXED + len))
+  if (w != (ssize_t)(RR__CTL_FIXED + len)) {
+    /* Part of a message in the stream would make everything after it garbage to the peer:
+     * end the connection instead, so that it sees this rank as lost, which is the truth. */
+    if (w > 0 && shutdown(p->ctrl_fd, SHUT_RDWR) != 0)
+      RR__LOG_WARN(RR__SUB_NET, "shutdown of the control socket to rank %d: %s",
+                   p->info.global_rank, strerror(errno));
     return rr__set_error(RR_EPEER, "sending to rank %d: %s", p->info.global_rank,
-                         w < 0 ? strerror(errno) : "short write");
+                         w < 0 ? strerror(errno) : "short write (connection ended)");
+  }
   return RR_OK;
 }
 
@@ -560,8 +586,7 @@ int rr__comm_ctl_next(rr__comm *cm, const uint8_t *watch, int64_t deadline_ms, i
       int f = p->ctrl_fd < 0 ? -1 : rr__ctl_fill(p);
       if (f == RR_EPROTO) return rr__prefix_error(f, "from rank %d", p->info.global_rank);
       if (f < 0) {
-        if (p->ctrl_fd >= 0) close(p->ctrl_fd);
-        p->ctrl_fd = -1;
+        rr__ctl_close(cm, p);
         return rr__set_error(RR_EPEER, "lost rank %d: its connection closed%s",
                              p->info.global_rank,
                              p->said_bye ? " after a goodbye (it destroyed the group)"

@@ -225,11 +225,17 @@ int rr__cuda_alloc_grown(void **p, size_t *bytes, size_t have, size_t need, int 
   return st;
 }
 
+/* device: the device memory's own, made current around the free (the caller's thread may
+ * have another one, or none); -1 for pinned host memory, freed on the caller's device. */
 static void rr__cuda_free_now(void *p, int device) {
-  if (device < 0)
+  if (device < 0) {
     rr__cuda_host_free(p);
-  else
-    rr__cuda_free(p);
+    return;
+  }
+  int prev = -1;
+  if (rr__cuda_set_device(device, &prev) != RR_OK) prev = -1;
+  rr__cuda_free(p);
+  rr__cuda_restore_device(prev);
 }
 
 void rr__cuda_retire(rr__cuda_retired **list, void *p, size_t bytes, int device) {

@@ -83,20 +83,45 @@ static int rr__host_idle(rr_pg *pg) {
   return st;
 }
 
+/* A device the group's CUDA resources live on, -1 when it has none: the destroy runs on
+ * whatever thread calls it (a garbage collector's, a watchdog's), which may never have chosen
+ * a device, and a CUDA call there would create a context on device 0 first. */
+static int rr__cuda_pg_home(const rr_pg *pg) {
+  for (int d = 0; d < RR__CUDA_MAX_DEVICES; d++)
+    if (pg->cuda_copy[d]) return d;
+  if (pg->cs.dev_scratch) return pg->cs.dev_scratch_device;
+  if (pg->cuda_host || pg->cs.piped || pg->cs.cuda_retired) return pg->device >= 0 ? pg->device : 0;
+  return -1;
+}
+
 void rr__cuda_pg_free(rr_pg *pg) {
+  const int home = rr__cuda_pg_home(pg);
+  if (home < 0) return; /* no CUDA call was ever made for this group */
+  int prev = -1;
+  if (rr__cuda_set_device(home, &prev) != RR_OK) prev = -1; /* the frees still run */
   (void)rr__host_idle(pg);
-  rr__piped_free(&pg->cs);            /* waits for the device work still using it */
-  rr__cuda_free(pg->cs.dev_scratch); /* likewise */
+  rr__piped_free(&pg->cs); /* on its own device; waits for the device work still using it */
+  if (pg->cs.dev_scratch) {
+    int p2 = -1;
+    if (rr__cuda_set_device(pg->cs.dev_scratch_device, &p2) != RR_OK) p2 = -1;
+    rr__cuda_free(pg->cs.dev_scratch); /* likewise */
+    rr__cuda_restore_device(p2);
+  }
   pg->cs.dev_scratch = NULL;
   pg->cs.dev_scratch_bytes = 0;
-  rr__cuda_free_retired(&pg->cs.cuda_retired); /* what calls outgrew (cuda/cuda.h) */
+  rr__cuda_free_retired(&pg->cs.cuda_retired); /* each on its device (cuda/cuda.h) */
   for (int d = 0; d < RR__CUDA_MAX_DEVICES; d++) {
+    if (!pg->cuda_copy[d]) continue;
+    int p2 = -1;
+    if (rr__cuda_set_device(d, &p2) != RR_OK) p2 = -1;
     rr__cuda_stream_destroy(pg->cuda_copy[d]);
+    rr__cuda_restore_device(p2);
     pg->cuda_copy[d] = NULL;
   }
   rr__cuda_host_free(pg->cuda_host);
   pg->cuda_host = NULL;
   pg->cuda_host_bytes = 0;
+  rr__cuda_restore_device(prev);
 }
 
 /* What a call reads and writes, in bytes from each buffer's start (ring/kind.c, as

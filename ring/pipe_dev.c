@@ -52,7 +52,11 @@ uint64_t rr__piped_segments(void) { return atomic_load(&rr__piped_nseg); }
 void rr__piped_free(rr__coll_state *cs) {
   rr__piped *p = cs->piped;
   if (!p) return;
-  /* cudaFree waits for the device; the events go after it, as nothing waits for them then. */
+  /* On the slots' device, whatever the caller's thread has current (a destroy may run on a
+   * thread that never chose one). cudaFree waits for the device; the events go after it, as
+   * nothing waits for them then. */
+  int prev = -1;
+  if (rr__cuda_set_device(p->device, &prev) != RR_OK) prev = -1;
   rr__cuda_free(p->land);
   rr__cuda_host_free(p->hsend);
   rr__cuda_host_free(p->hrecv);
@@ -60,6 +64,7 @@ void rr__piped_free(rr__coll_state *cs) {
     rr__cuda_event_destroy(p->sent[j]);
     rr__cuda_event_destroy(p->recv[j]);
   }
+  rr__cuda_restore_device(prev);
   free(p);
   cs->piped = NULL;
 }

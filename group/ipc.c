@@ -97,6 +97,16 @@ int rr__pg_ipc_in(rr_pg *pg, const rr__args *a, rr__req_dev *dev, int *prev) {
 
 int rr__pg_ipc_out(rr_pg *pg, const rr__args *a, const rr__req_dev *dev, int prev, int st) {
   int rec = st == RR_OK ? rr__cuda_event_record(a->cuda_done, dev->stream) : RR_OK;
+  /* A failed call records no completion, so nothing would order its copies and kernels
+   * still queued on the copy stream before what the caller does next with the buffers (DDP
+   * reuses its buckets on the next group after a shrink): wait for them here. Bounded: no
+   * work on our streams waits for another process. Its own failure adds nothing to st's. */
+  if (st != RR_OK) {
+    char why[RR__ERRMSG_MAX];
+    snprintf(why, sizeof why, "%s", rr__error());
+    (void)rr__cuda_stream_sync(dev->stream);
+    rr__copy_error(why);
+  }
   rr__cuda_restore_device(prev);
   if (rec != RR_OK)
     return rr__cuda_pg_fail(pg, a, rec, "marking the result's completion", rr__ipc_how(a));

@@ -45,6 +45,7 @@
 
 typedef struct kcase {
   double kill_after, killed_at;
+  int fake;           /* on the fake: its queues can be looked at */
   char ready_dir[64]; /* each rank drops a file here once it is inside the loop */
 } kcase;
 
@@ -96,6 +97,13 @@ static int rank_fn(int rank, void *arg) {
   T_CHECK(strstr(e, "lost rank") || strstr(e, "closed by the peer") || strstr(e, "reset"),
           "the message does not say the peer is gone: %s", e);
   T_HAS(e, "rank 1");
+  /* The failed call's device work is over when it returns: nothing queued for it may still
+   * write the buffers the caller now owns again (DDP reuses them on the next group). Only the
+   * fake can say what is queued. */
+  if (kc->fake) {
+    int q = rr_fake_cuda_pending();
+    T_CHECK(q == 0, "%d operations were still queued after the failed call returned", q);
+  }
   rr_destroy_process_group(pg);
   printf("rank %d: destroyed\n", rank);
   fflush(stdout);
@@ -133,7 +141,7 @@ int main(int argc, char **argv) {
     return SKIP;
   }
   t_seed_announce("cuda_ipc_kill");
-  kcase kc = {.kill_after = 0.05 + (double)(t_bits(t_seed(), 24, 2) % 500) / 1000.0};
+  kcase kc = {.fake = fake, .kill_after = 0.05 + (double)(t_bits(t_seed(), 24, 2) % 500) / 1000.0};
   snprintf(kc.ready_dir, sizeof kc.ready_dir, "/tmp/rr-ipckill-XXXXXX");
   if (!mkdtemp(kc.ready_dir)) {
     perror("mkdtemp");

@@ -10,6 +10,10 @@ foreach(tp tcp shm)
     set_tests_properties(elastic_${s}_${tp} PROPERTIES TIMEOUT 120 LABELS "core;elastic"
       ENVIRONMENT "${RR_ELASTIC_ENV};RR_TRANSPORT=${tp}")
   endforeach()
+  # The leak check at world 8 too (4 is the one above): more pairs, more lanes remade.
+  add_test(NAME elastic_shrink_leaks_w8_${tp} COMMAND test_elastic shrink_leaks 8)
+  set_tests_properties(elastic_shrink_leaks_w8_${tp} PROPERTIES TIMEOUT 120
+    LABELS "core;elastic" ENVIRONMENT "${RR_ELASTIC_ENV};RR_TRANSPORT=${tp}")
 endforeach()
 
 # Shrink: a random rank killed by SIGKILL at a random iteration, the survivors shrink, check
@@ -17,7 +21,7 @@ endforeach()
 # group; a second rank killed at a random moment inside its shrink; a survivor too slow to
 # vote. A few trials each here (seconds); the soak runs 100 per world.
 foreach(tp tcp shm)
-  foreach(w 3 4)
+  foreach(w 3 4 8)
     add_test(NAME elastic_shrink_w${w}_${tp} COMMAND test_elastic shrink ${w} 3)
     set_tests_properties(elastic_shrink_w${w}_${tp} PROPERTIES TIMEOUT 120
       LABELS "core;elastic" ENVIRONMENT "RR_TIMEOUT=5;RR_GRACE_PERIOD=2;RR_TRANSPORT=${tp}")
@@ -25,12 +29,14 @@ foreach(tp tcp shm)
     set_tests_properties(elastic_shrink_soak_w${w}_${tp} PROPERTIES TIMEOUT 1800
       LABELS "soak" ENVIRONMENT "RR_TIMEOUT=5;RR_GRACE_PERIOD=2;RR_TRANSPORT=${tp}")
   endforeach()
-  add_test(NAME elastic_shrink_second_w5_${tp} COMMAND test_elastic shrink_second 5 3)
-  set_tests_properties(elastic_shrink_second_w5_${tp} PROPERTIES TIMEOUT 120
-    LABELS "core;elastic" ENVIRONMENT "RR_TIMEOUT=5;RR_GRACE_PERIOD=2;RR_TRANSPORT=${tp}")
-  add_test(NAME elastic_shrink_second_soak_w5_${tp} COMMAND test_elastic shrink_second 5 100)
-  set_tests_properties(elastic_shrink_second_soak_w5_${tp} PROPERTIES TIMEOUT 1800
-    LABELS "soak" ENVIRONMENT "RR_TIMEOUT=5;RR_GRACE_PERIOD=2;RR_TRANSPORT=${tp}")
+  foreach(w 5 8)
+    add_test(NAME elastic_shrink_second_w${w}_${tp} COMMAND test_elastic shrink_second ${w} 3)
+    set_tests_properties(elastic_shrink_second_w${w}_${tp} PROPERTIES TIMEOUT 120
+      LABELS "core;elastic" ENVIRONMENT "RR_TIMEOUT=5;RR_GRACE_PERIOD=2;RR_TRANSPORT=${tp}")
+    add_test(NAME elastic_shrink_second_soak_w${w}_${tp} COMMAND test_elastic shrink_second ${w} 100)
+    set_tests_properties(elastic_shrink_second_soak_w${w}_${tp} PROPERTIES TIMEOUT 1800
+      LABELS "soak" ENVIRONMENT "RR_TIMEOUT=5;RR_GRACE_PERIOD=2;RR_TRANSPORT=${tp}")
+  endforeach()
   add_test(NAME elastic_shrink_slow_w5_${tp} COMMAND test_elastic shrink_slow 5 3)
   set_tests_properties(elastic_shrink_slow_w5_${tp} PROPERTIES TIMEOUT 120
     LABELS "core;elastic" ENVIRONMENT "RR_TIMEOUT=1;RR_GRACE_PERIOD=2;RR_TRANSPORT=${tp}")

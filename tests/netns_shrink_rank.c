@@ -17,6 +17,7 @@
  *   "t=<unix s> rank R destroy <status> <seconds>"   the old group's destroy
  *   "t=<unix s> rank R WRONG <what>"                 wrong data or a broken group (exit 4)
  * Exit 3: anything else (the job did not start, the loop never failed). */
+#include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -25,7 +26,7 @@
 
 static double wall(void) {
   struct timespec ts;
-  clock_gettime(CLOCK_REALTIME, &ts);
+  if (clock_gettime(CLOCK_REALTIME, &ts) != 0) return 0; /* the script then sees time 0 */
   return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
@@ -35,25 +36,34 @@ static int say(int rank, const char *what, int st) {
   return st;
 }
 
+/* A wrong result or a broken group: the one outcome never allowed (exit 4). */
+static int wrong(int rank, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  printf("t=%.3f rank %d WRONG ", wall(), rank);
+  vprintf(fmt, ap);
+  printf("\n");
+  fflush(stdout);
+  va_end(ap);
+  return 4;
+}
+
 #define N 4096
 
 /* The new group, checked; 0 when every check held, 4 otherwise (the reason printed). */
 static int use_group(int rank, rr_pg *np) {
   int k = rr_get_world_size(np), me = rr_get_rank(np);
   int mine[64], all[64 * 64];
-  if (k < 1 || k > 64) return printf("t=%.3f rank %d WRONG group of %d\n", wall(), rank, k), 4;
+  if (k < 1 || k > 64) return wrong(rank, "group of %d", k);
   for (int i = 0; i < k; i++) mine[i] = rr_get_global_rank(np, i);
   for (int i = 0; i + 1 < k; i++)
-    if (mine[i] >= mine[i + 1])
-      return printf("t=%.3f rank %d WRONG members out of the old order\n", wall(), rank), 4;
-  if (mine[me] != rank)
-    return printf("t=%.3f rank %d WRONG new rank %d holds old rank %d\n", wall(), rank, me,
-                  mine[me]), 4;
+    if (mine[i] >= mine[i + 1]) return wrong(rank, "members out of the old order");
+  if (mine[me] != rank) return wrong(rank, "new rank %d holds old rank %d", me, mine[me]);
   int st = rr_all_gather(np, mine, all, (size_t)k, RR_INT32);
   if (st != RR_OK) return say(rank, "WRONG all_gather on the new group", st), 4;
   for (int r = 0; r < k; r++)
     if (memcmp(all + r * k, mine, (size_t)k * sizeof *mine))
-      return printf("t=%.3f rank %d WRONG new rank %d lists other members\n", wall(), rank, r), 4;
+      return wrong(rank, "new rank %d lists other members", r);
   static int32_t x[N];
   int32_t sum = 0;
   for (int i = 0; i < k; i++) sum += mine[i] + 1;
@@ -62,8 +72,7 @@ static int use_group(int rank, rr_pg *np) {
     return say(rank, "WRONG all_reduce on the new group", st), 4;
   for (int i = 0; i < N; i++)
     if (x[i] != sum * (i % 97 + 1))
-      return printf("t=%.3f rank %d WRONG element %d: %d, not %d\n", wall(), rank, i, (int)x[i],
-                    (int)(sum * (i % 97 + 1))), 4;
+      return wrong(rank, "element %d: %d, not %d", i, (int)x[i], (int)(sum * (i % 97 + 1)));
   if ((st = rr_barrier(np)) != RR_OK) return say(rank, "WRONG barrier on the new group", st), 4;
   printf("t=%.3f rank %d group %d:", wall(), rank, k);
   for (int i = 0; i < k; i++) printf(" %d", mine[i]);
@@ -85,16 +94,17 @@ int main(void) {
     st = rr_all_reduce(pg, x, x, N, RR_INT32, RR_SUM);
     if (st != RR_OK) break;
     for (int i = 0; i < N; i++)
-      if (x[i] != w * (w - 1) / 2 + w * ((int32_t)(it % 1000) + i)) {
-        printf("t=%.3f rank %d WRONG all_reduce %ld element %d\n", wall(), rank, it, i);
-        return 4;
-      }
+      if (x[i] != w * (w - 1) / 2 + w * ((int32_t)(it % 1000) + i))
+        return wrong(rank, "all_reduce %ld element %d", it, i);
     if (it % 1000 == 0) {
       printf("t=%.3f rank %d ok %ld\n", wall(), rank, it);
       fflush(stdout);
     }
   }
-  if (st == RR_OK) return printf("rank %d: the loop never failed\n", rank), 3;
+  if (st == RR_OK) {
+    printf("rank %d: the loop never failed\n", rank);
+    return 3;
+  }
   say(rank, "failed", st);
   (void)rr_pg_revoke(pg);
   rr_pg *np = NULL;

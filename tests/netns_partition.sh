@@ -68,11 +68,12 @@ ip -n "$hub" link add br0 type bridge 2>/dev/null || skip "no bridge support"
 ip -n "$hub" link set br0 up && ip -n "$hub" link set lo up || { echo "hub setup failed"; exit 1; }
 for s in A B; do
   ns=${tag}$s
-  ip link add "${tag}v$s" type veth peer name "${tag}h$s" 2>/dev/null || skip "no veth support"
-  ip link set "${tag}v$s" netns "$ns" && ip link set "${tag}h$s" netns "$hub" &&
-    ip -n "$hub" link set "${tag}h$s" master br0 up && ip -n "$ns" link set lo up &&
-    ip -n "$ns" addr add "$( [ $s = A ] && echo "$addrA" || echo "$addrB")/24" dev "${tag}v$s" &&
-    ip -n "$ns" link set "${tag}v$s" up || { echo "setting up namespace $s failed"; exit 1; }
+  # Made inside the namespaces (nothing ever sits in the caller's), so the names are free.
+  ip link add eth0 netns "$ns" type veth peer name "h$s" netns "$hub" 2>/dev/null ||
+    skip "no veth support"
+  ip -n "$hub" link set "h$s" master br0 up && ip -n "$ns" link set lo up &&
+    ip -n "$ns" addr add "$( [ $s = A ] && echo "$addrA" || echo "$addrB")/24" dev eth0 &&
+    ip -n "$ns" link set eth0 up || { echo "setting up namespace $s failed"; exit 1; }
 done
 ok=0
 for _ in $(seq 50); do # the bridge forwards at once (no STP); still, be sure
@@ -97,7 +98,7 @@ bound=$(awk -v t="$RR_TIMEOUT" -v n="$world" -v s="$CUT_SLACK" 'BEGIN { printf "
 trial() {
   local i ok out t_end t_fail took
   rm -f "$work"/rank*
-  ip -n "$hub" link set "${tag}hB" up || { echo "the link did not come back up"; exit 1; }
+  ip -n "$hub" link set hB up || { echo "the link did not come back up"; exit 1; }
   pids=()
   for ((i = 0; i < world; i++)); do
     ip netns exec "${tag}${side[$i]}" env RANK=$i WORLD_SIZE=$world LOCAL_RANK=0 \
@@ -120,7 +121,7 @@ trial() {
   fi
   sleep "$(printf '0.%03d' $delay_ms)"
   t_cut=$(date +%s.%N)
-  ip -n "$hub" link set "${tag}hB" down || { echo "the cut failed"; exit 1; }
+  ip -n "$hub" link set hB down || { echo "the cut failed"; exit 1; }
   echo "cut at $t_cut"
   codes=()
   for ((i = 0; i < world; i++)); do wait "${pids[$i]}"; codes[$i]=$?; done

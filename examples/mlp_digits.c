@@ -171,8 +171,14 @@ static int elastic_recover(rr_pg **pg, rr_ddp *ddp, mlp_cuda *g, int why, int64_
   double t0 = now_s();
   int old_world = rr_get_world_size(*pg), st = why;
   for (int attempt = 0; attempt < 8 && peer_failure(st); attempt++) {
-    fprintf(stderr, "mlp_digits rank %d (world %d): %s: %s; shrinking\n", rr_get_rank(*pg),
-            rr_get_world_size(*pg), rr_status_name(st), rr_last_error());
+    /* The wall-clock time: tests/test_train.sh takes the time a survivor saw the failure
+     * from it (docs/elastic.md, "Time from the kill to training resuming"). */
+    struct timespec wall;
+    if (clock_gettime(CLOCK_REALTIME, &wall) != 0) wall.tv_sec = wall.tv_nsec = 0;
+    fprintf(stderr, "mlp_digits rank %d (world %d, unix time %.6f): %s: %s; shrinking\n",
+            rr_get_rank(*pg), rr_get_world_size(*pg),
+            (double)wall.tv_sec + (double)wall.tv_nsec * 1e-9, rr_status_name(st),
+            rr_last_error());
     st = rr_pg_revoke(*pg);
     if (st != RR_OK && st != RR_EREVOKED) break;
     rr_pg *np = NULL;

@@ -91,14 +91,17 @@ if(TARGET mlp_digits)
       SKIP_RETURN_CODE 77)
   endforeach()
   # issue 26: one rank killed by SIGKILL mid-training under rrun --keep-going, --elastic; over
-  # both transports. Plain build only in practice: a run is 10 epochs twice plus a failing
-  # one (about 5 s here); under ASan or TSan it is slow but should pass too.
+  # both transports, 4 and 8 ranks. Plain build only in practice: a run is 10 epochs twice
+  # plus a failing one (about 5-8 s at 4 ranks here, 8-10 s at 8, 2 cores under load);
+  # under ASan or TSan it is slow but should pass too.
   foreach(tp tcp shm)
-    add_test(NAME ddp.train_elastic_w4_${tp}
-      COMMAND bash ${RR_TEST_DIR}/test_train.sh $<TARGET_FILE:rrun> $<TARGET_FILE:mlp_digits>
-        elastic_w4)
-    set_tests_properties(ddp.train_elastic_w4_${tp} PROPERTIES LABELS "ddp;train;elastic"
-      TIMEOUT 180 ENVIRONMENT "RR_TIMEOUT=10;RR_TRANSPORT=${tp}")
+    foreach(w 4 8)
+      add_test(NAME ddp.train_elastic_w${w}_${tp}
+        COMMAND bash ${RR_TEST_DIR}/test_train.sh $<TARGET_FILE:rrun> $<TARGET_FILE:mlp_digits>
+          elastic_w${w})
+      set_tests_properties(ddp.train_elastic_w${w}_${tp} PROPERTIES LABELS "ddp;train;elastic"
+        TIMEOUT 180 ENVIRONMENT "RR_TIMEOUT=10;RR_TRANSPORT=${tp}")
+    endforeach()
   endforeach()
   # The example on a GPU (--device cuda): skipped (77) where there is none, after checking
   # that the example says so; also under the label "cuda" for tests/gpu/run.sh.

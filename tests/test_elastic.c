@@ -425,10 +425,10 @@ static int shrink_trials(int world, int trials, int second, int slow) {
 }
 
 /* ---- nothing leaks across revoke, shrink and destroy ----
- * World 4, six rounds: in even rounds every rank shrinks (a group of all four), in odd ones
- * one rank destroys its group instead and the others shrink without it. */
+ * World W (4 unless given), six rounds: in even rounds every rank shrinks (a group of all
+ * W), in odd ones one rank destroys its group instead and the others shrink without it. */
 static int shrink_leaks(int rank, void *arg) {
-  (void)arg;
+  const int world = *(const int *)arg;
   t_rank = rank;
   int fds0 = -1, tasks0 = -1, shm0 = -1;
   for (int round = 0; round < 6; round++) {
@@ -438,22 +438,22 @@ static int shrink_leaks(int rank, void *arg) {
       shm0 = count_dir("/dev/shm", "ringreduce");
     }
     char init[128];
-    snprintf(init, sizeof init, "file:///tmp/rr_elastic_sleaks_%d_%d?rank=%d&world_size=4",
-             (int)getppid(), round, rank);
+    snprintf(init, sizeof init, "file:///tmp/rr_elastic_sleaks_%d_%d?rank=%d&world_size=%d",
+             (int)getppid(), round, rank, world);
     rr_pg_options o = RR_PG_OPTIONS_INIT;
     o.init_method = init;
     rr_pg *pg, *np = NULL;
     T_OK(rr_init_process_group(&pg, &o));
     int32_t x[64] = {0};
     T_OK(rr_all_reduce(pg, x, x, 64, RR_INT32, RR_SUM));
-    int leaver = round % 2 ? round % 4 : -1;
+    int leaver = round % 2 ? round % world : -1;
     if (rank == leaver) { /* the others' shrink may have revoked the group already */
       int st = rr_destroy_process_group(pg);
       T_CHECK(st == RR_OK || st == RR_EREVOKED, "leaving: %s: %s", rr_status_name(st),
               rr_last_error());
     } else {
       T_OK(rr_pg_shrink(pg, 0, &np));
-      int want = leaver < 0 ? 4 : 3;
+      int want = leaver < 0 ? world : world - 1;
       T_CHECK(rr_get_world_size(np) == want, "round %d: a group of %d, not %d", round,
               rr_get_world_size(np), want);
       for (int i = 0; i < 64; i++) x[i] = i;
@@ -482,7 +482,11 @@ int main(int argc, char **argv) {
   printf("%s over %s\n", s, tp ? tp : "auto");
   if (!strcmp(s, "revoke_blocked")) return t_run_all(3, revoke_blocked, NULL, 60, s);
   if (!strcmp(s, "revoke_leaks")) return t_run_all(3, revoke_leaks, NULL, 120, s);
-  if (!strcmp(s, "shrink_leaks")) return t_run_all(4, shrink_leaks, NULL, 120, s);
+  if (!strcmp(s, "shrink_leaks")) {
+    int world = argc > 2 ? atoi(argv[2]) : 4;
+    if (world < 3 || world > T_MAXW) return 2;
+    return t_run_all(world, shrink_leaks, &world, 120, s);
+  }
   if (!strcmp(s, "revoke_kill9")) {
     int codes[3], sigs[3];
     if (t_run(3, revoke_kill9, NULL, NULL, 60, codes, sigs) != 0) {
@@ -503,6 +507,6 @@ int main(int argc, char **argv) {
     return shrink_trials(world, trials, !strcmp(s, "shrink_second"), !strcmp(s, "shrink_slow"));
   }
   fprintf(stderr, "usage: test_elastic revoke_blocked|revoke_kill9|revoke_leaks|"
-                  "shrink|shrink_second|shrink_slow [world] [trials]\n");
+                  "shrink_leaks [world]|shrink|shrink_second|shrink_slow [world] [trials]\n");
   return 2;
 }

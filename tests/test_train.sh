@@ -16,8 +16,10 @@
 #              RR_TEST_SEED picks it) killed by SIGKILL mid-training: rrun exits 0 reporting
 #              the death, the 3 survivors finish with bit-identical parameters (hash
 #              all-gather) and a final accuracy within 1 point of the undisturbed run's; the
-#              time from the kill to training resuming is printed. Then the same kill without
-#              --elastic: the job must fail (the survivors cannot go on).
+#              time from the kill to training resuming is printed, split into the kill to the
+#              first survivor's failure and that to the resumption. Then the same kill
+#              without --elastic: the job must fail (the survivors cannot go on).
+#   elastic_w8  the same with 8 ranks (7 survivors).
 #   The gpu cases need a GPU: without one (or in a build without CUDA) the example must
 #   refuse --device cuda saying which, and the case then prints "skipped: no CUDA device"
 #   and exits 77.
@@ -70,14 +72,15 @@ case $case in
     [ $rc -ne 0 ] || fail "a missing data file must fail"
     want "nope.csv.gz"
     ;;
-  elastic_w4)
+  elastic_w4|elastic_w8)
+    world=${case#elastic_w} left=$((${case#elastic_w} - 1))
     common=(--device cpu --epochs 10 --checkpoint "" --comm-iters 0 --step-sleep-ms 5)
-    "$rrun" --standalone --nproc-per-node 4 "$prog" "${common[@]}" >"$tmp/out" 2>&1 ||
+    "$rrun" --standalone --nproc-per-node $world "$prog" "${common[@]}" >"$tmp/out" 2>&1 ||
       fail "the undisturbed run failed"
-    want "parameters bit-identical on all 4 ranks: yes"
+    want "parameters bit-identical on all $world ranks: yes"
     base=$(sed -n 's/^final held-out accuracy \([0-9.]*\)%$/\1/p' "$tmp/out")
     seed=${RR_TEST_SEED:-$(( $(date +%s%N) % 100000 ))}
-    victim=$((seed % 4)) delay_ms=$((seed / 4 % 500))
+    victim=$((seed % world)) delay_ms=$((seed / world % 500))
     echo "undisturbed: $base%; seed $seed: rank $victim killed ${delay_ms} ms after epoch 0"
     # kill_one ARGS...: runs the job in the background, kills rank $victim by SIGKILL
     # delay_ms after rank 0 printed epoch 0's line (the job then is mid-training), waits.
@@ -86,7 +89,7 @@ case $case in
       # Emptied here, before the job starts: its own redirection runs in the background, so
       # the loop below could otherwise read the previous run's "epoch  0" and kill too early.
       : >"$tmp/out"
-      timeout 90 "$rrun" --standalone --nproc-per-node 4 --keep-going "$prog" "${common[@]}" \
+      timeout 90 "$rrun" --standalone --nproc-per-node $world --keep-going "$prog" "${common[@]}" \
         "$@" >>"$tmp/out" 2>&1 &
       local rp=$! i k pid=
       # Up to 60 s: on a loaded machine the start and the first epoch can take several
@@ -101,7 +104,7 @@ case $case in
       done
       [ -n "$pid" ] || { wait $rp; fail "rank $victim was not found running"; }
       sleep "$(printf '0.%03d' $delay_ms)"
-      kill_at=$(date +%s.%N)
+      kill_at=${EPOCHREALTIME:-$(date +%s.%N)} # bash 5: no fork between the time and the kill
       kill -9 "$pid" || { wait $rp; fail "rank $victim ended before the kill"; }
       wait $rp
       rc=$?
@@ -110,14 +113,19 @@ case $case in
     cat "$tmp/out"
     [ $rc -eq 0 ] || fail "exit code $rc with --elastic"
     want "rrun: rank $victim (local rank $victim, pid [0-9]*) failed: killed by signal SIGKILL"
-    want "elastic: world 4 -> 3"
-    want "parameters bit-identical on all 3 ranks: yes"
+    want "elastic: world $world -> $left"
+    want "parameters bit-identical on all $left ranks: yes"
     acc=$(sed -n 's/^final held-out accuracy \([0-9.]*\)%$/\1/p' "$tmp/out")
     awk -v a="$acc" -v b="$base" 'BEGIN { d = a - b; exit !(d <= 1 && d >= -1) }' ||
       fail "accuracy $acc% is not within 1 point of the undisturbed run's $base%"
-    resumed=$(sed -n 's/.*(unix time \([0-9.]*\)).*/\1/p' "$tmp/out" | head -1)
-    awk -v r="$resumed" -v k="$kill_at" \
-      'BEGIN { printf "elastic: accuracy %s%% (undisturbed %s%%); kill to resume %.1f ms\n", "'"$acc"'", "'"$base"'", (r - k) * 1e3 }'
+    # The new rank 0's resumption, and each survivor's first sight of the failure (its first
+    # "shrinking" line, still in the old world).
+    resumed=$(sed -n 's/^elastic: world .* resuming .*(unix time \([0-9.]*\)).*/\1/p' "$tmp/out" | head -1)
+    seen=$(sed -n "s/^mlp_digits rank [0-9]* (world $world, unix time \\([0-9.]*\\)).*shrinking\$/\\1/p" "$tmp/out" | sort -n)
+    [ -n "$resumed" ] && [ -n "$seen" ] || fail "no resumption or failure time printed"
+    awk -v r="$resumed" -v k="$kill_at" -v f="$(echo "$seen" | head -1)" \
+      -v l="$(echo "$seen" | tail -1)" -v n="$(echo "$seen" | wc -l)" \
+      'BEGIN { printf "elastic: accuracy %s%% (undisturbed %s%%); kill to resume %.1f ms: kill to the first survivor seeing the failure %.1f ms (the last of %d: %.1f ms), then to resumed %.1f ms\n", "'"$acc"'", "'"$base"'", (r - k) * 1e3, (f - k) * 1e3, n, (l - k) * 1e3, (r - f) * 1e3 }'
     # Without --elastic the same kill ends the job: the survivors exit non-zero.
     kill_one
     [ $rc -ne 0 ] || fail "without --elastic the job survived the kill"

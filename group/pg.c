@@ -292,8 +292,8 @@ int rr_new_group(rr_pg *parent, const int *ranks, int nranks, int64_t timeout_ms
   if (!parent || !group || !ranks || nranks < 1)
     return rr__set_error(RR_EINVAL, "new_group: need a parent group, a rank list and an output");
   if (!parent->world->store) /* the same verdict on every rank: no barrier needed */
-    return rr__set_error(RR_ENOTSUP, "rank %d: new_group: a group made by rr_pg_shrink has no "
-                         "rendezvous store to set a subgroup up through",
+    return rr__set_error(RR_ENOTSUP, "rank %d: new_group: a group made by rr_pg_shrink or "
+                         "rr_pg_grow has no rendezvous store to set a subgroup up through",
                          parent->global_ranks[parent->rank]);
   int me = parent->global_ranks[parent->rank];
   if (nranks > parent->size)

@@ -35,3 +35,15 @@ foreach(tp tcp shm)
   set_tests_properties(elastic_shrink_slow_w5_${tp} PROPERTIES TIMEOUT 120
     LABELS "core;elastic" ENVIRONMENT "RR_TIMEOUT=1;RR_GRACE_PERIOD=2;RR_TRANSPORT=${tp}")
 endforeach()
+
+# Growing back (tests/test_grow.c): kill, shrink to 3, grow by one or two newcomer
+# processes; a growth nobody comes to (short timeout: the members fail and keep their old
+# group); a newcomer with another job's token; nothing leaks over rounds of growth.
+rr_core_test(test_grow)
+foreach(tp tcp shm)
+  foreach(s back back2 nobody token leaks)
+    add_test(NAME elastic_grow_${s}_${tp} COMMAND test_grow ${s})
+    set_tests_properties(elastic_grow_${s}_${tp} PROPERTIES TIMEOUT 120 LABELS "core;elastic"
+      ENVIRONMENT "RR_TIMEOUT=10;RR_GRACE_PERIOD=2;RR_TRANSPORT=${tp}")
+  endforeach()
+endforeach()

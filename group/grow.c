@@ -14,9 +14,12 @@
  * call returns (the port is free for the next growth), so rr_new_group on it is
  * RR_ENOTSUP, as on a shrunk group. Connections between members are made afresh: the old
  * group stays alive until the caller destroys it, so its sockets cannot move over. */
+#include <errno.h>
+#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "common/log.h"
 #include "common/param.h"
@@ -145,7 +148,16 @@ int rr_pg_grow(rr_pg *pg, const char *addr, int nnew, int flags, rr_pg **newpg) 
   int32_t opened = RR_OK;
   char why[RR__ERRMSG_MAX] = "";
   if (pg->rank == 0) {
-    opened = rr__store_tcp_open(host, port, 1, timeout, token[0] ? token : NULL, &store);
+    if (pg->grow_lfd >= 0 && pg->grow_port == port) {
+      /* rr_pg_grow_pending's listener: the newcomers already queued on it are served. */
+      int lfd = pg->grow_lfd;
+      pg->grow_lfd = -1;
+      opened = rr__store_tcp_serve_fd(host, port, lfd, timeout, token[0] ? token : NULL, &store);
+    } else {
+      if (pg->grow_lfd >= 0) close(pg->grow_lfd); /* another port's: not this growth's */
+      pg->grow_lfd = -1;
+      opened = rr__store_tcp_open(host, port, 1, timeout, token[0] ? token : NULL, &store);
+    }
     if (opened == RR_OK) {
       char info[128];
       int n = snprintf(info, sizeof info, "%d %d %s", pg->size, size, id);
@@ -207,6 +219,78 @@ int rr_pg_grow(rr_pg *pg, const char *addr, int nnew, int flags, rr_pg **newpg) 
   RR__LOG_INFO(RR__SUB_INIT, "group %s grew from %d to %d ranks: this rank is %d of group %s",
                pg->id, pg->size, size, np->rank, np->id);
   *newpg = np;
+  return RR_OK;
+}
+
+/* Rank 0's listener on the growth's port, on the wildcard address of host's family (as
+ * the store would bind). */
+static int rr__grow_listen(const char *host, int port, int *lfd) {
+  rr__addr a, any;
+  RR__CHECK(rr__addr_resolve(host, port, &a));
+  memset(&any, 0, sizeof any);
+  if (a.ss.ss_family == AF_INET6) {
+    struct sockaddr_in6 *a6 = (struct sockaddr_in6 *)&any.ss;
+    a6->sin6_family = AF_INET6;
+    a6->sin6_addr = in6addr_any;
+    any.len = sizeof *a6;
+  } else {
+    struct sockaddr_in *a4 = (struct sockaddr_in *)&any.ss;
+    a4->sin_family = AF_INET;
+    a4->sin_addr.s_addr = htonl(INADDR_ANY);
+    any.len = sizeof *a4;
+  }
+  rr__addr_set_port(&any, port);
+  rr__addr bound;
+  return rr__sock_listen(&any, 64, 1, lfd, &bound);
+}
+
+int rr_pg_grow_pending(rr_pg *pg, const char *addr, int *waiting) {
+  if (waiting) *waiting = 0;
+  if (!pg || !waiting)
+    return rr__set_error(RR_EINVAL, "rr_pg_grow_pending: need a group and an output");
+  int me = pg->global_ranks[pg->rank];
+  char host[256];
+  int port = 0;
+  int st = rr__grow_addr(addr, host, sizeof host, &port);
+  if (st != RR_OK) return rr__prefix_error(st, "rank %d: rr_pg_grow_pending", me);
+  int32_t v = 0; /* rank 0's answer: 1 someone waits, 0 nobody, < 0 its error */
+  char why[RR__ERRMSG_MAX] = "";
+  if (pg->rank == 0) {
+    if (pg->grow_lfd >= 0 && pg->grow_port != port) {
+      close(pg->grow_lfd);
+      pg->grow_lfd = -1;
+    }
+    if (pg->grow_lfd < 0) {
+      v = rr__grow_listen(host, port, &pg->grow_lfd);
+      if (v == RR_OK)
+        pg->grow_port = port;
+      else
+        snprintf(why, sizeof why, "%s", rr__error());
+    }
+    if (v == RR_OK) {
+      /* A connection in the listener's queue is a newcomer's store client, waiting for
+       * the store's greeting (its own timeout bounds the wait). */
+      struct pollfd pf = {.fd = pg->grow_lfd, .events = POLLIN};
+      int rc = poll(&pf, 1, 0);
+      if (rc < 0 && errno != EINTR) {
+        v = rr__set_error(RR_ESYS, "poll: %s", strerror(errno));
+        snprintf(why, sizeof why, "%s", rr__error());
+      } else {
+        v = rc > 0 && (pf.revents & POLLIN);
+      }
+    }
+  }
+  st = rr_broadcast(pg, &v, &v, 1, RR_INT32, pg->global_ranks[0]);
+  if (st != RR_OK) return rr__prefix_error(st, "rank %d: rr_pg_grow_pending", me);
+  if (v < 0) {
+    if (pg->rank == 0)
+      rr__copy_error(why);
+    else
+      rr__set_error(v, "rank %d could not listen for newcomers at %s:%d", pg->global_ranks[0], host,
+                    port);
+    return rr__prefix_error(v, "rank %d: rr_pg_grow_pending", me);
+  }
+  *waiting = v;
   return RR_OK;
 }
 

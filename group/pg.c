@@ -8,6 +8,7 @@
 #include <string.h>
 #include <sys/random.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "common/log.h"
 #include "common/param.h"
@@ -77,6 +78,7 @@ int rr_pg_revoke(rr_pg *pg) {
 void rr__pg_free(rr_pg *pg) {
   if (!pg) return;
   if (pg->comm) rr__comm_free(pg->comm);
+  if (pg->grow_lfd >= 0) close(pg->grow_lfd);
   rr__cuda_pg_free(pg);
   pthread_mutex_destroy(&pg->mu);
   pthread_cond_destroy(&pg->cv);
@@ -97,6 +99,7 @@ int rr__pg_new(int size, rr_pg **out) {
   pthread_mutex_init(&pg->kids_mu, NULL);
   pg->size = size;
   pg->device = -1;
+  pg->grow_lfd = -1;
   pg->global_ranks = rr__calloc((size_t)size, sizeof *pg->global_ranks);
   pg->cs.global_ranks = pg->global_ranks;
   pg->cs.p2p_sent = rr__calloc((size_t)size, sizeof *pg->cs.p2p_sent);

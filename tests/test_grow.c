@@ -12,6 +12,8 @@
  *           naming the missing rank, and the old group still works (an exact all_reduce).
  * token     RR_JOB_TOKEN set: a newcomer with another token is refused at once with an
  *           error about the token; a newcomer with the job's joins and the group grows.
+ * pending   world 3 polls rr_pg_grow_pending at every step: nobody at the first; then a
+ *           newcomer starts, every member sees it at the same step, and they grow.
  * leaks     world 3, six rounds of init, grow by one (the same newcomer process joins each
  *           round; every other round nobody comes and the growth times out), destroy: open
  *           fds, threads and /dev/shm entries equal before and after, on every process.
@@ -187,6 +189,48 @@ static int token_rank(int id, void *arg) {
   return rc;
 }
 
+/* ---- pending: members poll at each step; a newcomer arrives; all grow at one step ---- */
+static int pending_rank(int id, void *arg) {
+  grow_case *gc = arg;
+  t_rank = id;
+  int survivors[G_MAXW] = {0, 1, 2};
+  if (id == 3) {
+    while (gc->go < 1) usleep(1000); /* after the members' first poll said nobody */
+    rr_pg *np = NULL;
+    T_OK(rr_pg_join(gc->addr, NULL, &np));
+    int rc = grown_use(np, id, gc, survivors, 3);
+    T_OK(rr_destroy_process_group(np));
+    return rc;
+  }
+  rr_pg *pg, *np = NULL;
+  if (join_world(&pg, id, 3) != RR_OK) return G_RETRY;
+  int step = 0, waiting = 0;
+  for (; step < 100000; step++) {
+    int32_t x = id + 1;
+    T_OK(rr_all_reduce(pg, &x, &x, 1, RR_INT32, RR_SUM));
+    T_CHECK(x == 6, "step %d: sum %d", step, (int)x);
+    T_OK(rr_pg_grow_pending(pg, gc->addr, &waiting));
+    if (step == 0) {
+      T_CHECK(!waiting, "a newcomer waiting before any was started");
+      if (id == 0) gc->go = 1;
+    }
+    /* Every member saw the same answer at the same step (rank 0's, broadcast). */
+    int32_t seen[3], w = waiting;
+    T_OK(rr_all_gather(pg, &w, seen, 1, RR_INT32));
+    T_CHECK(seen[0] == w && seen[1] == w && seen[2] == w, "step %d: answers %d %d %d", step,
+            (int)seen[0], (int)seen[1], (int)seen[2]);
+    if (waiting) break;
+    usleep(2000);
+  }
+  T_CHECK(waiting, "the newcomer never showed");
+  if (id == 0) printf("pending: the newcomer was seen waiting at step %d\n", step);
+  T_OK(rr_pg_grow(pg, gc->addr, 1, 0, &np));
+  int rc = grown_use(np, id, gc, survivors, 3);
+  T_OK(rr_destroy_process_group(np));
+  T_OK(rr_destroy_process_group(pg));
+  return rc;
+}
+
 /* ---- leaks: rounds of grow (and of a growth nobody comes to), on every process ---- */
 static int leaks_rank(int id, void *arg) {
   grow_case *gc = arg;
@@ -222,6 +266,8 @@ static int leaks_rank(int id, void *arg) {
     T_OK(rr_init_process_group(&pg, &o));
     if (comes) {
       if (id == 0) gc->go = round + 1;
+      int waiting = 0;
+      while (!waiting) T_OK(rr_pg_grow_pending(pg, gc->addr, &waiting));
       T_OK(rr_pg_grow(pg, gc->addr, 1, 0, &np));
       if (grown_use(np, id, gc, survivors, 3)) return 1;
       T_OK(rr_destroy_process_group(np));
@@ -303,6 +349,7 @@ int main(int argc, char **argv) {
     return run(s, gc, 5, token_rank);
   }
   if (!strcmp(s, "leaks")) return run(s, gc, 4, leaks_rank);
-  fprintf(stderr, "usage: test_grow back|back2|nobody|token|leaks\n");
+  if (!strcmp(s, "pending")) return run(s, gc, 4, pending_rank);
+  fprintf(stderr, "usage: test_grow back|back2|nobody|token|leaks|pending\n");
   return 2;
 }

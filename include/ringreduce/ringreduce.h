@@ -229,6 +229,15 @@ int rr_pg_shrink(rr_pg *pg, int flags, rr_pg **newpg);
  * connections are not reused). flags: 0 (reserved). */
 int rr_pg_grow(rr_pg *pg, const char *addr, int nnew, int flags, rr_pg **newpg);
 
+/* Is a newcomer waiting to join at addr (NULL or "": $RR_GROW_ADDR)? Collective on every
+ * member of pg, cheap (one broadcast of an int): the group's rank 0 keeps a listener on
+ * addr's port from the first call until pg is destroyed (or rr_pg_grow takes it over), and
+ * *waiting is 1 on every member when a newcomer's connection is queued on it, else 0. Meant
+ * for a step boundary: when it says 1, every member calls rr_pg_grow(pg, addr, 1, ...) at
+ * the same step. A newcomer's rr_pg_join waits on the queued connection (within its own
+ * timeout) until the growth serves it. */
+int rr_pg_grow_pending(rr_pg *pg, const char *addr, int *waiting);
+
 /* A newcomer's side of rr_pg_grow: connect to the growth's store at addr (NULL or "":
  * $RR_GROW_ADDR), retrying until the members open it, take the next newcomer's rank and
  * set the grown group up with them. opt: NULL, or its timeout_ms (0: $RR_TIMEOUT) and

@@ -49,12 +49,16 @@ foreach(tp tcp shm)
 endforeach()
 
 # The training example grows back (tests/test_grow_train.sh): a rank killed, the survivors
-# shrink to 3, a newcomer process joins them at a step boundary, 4 ranks finish.
+# shrink to 3, a newcomer process joins them at a step boundary (started by hand, or by
+# rrun --replace), 4 ranks finish.
 if(TARGET mlp_digits)
   foreach(tp tcp shm)
-    add_test(NAME ddp.train_grow_w4_${tp}
-      COMMAND bash ${RR_TEST_DIR}/test_grow_train.sh $<TARGET_FILE:rrun> $<TARGET_FILE:mlp_digits>)
-    set_tests_properties(ddp.train_grow_w4_${tp} PROPERTIES LABELS "ddp;train;elastic"
-      TIMEOUT 180 ENVIRONMENT "RR_TIMEOUT=10;RR_TRANSPORT=${tp}")
+    foreach(case hand replace)
+      add_test(NAME ddp.train_grow_${case}_w4_${tp}
+        COMMAND bash ${RR_TEST_DIR}/test_grow_train.sh $<TARGET_FILE:rrun>
+          $<TARGET_FILE:mlp_digits> ${case})
+      set_tests_properties(ddp.train_grow_${case}_w4_${tp} PROPERTIES LABELS "ddp;train;elastic"
+        TIMEOUT 180 ENVIRONMENT "RR_TIMEOUT=10;RR_TRANSPORT=${tp}")
+    endforeach()
   endforeach()
 endif()

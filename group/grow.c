@@ -331,7 +331,10 @@ int rr_pg_join(const char *addr, const rr_pg_options *opt, rr_pg **newpg) {
     rank = members + (int)ticket - 1;
     rr__log_set_rank(rank);
     rr_pg like = {.local_rank = -1, .local_size = 0, .device = opt ? opt->device : -1};
-    st = rr__grow_connect(store, id, rank, size, host, timeout, deadline, &like, &np);
+    /* As init's rr_pg_options.device: made current here, on the calling thread. */
+    if (like.device >= 0) st = rr__cuda_pg_use_device(like.device, rank);
+    if (st == RR_OK)
+      st = rr__grow_connect(store, id, rank, size, host, timeout, deadline, &like, &np);
   }
   if (st == RR_OK) {
     st = rr__grow_commit(np);

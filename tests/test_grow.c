@@ -12,6 +12,8 @@
  *           naming the missing rank, and the old group still works (an exact all_reduce).
  * token     RR_JOB_TOKEN set: a newcomer with another token is refused at once with an
  *           error about the token; a newcomer with the job's joins and the group grows.
+ * orphan    a newcomer with nobody growing at its address fails with RR_ETIMEDOUT
+ *           ("cannot reach the rendezvous store") at its own timeout (1.5 s).
  * pending   world 3 polls rr_pg_grow_pending at every step: nobody at the first; then a
  *           newcomer starts, every member sees it at the same step, and they grow.
  * leaks     world 3, six rounds of init, grow by one (the same newcomer process joins each
@@ -154,6 +156,25 @@ static int nobody_rank(int id, void *arg) {
   for (int i = 0; i < 256; i++)
     T_CHECK(x[i] == 6 * i, "old group after: element %d: %d", i, (int)x[i]);
   T_OK(rr_destroy_process_group(pg));
+  return 0;
+}
+
+/* ---- orphan: a newcomer with nobody growing gives up at its own timeout ---- */
+static int orphan_rank(int id, void *arg) {
+  grow_case *gc = arg;
+  t_rank = id;
+  rr_pg_options o = RR_PG_OPTIONS_INIT;
+  o.timeout_ms = gc->timeout_ms;
+  rr_pg *np = (rr_pg *)&np;
+  double t0 = t_now();
+  int st = rr_pg_join(gc->addr, &o, &np);
+  double dt = t_now() - t0;
+  T_CHECK(st == RR_ETIMEDOUT && np == NULL, "join with nobody growing: %s: %s",
+          rr_status_name(st), rr_last_error());
+  T_HAS(rr_last_error(), "rr_pg_join at 127.0.0.1:");
+  T_HAS(rr_last_error(), "cannot reach the rendezvous store");
+  T_CHECK(dt < 10.0 * gc->timeout_ms / 1000.0 + 5.0, "the failed join took %.2f s", dt);
+  printf("orphan: error after %.2f s: %s\n", dt, rr_last_error());
   return 0;
 }
 
@@ -350,6 +371,7 @@ int main(int argc, char **argv) {
   }
   if (!strcmp(s, "leaks")) return run(s, gc, 4, leaks_rank);
   if (!strcmp(s, "pending")) return run(s, gc, 4, pending_rank);
-  fprintf(stderr, "usage: test_grow back|back2|nobody|token|leaks|pending\n");
+  if (!strcmp(s, "orphan")) return run(s, gc, 1, orphan_rank);
+  fprintf(stderr, "usage: test_grow back|back2|nobody|token|leaks|pending|orphan\n");
   return 2;
 }

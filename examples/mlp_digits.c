@@ -44,6 +44,7 @@
 #include "ringreduce/sampler.h"
 
 #define NTRAIN 1437
+#define GROW_WAIT_MS 10000 /* --elastic: how long the ranks wait for a newcomer to join */
 
 enum { DEV_AUTO, DEV_CPU, DEV_CUDA };
 
@@ -219,7 +220,9 @@ static int elastic_grow(rr_pg **pg, rr_ddp **ddp, const rr_ddp_tensor *params, i
   if (st != RR_OK || !waiting) return st;
   double t0 = now_s();
   rr_pg *np = NULL;
-  st = rr_pg_grow(*pg, NULL, 1, 0, &np);
+  /* A queued connection that is no working newcomer (refused for its token, dead since)
+   * costs this wait, not the group's whole timeout; a live newcomer is already connected. */
+  st = rr_pg_grow(*pg, NULL, 1, GROW_WAIT_MS, 0, &np);
   if (st != RR_OK) {
     fprintf(stderr, "mlp_digits rank %d: a newcomer could not join: %s: %s; going on with %d "
             "ranks\n", rr_get_rank(*pg), rr_status_name(st), rr_last_error(),

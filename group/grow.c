@@ -62,7 +62,8 @@ static int rr__grow_addr(const char *addr, char *host, size_t hn, int *port) {
 /* A world group of `size` with this rank, connected through `store` and with its worker
  * running. Global rank = rank. */
 static int rr__grow_connect(rr_store *store, const char *id, int rank, int size, const char *host,
-                            int64_t timeout_ms, int64_t deadline, const rr_pg *like, rr_pg **out) {
+                            int64_t timeout_ms, int64_t wait_ms, int64_t deadline,
+                            const rr_pg *like, rr_pg **out) {
   rr_pg *np = NULL;
   *out = NULL;
   RR__CHECK(rr__pg_new(size, &np));
@@ -89,7 +90,7 @@ static int rr__grow_connect(rr_store *store, const char *id, int rank, int size,
                 .global_ranks = np->global_ranks,
                 .hint = np->have_hint ? &np->hint : NULL,
                 .deadline_ms = deadline,
-                .timeout_ms = timeout_ms,
+                .timeout_ms = wait_ms,
                 .token_key = np->have_token ? np->token_key : NULL};
   int st = rr__bootstrap(&b, &np->comm);
   if (st == RR_OK) st = rr__pg_run_worker(np);
@@ -118,12 +119,12 @@ static int rr__grow_commit(rr_pg *np) {
   return RR_OK;
 }
 
-int rr_pg_grow(rr_pg *pg, const char *addr, int nnew, int flags, rr_pg **newpg) {
+int rr_pg_grow(rr_pg *pg, const char *addr, int nnew, int64_t wait_ms, int flags, rr_pg **newpg) {
   if (newpg) *newpg = NULL;
-  if (!pg || !newpg || nnew < 1 || flags != 0)
+  if (!pg || !newpg || nnew < 1 || wait_ms < 0 || flags != 0)
     return rr__set_error(RR_EINVAL,
-                         "rr_pg_grow: need a group, an output and at least one "
-                         "newcomer; flags must be 0");
+                         "rr_pg_grow: need a group, an output, at least one "
+                         "newcomer and a wait >= 0; flags must be 0");
   int me = pg->global_ranks[pg->rank], root = pg->global_ranks[0];
   if ((int64_t)pg->size + nnew > 1 << 20)
     return rr__set_error(RR_EINVAL, "rank %d: rr_pg_grow: %d + %d ranks is too many", me, pg->size,
@@ -136,7 +137,9 @@ int rr_pg_grow(rr_pg *pg, const char *addr, int nnew, int flags, rr_pg **newpg) 
   if (st != RR_OK) return rr__prefix_error(st, "rank %d: rr_pg_grow", me);
   int64_t timeout = atomic_load(&pg->timeout_override);
   if (timeout <= 0) timeout = pg->timeout_ms;
-  int64_t deadline = rr__deadline(timeout);
+  /* How long the members wait for the newcomers; the grown group keeps the old timeout. */
+  int64_t wait = wait_ms > 0 ? wait_ms : timeout;
+  int64_t deadline = rr__deadline(wait);
   int size = pg->size + nnew;
   char id[RR__GROUP_ID_MAX];
   snprintf(id, sizeof id, "%.40s~g", pg->id);
@@ -179,11 +182,10 @@ int rr_pg_grow(rr_pg *pg, const char *addr, int nnew, int flags, rr_pg **newpg) 
                     port);
     return rr__prefix_error(opened, "rank %d: rr_pg_grow", me);
   }
-  if (pg->rank != 0)
-    st = rr__store_tcp_open(host, port, 0, timeout, token[0] ? token : NULL, &store);
+  if (pg->rank != 0) st = rr__store_tcp_open(host, port, 0, wait, token[0] ? token : NULL, &store);
   rr_pg *np = NULL;
   if (st == RR_OK)
-    st = rr__grow_connect(store, id, pg->rank, size, host, timeout, deadline, pg, &np);
+    st = rr__grow_connect(store, id, pg->rank, size, host, timeout, wait, deadline, pg, &np);
   if (st != RR_OK) snprintf(why, sizeof why, "%s", rr__error());
 
   /* Every member keeps the new group or none does: the decision runs on the old group,
@@ -313,9 +315,24 @@ int rr_pg_join(const char *addr, const rr_pg_options *opt, rr_pg **newpg) {
   int members = 0, size = 0, rank = -1;
   char id[RR__GROUP_ID_MAX] = "", text[128];
   /* Connecting retries until the deadline: the members open the store at their next
-   * step boundary, which may be a while. */
-  st = rr__store_tcp_open(host, port, 0, timeout, token[0] ? token : NULL, &store);
-  if (st == RR_OK) st = rr_store_get(store, RR__GROW_INFO, &v, &vl);
+   * step boundary, which may be a while. A connection that closes before this newcomer
+   * has a ticket is tried again too: it may have been queued on the listener of a group
+   * that was destroyed since (a shrink after a death), or met a growth that gave up.
+   * Refusals (the token, the protocol: RR_EPROTO) are final. */
+  for (;;) {
+    int64_t left = rr__ms_left(deadline);
+    st = rr__store_tcp_open(host, port, 0, RR__MAX(left, 1), token[0] ? token : NULL, &store);
+    if (st == RR_OK) st = rr_store_get(store, RR__GROW_INFO, &v, &vl);
+    if (st == RR_OK || st == RR_EPROTO || st == RR_EINVAL || st == RR_ENOMEM ||
+        rr__ms_left(deadline) < 100)
+      break;
+    RR__LOG_INFO(RR__SUB_INIT, "rr_pg_join: trying again after: %s", rr__error());
+    rr_store_free(store);
+    store = NULL;
+    free(v);
+    v = NULL;
+    usleep(50 * 1000);
+  }
   if (st == RR_OK) {
     snprintf(text, sizeof text, "%.*s", (int)RR__MIN(vl, sizeof text - 1), (const char *)v);
     if (sscanf(text, "%d %d %47s", &members, &size, id) != 3 || members < 1 || size <= members)
@@ -334,7 +351,7 @@ int rr_pg_join(const char *addr, const rr_pg_options *opt, rr_pg **newpg) {
     /* As init's rr_pg_options.device: made current here, on the calling thread. */
     if (like.device >= 0) st = rr__cuda_pg_use_device(like.device, rank);
     if (st == RR_OK)
-      st = rr__grow_connect(store, id, rank, size, host, timeout, deadline, &like, &np);
+      st = rr__grow_connect(store, id, rank, size, host, timeout, timeout, deadline, &like, &np);
   }
   if (st == RR_OK) {
     st = rr__grow_commit(np);

@@ -16,6 +16,8 @@
  *           ("cannot reach the rendezvous store") at its own timeout (1.5 s).
  * pending   world 3 polls rr_pg_grow_pending at every step: nobody at the first; then a
  *           newcomer starts, every member sees it at the same step, and they grow.
+ * requeue   the newcomer's connection is queued on rank 0's listener, then that group is
+ *           destroyed (as after a death) and another grows at the address: it joins that one.
  * leaks     world 3, six rounds of init, grow by one (the same newcomer process joins each
  *           round; every other round nobody comes and the growth times out), destroy: open
  *           fds, threads and /dev/shm entries equal before and after, on every process.
@@ -123,7 +125,7 @@ static int back_rank(int id, void *arg) {
   T_OK(rr_pg_shrink(pg, 0, &sp));
   T_CHECK(rr_get_world_size(sp) == ns, "shrunk to %d", rr_get_world_size(sp));
   (void)rr_destroy_process_group(pg);
-  T_OK(rr_pg_grow(sp, gc->addr, gc->nnew, 0, &np));
+  T_OK(rr_pg_grow(sp, gc->addr, gc->nnew, 0, 0, &np));
   int rc = grown_use(np, id, gc, survivors, ns);
   T_OK(rr_destroy_process_group(np));
   T_OK(rr_destroy_process_group(sp));
@@ -138,7 +140,7 @@ static int nobody_rank(int id, void *arg) {
   if (join_world(&pg, id, gc->world) != RR_OK) return G_RETRY;
   T_OK(rr_pg_set_timeout(pg, gc->timeout_ms));
   double t0 = t_now();
-  int st = rr_pg_grow(pg, gc->addr, 1, 0, &np);
+  int st = rr_pg_grow(pg, gc->addr, 1, 0, 0, &np);
   double dt = t_now() - t0;
   T_CHECK(st == RR_ETIMEDOUT, "grow with nobody coming: %s: %s", rr_status_name(st),
           rr_last_error());
@@ -157,6 +159,45 @@ static int nobody_rank(int id, void *arg) {
     T_CHECK(x[i] == 6 * i, "old group after: element %d: %d", i, (int)x[i]);
   T_OK(rr_destroy_process_group(pg));
   return 0;
+}
+
+/* ---- requeue: the newcomer's connection was queued on a group destroyed since ---- */
+static int requeue_rank(int id, void *arg) {
+  grow_case *gc = arg;
+  t_rank = id;
+  int survivors[G_MAXW] = {0, 1, 2};
+  if (id == 3) {
+    while (gc->go < 1) usleep(1000); /* once rank 0 listens */
+    rr_pg *np = NULL;
+    T_OK(rr_pg_join(gc->addr, NULL, &np));
+    int rc = grown_use(np, id, gc, survivors, 3);
+    T_OK(rr_destroy_process_group(np));
+    return rc;
+  }
+  rr_pg *pg, *pg2, *np = NULL;
+  if (join_world(&pg, id, 3) != RR_OK) return G_RETRY;
+  int waiting = 0;
+  T_OK(rr_pg_grow_pending(pg, gc->addr, &waiting));
+  if (id == 0) gc->go = 1;
+  while (!waiting) T_OK(rr_pg_grow_pending(pg, gc->addr, &waiting));
+  /* The group goes (as after a death, before the shrink), closing the listener with the
+   * newcomer's connection in its queue; a second group grows at the same address. */
+  T_OK(rr_barrier(pg));
+  T_OK(rr_destroy_process_group(pg));
+  char init[128];
+  snprintf(init, sizeof init, "file:///tmp/rr_grow_requeue_%d?rank=%d&world_size=3",
+           (int)getppid(), id);
+  rr_pg_options o = RR_PG_OPTIONS_INIT;
+  o.init_method = init;
+  T_OK(rr_init_process_group(&pg2, &o));
+  T_OK(rr_pg_grow(pg2, gc->addr, 1, 0, 0, &np));
+  int rc = grown_use(np, id, gc, survivors, 3);
+  T_OK(rr_destroy_process_group(np));
+  T_OK(rr_destroy_process_group(pg2));
+  init[strcspn(init, "?")] = '\0';
+  if (unlink(init + strlen("file://")) != 0 && errno != ENOENT)
+    T_FAIL("unlink %s: %s", init + strlen("file://"), strerror(errno));
+  return rc;
 }
 
 /* ---- orphan: a newcomer with nobody growing gives up at its own timeout ---- */
@@ -203,7 +244,7 @@ static int token_rank(int id, void *arg) {
   }
   rr_pg *pg, *np = NULL;
   if (join_world(&pg, id, 3) != RR_OK) return G_RETRY;
-  T_OK(rr_pg_grow(pg, gc->addr, 1, 0, &np));
+  T_OK(rr_pg_grow(pg, gc->addr, 1, 0, 0, &np));
   int rc = grown_use(np, id, gc, survivors, 3);
   T_OK(rr_destroy_process_group(np));
   T_OK(rr_destroy_process_group(pg));
@@ -245,7 +286,7 @@ static int pending_rank(int id, void *arg) {
   }
   T_CHECK(waiting, "the newcomer never showed");
   if (id == 0) printf("pending: the newcomer was seen waiting at step %d\n", step);
-  T_OK(rr_pg_grow(pg, gc->addr, 1, 0, &np));
+  T_OK(rr_pg_grow(pg, gc->addr, 1, 0, 0, &np));
   int rc = grown_use(np, id, gc, survivors, 3);
   T_OK(rr_destroy_process_group(np));
   T_OK(rr_destroy_process_group(pg));
@@ -289,12 +330,12 @@ static int leaks_rank(int id, void *arg) {
       if (id == 0) gc->go = round + 1;
       int waiting = 0;
       while (!waiting) T_OK(rr_pg_grow_pending(pg, gc->addr, &waiting));
-      T_OK(rr_pg_grow(pg, gc->addr, 1, 0, &np));
+      T_OK(rr_pg_grow(pg, gc->addr, 1, 0, 0, &np));
       if (grown_use(np, id, gc, survivors, 3)) return 1;
       T_OK(rr_destroy_process_group(np));
     } else {
-      T_OK(rr_pg_set_timeout(pg, gc->timeout_ms));
-      int st = rr_pg_grow(pg, gc->addr, 1, 0, &np);
+      /* The wait as rr_pg_grow's argument here (nobody: as the group's timeout). */
+      int st = rr_pg_grow(pg, gc->addr, 1, gc->timeout_ms, 0, &np);
       T_CHECK(st == RR_ETIMEDOUT && !np, "round %d: %s: %s", round, rr_status_name(st),
               rr_last_error());
     }
@@ -372,6 +413,7 @@ int main(int argc, char **argv) {
   if (!strcmp(s, "leaks")) return run(s, gc, 4, leaks_rank);
   if (!strcmp(s, "pending")) return run(s, gc, 4, pending_rank);
   if (!strcmp(s, "orphan")) return run(s, gc, 1, orphan_rank);
-  fprintf(stderr, "usage: test_grow back|back2|nobody|token|leaks|pending|orphan\n");
+  if (!strcmp(s, "requeue")) return run(s, gc, 4, requeue_rank);
+  fprintf(stderr, "usage: test_grow back|back2|nobody|token|leaks|pending|orphan|requeue\n");
   return 2;
 }

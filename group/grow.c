@@ -137,8 +137,10 @@ int rr_pg_grow(rr_pg *pg, const char *addr, int nnew, int64_t wait_ms, int flags
   if (st != RR_OK) return rr__prefix_error(st, "rank %d: rr_pg_grow", me);
   int64_t timeout = atomic_load(&pg->timeout_override);
   if (timeout <= 0) timeout = pg->timeout_ms;
-  /* How long the members wait for the newcomers; the grown group keeps the old timeout. */
-  int64_t wait = wait_ms > 0 ? wait_ms : timeout;
+  /* How long the members wait for the newcomers; the grown group keeps the old timeout.
+   * Never longer than that timeout: a member that failed early waits for the others in the
+   * old group's agreement below, which must not time out (and fail the old group) first. */
+  int64_t wait = wait_ms > 0 && wait_ms < timeout ? wait_ms : timeout;
   int64_t deadline = rr__deadline(wait);
   int size = pg->size + nnew;
   char id[RR__GROUP_ID_MAX];

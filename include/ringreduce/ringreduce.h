@@ -223,10 +223,12 @@ int rr_pg_shrink(rr_pg *pg, int flags, rr_pg **newpg);
  * members first, in pg's order (rank r stays r), then the newcomers in the order they
  * reached the store; global rank = rank. It has no store afterwards (rr_new_group on it is
  * RR_ENOTSUP). Every member keeps it or none does: when a newcomer does not come within
- * wait_ms (0: pg's timeout; the grown group keeps pg's), or anything fails, every member gets the error (RR_ETIMEDOUT naming the
- * missing ranks, ...), *newpg is NULL, pg is left as it was and stays usable, and the
- * newcomers that did come fail too. Otherwise destroy pg when done with it (its
- * connections are not reused). flags: 0 (reserved). */
+ * wait_ms (0, or more than pg's timeout: that timeout; the grown group keeps pg's), or
+ * anything fails, every member gets the error (RR_ETIMEDOUT naming the missing ranks,
+ * ...), *newpg is NULL, pg is left as it was and stays usable, and the newcomers that did
+ * come fail too. Otherwise destroy pg when done with it (its connections are not reused).
+ * Not thread safe against other calls of rr_pg_grow / rr_pg_grow_pending on pg. flags: 0
+ * (reserved). */
 int rr_pg_grow(rr_pg *pg, const char *addr, int nnew, int64_t wait_ms, int flags,
                rr_pg **newpg);
 

@@ -319,33 +319,37 @@ int rr_pg_join(const char *addr, const rr_pg_options *opt, rr_pg **newpg) {
   /* Connecting retries until the deadline: the members open the store at their next
    * step boundary, which may be a while. A connection that closes before this newcomer
    * has a ticket is tried again too: it may have been queued on the listener of a group
-   * that was destroyed since (a shrink after a death), or met a growth that gave up.
-   * Refusals (the token, the protocol: RR_EPROTO) are final. */
+   * that was destroyed since (a shrink after a death), or met a growth that gave up. So is
+   * a growth that has its newcomers already (two came for one place): the next growth,
+   * at a later step, takes this one. Refusals (the token, the protocol: RR_EPROTO) are
+   * final. */
+  int64_t ticket = 0;
   for (;;) {
     int64_t left = rr__ms_left(deadline);
+    int full = 0;
     st = rr__store_tcp_open(host, port, 0, RR__MAX(left, 1), token[0] ? token : NULL, &store);
     if (st == RR_OK) st = rr_store_get(store, RR__GROW_INFO, &v, &vl);
-    if (st == RR_OK || st == RR_EPROTO || st == RR_EINVAL || st == RR_ENOMEM ||
+    if (st == RR_OK) {
+      snprintf(text, sizeof text, "%.*s", (int)RR__MIN(vl, sizeof text - 1), (const char *)v);
+      if (sscanf(text, "%d %d %47s", &members, &size, id) != 3 || members < 1 || size <= members)
+        st = rr__set_error(RR_EPROTO, "the growth's store holds '%.60s', not a growth", text);
+    }
+    if (st == RR_OK) st = rr_store_add(store, RR__GROW_NEXT, 1, &ticket);
+    if (st == RR_OK && (ticket < 1 || ticket > size - members)) {
+      full = 1;
+      st = rr__set_error(RR_ETIMEDOUT, "every growth it met already had its newcomers (the last "
+                         "grew by %d)", size - members);
+    }
+    free(v);
+    v = NULL;
+    if ((st == RR_OK && !full) || st == RR_EPROTO || st == RR_EINVAL || st == RR_ENOMEM ||
         rr__ms_left(deadline) < 100)
       break;
     RR__LOG_INFO(RR__SUB_INIT, "rr_pg_join: trying again after: %s", rr__error());
     rr_store_free(store);
     store = NULL;
-    free(v);
-    v = NULL;
-    usleep(50 * 1000);
+    usleep(full ? 200 * 1000 : 50 * 1000); /* full: the growth under way has to end first */
   }
-  if (st == RR_OK) {
-    snprintf(text, sizeof text, "%.*s", (int)RR__MIN(vl, sizeof text - 1), (const char *)v);
-    if (sscanf(text, "%d %d %47s", &members, &size, id) != 3 || members < 1 || size <= members)
-      st = rr__set_error(RR_EPROTO, "the growth's store holds '%.60s', not a growth", text);
-  }
-  free(v);
-  int64_t ticket = 0;
-  if (st == RR_OK) st = rr_store_add(store, RR__GROW_NEXT, 1, &ticket);
-  if (st == RR_OK && (ticket < 1 || ticket > size - members))
-    st = rr__set_error(RR_EINVAL, "the group grows by %d and that many newcomers came first",
-                       size - members);
   if (st == RR_OK) {
     rank = members + (int)ticket - 1;
     rr__log_set_rank(rank);

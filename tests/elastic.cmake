@@ -41,7 +41,7 @@ endforeach()
 # group); a newcomer with another job's token; nothing leaks over rounds of growth.
 rr_core_test(test_grow)
 foreach(tp tcp shm)
-  foreach(s back back2 nobody token leaks pending orphan requeue)
+  foreach(s back back2 nobody token leaks pending orphan requeue extra)
     add_test(NAME elastic_grow_${s}_${tp} COMMAND test_grow ${s})
     set_tests_properties(elastic_grow_${s}_${tp} PROPERTIES TIMEOUT 120 LABELS "core;elastic"
       ENVIRONMENT "RR_TIMEOUT=10;RR_GRACE_PERIOD=2;RR_TRANSPORT=${tp}")

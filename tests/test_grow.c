@@ -18,6 +18,8 @@
  *           newcomer starts, every member sees it at the same step, and they grow.
  * requeue   the newcomer's connection is queued on rank 0's listener, then that group is
  *           destroyed (as after a death) and another grows at the address: it joins that one.
+ * extra     world 3 grows by one while two newcomers come: one joins, the other is turned
+ *           away by that growth and joins the next (the group of 4, polling, grows to 5).
  * leaks     world 3, six rounds of init, grow by one (the same newcomer process joins each
  *           round; every other round nobody comes and the growth times out), destroy: open
  *           fds, threads and /dev/shm entries equal before and after, on every process.
@@ -197,6 +199,44 @@ static int requeue_rank(int id, void *arg) {
   init[strcspn(init, "?")] = '\0';
   if (unlink(init + strlen("file://")) != 0 && errno != ENOENT)
     T_FAIL("unlink %s: %s", init + strlen("file://"), strerror(errno));
+  return rc;
+}
+
+/* ---- extra: two newcomers for one place; the second joins at the next growth ---- */
+static int extra_rank(int id, void *arg) {
+  grow_case *gc = arg;
+  t_rank = id;
+  int survivors[G_MAXW] = {0, 1, 2};
+  rr_pg *pg = NULL, *np = NULL;
+  if (id >= 3) {
+    T_OK(rr_pg_join(gc->addr, NULL, &pg));
+    if (rr_get_world_size(pg) == 5) { /* the one that waited for the second growth */
+      int rc = grown_use(pg, id, gc, survivors, 3);
+      T_OK(rr_destroy_process_group(pg));
+      return rc;
+    }
+    T_CHECK(rr_get_world_size(pg) == 4 && rr_get_rank(pg) == 3, "joined as %d of %d",
+            rr_get_rank(pg), rr_get_world_size(pg));
+  } else if (join_world(&pg, id, 3) != RR_OK) {
+    return G_RETRY;
+  } else {
+    T_OK(rr_pg_grow(pg, gc->addr, 1, 0, 0, &np)); /* room for one of the two */
+    T_OK(rr_destroy_process_group(pg));
+    pg = np;
+  }
+  /* The group of 4, the first newcomer in it, looks for the second at each step. */
+  int waiting = 0;
+  for (int step = 0; !waiting; step++) {
+    int32_t x = 1;
+    T_OK(rr_all_reduce(pg, &x, &x, 1, RR_INT32, RR_SUM));
+    T_CHECK(x == 4, "step %d: sum %d in the group of 4", step, (int)x);
+    T_OK(rr_pg_grow_pending(pg, gc->addr, &waiting));
+    if (!waiting) usleep(5000);
+  }
+  T_OK(rr_pg_grow(pg, gc->addr, 1, 0, 0, &np));
+  int rc = grown_use(np, id, gc, survivors, 3);
+  T_OK(rr_destroy_process_group(np));
+  T_OK(rr_destroy_process_group(pg));
   return rc;
 }
 
@@ -414,6 +454,10 @@ int main(int argc, char **argv) {
   if (!strcmp(s, "pending")) return run(s, gc, 4, pending_rank);
   if (!strcmp(s, "orphan")) return run(s, gc, 1, orphan_rank);
   if (!strcmp(s, "requeue")) return run(s, gc, 4, requeue_rank);
-  fprintf(stderr, "usage: test_grow back|back2|nobody|token|leaks|pending|orphan|requeue\n");
+  if (!strcmp(s, "extra")) {
+    gc->nnew = 2;
+    return run(s, gc, 5, extra_rank);
+  }
+  fprintf(stderr, "usage: test_grow back|back2|nobody|token|leaks|pending|orphan|requeue|extra\n");
   return 2;
 }

@@ -245,8 +245,9 @@ int rr_pg_grow_pending(rr_pg *pg, const char *addr, int *waiting);
  * $RR_GROW_ADDR), retrying until the members open it, take the next newcomer's rank and
  * set the grown group up with them. opt: NULL, or its timeout_ms (0: $RR_TIMEOUT) and
  * device (init_method, rank and world_size are not used). Fails within the timeout with a
- * clear error when nobody grows at addr, when the growth has its newcomers already, when
- * the job token differs (refused by the store at once), or when the members give up. */
+ * clear error when nobody grows at addr (or every growth it met had its newcomers
+ * already: it tries the next one until then), when the job token differs (refused by the
+ * store at once), or when the members give up. */
 int rr_pg_join(const char *addr, const rr_pg_options *opt, rr_pg **newpg);
 
 /* ---------------------------------------------------------------------------------------------

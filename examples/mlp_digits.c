@@ -44,6 +44,7 @@
 #include "ringreduce/sampler.h"
 
 #define NTRAIN 1437
+#define GROW_WAIT_MS 10000 /* --elastic: how long the ranks wait for a newcomer to join */
 
 enum { DEV_AUTO, DEV_CPU, DEV_CUDA };
 
@@ -51,6 +52,7 @@ typedef struct args {
   int spawn, epochs, batch, nhidden, no_comm, check_identical, comm_iters;
   int elastic;       /* survive a dead rank: revoke, shrink, go on (docs/elastic.md) */
   int step_sleep_ms; /* after each step: slows training so a test can kill a rank mid-epoch */
+  int join;          /* --elastic with RR_GROW_JOIN=1: a newcomer joining a running job */
   int device;   /* DEV_* as asked */
   int ncuda;    /* CUDA devices visible (asked in a child: CUDA must not start before fork) */
   int use_cuda; /* the choice: 1 runs on the GPU */
@@ -84,7 +86,10 @@ static void usage(FILE *f) {
           "  --min-accuracy PCT   exit 3 when the final held-out accuracy is lower\n"
           "  --elastic            when a peer dies during training, the survivors revoke, shrink,\n"
           "                       move DDP to the new group (parameters from its rank 0) and go\n"
-          "                       on; needs rrun --keep-going (--spawn stops all at a death)\n"
+          "                       on; needs rrun --keep-going (--spawn stops all at a death).\n"
+          "                       With RR_GROW_ADDR set (host:port) the ranks also look for a\n"
+          "                       newcomer after every step and take it in (rr_pg_grow); a\n"
+          "                       process started with RR_GROW_JOIN=1 is one (rr_pg_join)\n"
           "  --step-sleep-ms N    sleep N ms after each step (to kill a rank mid-epoch in tests)\n"
           "  --device D           cpu | cuda | auto (auto: cuda when a GPU is visible and this\n"
           "                       example was built with CUDA and cuBLAS, else cpu)\n");
@@ -208,6 +213,48 @@ static int elastic_recover(rr_pg **pg, rr_ddp *ddp, mlp_cuda *g, int why, int64_
   return RR_OK;
 }
 
+/* --elastic with RR_GROW_ADDR, after a completed step: is a newcomer waiting (rank 0 looks,
+ * everyone hears the same answer)? Then grow the group by it, make the DDP wrapper afresh on
+ * the grown group (the newcomer makes its own with rr_ddp_init, which this matches:
+ * rr_ddp_set_group's collectives would not), and send the newcomer the position. A growth
+ * that fails leaves the old group as it was: training goes on without the newcomer. A
+ * failure of the old group itself is returned, for elastic_recover. */
+static int elastic_grow(rr_pg **pg, rr_ddp **ddp, const rr_ddp_tensor *params, int nparams,
+                        const rr_ddp_options *opt, mlp_cuda *g, int64_t pos[2]) {
+  int waiting = 0;
+  int st = rr_pg_grow_pending(*pg, NULL, &waiting);
+  if (st != RR_OK || !waiting) return st;
+  double t0 = now_s();
+  rr_pg *np = NULL;
+  /* A queued connection that is no working newcomer (refused for its token, dead since)
+   * costs this wait, not the group's whole timeout; a live newcomer is already connected. */
+  st = rr_pg_grow(*pg, NULL, 1, GROW_WAIT_MS, 0, &np);
+  if (st != RR_OK) {
+    fprintf(stderr, "mlp_digits rank %d: a newcomer could not join: %s: %s; going on with %d "
+            "ranks\n", rr_get_rank(*pg), rr_status_name(st), rr_last_error(),
+            rr_get_world_size(*pg));
+    return RR_OK;
+  }
+  if (g) st = rr_pg_set_cuda_stream(np, g->stream);
+  if (st == RR_OK) st = rr_ddp_destroy(*ddp);
+  *ddp = NULL;
+  if (st == RR_OK) st = rr_ddp_init(ddp, np, params, nparams, NULL, 0, opt);
+  if (st != RR_OK && !*ddp)
+    fprintf(stderr, "mlp_digits rank %d: no DDP wrapper on the grown group: %s: %s\n",
+            rr_get_rank(np), rr_status_name(st), rr_last_error());
+  int old_world = rr_get_world_size(*pg);
+  (void)rr_destroy_process_group(*pg);
+  *pg = np;
+  if (st == RR_OK) st = rr_broadcast(np, pos, pos, 2, RR_INT64, rr_get_global_rank(np, 0));
+  if (st == RR_OK && rr_get_rank(np) == 0) {
+    printf("elastic: world %d -> %d (a newcomer joined); resuming epoch %" PRId64
+           " at sample %" PRId64 " after %.1f ms\n",
+           old_world, rr_get_world_size(np), pos[0], pos[1], (now_s() - t0) * 1e3);
+    fflush(stdout);
+  }
+  return st;
+}
+
 static int worker(int rank, void *p) {
   args *a = p;
   int rc = 1;
@@ -224,7 +271,10 @@ static int worker(int rank, void *p) {
 #if defined(MLP_HAVE_CBLAS) && defined(OPENBLAS_VERSION)
   openblas_set_num_threads(1); /* one core per rank: ranks are the parallelism */
 #endif
-  CHECK_RR(rr_init_process_group(&pg, NULL));
+  if (a->join)
+    CHECK_RR(rr_pg_join(NULL, NULL, &pg));
+  else
+    CHECK_RR(rr_init_process_group(&pg, NULL));
   rank = rr_get_rank(pg);
   int world = rr_get_world_size(pg);
 
@@ -273,6 +323,15 @@ static int worker(int rank, void *p) {
   opt.bucket_cap_mb = a->bucket_cap_mb;
   opt.hook = a->hook;
   CHECK_RR(rr_ddp_init(&ddp, pg, params, 2 * nl, NULL, 0, &opt));
+  int64_t pos[2] = {0, 0};
+  if (a->join) { /* where the group stands: elastic_grow on the members sends it */
+    CHECK_RR(rr_broadcast(pg, pos, pos, 2, RR_INT64, rr_get_global_rank(pg, 0)));
+    printf("mlp_digits: joined as rank %d of %d at epoch %" PRId64 ", sample %" PRId64 "\n",
+           rank, world, pos[0], pos[1]);
+    fflush(stdout);
+  }
+  const char *grow_addr = getenv("RR_GROW_ADDR");
+  int grow = a->elastic && grow_addr && *grow_addr;
 
   rr_sampler sampler;
   CHECK_RR(rr_sampler_init(&sampler, NTRAIN, world, rank, 1, (int64_t)a->seed, 0));
@@ -310,8 +369,8 @@ static int worker(int rank, void *p) {
    * group has consumed (the sampler gives rank r the list's positions r, r + world, ...; a
    * step at local offset j covers positions [j * world, (j + b) * world)). A position
    * independent of the world size, so an --elastic restart on fewer ranks goes on from it. */
-  int e = 0, epoch_ready = 0;
-  uint64_t seen = 0;
+  int e = (int)pos[0], epoch_ready = 0;
+  uint64_t seen = (uint64_t)pos[1];
   double loss_sum[2] = {0, 0}; /* summed loss, samples: this rank's, in this epoch */
   while (e < a->epochs) {
     if (!epoch_ready) { /* (again) after a shrink: this rank's share under the new world */
@@ -386,14 +445,27 @@ static int worker(int rank, void *p) {
       }
       if (st == RR_OK) e++, seen = 0, epoch_ready = 0, loss_sum[0] = loss_sum[1] = 0;
     }
+    if (st == RR_OK && grow) { /* a step boundary: take in a waiting newcomer */
+      pos[0] = e, pos[1] = (int64_t)seen;
+      int was = world;
+      st = elastic_grow(&pg, &ddp, params, 2 * nl, &opt, gpu ? &g : NULL, pos);
+      rctx.ddp = a->no_comm ? NULL : ddp;
+      rank = rr_get_rank(pg);
+      world = rr_get_world_size(pg);
+      if (st == RR_OK && world != was) {
+        local = a->batch / world > 0 ? a->batch / world : 1;
+        epoch_ready = 0;
+      }
+    }
     if (st == RR_OK) continue;
+    if (!ddp) goto out; /* its remaking after a growth failed (said why): nothing to train */
     if (!a->elastic || !peer_failure(st)) {
       fprintf(stderr, "mlp_digits rank %d: training failed: %s: %s\n", rank, rr_status_name(st),
               rr_last_error());
       goto out;
     }
     /* --elastic: go on with the survivors, from the new rank 0's position and parameters. */
-    int64_t pos[2] = {e, (int64_t)seen};
+    pos[0] = e, pos[1] = (int64_t)seen;
     if (elastic_recover(&pg, ddp, gpu ? &g : NULL, st, pos) != RR_OK) goto out;
     rank = rr_get_rank(pg);
     world = rr_get_world_size(pg);
@@ -607,7 +679,9 @@ int main(int argc, char **argv) {
   }
   /* rr_spawn (torch.multiprocessing.spawn) stops every rank when one dies, so there would be
    * no survivors; rrun --keep-going lets them run. */
-  if (a.elastic && (a.no_comm || (a.spawn > 0 || !getenv("RANK")))) {
+  const char *gj = getenv("RR_GROW_JOIN");
+  a.join = a.elastic && gj && !strcmp(gj, "1");
+  if (a.elastic && (a.no_comm || (a.spawn > 0 || (!getenv("RANK") && !a.join)))) {
     fprintf(stderr, "mlp_digits: --elastic %s\n",
             a.no_comm ? "needs communication (not --no-comm)"
                       : "needs rrun --keep-going: --spawn stops every rank when one dies");
@@ -635,8 +709,8 @@ int main(int argc, char **argv) {
   }
   int rc;
   /* Under rrun (RANK set) this process is one rank; otherwise start the ranks here. */
-  if (a.spawn == 0 && getenv("RANK")) {
-    rc = worker(atoi(getenv("RANK")), &a);
+  if (a.spawn == 0 && (getenv("RANK") || a.join)) {
+    rc = worker(a.join ? -1 : atoi(getenv("RANK")), &a);
   } else {
     rr_spawn_status st;
     int s = rr_spawn(a.spawn ? a.spawn : 1, worker, &a, &st);

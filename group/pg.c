@@ -8,6 +8,7 @@
 #include <string.h>
 #include <sys/random.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "common/log.h"
 #include "common/param.h"
@@ -77,6 +78,7 @@ int rr_pg_revoke(rr_pg *pg) {
 void rr__pg_free(rr_pg *pg) {
   if (!pg) return;
   if (pg->comm) rr__comm_free(pg->comm);
+  if (pg->grow_lfd >= 0) close(pg->grow_lfd);
   rr__cuda_pg_free(pg);
   pthread_mutex_destroy(&pg->mu);
   pthread_cond_destroy(&pg->cv);
@@ -97,6 +99,7 @@ int rr__pg_new(int size, rr_pg **out) {
   pthread_mutex_init(&pg->kids_mu, NULL);
   pg->size = size;
   pg->device = -1;
+  pg->grow_lfd = -1;
   pg->global_ranks = rr__calloc((size_t)size, sizeof *pg->global_ranks);
   pg->cs.global_ranks = pg->global_ranks;
   pg->cs.p2p_sent = rr__calloc((size_t)size, sizeof *pg->cs.p2p_sent);
@@ -292,8 +295,8 @@ int rr_new_group(rr_pg *parent, const int *ranks, int nranks, int64_t timeout_ms
   if (!parent || !group || !ranks || nranks < 1)
     return rr__set_error(RR_EINVAL, "new_group: need a parent group, a rank list and an output");
   if (!parent->world->store) /* the same verdict on every rank: no barrier needed */
-    return rr__set_error(RR_ENOTSUP, "rank %d: new_group: a group made by rr_pg_shrink has no "
-                         "rendezvous store to set a subgroup up through",
+    return rr__set_error(RR_ENOTSUP, "rank %d: new_group: a group made by rr_pg_shrink or "
+                         "rr_pg_grow has no rendezvous store to set a subgroup up through",
                          parent->global_ranks[parent->rank]);
   int me = parent->global_ranks[parent->rank];
   if (nranks > parent->size)

@@ -46,6 +46,9 @@ struct rr_pg {
   uint8_t token_key[16]; /* from RR_JOB_TOKEN; all zero without one */
   int have_token;
   rr__comm *comm;
+  /* rr_pg_grow_pending on rank 0 (group/grow.c): the growth's port, kept listening between
+   * growths so that a newcomer's connection shows it is waiting; -1 when none. */
+  int grow_lfd, grow_port;
   atomic_int nchildren;
   int next_child;
   /* The live subgroups made from this group (rr_new_group), linked through next_kid, so

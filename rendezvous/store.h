@@ -55,6 +55,10 @@ struct rr_store {
  * proof is given or asked for (what rr_store_tcp does). */
 int rr__store_tcp_open(const char *host, int port, int is_master, int64_t timeout_ms,
                        const char *token, rr_store **store);
+/* A master's rr__store_tcp_open serving on lfd, a listener already bound to `port`
+ * (rr_pg_grow_pending keeps one open between growths), taken over also on failure. */
+int rr__store_tcp_serve_fd(const char *host, int port, int lfd, int64_t timeout_ms,
+                           const char *token, rr_store **store);
 int rr__store_file_open(const char *path, int64_t timeout_ms, rr_store **store);
 
 /* "'key'" for error messages: the key cut to 128 bytes, with a " (N bytes)" note when cut. */

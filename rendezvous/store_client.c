@@ -508,16 +508,22 @@ static int rr__inherited_listener(int port) {
   return (int)fd;
 }
 
-int rr__store_tcp_open(const char *host, int port, int is_master, int64_t timeout_ms,
-                       const char *token, rr_store **store) {
+/* lfd: for a master, a listener on the port to serve on (taken over, also on failure);
+ * -2: the launcher's (rr__inherited_listener), if any. */
+static int rr__store_tcp_make(const char *host, int port, int is_master, int lfd,
+                              int64_t timeout_ms, const char *token, rr_store **store) {
   *store = NULL;
+  int rc = RR_OK;
   if (token && strlen(token) > RR__STORE_MAX_TOKEN)
-    return rr__set_error(RR_EINVAL,
+    rc = rr__set_error(RR_EINVAL,
                          "rr_store_tcp: a job token of %zu bytes is over the limit "
                          "of %d",
                          strlen(token), RR__STORE_MAX_TOKEN);
-  rr__tcp_store *s = rr__calloc(1, sizeof *s);
-  if (!s) return RR_ENOMEM;
+  rr__tcp_store *s = rc == RR_OK ? rr__calloc(1, sizeof *s) : NULL;
+  if (!s) {
+    if (lfd >= 0) close(lfd);
+    return rc != RR_OK ? rc : RR_ENOMEM;
+  }
   s->base.ops = &rr__tcp_ops;
   s->base.timeout_ms = timeout_ms;
   for (int i = 0; i < RR__POOL_MAX; i++) s->fd[i] = -1;
@@ -529,9 +535,9 @@ int rr__store_tcp_open(const char *host, int port, int is_master, int64_t timeou
   if (e == 0 && (e = pthread_mutex_init(&s->lock, NULL)) != 0) pthread_cond_destroy(&s->cond);
   if (e != 0) {
     free(s);
+    if (lfd >= 0) close(lfd);
     return rr__set_error(RR_ESYS, "rr_store_tcp: cannot make a mutex / condition: %s", strerror(e));
   }
-  int rc = RR_OK;
   if (token && *token) {
     rr__token_key(token, s->key);
     s->have_key = 1;
@@ -557,8 +563,10 @@ int rr__store_tcp_open(const char *host, int port, int is_master, int64_t timeou
       any.len = sizeof *a4;
     }
     rr__addr_set_port(&any, port);
-    RR__CHECK_GOTO(rr__srv_start(&any, timeout_ms, token, rr__inherited_listener(port), &s->srv),
-                   rc, fail);
+    if (lfd == -2) lfd = rr__inherited_listener(port);
+    int owned = lfd;
+    lfd = -1; /* the server's from here, also when it fails */
+    RR__CHECK_GOTO(rr__srv_start(&any, timeout_ms, token, owned, &s->srv), rc, fail);
     rr__addr_set_port(&s->addr, rr__srv_port(s->srv));
   }
   s->port = rr__addr_port(&s->addr);
@@ -582,6 +590,17 @@ int rr__store_tcp_open(const char *host, int port, int is_master, int64_t timeou
   *store = &s->base;
   return RR_OK;
 fail:
+  if (lfd >= 0) close(lfd);
   rr__tcp_free(&s->base);
   return rc;
+}
+
+int rr__store_tcp_open(const char *host, int port, int is_master, int64_t timeout_ms,
+                       const char *token, rr_store **store) {
+  return rr__store_tcp_make(host, port, is_master, -2, timeout_ms, token, store);
+}
+
+int rr__store_tcp_serve_fd(const char *host, int port, int lfd, int64_t timeout_ms,
+                           const char *token, rr_store **store) {
+  return rr__store_tcp_make(host, port, 1, lfd, timeout_ms, token, store);
 }

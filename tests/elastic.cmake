@@ -65,3 +65,30 @@ foreach(c "minority;3,4;tcp" "rank0_minority;0,3;tcp" "rank0_minority_auto;0,3;a
     LABELS "core;elastic;netns" SKIP_RETURN_CODE 77
     ENVIRONMENT "RR_TIMEOUT=1;RR_GRACE_PERIOD=2;RR_TRANSPORT=${tp}")
 endforeach()
+
+# Growing back (tests/test_grow.c): kill, shrink to 3, grow by one or two newcomer
+# processes; a growth nobody comes to (short timeout: the members fail and keep their old
+# group); a newcomer with another job's token; nothing leaks over rounds of growth.
+rr_core_test(test_grow)
+foreach(tp tcp shm)
+  foreach(s back back2 nobody token leaks pending orphan requeue extra)
+    add_test(NAME elastic_grow_${s}_${tp} COMMAND test_grow ${s})
+    set_tests_properties(elastic_grow_${s}_${tp} PROPERTIES TIMEOUT 120 LABELS "core;elastic"
+      ENVIRONMENT "RR_TIMEOUT=10;RR_GRACE_PERIOD=2;RR_TRANSPORT=${tp}")
+  endforeach()
+endforeach()
+
+# The training example grows back (tests/test_grow_train.sh): a rank killed, the survivors
+# shrink to 3, a newcomer process joins them at a step boundary (started by hand, or by
+# rrun --replace), 4 ranks finish.
+if(TARGET mlp_digits)
+  foreach(tp tcp shm)
+    foreach(case hand replace)
+      add_test(NAME ddp.train_grow_${case}_w4_${tp}
+        COMMAND bash ${RR_TEST_DIR}/test_grow_train.sh $<TARGET_FILE:rrun>
+          $<TARGET_FILE:mlp_digits> ${case})
+      set_tests_properties(ddp.train_grow_${case}_w4_${tp} PROPERTIES LABELS "ddp;train;elastic"
+        TIMEOUT 180 ENVIRONMENT "RR_TIMEOUT=10;RR_TRANSPORT=${tp}")
+    endforeach()
+  endforeach()
+endif()

@@ -173,6 +173,19 @@ static int setup_env(launcher *L) {
       rr__set_env_int("TORCHELASTIC_MAX_RESTARTS", o->max_restarts)) {
     return -1;
   }
+  /* --replace: the replacement joins at the address where the group's rank 0 serves
+   * growths (rr_pg_grow). On one node rrun picks it; across nodes only the job knows where
+   * its rank 0 will be, so it must be exported (checked in rrun_flags.c). */
+  if (o->replace > 0 && !getenv("RR_GROW_ADDR")) {
+    int gp = free_port();
+    char ga[32];
+    if (gp < 0) {
+      rr__say("finding a free port for RR_GROW_ADDR: %s", strerror(errno));
+      return -1;
+    }
+    snprintf(ga, sizeof ga, "127.0.0.1:%d", gp);
+    if (rr__set_env("RR_GROW_ADDR", ga)) return -1;
+  }
   if (!getenv("OMP_NUM_THREADS") && o->nproc > 1) {
     rr__say(
         "warning: OMP_NUM_THREADS is unset, so every worker gets OMP_NUM_THREADS=1: %d "
@@ -216,9 +229,10 @@ static int setup(launcher *L, const options *o) {
     return -1;
   }
   rr__output_init(L->sigfd);
-  L->w = calloc((size_t)o->nproc, sizeof *L->w);
-  L->pfd = calloc(2 * (size_t)o->nproc + 1, sizeof *L->pfd);
-  L->pwatch = calloc(2 * (size_t)o->nproc + 1, sizeof *L->pwatch);
+  size_t slots = (size_t)o->nproc + (size_t)o->replace;
+  L->w = calloc(slots, sizeof *L->w);
+  L->pfd = calloc(2 * slots + 1, sizeof *L->pfd);
+  L->pwatch = calloc(2 * slots + 1, sizeof *L->pwatch);
   if (!L->w || !L->pfd || !L->pwatch) {
     rr__say("out of memory for %d workers", o->nproc);
     return -1;

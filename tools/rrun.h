@@ -41,6 +41,7 @@ typedef struct {
   bool nnodes_set, node_rank_set, addr_set, port_set;
   int max_restarts;
   bool keep_going; /* a failed worker does not stop the others (issue 26 item 4) */
+  int replace;     /* --replace N: start up to N replacements that join the running group */
   int tee; /* bit 0: prefix stdout, bit 1: prefix stderr */
   double grace_s;
   const char *run_id; /* --rdzv-id; NULL: "none" */
@@ -66,6 +67,7 @@ typedef struct {
   bool alive;     /* started and not reaped */
   bool signalled; /* rrun sent it a signal: its death is not a failure of its own */
   bool failed;    /* exited non-zero or was killed while nobody asked it to stop */
+  bool joiner;    /* a replacement: started with RR_GROW_JOIN=1 (rr_pg_join) */
   int status;     /* wait status, once reaped */
   char prefix[RRUN_PREFIX_MAX];
   size_t prefix_len;
@@ -78,7 +80,9 @@ typedef struct {
   sigset_t orig_mask;         /* restored in workers */
   struct sigaction orig_pipe; /* SIGPIPE and SIGCHLD dispositions, restored in workers */
   struct sigaction orig_chld;
-  worker *w; /* nproc entries */
+  worker *w; /* nproc + replace entries, nw of them in use this attempt */
+  int nw;
+  int replaced; /* replacements started this attempt */
   struct pollfd *pfd;
   struct {
     worker *w;

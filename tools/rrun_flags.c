@@ -41,6 +41,7 @@ enum flag_id {
   F_STANDALONE,
   F_MAX_RESTARTS,
   F_KEEP_GOING,
+  F_REPLACE,
   F_TEE,
   F_PREFIX,
   F_GRACE,
@@ -64,6 +65,7 @@ static const struct flag {
     {"--standalone", F_STANDALONE, false},
     {"--max-restarts", F_MAX_RESTARTS, true},
     {"--keep-going", F_KEEP_GOING, false},
+    {"--replace", F_REPLACE, true},
     {"--tee", F_TEE, true},
     {"-t", F_TEE, true},
     {"--prefix", F_PREFIX, false},
@@ -93,6 +95,9 @@ static void print_help(void) {
       "  --max-restarts N     after a failure, restart the whole group up to N times (default 0)\n"
       "  --keep-going         a worker that dies does not stop the others (for programs that\n"
       "                       survive it: rr_pg_shrink); see the exit status below\n"
+      "  --replace N          with --keep-going: for each worker that dies, start a replacement\n"
+      "                       (up to N in all) with RR_GROW_JOIN=1, which joins the running\n"
+      "                       group (rr_pg_join); sets RR_GROW_ADDR when unset (one node)\n"
       "  --tee N, -t N        prefix worker lines with \"[rankR]: \": 0 none (default),\n"
       "                       1 stdout, 2 stderr, 3 both\n"
       "  --prefix             same as --tee 3\n"
@@ -127,7 +132,8 @@ static void print_help(void) {
       "other one either exited 0 or was killed by a signal rrun did not send (a death the job\n"
       "survived); otherwise with the exit code of the lowest rank that exited non-zero, or, when\n"
       "none did, 128 + the signal of the first worker killed. --max-restarts then restarts the\n"
-      "whole group only when that status is not 0. No replacement worker is started.\n";
+      "whole group only when that status is not 0. With --replace a replacement that exits 0\n"
+      "counts as a worker that exited 0, and a failed one as a failure.\n";
   if (rr__write_all(STDOUT_FILENO, text, sizeof text - 1) != 0) exit(1);
 }
 
@@ -217,6 +223,9 @@ static void apply_flag(options *o, const struct flag *f, const char *spelled, co
       break;
     case F_KEEP_GOING:
       o->keep_going = true;
+      break;
+    case F_REPLACE:
+      o->replace = int_value(spelled, value, 0, 1000000);
       break;
     case F_TEE:
       o->tee = int_value(spelled, value, 0, 3);
@@ -327,6 +336,11 @@ void rr__parse_args(int argc, char **argv, options *o) {
   if (o->node_rank >= o->nnodes) {
     usage_error("--node-rank %d is out of range for --nnodes %d", o->node_rank, o->nnodes);
   }
+  if (o->replace > 0 && !o->keep_going)
+    usage_error("--replace needs --keep-going (without it the first death stops the job)");
+  if (o->replace > 0 && o->nnodes > 1 && !getenv("RR_GROW_ADDR"))
+    usage_error("--replace across %d nodes needs RR_GROW_ADDR exported (host:port where the "
+                "group's rank 0 serves growths)", o->nnodes);
   if ((long long)o->nnodes * o->nproc > INT_MAX) {
     usage_error("--nnodes %d times --nproc-per-node %d is too many workers", o->nnodes, o->nproc);
   }

@@ -70,7 +70,7 @@ static double now_s(void) {
 
 static int count_alive(const launcher *L) {
   int n = 0;
-  for (int i = 0; i < L->opt->nproc; i++) n += L->w[i].alive;
+  for (int i = 0; i < L->nw; i++) n += L->w[i].alive;
   return n;
 }
 
@@ -176,6 +176,10 @@ static enum spawn_result spawn_worker(launcher *L, worker *w) {
       rr__set_env_int("ROLE_RANK", w->rank)) {
     goto out;
   }
+  if (w->joiner ? rr__set_env("RR_GROW_JOIN", "1") : unsetenv("RR_GROW_JOIN") != 0) {
+    if (!w->joiner) rr__say("unsetenv RR_GROW_JOIN: %s", strerror(errno));
+    goto out;
+  }
   pid_t parent = getpid();
   pid_t pid = fork();
   if (pid < 0) {
@@ -240,7 +244,7 @@ static void signal_worker(worker *w, int sig) {
 
 static int signal_workers(launcher *L, int sig) {
   int n = 0;
-  for (int i = 0; i < L->opt->nproc; i++) {
+  for (int i = 0; i < L->nw; i++) {
     if (L->w[i].alive) {
       signal_worker(&L->w[i], sig);
       n++;
@@ -273,10 +277,24 @@ static void check_deadline(launcher *L) {
  * Events.
  */
 static worker *find_worker(launcher *L, pid_t pid) {
-  for (int i = 0; i < L->opt->nproc; i++) {
+  for (int i = 0; i < L->nw; i++) {
     if (L->w[i].pid == pid && L->w[i].alive) return &L->w[i];
   }
   return NULL;
+}
+
+/* --replace: a new worker in the next slot, in the dead one's place (its rank and local
+ * rank, for the environment and the output prefix), told to join the running group. A
+ * replacement that cannot start is a failure of its own, reaped as one. */
+static void start_replacement(launcher *L, const worker *dead) {
+  worker *w = &L->w[L->nw++];
+  *w = (worker){.local_rank = dead->local_rank, .rank = dead->rank, .joiner = true};
+  w->prefix_len = (size_t)snprintf(w->prefix, sizeof w->prefix, "[rank%d]: ", w->rank);
+  for (int s = 0; s < 2; s++) w->out[s] = (stream){.fd = -1, .target = s + 1};
+  L->replaced++;
+  rr__say("--replace: starting a replacement for rank %d (RR_GROW_JOIN=1; %d of %d)", dead->rank,
+          L->replaced, L->opt->replace);
+  if (spawn_worker(L, w) == SPAWN_ERROR) rr__say("--replace: the replacement did not start");
 }
 
 /* Collects every exited worker. A worker that dies unasked fails the group. */
@@ -307,8 +325,10 @@ static void reap(launcher *L) {
     char how[96];
     describe_status(status, how, sizeof how);
     rr__say("rank %d (local rank %d, pid %d) failed: %s", w->rank, w->local_rank, (int)pid, how);
-    if (L->opt->keep_going && L->live > 0 && !L->stopping)
+    if (L->opt->keep_going && L->live > 0 && !L->stopping) {
       rr__say("--keep-going: %d other worker(s) keep running", L->live);
+      if (L->replaced < L->opt->replace) start_replacement(L, w);
+    }
   }
   if (new_failure && !L->stopping && !L->opt->keep_going) {
     int n = count_alive(L);
@@ -352,7 +372,7 @@ static void handle_signals(launcher *L) {
 static void poll_once(launcher *L) {
   nfds_t n = 0;
   L->pfd[n++] = (struct pollfd){.fd = L->sigfd, .events = POLLIN};
-  for (int i = 0; i < L->opt->nproc; i++) {
+  for (int i = 0; i < L->nw; i++) {
     for (int s = 0; s < 2; s++) {
       stream *st = &L->w[i].out[s];
       if (st->fd < 0) continue;
@@ -383,12 +403,12 @@ static void poll_once(launcher *L) {
  */
 static void print_summary(const launcher *L) {
   int failed = 0, stopped = 0;
-  for (int i = 0; i < L->opt->nproc; i++) {
+  for (int i = 0; i < L->nw; i++) {
     failed += L->w[i].failed;
     stopped += L->w[i].signalled;
   }
-  rr__say("summary: %d of %d worker(s) failed, %d stopped by rrun", failed, L->opt->nproc, stopped);
-  for (int i = 0; i < L->opt->nproc; i++) {
+  rr__say("summary: %d of %d worker(s) failed, %d stopped by rrun", failed, L->nw, stopped);
+  for (int i = 0; i < L->nw; i++) {
     const worker *w = &L->w[i];
     if (!w->failed) continue;
     char how[96];
@@ -405,6 +425,8 @@ static void run_group(launcher *L) {
   L->stopping = L->killed = false;
   L->first_failed = -1;
   L->launch_error = false;
+  L->nw = o->nproc;
+  L->replaced = 0;
   for (int i = 0; i < o->nproc; i++) {
     worker *w = &L->w[i];
     *w = (worker){.local_rank = i, .rank = o->node_rank * o->nproc + i};
@@ -432,7 +454,7 @@ static void run_group(launcher *L) {
   while (L->live > 0) poll_once(L);
   /* Whatever is still in the pipes; a pipe still open now is held by a process the worker
    * left behind, which rrun does not wait for. */
-  for (int i = 0; i < o->nproc; i++) {
+  for (int i = 0; i < L->nw; i++) {
     for (int s = 0; s < 2; s++) {
       stream *st = &L->w[i].out[s];
       rr__stream_read(L, &L->w[i], st, true);
@@ -452,7 +474,7 @@ static int job_status(const launcher *L) {
   if (L->first_failed < 0) return 0;
   if (!L->opt->keep_going) return exit_code_of(L->w[L->first_failed].status);
   int ok = 0;
-  for (int i = 0; i < L->opt->nproc; i++) {
+  for (int i = 0; i < L->nw; i++) {
     const worker *w = &L->w[i];
     if (w->failed && WIFEXITED(w->status)) return WEXITSTATUS(w->status);
     ok += !w->failed && !w->signalled && w->pid > 0;

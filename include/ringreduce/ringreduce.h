@@ -214,6 +214,42 @@ int rr_pg_revoke(rr_pg *pg);
  * flags: 0 (reserved). See docs/elastic.md. */
 int rr_pg_shrink(rr_pg *pg, int flags, rr_pg **newpg);
 
+/* Grow a working group by nnew newcomers (torchft's healing; docs/elastic.md, "Growing
+ * back"). Collective on every member of pg, at a step boundary (no call of pg in flight);
+ * each newcomer calls rr_pg_join at the same address. The group's current rank 0 serves a
+ * rendezvous store at addr ("host:port"; NULL or "": $RR_GROW_ADDR) for the length of the
+ * call; host must reach rank 0's machine from every newcomer. With RR_JOB_TOKEN set only
+ * processes holding the same token get in. *newpg is a new world of pg's size + nnew ranks:
+ * members first, in pg's order (rank r stays r), then the newcomers in the order they
+ * reached the store; global rank = rank. It has no store afterwards (rr_new_group on it is
+ * RR_ENOTSUP). Every member keeps it or none does: when a newcomer does not come within
+ * wait_ms (0, or more than pg's timeout: that timeout; the grown group keeps pg's), or
+ * anything fails, every member gets the error (RR_ETIMEDOUT naming the missing ranks,
+ * ...), *newpg is NULL, pg is left as it was and stays usable, and the newcomers that did
+ * come fail too. Otherwise destroy pg when done with it (its connections are not reused).
+ * Not thread safe against other calls of rr_pg_grow / rr_pg_grow_pending on pg. flags: 0
+ * (reserved). */
+int rr_pg_grow(rr_pg *pg, const char *addr, int nnew, int64_t wait_ms, int flags,
+               rr_pg **newpg);
+
+/* Is a newcomer waiting to join at addr (NULL or "": $RR_GROW_ADDR)? Collective on every
+ * member of pg, cheap (one broadcast of an int): the group's rank 0 keeps a listener on
+ * addr's port from the first call until pg is destroyed (or rr_pg_grow takes it over), and
+ * *waiting is 1 on every member when a newcomer's connection is queued on it, else 0. Meant
+ * for a step boundary: when it says 1, every member calls rr_pg_grow(pg, addr, 1, ...) at
+ * the same step. A newcomer's rr_pg_join waits on the queued connection (within its own
+ * timeout) until the growth serves it. */
+int rr_pg_grow_pending(rr_pg *pg, const char *addr, int *waiting);
+
+/* A newcomer's side of rr_pg_grow: connect to the growth's store at addr (NULL or "":
+ * $RR_GROW_ADDR), retrying until the members open it, take the next newcomer's rank and
+ * set the grown group up with them. opt: NULL, or its timeout_ms (0: $RR_TIMEOUT) and
+ * device (init_method, rank and world_size are not used). Fails within the timeout with a
+ * clear error when nobody grows at addr (or every growth it met had its newcomers
+ * already: it tries the next one until then), when the job token differs (refused by the
+ * store at once), or when the members give up. */
+int rr_pg_join(const char *addr, const rr_pg_options *opt, rr_pg **newpg);
+
 /* ---------------------------------------------------------------------------------------------
  * Collectives. Buffers follow NCCL: in-place when sendbuf == recvbuf (for all_gather when
  * sendbuf == recvbuf + rank * sendcount, for reduce_scatter when

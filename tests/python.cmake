@@ -76,6 +76,17 @@ rr_torch_test(suite_w2 900 ${rr_py}/torch_suite.py --backend both)
 foreach(case kill9 mismatch dtype lifecycle)
   rr_torch_test(faults_${case} 240 ${rr_py}/torch_faults.py ${case})
 endforeach()
+# Issue 26 item 5: a random rank (rank 0, the store's host, included) killed by SIGKILL; the
+# survivors revoke, shrink (ringreduce.torch.shrink) and go on: exact collectives on the new
+# default group, or torch's DDP rebuilt on it and trained to the end against a float64
+# reference. RR_TEST_SEED replays a run.
+foreach(job collective_w3 collective_w4 ddp_w4)
+  string(REGEX REPLACE "_w([0-9])$" ";\\1" rr_args ${job})
+  rr_torch_test(elastic_${job} 180 ${rr_py}/torch_elastic.py ${rr_args})
+  foreach(v 1 2)
+    set_tests_properties(torch${v}.elastic_${job} PROPERTIES LABELS "torch;torch${v};elastic")
+  endforeach()
+endforeach()
 # A man in the middle through torch's store, by a second local user the test creates (root
 # only; 77 otherwise): rank 0's record rewritten to a relay, its host id too, and a stale
 # record answered at its old address by an impostor; each must fail at setup naming rank 0.

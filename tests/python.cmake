@@ -79,8 +79,9 @@ endforeach()
 # Issue 26 item 5: a random rank (rank 0, the store's host, included) killed by SIGKILL; the
 # survivors revoke, shrink (ringreduce.torch.shrink) and go on: exact collectives on the new
 # default group, or torch's DDP rebuilt on it and trained to the end against a float64
-# reference. RR_TEST_SEED replays a run.
-foreach(job collective_w3 collective_w4 ddp_w4)
+# reference; shrink_group_w4: torch 2.x's own dist.shrink_group served by the backend (torch1
+# skips: 1.13 has none). RR_TEST_SEED replays a run.
+foreach(job collective_w3 collective_w4 ddp_w4 shrink_group_w4)
   string(REGEX REPLACE "_w([0-9])$" ";\\1" rr_args ${job})
   rr_torch_test(elastic_${job} 180 ${rr_py}/torch_elastic.py ${rr_args})
   foreach(v 1 2)

@@ -61,6 +61,23 @@ class ElasticMixin:
             self._failed(_lib.EREVOKED, RuntimeError("ringreduce: the group was revoked on "
                                                      f"rank {self._rank}"))
 
+    # torch 2.x's dist.shrink_group(ranks_to_exclude, group) asks the group's backend for this
+    # and calls shrink() below; 1.13 has neither.
+    supports_shrinking = True
+
+    def shrink(self, ranks_to_exclude, shrink_flags=0, pg_options=None):
+        """What dist.shrink_group calls (torch 2.x): the survivors agree (rr_pg_shrink; the
+        application's list is checked against the agreement, not trusted) and torch gets the
+        new group as a c10d Backend, which it registers in a ProcessGroup of its own."""
+        new, old_ranks = self._shrink()
+        gone = sorted(set(range(self._size)) - set(old_ranks))
+        if gone != sorted(ranks_to_exclude):
+            new.abort()
+            raise RuntimeError(f"ringreduce: shrink_group on rank {self._rank}: the survivors "
+                               f"agreed that ranks {gone} are gone, but the caller excluded "
+                               f"{sorted(ranks_to_exclude)}")
+        return _backend_view(new)
+
     def _shrink(self):
         """rr_pg_shrink: a new group of the survivors (this class, no store), and the old
         group ranks of its members in order. Raises when this rank has no group (no
@@ -161,3 +178,34 @@ def _adopt(old, new, old_ranks):
         pg_map[new], pg_names[new], pg_group_ranks[new] = ("ringreduce", None), name, ranks
     if default:
         c10d._update_default_pg(new)
+
+
+_VIEW = []
+
+
+def _backend_view(pg):
+    """`pg` as a c10d Backend (torch 2.x): a Python subclass of torch's C++ Backend whose
+    methods torch's dispatcher calls, each passing the call on to `pg` (torch's ProcessGroup
+    can only hold a Backend)."""
+    if not _VIEW:
+        from torch._C._distributed_c10d import Backend as base
+        names = [n for n in dir(base) if not n.startswith("__") and n in _pg_methods(type(pg))]
+
+        def forward(name):
+            return lambda self, *a, **k: getattr(self._pg_, name)(*a, **k)
+
+        attrs = {n: forward(n) for n in names}
+        attrs["__init__"] = lambda self, p: (base.__init__(self, p.rank(), p.size()),
+                                             setattr(self, "_pg_", p))[0]
+        attrs["__getattr__"] = lambda self, n: getattr(self.__dict__["_pg_"], n)
+        _VIEW.append(type("RingreduceBackend", (base,), attrs))
+    return _VIEW[0](pg)
+
+
+def _pg_methods(cls):
+    """Every method a ringreduce group defines itself (not inherited from torch)."""
+    out = set()
+    for k in cls.__mro__:
+        if k.__module__.startswith("ringreduce"):
+            out.update(n for n, v in vars(k).items() if callable(v))
+    return out

@@ -10,6 +10,9 @@
               ranks contiguous, the same on every survivor (each all_gathers the old ranks);
               then an exact all_reduce, a broadcast from the new rank 0 and a barrier on it,
               through dist's own functions with the default group.
+  shrink_group  (torch 2.x) the same, the survivors calling torch's own
+              dist.shrink_group([dead rank]) instead (the backend serves it); the rank killed
+              is never rank 0 here (see main()).
   ddp         torch's DDP trains an MLP on the 8x8 digits in float64; a random rank kills
               itself inside a random step's backward (in the hook of the last gradient). Survivors: that step fails, no optimizer
               step; revoke, shrink, a new DDP on the new default group, the step done
@@ -83,13 +86,14 @@ def data():
     return x, y, torch.randperm(len(y), generator=g)
 
 
-def survive(res, err):
-    """What every survivor does after a failure: revoke, shrink, note the new group."""
+def survive(res, err, victim=None):
+    """What every survivor does after a failure: revoke, shrink (ringreduce's, or torch's
+    shrink_group given the dead rank), note the new group."""
     import ringreduce.torch as rrt
     res["error"] = str(err)[:600]
     t0 = time.monotonic()
     rrt.revoke()
-    pg = rrt.shrink()
+    pg = rrt.shrink() if victim is None else dist.shrink_group([victim])
     res["shrink_s"] = round(time.monotonic() - t0, 3)
     res["new_rank"], res["new_world"] = dist.get_rank(), dist.get_world_size()
     if pg is not dist.distributed_c10d._get_default_group():
@@ -97,7 +101,7 @@ def survive(res, err):
     return pg
 
 
-def rank_collective(rank, world, victim, when, res):
+def rank_collective(rank, world, victim, when, res, torch_shrink=False):
     i = 0
     try:
         for i in range(100000):
@@ -111,7 +115,7 @@ def rank_collective(rank, world, victim, when, res):
         raise AssertionError("the loop ended without a failure")
     except RuntimeError as e:
         res["failed_at"] = i
-        survive(res, e)
+        survive(res, e, victim if torch_shrink else None)
     n = dist.get_world_size()
     members = torch.zeros(n, dtype=torch.int64)
     dist.all_gather(list(members.chunk(n)), torch.tensor([rank], dtype=torch.int64))
@@ -178,7 +182,10 @@ def rank_main(case, rank, world, victim, when, out):
                             timeout=datetime.timedelta(seconds=20))
     res = {"rank": rank}
     try:
-        (rank_collective if case == "collective" else rank_ddp)(rank, world, victim, when, res)
+        if case == "ddp":
+            rank_ddp(rank, world, victim, when, res)
+        else:
+            rank_collective(rank, world, victim, when, res, case == "shrink_group")
     except Exception as e:  # noqa: BLE001 (reported to the parent, which fails the test)
         res["fatal"] = f"{type(e).__name__}: {e}"[:1500]
     with open(out + ".tmp", "w") as f:
@@ -205,7 +212,7 @@ def check(case, world, victim, res):
         if x.get("new_world") != world - 1 or x.get("new_rank") != survivors.index(r):
             bad.append(f"rank {r}: new rank {x.get('new_rank')} of {x.get('new_world')}, "
                        f"expected {survivors.index(r)} of {world - 1}")
-        if case == "collective":
+        if case != "ddp":
             want = sum((s + 1) << 40 for s in survivors)
             if x.get("members") != survivors:
                 bad.append(f"rank {r}: members {x.get('members')}, expected {survivors}")
@@ -229,9 +236,16 @@ def main():
     seed = int(os.environ.get("RR_TEST_SEED", str(time.time_ns() % 100000)))
     rnd = random.Random(seed)
     victim = rnd.randrange(world)
-    when = rnd.randrange(3, 40) if case == "collective" else rnd.randrange(1, STEPS - 1)
+    if case == "shrink_group":
+        if not hasattr(dist, "shrink_group"):
+            print(f"skipped: torch {torch.__version__} has no dist.shrink_group")
+            sys.exit(77)
+        # torch's shrink_group clones the old group's store for the new one: with rank 0,
+        # the TCPStore's host, dead that waits for the store's timeout (docs/torch.md).
+        victim = rnd.randrange(1, world)
+    when = rnd.randrange(3, 40) if case != "ddp" else rnd.randrange(1, STEPS - 1)
     print(f"torch_elastic {case} world {world}: seed {seed} (RR_TEST_SEED): rank {victim} "
-          f"killed at {'iteration' if case == 'collective' else 'step'} {when}", flush=True)
+          f"killed at {'step' if case == 'ddp' else 'iteration'} {when}", flush=True)
     for attempt in range(3):
         with tempfile.TemporaryDirectory() as tmp:
             env = dict(os.environ, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(common.free_port()))

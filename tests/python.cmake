@@ -88,6 +88,14 @@ foreach(job collective_w3 collective_w4 ddp_w4 shrink_group_w4)
     set_tests_properties(torch${v}.elastic_${job} PROPERTIES LABELS "torch;torch${v};elastic")
   endforeach()
 endforeach()
+# torchft's Manager on ringreduce (ringreduce.torchft), a replica killed by SIGKILL. torchft is
+# in neither torch environment: RR_TORCHFT_SITE names a directory it was installed into for
+# torch 2.x (pip install --target DIR torchft and its opentelemetry packages, not torch).
+# Without it the test is skipped.
+set(RR_TORCHFT_SITE "" CACHE PATH "Directory holding torchft for the torch2.torchft_elastic test")
+add_test(NAME torch2.torchft_elastic COMMAND ${rr_torch2} ${rr_py}/torchft_elastic.py)
+set_tests_properties(torch2.torchft_elastic PROPERTIES LABELS "torch;torch2;elastic" TIMEOUT 240
+  SKIP_RETURN_CODE 77 ENVIRONMENT "${rr_torch_env};RR_TORCHFT_SITE=${RR_TORCHFT_SITE}")
 # A man in the middle through torch's store, by a second local user the test creates (root
 # only; 77 otherwise): rank 0's record rewritten to a relay, its host id too, and a stale
 # record answered at its old address by an impostor; each must fail at setup naming rank 0.

@@ -62,8 +62,7 @@ def _release(pg_handle, bridge, completer, abort=False):
 
 
 class ProcessGroupRingreduce(ElasticMixin, dist.ProcessGroup):
-    """A torch process group on one ringreduce group (revoke, errored and shrink for the
-    survivors of a death: ringreduce/_elastic.py)."""
+    """A torch process group on one ringreduce group (revoke, errored, shrink: _elastic.py)."""
 
     # What torch asks of a group's backend (this object serves every device it serves):
     # batch_isend_irecv and _coalescing_manager coalesce through it, split_group splits it.
@@ -74,9 +73,7 @@ class ProcessGroupRingreduce(ElasticMixin, dist.ProcessGroup):
     _supports_time_estimate = False
     supports_reconfigure = False
 
-    def __init__(self, store, rank, size, timeout, adopt=None):
-        """adopt: a library group made already (rr_pg_shrink's), taken over instead of a
-        rendezvous through store (None then)."""
+    def __init__(self, store, rank, size, timeout, adopt=None):  # adopt: rr_pg_shrink's group
         super().__init__(rank, size)
         self._rank, self._size = rank, size
         self._store, self._timeout = store, timeout

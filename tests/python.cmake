@@ -80,10 +80,11 @@ endforeach()
 # survivors revoke, shrink (ringreduce.torch.shrink) and go on: exact collectives on the new
 # default group, or torch's DDP rebuilt on it and trained to the end against a float64
 # reference; shrink_group_w4: torch 2.x's own dist.shrink_group served by the backend (torch1
-# skips: 1.13 has none). RR_TEST_SEED replays a run.
-foreach(job collective_w3 collective_w4 ddp_w4 shrink_group_w4)
+# skips: 1.13 has none); digits_w4: the tutorial with --elastic, a rank killed from outside
+# mid-epoch (two 4-rank runs, 12-25 s). RR_TEST_SEED replays a run.
+foreach(job collective_w3 collective_w4 ddp_w4 shrink_group_w4 digits_w4)
   string(REGEX REPLACE "_w([0-9])$" ";\\1" rr_args ${job})
-  rr_torch_test(elastic_${job} 180 ${rr_py}/torch_elastic.py ${rr_args})
+  rr_torch_test(elastic_${job} 300 ${rr_py}/torch_elastic.py ${rr_args})
   foreach(v 1 2)
     set_tests_properties(torch${v}.elastic_${job} PROPERTIES LABELS "torch;torch${v};elastic")
   endforeach()

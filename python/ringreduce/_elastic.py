@@ -34,10 +34,12 @@ class ElasticMixin:
     def _lr(self, rank):
         """The library's rank for group rank `rank` (roots and peers are the library's global
         ranks: a shrunk group keeps its members' old ones)."""
-        return self._lib_ranks[rank] if self._lib_ranks and 0 <= rank < len(self._lib_ranks) else rank
+        ranks = self._lib_ranks
+        return ranks[rank] if ranks and 0 <= rank < len(ranks) else rank
 
     def _group_rank(self, lib_rank):
-        return self._lib_ranks.index(lib_rank) if self._lib_ranks and lib_rank in self._lib_ranks else lib_rank
+        ranks = self._lib_ranks
+        return ranks.index(lib_rank) if ranks and lib_rank in ranks else lib_rank
 
     def _failed(self, status, error):
         """Record the group's first failure (not a refusal of one call's arguments) for

@@ -278,8 +278,8 @@ class ProcessGroupRingreduce(ElasticMixin, dist.ProcessGroup):
             if step[0] == "sendrecv":
                 s, r = step[1], step[2]
                 c = self._issue("sendrecv", _lib.sendrecv_async,
-                                (_ptr(s.buf), s.buf.numel(), self._lr(s.peer), _ptr(r.buf), r.buf.numel(),
-                                 self._lr(r.peer), s.ldtype), (s.keep, r.keep),
+                                (_ptr(s.buf), s.buf.numel(), self._lr(s.peer), _ptr(r.buf),
+                                 r.buf.numel(), self._lr(r.peer), s.ldtype), (s.keep, r.keep),
                                 _stream_ordered(r.finish, dev))
                 for op in (s, r):
                     op.batch.calls, op.batch.pending = [c], False
@@ -288,10 +288,12 @@ class ProcessGroupRingreduce(ElasticMixin, dist.ProcessGroup):
                 op = step[1]
                 if op.kind == "send":
                     c = self._issue("send", _lib.send_async,
-                                    (_ptr(op.buf), op.buf.numel(), op.ldtype, self._lr(op.peer)), op.keep)
+                                    (_ptr(op.buf), op.buf.numel(), op.ldtype,
+                                     self._lr(op.peer)), op.keep)
                 else:
                     c = self._issue("recv", _lib.recv_async,
-                                    (_ptr(op.buf), op.buf.numel(), op.ldtype, self._lr(op.peer)), op.keep,
+                                    (_ptr(op.buf), op.buf.numel(), op.ldtype,
+                                     self._lr(op.peer)), op.keep,
                                     _stream_ordered(op.finish, dev))
                 op.batch.calls, op.batch.pending = [c], False
                 self._coalescing[1].append(op.batch)
@@ -317,8 +319,8 @@ class ProcessGroupRingreduce(ElasticMixin, dist.ProcessGroup):
             self._pending.append(work)
             return work
         fn = _lib.send_async if kind == "send" else _lib.recv_async
-        work = self._start(what, fn, (_ptr(data), data.numel(), ld, self._lr(peer)), (t, buf), tensors,
-                           finish, dev, sync=_caller_waits(None, 2))
+        work = self._start(what, fn, (_ptr(data), data.numel(), ld, self._lr(peer)), (t, buf),
+                           tensors, finish, dev, sync=_caller_waits(None, 2))
         work._source = peer
         return work
 
@@ -397,7 +399,8 @@ class ProcessGroupRingreduce(ElasticMixin, dist.ProcessGroup):
         root = opts.rootRank if opts is not None else 0
         buf, back = _contiguous(t, what)
         b, d = _move_view(buf)
-        return self._start(what, _lib.broadcast_async, (_ptr(b), _ptr(b), b.numel(), d, self._lr(root)),
+        return self._start(what, _lib.broadcast_async,
+                           (_ptr(b), _ptr(b), b.numel(), d, self._lr(root)),
                            (t, buf), tensors, back, dev,
                            sync=_caller_waits(opts, 1))
 
@@ -410,7 +413,8 @@ class ProcessGroupRingreduce(ElasticMixin, dist.ProcessGroup):
         buf, back = _contiguous(t, what)
         r, d = _reduce_view(buf, what)
         # torch reduces in place: the root's tensor gets the result, the others keep theirs.
-        return self._start(what, _lib.reduce_async, (_ptr(r), _ptr(r), r.numel(), d, op, self._lr(root)),
+        return self._start(what, _lib.reduce_async,
+                           (_ptr(r), _ptr(r), r.numel(), d, op, self._lr(root)),
                            (t, buf), tensors, back if self._rank == root else None, dev,
                            sync=_caller_waits(opts, 1))
 

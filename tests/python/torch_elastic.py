@@ -14,13 +14,12 @@
               dist.shrink_group([dead rank]) instead (the backend serves it); the rank killed
               is never rank 0 here (see main()).
   ddp         torch's DDP trains an MLP on the 8x8 digits in float64; a random rank kills
-              itself inside a random step's backward (in the hook of the last gradient). Survivors: that step fails, no optimizer
-              step; revoke, shrink, a new DDP on the new default group, the step done
-              again, and on to the end. Each step's global batch is the same 24 samples
+              itself inside a random step's backward (in the hook of the last gradient).
+              Survivors: that step fails, no optimizer step; revoke, shrink, a new DDP on
+              the new default group, the step done again, and on to the end. Each step's global batch is the same 24 samples
               whatever the world (split evenly), so one process training on them in float64
               is the reference: every survivor's parameters within 1e-9 (1 + |p|) of it after
               every step, bit-identical across survivors at the end, the loss lower.
-
   digits      the tutorial, examples/torch_digits.py --elastic (the digits CNN under DDP, 5
               epochs), 4 ranks started as torchrun would; a random rank (0 included) killed
               by SIGKILL from outside 0-600 ms after epoch 0's line, mid-epoch: every survivor
@@ -248,7 +247,8 @@ def digits_job(world, victim, delay, tmp):
     env = dict(os.environ, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(common.free_port()),
                WORLD_SIZE=str(world))
     procs = [subprocess.Popen([sys.executable, script, "--backend", "ringreduce", "--elastic",
-                               "--step-sleep-ms", "20"], env=dict(env, RANK=str(r), LOCAL_RANK=str(r)),
+                               "--step-sleep-ms", "20"],
+                              env=dict(env, RANK=str(r), LOCAL_RANK=str(r)),
                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
              for r in range(world)]
     outs, started = [[] for _ in range(world)], threading.Event()
@@ -278,7 +278,7 @@ def digits_job(world, victim, delay, tmp):
     return [p.returncode for p in procs], ["".join(o) for o in outs], hung
 
 
-def digits(seed):
+def digits_case(seed):
     import re
     rnd = random.Random(seed)
     world, victim, delay = 4, rnd.randrange(4), rnd.uniform(0, 0.6)
@@ -291,8 +291,8 @@ def digits(seed):
             if attempt < 2 and any(common.port_clash(o) for o in outs0 + outs):
                 continue
             break
-    acc = [re.findall(r"accuracy ([0-9.]+)%; parameters bit-identical on all (\d+) ranks: (\w+)", o)
-           for o in outs0 + outs]
+    summary = r"accuracy ([0-9.]+)%; parameters bit-identical on all (\d+) ranks: (\w+)"
+    acc = [re.findall(summary, o) for o in outs0 + outs]
     bad = [f"rank {r}: still running after 120 s (a hang)" for r in hung0 + hung]
     if codes0 != [0] * world or not acc[0]:
         bad.append(f"the undisturbed run failed: exit codes {codes0}")
@@ -303,7 +303,7 @@ def digits(seed):
         if codes[r] != 0:
             bad.append(f"rank {r}: exit {codes[r]}")
     lead = outs[survivors[0]]
-    got = re.findall(r"accuracy ([0-9.]+)%; parameters bit-identical on all (\d+) ranks: (\w+)", lead)
+    got = re.findall(summary, lead)
     if "resumed with 3 ranks" not in lead or not got or got[0][1:] != ("3", "yes"):
         bad.append(f"rank {survivors[0]} (the new rank 0) did not resume and finish with 3 "
                    f"identical ranks: {got}")
@@ -323,7 +323,7 @@ def digits(seed):
 def main():
     case, world = sys.argv[1], int(sys.argv[2])
     if case == "digits":
-        return digits(int(os.environ.get("RR_TEST_SEED", str(time.time_ns() % 100000))))
+        return digits_case(int(os.environ.get("RR_TEST_SEED", str(time.time_ns() % 100000))))
     seed = int(os.environ.get("RR_TEST_SEED", str(time.time_ns() % 100000)))
     rnd = random.Random(seed)
     victim = rnd.randrange(world)

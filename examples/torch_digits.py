@@ -7,12 +7,19 @@ DistributedDataParallel, 5 epochs, rank 0 prints the loss and saves the model.
     build/bin/rrun --nproc-per-node 4 /usr/bin/python3 examples/torch_digits.py --backend ringreduce
 
 --out DIR writes losses.txt (one line per epoch: the mean training loss over all ranks) and
-model.pt (rank 0's state_dict) there; tests/python compare them between the two backends."""
+model.pt (rank 0's state_dict) there; tests/python compare them between the two backends.
+
+--elastic (ringreduce only; under a launcher that keeps the others running when a worker
+dies: rrun --keep-going, or torchrun with a launcher that does): when a rank dies, the
+survivors drop the step, shrink the group (ringreduce.torch.shrink), make DDP again on it
+and go on from where the new rank 0 stood, at the new world size; --step-sleep-ms slows each
+step so that a test can kill a rank mid-epoch."""
 
 import argparse
 import gzip
 import os
 import sys
+import time
 
 import torch
 import torch.distributed as dist
@@ -61,7 +68,9 @@ def train(rank, world, args):
     model = DDP(Net())
     opt = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=args.momentum)
     losses = []
-    for epoch in range(args.epochs):
+    if args.elastic:
+        model, losses = train_elastic(model, opt, data, args)
+    for epoch in range(0 if args.elastic else args.epochs):
         sampler.set_epoch(epoch)
         total = torch.zeros(2, dtype=torch.float64)
         for x, y in loader:
@@ -74,12 +83,79 @@ def train(rank, world, args):
         losses.append(total[0].item() / total[1].item())
         if rank == 0:
             print(f"epoch {epoch}: loss {losses[-1]:.6f}", flush=True)
+    rank = dist.get_rank()  # after a shrink: the rank among the survivors
     if rank == 0 and args.out:
         os.makedirs(args.out, exist_ok=True)
         with open(os.path.join(args.out, "losses.txt"), "w") as f:
             f.writelines(f"{v!r}\n" for v in losses)
         torch.save(model.module.state_dict(), os.path.join(args.out, "model.pt"))
     dist.destroy_process_group()
+
+
+def train_elastic(model, opt, data, args):
+    """The loop above, surviving the death of ranks. Where training stands is (epoch, samples
+    of the epoch's shuffled list the group consumed), which does not depend on the world
+    size: DistributedSampler gives rank r the list's positions r, r + W, ... (the same
+    shuffle for every W: seed and epoch), so after k local samples the group consumed k * W."""
+    import ringreduce.torch as rrt
+    epoch, done, losses = 0, 0, []
+    total = torch.zeros(2, dtype=torch.float64)
+    while epoch < args.epochs:
+        rank, world = dist.get_rank(), dist.get_world_size()
+        sampler = DistributedSampler(data, num_replicas=world, rank=rank, shuffle=True, seed=0)
+        sampler.set_epoch(epoch)
+        mine = list(sampler)[-(-done // world):]  # resume at the first position >= done
+        try:
+            for i in range(0, len(mine), 32):
+                x, y = data[mine[i:i + 32]]
+                opt.zero_grad()
+                loss = F.cross_entropy(model(x), y)
+                loss.backward()
+                opt.step()
+                total += torch.tensor([loss.item() * len(y), len(y)], dtype=torch.float64)
+                done += len(y) * world
+                time.sleep(args.step_sleep_ms / 1000)
+            dist.all_reduce(total)
+            losses.append(total[0].item() / total[1].item())
+            if rank == 0:
+                print(f"epoch {epoch}: loss {losses[-1]:.6f} ({world} ranks)", flush=True)
+            epoch, done, total = epoch + 1, 0, torch.zeros(2, dtype=torch.float64)
+        except RuntimeError as e:
+            # A peer died (or the revoke of one that saw it first): drop this step, go on
+            # with the survivors. A failure of the shrink itself ends this rank.
+            print(f"rank {rank}: {str(e).splitlines()[0][:300]}; shrinking the group",
+                  file=sys.stderr, flush=True)
+            rrt.revoke()
+            rrt.shrink()
+            model = DDP(model.module)  # checks and broadcasts parameters from the new rank 0
+            # Survivors may stand a step (or an epoch's end) apart: one may have completed a
+            # collective another saw fail. Take the new rank 0's place and optimizer state.
+            pos = torch.tensor([epoch, done, len(losses)], dtype=torch.int64)
+            dist.broadcast(pos, 0)
+            epoch, done, n = pos.tolist()
+            losses = (losses + [float("nan")] * n)[:n]
+            for p in model.parameters():
+                buf = opt.state.get(p, {}).get("momentum_buffer")
+                if buf is not None:
+                    dist.broadcast(buf, 0)
+            if dist.get_rank() == 0:
+                print(f"resumed with {dist.get_world_size()} ranks at epoch {epoch}, sample "
+                      f"{done}", flush=True)
+    x, y = data.tensors
+    model.module.eval()
+    with torch.no_grad():
+        acc = (model.module(x).argmax(1) == y).double().mean().item()
+    model.module.train()
+    # Parameters only: BatchNorm's running statistics are each rank's own since the last
+    # forward (DDP broadcasts them from rank 0 at the start of each).
+    h = torch.cat([p.detach().double().reshape(-1) for p in model.module.parameters()])
+    every = [torch.zeros_like(h) for _ in range(dist.get_world_size())]
+    dist.all_gather(every, h)
+    same = all(torch.equal(every[0], v) for v in every)
+    if dist.get_rank() == 0:
+        print(f"accuracy {100 * acc:.2f}%; parameters bit-identical on all "
+              f"{dist.get_world_size()} ranks: {'yes' if same else 'NO'}", flush=True)
+    return model, losses
 
 
 def main():
@@ -90,6 +166,8 @@ def main():
     p.add_argument("--lr", type=float, default=0.1)
     p.add_argument("--momentum", type=float, default=0.0)
     p.add_argument("--out", default="")
+    p.add_argument("--elastic", action="store_true", help="survive the death of ranks (ringreduce)")
+    p.add_argument("--step-sleep-ms", type=float, default=0.0)
     args = p.parse_args()
     if "RANK" in os.environ and "WORLD_SIZE" in os.environ:  # torchrun, rrun
         train(int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"]), args)

@@ -76,6 +76,27 @@ rr_torch_test(suite_w2 900 ${rr_py}/torch_suite.py --backend both)
 foreach(case kill9 mismatch dtype lifecycle)
   rr_torch_test(faults_${case} 240 ${rr_py}/torch_faults.py ${case})
 endforeach()
+# Issue 26 item 5: a random rank (rank 0, the store's host, included) killed by SIGKILL; the
+# survivors revoke, shrink (ringreduce.torch.shrink) and go on: exact collectives on the new
+# default group, or torch's DDP rebuilt on it and trained to the end against a float64
+# reference; shrink_group_w4: torch 2.x's own dist.shrink_group served by the backend (torch1
+# skips: 1.13 has none); digits_w4: the tutorial with --elastic, a rank killed from outside
+# mid-epoch (two 4-rank runs, 12-25 s). RR_TEST_SEED replays a run.
+foreach(job collective_w3 collective_w4 ddp_w4 shrink_group_w4 digits_w4)
+  string(REGEX REPLACE "_w([0-9])$" ";\\1" rr_args ${job})
+  rr_torch_test(elastic_${job} 300 ${rr_py}/torch_elastic.py ${rr_args})
+  foreach(v 1 2)
+    set_tests_properties(torch${v}.elastic_${job} PROPERTIES LABELS "torch;torch${v};elastic")
+  endforeach()
+endforeach()
+# torchft's Manager on ringreduce (ringreduce.torchft), a replica killed by SIGKILL. torchft is
+# in neither torch environment: RR_TORCHFT_SITE names a directory it was installed into for
+# torch 2.x (pip install --target DIR torchft and its opentelemetry packages, not torch).
+# Without it the test is skipped.
+set(RR_TORCHFT_SITE "" CACHE PATH "Directory holding torchft for the torch2.torchft_elastic test")
+add_test(NAME torch2.torchft_elastic COMMAND ${rr_torch2} ${rr_py}/torchft_elastic.py)
+set_tests_properties(torch2.torchft_elastic PROPERTIES LABELS "torch;torch2;elastic" TIMEOUT 240
+  SKIP_RETURN_CODE 77 ENVIRONMENT "${rr_torch_env};RR_TORCHFT_SITE=${RR_TORCHFT_SITE}")
 # A man in the middle through torch's store, by a second local user the test creates (root
 # only; 77 otherwise): rank 0's record rewritten to a relay, its host id too, and a stale
 # record answered at its old address by an impostor; each must fail at setup naming rank 0.

@@ -11,6 +11,9 @@ import os
 # rr_status values (include/ringreduce/ringreduce.h, RR_STATUS_MAP).
 OK, INPROGRESS, EINVAL, ENOMEM, ESYS, ETIMEDOUT, EPEER = 0, 1, -1, -2, -3, -4, -5
 EMISMATCH, EPROTO, EABORTED, ENOTSUP = -6, -7, -8, -9
+ESTATE, EENV, EADDR, ECUDA, ENOTMEMBER, EREVOKED = -10, -11, -12, -13, -14, -15
+# A call refused on its own arguments or this process's state: the group is still usable.
+LOCAL_ERRORS = (EINVAL, ENOMEM, ENOTSUP, ESTATE, ENOTMEMBER)
 
 # rr_dtype and rr_op, in the header's order.
 INT8, UINT8, INT32, INT64, FLOAT16, BFLOAT16, FLOAT32, FLOAT64 = range(8)
@@ -101,6 +104,11 @@ init_process_group_on_store = _proto("rr_init_process_group_on_store", _i, ctype
                                      ctypes.POINTER(PgOptions), c_store)
 destroy_process_group = _proto("rr_destroy_process_group", _i, c_pg)
 abort = _proto("rr_abort", _i, c_pg)
+pg_revoke = _proto("rr_pg_revoke", _i, c_pg)
+pg_shrink = _proto("rr_pg_shrink", _i, c_pg, _i, ctypes.POINTER(c_pg))
+get_rank = _proto("rr_get_rank", _i, c_pg)
+get_world_size = _proto("rr_get_world_size", _i, c_pg)
+get_global_rank = _proto("rr_get_global_rank", _i, c_pg, _i)
 pg_set_cuda_stream = _proto("rr_pg_set_cuda_stream", _i, c_pg, _p)
 cuda_built = _proto("rr_cuda_built", _i)
 store_from_callbacks = _proto("rr_store_from_callbacks", _i, ctypes.POINTER(StoreCallbacks),

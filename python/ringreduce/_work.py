@@ -38,10 +38,11 @@ class _Call:
     the outcome once, from whichever thread sees it first."""
 
     __slots__ = ("handle", "keep", "finish", "lock", "done", "error", "what", "memory",
-                 "__weakref__")
+                 "failures", "__weakref__")
 
-    def __init__(self, handle, keep, finish, what):
+    def __init__(self, handle, keep, finish, what, failures=None):
         self.handle, self.keep, self.finish, self.what = handle, keep, finish, what
+        self.failures = failures  # the group's list of failures (errored()), if it keeps one
         self.lock = threading.Lock()
         self.done = False
         self.error = None
@@ -59,6 +60,9 @@ class _Call:
                 msg = _lib.work_error(self.handle)
                 self.error = call_error(status, msg.decode("utf-8", "replace") if msg else "",
                                         self.what)
+                if self.failures is not None and status not in _lib.LOCAL_ERRORS \
+                        and not self.failures:
+                    self.failures.append(self.error)
             elif moved:
                 self.error = RuntimeError(
                     f"ringreduce: {self.what}: a tensor of this call got new memory (resize_, "
@@ -332,11 +336,12 @@ class Work(dist._Work):
         self.wait()
 
     def source_rank(self):
-        """The sender of a receive (the group rank: a torch group is a library group of its
-        own), once it completed; the library says whom a receive from any source took."""
+        """The sender of a receive (the group rank), once it completed; the library says whom
+        a receive from any source took, by its global rank (_rank_of maps it back)."""
         self.wait()
         if self._source < 0 and self._batch.calls:
-            self._source = _lib.work_source(self._batch.calls[0].handle)
+            self._source = self._rank_of(_lib.work_source(self._batch.calls[0].handle))
         return self._source
 
     _source_rank = source_rank
+    _rank_of = staticmethod(lambda r: r)  # library global rank -> group rank (shrunk groups)

@@ -35,6 +35,7 @@ import torch
 import torch.distributed as dist
 
 from . import _lib
+from ._elastic import ElasticMixin, errored, revoke, shrink  # noqa: F401 (the elastic recipe)
 from ._p2p import _P2P, _p2p_order
 from ._store import StoreBridge
 from ._tensors import (_CPU, _SPARSE_CHECKED, _caller_waits, _contiguous, _move_view,  # noqa: F401
@@ -56,11 +57,12 @@ def _release(pg_handle, bridge, completer, abort=False):
     if pg_handle.value:
         _lib.destroy_process_group(pg_handle)
         pg_handle.value = None
-    bridge.free()
+    if bridge is not None:  # a shrunk group has no store
+        bridge.free()
 
 
-class ProcessGroupRingreduce(dist.ProcessGroup):
-    """A torch process group on one ringreduce group."""
+class ProcessGroupRingreduce(ElasticMixin, dist.ProcessGroup):
+    """A torch process group on one ringreduce group (revoke, errored, shrink: _elastic.py)."""
 
     # What torch asks of a group's backend (this object serves every device it serves):
     # batch_isend_irecv and _coalescing_manager coalesce through it, split_group splits it.
@@ -71,20 +73,21 @@ class ProcessGroupRingreduce(dist.ProcessGroup):
     _supports_time_estimate = False
     supports_reconfigure = False
 
-    def __init__(self, store, rank, size, timeout):
+    def __init__(self, store, rank, size, timeout, adopt=None):  # adopt: rr_pg_shrink's group
         super().__init__(rank, size)
         self._rank, self._size = rank, size
         self._store, self._timeout = store, timeout
         ms = _timeout_ms(timeout) or 30 * 60 * 1000
-        self._bridge = StoreBridge(store, ms)
+        self._bridge = StoreBridge(store, ms) if adopt is None else None
+        self._errors = []  # the first failure of the group (errored())
         self._completer = _Completer()
         self._pending = collections.deque()  # works not yet let go of, oldest first
         self._coalescing = None  # inside a coalescing block: [deferred p2p, works issued]
         self._names = {"name": "", "desc": ""}
-        self._pg = _lib.c_pg()
+        self._pg = _lib.c_pg(adopt)
         opts = _lib.PgOptions(None, rank, size, ms, -1)
-        st = _lib.init_process_group_on_store(ctypes.byref(self._pg), ctypes.byref(opts),
-                                              self._bridge.handle)
+        st = 0 if adopt else _lib.init_process_group_on_store(
+            ctypes.byref(self._pg), ctypes.byref(opts), self._bridge.handle)
         if st < 0:
             msg = _lib.error_text()
             self._bridge.free()
@@ -186,8 +189,8 @@ class ProcessGroupRingreduce(dist.ProcessGroup):
         h = _lib.c_work()
         st = fn(self._pg, *args, ctypes.byref(h))
         if st < 0:
-            raise RuntimeError(f"ringreduce: {_lib.error_text() or what}")
-        return _Call(h, keep, finish, what)
+            raise self._failed(st, RuntimeError(f"ringreduce: {_lib.error_text() or what}"))
+        return _Call(h, keep, finish, what, self._errors)
 
     def _wrap(self, batch, result, device=None, source=-1):
         work = Work(batch, result, self._completer, device, source)
@@ -209,7 +212,7 @@ class ProcessGroupRingreduce(dist.ProcessGroup):
         if sync and self._coalescing is None and (device is None or device.type == "cpu"):
             st = _lib.BLOCKING[id(fn)](self._pg, *args)
             if st < 0:
-                raise call_error(st, _lib.error_text(), what)
+                raise self._failed(st, call_error(st, _lib.error_text(), what))
             if finish is not None:
                 finish()
             # Done already: nothing to keep alive (torch holds it while it waits).
@@ -275,8 +278,8 @@ class ProcessGroupRingreduce(dist.ProcessGroup):
             if step[0] == "sendrecv":
                 s, r = step[1], step[2]
                 c = self._issue("sendrecv", _lib.sendrecv_async,
-                                (_ptr(s.buf), s.buf.numel(), s.peer, _ptr(r.buf), r.buf.numel(),
-                                 r.peer, s.ldtype), (s.keep, r.keep),
+                                (_ptr(s.buf), s.buf.numel(), self._lr(s.peer), _ptr(r.buf),
+                                 r.buf.numel(), self._lr(r.peer), s.ldtype), (s.keep, r.keep),
                                 _stream_ordered(r.finish, dev))
                 for op in (s, r):
                     op.batch.calls, op.batch.pending = [c], False
@@ -285,10 +288,12 @@ class ProcessGroupRingreduce(dist.ProcessGroup):
                 op = step[1]
                 if op.kind == "send":
                     c = self._issue("send", _lib.send_async,
-                                    (_ptr(op.buf), op.buf.numel(), op.ldtype, op.peer), op.keep)
+                                    (_ptr(op.buf), op.buf.numel(), op.ldtype,
+                                     self._lr(op.peer)), op.keep)
                 else:
                     c = self._issue("recv", _lib.recv_async,
-                                    (_ptr(op.buf), op.buf.numel(), op.ldtype, op.peer), op.keep,
+                                    (_ptr(op.buf), op.buf.numel(), op.ldtype,
+                                     self._lr(op.peer)), op.keep,
                                     _stream_ordered(op.finish, dev))
                 op.batch.calls, op.batch.pending = [c], False
                 self._coalescing[1].append(op.batch)
@@ -314,8 +319,8 @@ class ProcessGroupRingreduce(dist.ProcessGroup):
             self._pending.append(work)
             return work
         fn = _lib.send_async if kind == "send" else _lib.recv_async
-        work = self._start(what, fn, (_ptr(data), data.numel(), ld, peer), (t, buf), tensors,
-                           finish, dev, sync=_caller_waits(None, 2))
+        work = self._start(what, fn, (_ptr(data), data.numel(), ld, self._lr(peer)), (t, buf),
+                           tensors, finish, dev, sync=_caller_waits(None, 2))
         work._source = peer
         return work
 
@@ -394,7 +399,8 @@ class ProcessGroupRingreduce(dist.ProcessGroup):
         root = opts.rootRank if opts is not None else 0
         buf, back = _contiguous(t, what)
         b, d = _move_view(buf)
-        return self._start(what, _lib.broadcast_async, (_ptr(b), _ptr(b), b.numel(), d, root),
+        return self._start(what, _lib.broadcast_async,
+                           (_ptr(b), _ptr(b), b.numel(), d, self._lr(root)),
                            (t, buf), tensors, back, dev,
                            sync=_caller_waits(opts, 1))
 
@@ -407,7 +413,8 @@ class ProcessGroupRingreduce(dist.ProcessGroup):
         buf, back = _contiguous(t, what)
         r, d = _reduce_view(buf, what)
         # torch reduces in place: the root's tensor gets the result, the others keep theirs.
-        return self._start(what, _lib.reduce_async, (_ptr(r), _ptr(r), r.numel(), d, op, root),
+        return self._start(what, _lib.reduce_async,
+                           (_ptr(r), _ptr(r), r.numel(), d, op, self._lr(root)),
                            (t, buf), tensors, back if self._rank == root else None, dev,
                            sync=_caller_waits(opts, 1))
 
@@ -615,8 +622,10 @@ class ProcessGroupRingreduce(dist.ProcessGroup):
                                "device buffers for a receive from any rank)")
         buf, finish = _contiguous(t, what)
         data, ld = _move_view(buf)
-        return self._start(what, _lib.recv_async, (_ptr(data), data.numel(), ld, _lib.ANY_SOURCE),
+        work = self._start(what, _lib.recv_async, (_ptr(data), data.numel(), ld, _lib.ANY_SOURCE),
                            (t, buf), tensors, finish, dev)
+        work._rank_of = self._group_rank  # the library names the sender by its global rank
+        return work
 
     def gather(self, output_tensors, input_tensors, opts=None):
         what = "gather"
@@ -643,7 +652,7 @@ class ProcessGroupRingreduce(dist.ProcessGroup):
         ib, d = _move_view(inp)
         return self._start(what, _lib.gather_async,
                            (_ptr(ib), _ptr(flat) if flat is not None else None, ib.numel(), d,
-                            root), (inp, flat, outs), output_tensors, back, dev,
+                            self._lr(root)), (inp, flat, outs), output_tensors, back, dev,
                            sync=_caller_waits(opts, 1))
 
     def gather_single(self, output, input, opts=None):
@@ -661,7 +670,7 @@ class ProcessGroupRingreduce(dist.ProcessGroup):
             ob, _ = _move_view(out)
         return self._start(what, _lib.gather_async,
                            (_ptr(inp), _ptr(ob) if ob is not None else None, inp.numel(), d,
-                            root), (output, out, inp), [output], back, dev,
+                            self._lr(root)), (output, out, inp), [output], back, dev,
                            sync=_caller_waits(opts, 1))
 
     def scatter(self, output_tensors, input_tensors, opts=None):
@@ -684,7 +693,7 @@ class ProcessGroupRingreduce(dist.ProcessGroup):
         ob, d = _move_view(o)
         return self._start(what, _lib.scatter_async,
                            (_ptr(flat) if flat is not None else None, _ptr(ob), ob.numel(), d,
-                            root), (flat, o, out), output_tensors, back, dev,
+                            self._lr(root)), (flat, o, out), output_tensors, back, dev,
                            sync=_caller_waits(opts, 1))
 
     def _alltoallv(self, what, out, inp, out_counts, in_counts, back, keep, result, dev):

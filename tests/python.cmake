@@ -90,9 +90,9 @@ foreach(job collective_w3 collective_w4 ddp_w4 shrink_group_w4 digits_w4)
   endforeach()
 endforeach()
 # torchft's Manager on ringreduce (ringreduce.torchft), a replica killed by SIGKILL. torchft is
-# in neither torch environment: RR_TORCHFT_SITE names a directory it was installed into for
-# torch 2.x (pip install --target DIR torchft and its opentelemetry packages, not torch).
-# Without it the test is skipped.
+# installed into the torch 2.x environment by tools/torch_env.sh (tests/run.sh); elsewhere
+# RR_TORCHFT_SITE may name a directory it was installed into (pip install --target DIR torchft
+# and its opentelemetry packages, not torch). Without torchft the test is skipped.
 set(RR_TORCHFT_SITE "" CACHE PATH "Directory holding torchft for the torch2.torchft_elastic test")
 add_test(NAME torch2.torchft_elastic COMMAND ${rr_torch2} ${rr_py}/torchft_elastic.py)
 set_tests_properties(torch2.torchft_elastic PROPERTIES LABELS "torch;torch2;elastic" TIMEOUT 240

@@ -1,11 +1,11 @@
 """torchft's Manager on ringreduce (ringreduce.torchft.ProcessGroupRingReduce), one replica
 killed with SIGKILL (issue 26 item 5).
 
-    RR_TORCHFT_SITE=DIR python tests/python/torchft_elastic.py
+    build-venv/torch-2.15.0/bin/python tests/python/torchft_elastic.py
 
-torchft is not installed by the project's environments: RR_TORCHFT_SITE names a directory
-holding it (pip install --target DIR torchft plus its opentelemetry dependencies, without
-torch); without torchft the test exits 77. The parent runs torchft's lighthouse
+tools/torch_env.sh installs torchft into the torch 2.x environment; elsewhere RR_TORCHFT_SITE
+may name a directory holding it (pip install --target DIR torchft plus its opentelemetry
+dependencies, without torch); without torchft the test exits 77. The parent runs torchft's lighthouse
 (min_replicas 2); three replicas of one rank each run steps of start_quorum, an exact
 all_reduce (replica i adds i + 1, SUM, float64) through the Manager, should_commit. The
 replica picked by RR_TEST_SEED kills itself in a random step, after the quorum that includes

@@ -307,6 +307,10 @@ case_keep_going() {
   # Every worker killed: no survivor, 128 + the first one's signal.
   rr --nproc-per-node 2 --keep-going "$HELPER" "$T" '0=raise:9:100' '1=raise:15:600'
   expect_rc 137
+  # A crash is a bug, not a death survived: the survivors' success does not hide it.
+  rr --nproc-per-node 4 --keep-going "$HELPER" "$T" '*=exit:0:800' '2=raise:11:100'
+  expect_rc 139
+  expect_err "rrun: rank 2 (local rank 2, pid $(cat "$T/pid.2.0")) failed: killed by signal SIGSEGV (11)"
   # A signal to rrun still stops everything.
   rr --nproc-per-node 2 --keep-going --grace-period 5 "$HELPER" "$T" '*=sleep' &
   local rp=$!

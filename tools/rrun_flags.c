@@ -130,8 +130,10 @@ static void print_help(void) {
       "With --keep-going a failed worker is reported (rank, pid, exit code or signal) and the\n"
       "others keep running. rrun then exits 0 when at least one worker exited 0 and every\n"
       "other one either exited 0 or was killed by a signal rrun did not send (a death the job\n"
-      "survived); otherwise with the exit code of the lowest rank that exited non-zero, or, when\n"
-      "none did, 128 + the signal of the first worker killed. --max-restarts then restarts the\n"
+      "survived); otherwise with the exit code of the lowest rank that exited non-zero, then\n"
+      "128 + the signal of the lowest rank that crashed (SIGSEGV, SIGBUS, SIGABRT, ...: never\n"
+      "a death survived), or, when none did, 128 + the signal of the first worker killed. A\n"
+      "worker that cannot be started stops the others. --max-restarts then restarts the\n"
       "whole group only when that status is not 0. With --replace a replacement that exits 0\n"
       "counts as a worker that exited 0, and a failed one as a failure.\n";
   if (rr__write_all(STDOUT_FILENO, text, sizeof text - 1) != 0) exit(1);

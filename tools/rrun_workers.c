@@ -440,8 +440,11 @@ static void run_group(launcher *L) {
   for (int i = 0; i < o->nproc; i++) {
     enum spawn_result r = spawn_worker(L, &L->w[i]);
     if (r == SPAWN_OK) continue;
-    if (r == SPAWN_ERROR) {
-      L->launch_error = true;
+    /* After an exec failure the program will not start for the others either, so the ranks
+     * started so far would wait in the rendezvous until its timeout: a launch failure even
+     * with --keep-going (which is about deaths of a running job). */
+    if (r == SPAWN_ERROR || (r == SPAWN_EXEC_FAILED && o->keep_going)) {
+      L->launch_error = r == SPAWN_ERROR;
       int n = count_alive(L);
       if (n > 0) {
         rr__say("stopping the %d worker(s) already started (SIGTERM, then SIGKILL after %g s)", n,
@@ -449,7 +452,7 @@ static void run_group(launcher *L) {
       }
       stop_group(L, SIGTERM);
     }
-    break; /* after an exec failure the program will not start for the others either */
+    break;
   }
   while (L->live > 0) poll_once(L);
   /* Whatever is still in the pipes; a pipe still open now is held by a process the worker
@@ -464,21 +467,38 @@ static void run_group(launcher *L) {
   }
 }
 
+/* A signal that says the worker's own code failed (the kernel dumps core for these), not
+ * that something outside ended it (SIGKILL from the OOM killer or an admin, SIGTERM from a
+ * scheduler's preemption): a crash is never a death the job survived. */
+static bool crash_signal(int sig) {
+  switch (sig) {
+    case SIGSEGV: case SIGBUS: case SIGILL: case SIGFPE: case SIGABRT: case SIGSYS:
+    case SIGTRAP: case SIGQUIT: case SIGXCPU: case SIGXFSZ:
+      return true;
+    default:
+      return false;
+  }
+}
+
 /* The attempt's exit status. Without --keep-going: 0, or the first failed worker's. With it
  * (a death is something the job may survive): 0 when some worker exited 0 and each other one
  * exited 0 or was killed by a signal rrun did not send; else the exit code of the lowest rank
- * that exited non-zero, or, when none did, 128 + the first killed worker's signal. A non-zero
- * exit is a worker reporting its own error (a survivor that could not go on), which no
- * survivor's success hides. */
+ * that exited non-zero, then 128 + the signal of the lowest rank that crashed (crash_signal),
+ * or, when none did either, 128 + the first killed worker's signal. A non-zero exit is a
+ * worker reporting its own error (a survivor that could not go on), and a crash a bug, which
+ * no survivor's success hides. */
 static int job_status(const launcher *L) {
   if (L->first_failed < 0) return 0;
   if (!L->opt->keep_going) return exit_code_of(L->w[L->first_failed].status);
-  int ok = 0;
+  int ok = 0, crashed = 0;
   for (int i = 0; i < L->nw; i++) {
     const worker *w = &L->w[i];
     if (w->failed && WIFEXITED(w->status)) return WEXITSTATUS(w->status);
+    if (w->failed && WIFSIGNALED(w->status) && crash_signal(WTERMSIG(w->status)) && !crashed)
+      crashed = 128 + WTERMSIG(w->status);
     ok += !w->failed && !w->signalled && w->pid > 0;
   }
+  if (crashed) return crashed;
   return ok > 0 ? 0 : exit_code_of(L->w[L->first_failed].status);
 }
 

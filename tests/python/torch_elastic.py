@@ -20,6 +20,17 @@
               whatever the world (split evenly), so one process training on them in float64
               is the reference: every survivor's parameters within 1e-9 (1 + |p|) of it after
               every step, bit-identical across survivors at the end, the loss lower.
+  grow        a random rank (0 included) kills itself in a loop of an exact all_reduce and a
+              grow_pending poll (ringreduce.torch); the survivors shrink to 3 and go on
+              polling; the parent, once the rank is dead, starts a newcomer (RR_GROW_JOIN=1,
+              ringreduce.torch.join instead of init_process_group); the survivors' poll
+              sees it at the same iteration and they grow by one. On the grown default
+              group of 4 (the newcomer rank 3), every rank: the members by an all_gather of
+              process ids (survivors in order, then the newcomer), an exact all_reduce of
+              them, a broadcast of rank 0's, a barrier; then a new DDP on an MLP whose
+              initial parameters differ on the newcomer, and one step of the 24-sample
+              global batch: parameters identical on all 4 and within 1e-9 (1 + |p|) of the
+              float64 one-process reference, i.e. the newcomer got rank 0's parameters.
   digits      the tutorial, examples/torch_digits.py --elastic (the digits CNN under DDP, 5
               epochs), 4 ranks started as torchrun would; a random rank (0 included) killed
               by SIGKILL from outside 0-600 ms after epoch 0's line, mid-epoch: every survivor
@@ -136,6 +147,90 @@ def rank_collective(rank, world, victim, when, res, torch_shrink=False):
     dist.barrier()
 
 
+def rank_grow(rank, world, victim, when, res):
+    """The members' side of case grow: loop until a growth, shrinking on the way."""
+    import ringreduce.torch as rrt
+    i, j, members, deadline = 0, 0, list(range(world)), time.monotonic() + 90
+    while True:
+        if rank == victim and i == when:
+            os.kill(os.getpid(), signal.SIGKILL)
+        try:
+            # j restarts at the shrink: survivors may have seen the death one call apart
+            t = torch.full((5,), (rank + 1) * 1000 + j, dtype=torch.int64)
+            dist.all_reduce(t)
+            want = sum((r + 1) * 1000 + j for r in members)
+            if t.tolist() != [want] * 5:
+                raise AssertionError(f"iteration {i}: {t.tolist()}, expected {want}")
+            if rrt.grow_pending():
+                res["grown_at"] = j
+                pg = rrt.grow(1, wait=30)
+                break
+        except RuntimeError as e:
+            if "failed_at" in res:
+                raise
+            res["failed_at"] = i
+            survive(res, e)
+            members, j = [r for r in range(world) if r != victim], -1
+        i, j = i + 1, j + 1
+        if time.monotonic() > deadline:
+            raise AssertionError(f"no growth after {i} iterations (90 s)")
+        time.sleep(0.002)
+    if pg is not dist.distributed_c10d._get_default_group():
+        raise AssertionError("the grown group is not the default group")
+    grown(res, mlp())
+
+
+def grown(res, net):
+    """On the grown default group, members and newcomer alike."""
+    from torch.nn.parallel import DistributedDataParallel as DDP
+    res["grown_rank"], res["grown_world"] = dist.get_rank(), dist.get_world_size()
+    n, pid = dist.get_world_size(), os.getpid()
+    got = torch.zeros(n, dtype=torch.int64)
+    dist.all_gather(list(got.chunk(n)), torch.tensor([pid], dtype=torch.int64))
+    res["pids"] = got.tolist()
+    t = torch.full((3,), pid, dtype=torch.int64) << 30
+    dist.all_reduce(t)
+    res["sum"] = t.tolist()
+    b = torch.tensor([pid], dtype=torch.int64)
+    dist.broadcast(b, 0)
+    res["bcast"] = b.item()
+    dist.barrier()
+    x, y, perm = data()
+    ddp = DDP(net)  # the parameters of rank 0 (a member), the newcomer's replaced
+    opt = torch.optim.SGD(net.parameters(), lr=LR)
+    xb, yb = batch(x, y, perm, 0, dist.get_rank(), n)
+    opt.zero_grad()
+    torch.nn.functional.cross_entropy(ddp(xb), yb).backward()
+    opt.step()
+    p = torch.cat([q.detach().reshape(-1) for q in net.parameters()])
+    ref = reference()[0]
+    res["max_rel_diff"] = ((p - ref).abs() / (1 + ref.abs())).max().item()
+    every = [torch.zeros_like(p) for _ in range(n)]
+    dist.all_gather(every, p)
+    res["identical"] = all(torch.equal(every[0], q) for q in every)
+
+
+def newcomer_main(out):
+    """Case grow's newcomer: join instead of init_process_group, then what the members do."""
+    import ringreduce.torch as rrt
+    torch.set_num_threads(1)
+    res = {"rank": "newcomer"}
+    try:
+        if os.environ.get("RR_GROW_JOIN") != "1":
+            raise AssertionError("the newcomer was started without RR_GROW_JOIN=1")
+        rrt.join(timeout=60)
+        torch.manual_seed(2)  # not mlp()'s parameters: DDP must hand over rank 0's
+        net = torch.nn.Sequential(torch.nn.Linear(64, 32), torch.nn.Tanh(),
+                                  torch.nn.Linear(32, 10)).double()
+        grown(res, net)
+    except Exception as e:  # noqa: BLE001 (reported to the parent, which fails the test)
+        res["fatal"] = f"{type(e).__name__}: {e}"[:1500]
+    with open(out + ".tmp", "w") as f:
+        json.dump(res, f)
+    os.rename(out + ".tmp", out)
+    os._exit(0)
+
+
 def rank_ddp(rank, world, victim, when, res):
     from torch.nn.parallel import DistributedDataParallel as DDP
     x, y, perm = data()
@@ -191,6 +286,8 @@ def rank_main(case, rank, world, victim, when, out):
     try:
         if case == "ddp":
             rank_ddp(rank, world, victim, when, res)
+        elif case == "grow":
+            rank_grow(rank, world, victim, when, res)
         else:
             rank_collective(rank, world, victim, when, res, case == "shrink_group")
     except Exception as e:  # noqa: BLE001 (reported to the parent, which fails the test)
@@ -235,6 +332,49 @@ def check(case, world, victim, res):
             first, last = x.get("loss_first_last", [0, 1])
             if not last < first:
                 bad.append(f"rank {r}: the loss did not fall ({first} -> {last})")
+    return bad
+
+
+def check_grow(world, victim, res, pids):
+    bad = [f"rank {victim} was not killed: {res[victim]}"] if victim in res else []
+    survivors = [r for r in range(world) if r != victim]
+    for r in survivors:
+        x = res.get(r)
+        if x is None:
+            bad.append(f"rank {r}: no result (hung or died)")
+        elif "fatal" in x:
+            bad.append(f"rank {r}: {x['fatal']}")
+        elif f"rank {victim}" not in x.get("error", ""):
+            bad.append(f"rank {r}: the failure does not name rank {victim}: {x.get('error')}")
+        elif (x.get("new_rank"), x.get("new_world")) != (survivors.index(r), world - 1):
+            bad.append(f"rank {r}: rank {x.get('new_rank')} of {x.get('new_world')} after the "
+                       f"shrink, expected {survivors.index(r)} of {world - 1}")
+    if len(pids) <= world:
+        return bad + ["the newcomer was never started (the victim did not die)"]
+    want = [pids[r] for r in survivors] + [pids[world]]
+    for r in survivors + [world]:
+        x, who = res.get(r), f"rank {r}" if r < world else "the newcomer"
+        if x is None or "fatal" in x:
+            if r == world:
+                bad.append(f"the newcomer: {x['fatal'] if x else 'no result (hung or died)'}")
+            continue
+        rank = survivors.index(r) if r < world else world - 1
+        if (x.get("grown_rank"), x.get("grown_world")) != (rank, world):
+            bad.append(f"{who}: rank {x.get('grown_rank')} of {x.get('grown_world')} after "
+                       f"the growth, expected {rank} of {world}")
+        if x.get("pids") != want:
+            bad.append(f"{who}: members (pids) {x.get('pids')}, expected {want}")
+        if x.get("sum") != [sum(want) << 30] * 3 or x.get("bcast") != want[0]:
+            bad.append(f"{who}: all_reduce {x.get('sum')} (expected {sum(want) << 30}), "
+                       f"broadcast {x.get('bcast')} (expected {want[0]})")
+        if not x.get("identical"):
+            bad.append(f"{who}: DDP's parameters differ across the grown group")
+        if x.get("max_rel_diff", 1) > 1e-9:
+            bad.append(f"{who}: {x.get('max_rel_diff')} from the float64 reference after "
+                       "DDP's step (allowed 1e-9)")
+    grown_at = {res[r].get("grown_at") for r in survivors if r in res}
+    if len(grown_at) != 1:
+        bad.append(f"the survivors grew at different iterations: {grown_at}")
     return bad
 
 
@@ -339,12 +479,19 @@ def main():
           f"killed at {'step' if case == 'ddp' else 'iteration'} {when}", flush=True)
     for attempt in range(3):
         with tempfile.TemporaryDirectory() as tmp:
-            env = dict(os.environ, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(common.free_port()))
+            env = dict(os.environ, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(common.free_port()),
+                       RR_GROW_ADDR=f"127.0.0.1:{common.free_port()}")
             procs = [subprocess.Popen([sys.executable, __file__, "--rank", case, str(r), str(world),
                                        str(victim), str(when), os.path.join(tmp, f"{r}.json")],
                                       env=env, stderr=subprocess.PIPE, text=True)
                      for r in range(world)]
             deadline, hung = time.monotonic() + 120, []
+            if case == "grow":  # the restarted worker, once the victim is dead
+                while procs[victim].poll() is None and time.monotonic() < deadline:
+                    time.sleep(0.01)
+                procs.append(subprocess.Popen(
+                    [sys.executable, __file__, "--newcomer", os.path.join(tmp, f"{world}.json")],
+                    env=dict(env, RR_GROW_JOIN="1"), stderr=subprocess.PIPE, text=True))
             errs = []
             for r, p in enumerate(procs):
                 try:
@@ -355,7 +502,7 @@ def main():
                     _, e = p.communicate()
                 errs.append(e or "")
             res = {}
-            for r in range(world):
+            for r in range(len(procs)):
                 path = os.path.join(tmp, f"{r}.json")
                 if os.path.exists(path):
                     res[r] = json.load(open(path))
@@ -367,7 +514,8 @@ def main():
         x = dict(res[r], error=res[r].get("error", "")[:160])
         print(f"  rank {r}: {json.dumps(x)[:900]}")
     bad = [f"rank {r}: still running after 120 s (a hang)" for r in hung]
-    bad += check(case, world, victim, res)
+    bad += check(case, world, victim, res) if case != "grow" else \
+        check_grow(world, victim, res, [p.pid for p in procs])
     if bad:
         for r, e in enumerate(errs):
             if e.strip():
@@ -378,7 +526,9 @@ def main():
 
 
 if __name__ == "__main__":
-    if len(sys.argv) > 1 and sys.argv[1] == "--rank":
+    if len(sys.argv) > 1 and sys.argv[1] == "--newcomer":
+        newcomer_main(sys.argv[2])
+    elif len(sys.argv) > 1 and sys.argv[1] == "--rank":
         rank_main(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5]),
                   int(sys.argv[6]), sys.argv[7])
     else:

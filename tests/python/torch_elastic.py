@@ -38,6 +38,13 @@
               are bit-identical on all 3, and its accuracy is at most 2 points below an
               undisturbed --elastic run's (5 epochs do not converge: 3 ranks take more,
               smaller steps per epoch than 4 and often end higher, 96.7% against 93.1%).
+  digits_grow the same kill (8 epochs, steps slowed to 50 ms) with RR_GROW_ADDR set, and a
+              newcomer (the same command with RR_GROW_JOIN=1 and no RANK) started by the
+              parent once the rank is dead: the ranks poll after every step and grow by
+              one when it waits (it needs seconds to import torch); every process exits 0, the new
+              rank 0 says it shrank to 3 and grew back to 4, the newcomer that it joined as
+              rank 3 of 4, and the run ends with parameters bit-identical on all 4 ranks and
+              accuracy at most 2 points below an undisturbed run's.
 
 RR_TEST_SEED picks the rank and the moment (printed). Each rank is its own process; the
 parent gives the job 120 s and calls anything longer a hang. Exit 0, 1 or 77."""
@@ -378,20 +385,24 @@ def check_grow(world, victim, res, pids):
     return bad
 
 
-def digits_job(world, victim, delay, tmp):
+def digits_job(world, victim, delay, tmp, newcomer=False, extra=()):
     """examples/torch_digits.py --elastic on `world` ranks; kill `victim` `delay` s after
-    epoch 0's line (victim None: undisturbed). Returns (exit codes, outputs, hung ranks)."""
+    epoch 0's line (victim None: undisturbed); with `newcomer`, start one more process
+    (RR_GROW_JOIN=1) once it is dead, as index `world`; `extra`: more arguments. Returns
+    (exit codes, outputs, hung ranks)."""
     import threading
     script = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "examples",
                           "torch_digits.py")
     env = dict(os.environ, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(common.free_port()),
                WORLD_SIZE=str(world))
-    procs = [subprocess.Popen([sys.executable, script, "--backend", "ringreduce", "--elastic",
-                               "--step-sleep-ms", "20"],
-                              env=dict(env, RANK=str(r), LOCAL_RANK=str(r)),
+    if newcomer:
+        env["RR_GROW_ADDR"] = f"127.0.0.1:{common.free_port()}"
+    cmd = [sys.executable, script, "--backend", "ringreduce", "--elastic", "--step-sleep-ms",
+           "20", *extra]
+    procs = [subprocess.Popen(cmd, env=dict(env, RANK=str(r), LOCAL_RANK=str(r)),
                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
              for r in range(world)]
-    outs, started = [[] for _ in range(world)], threading.Event()
+    outs, started = [[] for _ in range(world + 1)], threading.Event()
 
     def read(r):
         for line in procs[r].stdout:
@@ -405,6 +416,15 @@ def digits_job(world, victim, delay, tmp):
         if started.wait(120):
             time.sleep(delay)
             procs[victim].kill()  # SIGKILL
+            if newcomer:  # the restarted worker: no RANK, as a replacement started by hand
+                procs[victim].wait()
+                # RR_TIMEOUT: a newcomer nobody takes in fails in 60 s, not the harness's 120
+                procs.append(subprocess.Popen(cmd, env=dict(env, RR_GROW_JOIN="1",
+                                                            RR_TIMEOUT="60"),
+                                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                              text=True))
+                readers.append(threading.Thread(target=read, args=(world,), daemon=True))
+                readers[-1].start()
     hung, deadline = [], time.monotonic() + 120
     for r, p in enumerate(procs):
         try:
@@ -415,7 +435,62 @@ def digits_job(world, victim, delay, tmp):
             p.wait()
     for t in readers:
         t.join(5)
-    return [p.returncode for p in procs], ["".join(o) for o in outs], hung
+    return [p.returncode for p in procs], ["".join(o) for o in outs[:len(procs)]], hung
+
+
+def digits_grow_case(seed):
+    """The tutorial with a death and a rejoin: see the module's docstring."""
+    import re
+    rnd = random.Random(seed)
+    world, victim, delay = 4, rnd.randrange(4), rnd.uniform(0, 0.6)
+    print(f"torch_elastic digits_grow world {world}: seed {seed} (RR_TEST_SEED): rank {victim} "
+          f"killed {delay * 1000:.0f} ms after epoch 0's line, then a newcomer", flush=True)
+    with tempfile.TemporaryDirectory() as tmp:
+        for attempt in range(3):
+            # 8 epochs, and slower steps while the newcomer starts (a torch import: seconds
+            # under load); the sleep changes nothing else, so the undisturbed run skips it.
+            codes0, outs0, hung0 = digits_job(world, None, 0, tmp,
+                                              extra=("--epochs", "8", "--step-sleep-ms", "0"))
+            codes, outs, hung = digits_job(world, victim, delay, tmp, newcomer=True,
+                                           extra=("--epochs", "8", "--step-sleep-ms", "50"))
+            if attempt < 2 and any(common.port_clash(o) for o in outs0 + outs):
+                continue
+            break
+    summary = r"accuracy ([0-9.]+)%; parameters bit-identical on all (\d+) ranks: (\w+)"
+    acc0 = re.findall(summary, outs0[0])
+    bad = [f"rank {r}: still running after 120 s (a hang)" for r in hung0 + hung]
+    if codes0 != [0] * world or not acc0:
+        bad.append(f"the undisturbed run failed: exit codes {codes0}")
+    survivors = [r for r in range(world) if r != victim]
+    if codes[victim] != -signal.SIGKILL:
+        bad.append(f"rank {victim} was not killed (exit {codes[victim]}): the run ended first")
+    for r in survivors + [world]:
+        if len(codes) > r and codes[r] != 0:
+            bad.append(f"{'the newcomer' if r == world else f'rank {r}'}: exit {codes[r]}")
+    if len(codes) <= world:
+        bad.append("the newcomer was never started")
+    lead, new = outs[survivors[0]], outs[world]
+    got = re.findall(summary, lead)
+    joined = re.findall(r"joined as rank (\d+) of (\d+) at epoch (\d+)", new)
+    if "resumed with 3 ranks" not in lead or "world 3 -> 4" not in lead:
+        bad.append(f"rank {survivors[0]} (the new rank 0) did not say it shrank to 3 and grew "
+                   "back to 4")
+    if not joined or joined[0][:2] != ("3", "4") or int(joined[0][2]) >= 8:
+        bad.append(f"the newcomer did not join as rank 3 of 4: {joined}")
+    if not got or got[0][1:] != ("4", "yes"):
+        bad.append(f"the run did not end with 4 ranks, parameters bit-identical: {got}")
+    elif acc0 and float(got[0][0]) < float(acc0[0][0]) - 2:
+        bad.append(f"accuracy {got[0][0]}% after the death and the rejoin, {acc0[0][0]}% "
+                   "undisturbed: more than 2 points lower")
+    print(f"undisturbed: {acc0}; after the death and the rejoin: {got}; "
+          f"{re.findall(r'(?:resumed with|elastic: world) .*', lead)}; newcomer: {joined}")
+    if bad:
+        for r, o in enumerate(outs):
+            print(f"--- {'newcomer' if r == world else f'rank {r}'} (exit "
+                  f"{codes[r] if r < len(codes) else None}):\n{o[-2500:]}")
+        print("FAILED:\n  " + "\n  ".join(bad))
+        sys.exit(1)
+    print("ok")
 
 
 def digits_case(seed):
@@ -462,6 +537,8 @@ def digits_case(seed):
 
 def main():
     case, world = sys.argv[1], int(sys.argv[2])
+    if case == "digits_grow":
+        return digits_grow_case(int(os.environ.get("RR_TEST_SEED", str(time.time_ns() % 100000))))
     if case == "digits":
         return digits_case(int(os.environ.get("RR_TEST_SEED", str(time.time_ns() % 100000))))
     seed = int(os.environ.get("RR_TEST_SEED", str(time.time_ns() % 100000)))

@@ -20,7 +20,9 @@
               whatever the world (split evenly), so one process training on them in float64
               is the reference: every survivor's parameters within 1e-9 (1 + |p|) of it after
               every step, bit-identical across survivors at the end, the loss lower.
-  grow        a random rank (0 included) kills itself in a loop of an exact all_reduce and a
+  grow        first a growth nobody comes to (0.5 s): RR_ETIMEDOUT on every rank, errored()
+              still None, and the group goes on (the loop's exact all_reduce is on it).
+              Then a random rank (0 included) kills itself in a loop of an exact all_reduce and a
               grow_pending poll (ringreduce.torch); the survivors shrink to 3 and go on
               polling; the parent, once the rank is dead, starts a newcomer (RR_GROW_JOIN=1,
               ringreduce.torch.join instead of init_process_group); the survivors' poll
@@ -157,6 +159,12 @@ def rank_collective(rank, world, victim, when, res, torch_shrink=False):
 def rank_grow(rank, world, victim, when, res):
     """The members' side of case grow: loop until a growth, shrinking on the way."""
     import ringreduce.torch as rrt
+    try:  # first a growth nobody comes to: it fails on every rank, the group stays usable
+        rrt.grow(1, wait=0.5)
+        res["nobody"] = "grew with nobody"
+    except RuntimeError as e:
+        res["nobody"] = str(e)[:300]
+    res["errored_after_nobody"] = str(rrt.errored())
     i, j, members, deadline = 0, 0, list(range(world)), time.monotonic() + 90
     while True:
         if rank == victim and i == when:
@@ -353,6 +361,9 @@ def check_grow(world, victim, res, pids):
             bad.append(f"rank {r}: {x['fatal']}")
         elif f"rank {victim}" not in x.get("error", ""):
             bad.append(f"rank {r}: the failure does not name rank {victim}: {x.get('error')}")
+        elif "RR_ETIMEDOUT" not in x.get("nobody") or x.get("errored_after_nobody") != "None":
+            bad.append(f"rank {r}: a growth nobody came to: {x.get('nobody')!r} (expected "
+                       f"RR_ETIMEDOUT), then errored() {x.get('errored_after_nobody')}")
         elif (x.get("new_rank"), x.get("new_world")) != (survivors.index(r), world - 1):
             bad.append(f"rank {r}: rank {x.get('new_rank')} of {x.get('new_world')} after the "
                        f"shrink, expected {survivors.index(r)} of {world - 1}")

@@ -469,7 +469,8 @@ def digits_grow_case(seed):
             break
     summary = r"accuracy ([0-9.]+)%; parameters bit-identical on all (\d+) ranks: (\w+)"
     acc0 = re.findall(summary, outs0[0])
-    bad = [f"rank {r}: still running after 120 s (a hang)" for r in hung0 + hung]
+    bad = [f"{'the newcomer' if r == world else f'rank {r}'}: still running after 120 s (a hang)"
+           for r in hung0 + hung]
     if codes0 != [0] * world or not acc0:
         bad.append(f"the undisturbed run failed: exit codes {codes0}")
     survivors = [r for r in range(world) if r != victim]
@@ -598,16 +599,17 @@ def main():
             print("rendezvous port taken by another job: again on another port")
             continue
         break
+    who = {world: "the newcomer"}  # case grow's extra process
     for r in sorted(res):
         x = dict(res[r], error=res[r].get("error", "")[:160])
-        print(f"  rank {r}: {json.dumps(x)[:900]}")
-    bad = [f"rank {r}: still running after 120 s (a hang)" for r in hung]
+        print(f"  {who.get(r, f'rank {r}')}: {json.dumps(x)[:900]}")
+    bad = [f"{who.get(r, f'rank {r}')}: still running after 120 s (a hang)" for r in hung]
     bad += check(case, world, victim, res) if case != "grow" else \
         check_grow(world, victim, res, [p.pid for p in procs])
     if bad:
         for r, e in enumerate(errs):
             if e.strip():
-                print(f"--- rank {r} stderr:\n{e[-3000:]}")
+                print(f"--- {who.get(r, f'rank {r}')} stderr:\n{e[-3000:]}")
         print("FAILED:\n  " + "\n  ".join(bad))
         sys.exit(1)
     print("ok")

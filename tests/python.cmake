@@ -81,8 +81,11 @@ endforeach()
 # default group, or torch's DDP rebuilt on it and trained to the end against a float64
 # reference; shrink_group_w4: torch 2.x's own dist.shrink_group served by the backend (torch1
 # skips: 1.13 has none); digits_w4: the tutorial with --elastic, a rank killed from outside
-# mid-epoch (two 4-rank runs, 12-25 s). RR_TEST_SEED replays a run.
-foreach(job collective_w3 collective_w4 ddp_w4 shrink_group_w4 digits_w4)
+# mid-epoch (two 4-rank runs, 12-25 s); grow_w4: the survivors grow back to 4 with a newcomer
+# the test starts (ringreduce.torch.grow / join), exact collectives and a DDP step on the grown
+# group; digits_grow_w4: the tutorial's kill, then a restarted worker rejoins (two 4-rank runs,
+# 26-105 s). RR_TEST_SEED replays a run.
+foreach(job collective_w3 collective_w4 ddp_w4 shrink_group_w4 digits_w4 grow_w4 digits_grow_w4)
   string(REGEX REPLACE "_w([0-9])$" ";\\1" rr_args ${job})
   rr_torch_test(elastic_${job} 300 ${rr_py}/torch_elastic.py ${rr_args})
   foreach(v 1 2)

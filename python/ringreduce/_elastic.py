@@ -8,21 +8,33 @@ ringreduce torch group, and the shrunk group put where torch looks for groups.
         rrt.revoke()                    # every rank still in a call on the group fails now
         pg = rrt.shrink()               # the survivors agree; pg is the new default group
         model = DDP(model.module)       # a new DDP on it (parameters from its rank 0)
+    ...
+    if rrt.grow_pending():              # at a step boundary: a restarted worker waits
+        pg = rrt.grow()                 # it joins; pg (one rank more) is the new default
+        model = DDP(model.module)       # the newcomer makes its DDP too: the same broadcast
+
+and the restarted worker (RR_GROW_JOIN=1) calls rrt.join() instead of init_process_group.
 
 shrink() runs the library's rr_pg_shrink (docs/elastic.md): the agreement goes over the old
 group's own connections, so it needs no store, and rank 0, the host of torch's TCPStore, may
 be the rank that died. torch's own dist.shrink_group cannot serve here: it needs the new
-group as a C++ Backend and clones the old group's store (docs/torch.md, "Elastic").
+group as a C++ Backend and clones the old group's store (docs/torch.md, "Elastic"). grow(),
+grow_pending() and join() run rr_pg_grow, rr_pg_grow_pending and rr_pg_join (docs/elastic.md,
+"Growing back"): the growth's store is served by the current rank 0 at $RR_GROW_ADDR, not
+torch's, for the same reason.
 
 Nothing here knows the collectives; ringreduce/torch.py does."""
 
 import ctypes
+import datetime
 
 import torch.distributed as dist
 
 from . import _lib
+from ._work import _timeout_ms  # timedelta or seconds -> ms; None or 0: 0 (the default)
 
 c10d = dist.distributed_c10d
+GROWN = "ringreduce~grown"  # torch's name of a grown default group, on members and newcomers
 
 
 class ElasticMixin:
@@ -88,9 +100,7 @@ class ElasticMixin:
         h = _lib.c_pg()
         st = _lib.pg_shrink(self._pg, 0, ctypes.byref(h))
         if st < 0:
-            name = _lib.status_name(st).decode()
-            raise RuntimeError(f"ringreduce: shrink on rank {self._rank}: "
-                               f"{_lib.error_text() or name} ({name})")
+            raise _error(f"shrink on rank {self._rank}", st)
         rank, size = _lib.get_rank(h), _lib.get_world_size(h)
         lib_ranks = [_lib.get_global_rank(h, i) for i in range(size)]
         mine = self._lib_ranks or list(range(self._size))
@@ -98,6 +108,40 @@ class ElasticMixin:
         new._lib_ranks = lib_ranks
         new._set_group_desc(f"{self.group_desc}:shrunk")
         return new, [mine.index(g) for g in lib_ranks]
+
+    def _grow_pending(self, addr):
+        """rr_pg_grow_pending: True on every member when a newcomer waits at addr."""
+        self._live("grow_pending")
+        waiting = ctypes.c_int(0)
+        st = _lib.pg_grow_pending(self._pg, _addr(addr), ctypes.byref(waiting))
+        if st < 0:  # a collective on the group: a dead peer fails it, as any call does
+            raise self._failed(st, _error(f"grow_pending on rank {self._rank}", st))
+        return bool(waiting.value)
+
+    def _grow(self, addr, nnew, wait):
+        """rr_pg_grow: a new group (this class, no store) of the members, ranks kept, then
+        nnew newcomers. A growth that fails leaves this group as it was and usable (the
+        library's promise), so the failure is not recorded for errored()."""
+        self._live("grow")
+        h = _lib.c_pg()
+        st = _lib.pg_grow(self._pg, _addr(addr), int(nnew), _timeout_ms(wait), 0,
+                          ctypes.byref(h))
+        if st < 0:
+            raise _error(f"grow on rank {self._rank}", st)
+        new = type(self)(None, _lib.get_rank(h), _lib.get_world_size(h), self._timeout,
+                         adopt=h.value)  # a new world: global rank = rank, no map
+        new._set_group_desc(f"{self.group_desc}:grown")
+        return new
+
+
+def _error(what, st):
+    name = _lib.status_name(st).decode()
+    return RuntimeError(f"ringreduce: {what}: {_lib.error_text() or name} ({name})")
+
+
+def _addr(addr):
+    """The growth's address as the library takes it: None (or "") for $RR_GROW_ADDR."""
+    return addr.encode() if addr else None
 
 
 def _group(group):
@@ -136,6 +180,57 @@ def shrink(group=None):
     return new
 
 
+def grow_pending(addr=None):
+    """Called by every member of the default group at the same step boundary: is a newcomer
+    (a process that called join()) waiting at `addr` ("host:port"; None: $RR_GROW_ADDR)?
+    The same answer on every member (rank 0's, broadcast), so all of them grow at the same
+    step. Cheap: one broadcast of an int; the group's rank 0 listens on the port from the
+    first call until the group is destroyed or grown."""
+    return _group(None)._grow_pending(addr)
+
+
+def grow(nnew=1, addr=None, wait=None):
+    """Called by every member of the default group at the same step boundary (e.g. when
+    grow_pending() says so): grow it by `nnew` newcomers, each calling join() with the same
+    address. `wait`: how long to wait for them (timedelta or seconds; None: the group's
+    timeout). Returns the grown group, which becomes torch's default group as shrink()'s
+    does: members keep their ranks, the newcomers follow, dist.get_world_size() is the new
+    size, other groups are aborted, the old group is destroyed. It has no store (new_group
+    on it is not supported). On failure (a newcomer did not come within `wait`, ...) raises
+    RuntimeError on every member, and the default group is left as it was and usable."""
+    old = _group(None)
+    new = old._grow(addr, nnew, wait)
+    _adopt(old, new, None)
+    old.shutdown()  # healthy, nothing in flight (a step boundary): returns at once
+    return new
+
+
+def join(addr=None, timeout=None):
+    """A newcomer's init_process_group (a restarted worker, started with RR_GROW_JOIN=1 by
+    convention): join the group whose members call grow() at `addr` (None: $RR_GROW_ADDR),
+    retrying until they do, within `timeout` (timedelta or seconds; None: $RR_TIMEOUT or the
+    library's default). The grown group becomes torch's default group: dist.get_rank() is
+    this process's rank in it (after the members'), dist.get_world_size() its size. It
+    needs no RANK, WORLD_SIZE or MASTER_ADDR. Raises RuntimeError with the library's reason
+    (nobody grew in time, the job token differs, the members gave up)."""
+    from .torch import ProcessGroupRingreduce
+    if dist.is_initialized():
+        raise RuntimeError("ringreduce: join: this process already has a default group "
+                           "(join() replaces init_process_group, it does not follow it)")
+    ms = _timeout_ms(timeout)
+    opts = _lib.PgOptions(None, -1, 0, ms, -1)
+    h = _lib.c_pg()
+    st = _lib.pg_join(_addr(addr), ctypes.byref(opts), ctypes.byref(h))
+    if st < 0:
+        raise _error("join", st)
+    td = datetime.timedelta(milliseconds=ms) if ms else datetime.timedelta(minutes=30)
+    new = ProcessGroupRingreduce(None, _lib.get_rank(h), _lib.get_world_size(h), td,
+                                 adopt=h.value)
+    new._set_group_desc("default_pg:joined")
+    _register(new, GROWN, {i: i for i in range(new.size())}, True)
+    return new
+
+
 def _world_maps():
     """torch's bookkeeping of groups: (pg_map, pg_names, pg_group_ranks), 2.x's _world or
     1.13's module dictionaries."""
@@ -155,7 +250,8 @@ def _forget(pg):
 
 
 def _adopt(old, new, old_ranks):
-    """Put `new` where torch had `old`."""
+    """Put `new` where torch had `old` (old_ranks: the old group ranks of new's members after
+    a shrink; None after a growth, which only the default group makes)."""
     pg_map, pg_names, pg_group_ranks = _world_maps()
     if old not in pg_group_ranks:  # a group torch does not know: nothing to update
         return
@@ -169,9 +265,17 @@ def _adopt(old, new, old_ranks):
             _forget(pg)
     else:
         ranks = {to_global[g]: i for i, g in enumerate(old_ranks)}
-    name = f"{pg_names.get(old, '') or 'ringreduce'}~s"
-    new._set_group_name(name)
+    # A grown group's name is the same on the newcomers (join()), whose history differs.
+    name = GROWN if old_ranks is None else f"{pg_names.get(old, '') or 'ringreduce'}~s"
     _forget(old)
+    _register(new, name, ranks, default)
+
+
+def _register(new, name, ranks, default):
+    """Enter `new` in torch's bookkeeping under `name`, global -> group ranks `ranks`; as
+    the default group when `default`."""
+    pg_map, pg_names, pg_group_ranks = _world_maps()
+    new._set_group_name(name)
     register = getattr(c10d, "_register_pg_in_world", None)
     if register is not None:
         register(pg=new, backend_name="ringreduce", store=None, group_name=name,

@@ -106,6 +106,11 @@ destroy_process_group = _proto("rr_destroy_process_group", _i, c_pg)
 abort = _proto("rr_abort", _i, c_pg)
 pg_revoke = _proto("rr_pg_revoke", _i, c_pg)
 pg_shrink = _proto("rr_pg_shrink", _i, c_pg, _i, ctypes.POINTER(c_pg))
+pg_grow = _proto("rr_pg_grow", _i, c_pg, ctypes.c_char_p, _i, ctypes.c_int64, _i,
+                 ctypes.POINTER(c_pg))
+pg_grow_pending = _proto("rr_pg_grow_pending", _i, c_pg, ctypes.c_char_p, ctypes.POINTER(_i))
+pg_join = _proto("rr_pg_join", _i, ctypes.c_char_p, ctypes.POINTER(PgOptions),
+                 ctypes.POINTER(c_pg))
 get_rank = _proto("rr_get_rank", _i, c_pg)
 get_world_size = _proto("rr_get_world_size", _i, c_pg)
 get_global_rank = _proto("rr_get_global_rank", _i, c_pg, _i)

@@ -35,7 +35,7 @@ import torch
 import torch.distributed as dist
 
 from . import _lib
-from ._elastic import ElasticMixin, errored, revoke, shrink  # noqa: F401 (the elastic recipe)
+from ._elastic import ElasticMixin, errored, grow, grow_pending, join, revoke, shrink  # noqa: F401
 from ._p2p import _P2P, _p2p_order
 from ._store import StoreBridge
 from ._tensors import (_CPU, _SPARSE_CHECKED, _caller_waits, _contiguous, _move_view,  # noqa: F401

@@ -52,6 +52,7 @@ typedef struct args {
   int spawn, epochs, batch, nhidden, no_comm, check_identical, comm_iters;
   int elastic;       /* survive a dead rank: revoke, shrink, go on (docs/elastic.md) */
   int step_sleep_ms; /* after each step: slows training so a test can kill a rank mid-epoch */
+  int end_sleep_ms;  /* after training, before its end: a test's window to kill a rank there */
   int join;          /* --elastic with RR_GROW_JOIN=1: a newcomer joining a running job */
   int device;   /* DEV_* as asked */
   int ncuda;    /* CUDA devices visible (asked in a child: CUDA must not start before fork) */
@@ -91,6 +92,8 @@ static void usage(FILE *f) {
           "                       newcomer after every step and take it in (rr_pg_grow); a\n"
           "                       process started with RR_GROW_JOIN=1 is one (rr_pg_join)\n"
           "  --step-sleep-ms N    sleep N ms after each step (to kill a rank mid-epoch in tests)\n"
+          "  --end-sleep-ms N     sleep N ms after training, before the checkpoint and checks\n"
+          "                       (to kill a rank there in tests; --elastic survives it too)\n"
           "  --device D           cpu | cuda | auto (auto: cuda when a GPU is visible and this\n"
           "                       example was built with CUDA and cuBLAS, else cpu)\n");
 }
@@ -253,6 +256,38 @@ static int elastic_grow(rr_pg **pg, rr_ddp **ddp, const rr_ddp_tensor *params, i
     fflush(stdout);
   }
   return st;
+}
+
+/* The collective end of training (see its call): *same says whether every rank holds the
+ * same parameters (m: this rank's, on the host), *comm the standalone communication time of
+ * one step. The first failed collective's status. */
+static int end_of_training(const args *a, rr_pg *pg, rr_ddp *ddp, const mlp *m, int nl,
+                           int *same, double *comm) {
+  int rank = rr_get_rank(pg), st;
+  if (a->checkpoint && a->checkpoint[0]) {
+    if ((st = rr_ddp_save(ddp, a->checkpoint)) != RR_OK) return st;
+    if (rank == 0) printf("checkpoint: %s\n", a->checkpoint);
+  }
+  if (!a->no_comm) {
+    if ((st = params_identical(pg, m, same)) != RR_OK) return st;
+    if (rank == 0)
+      printf("parameters bit-identical on all %d ranks: %s\n", rr_get_world_size(pg),
+             *same ? "yes" : "NO");
+  }
+  *comm = 0;
+  if (!a->no_comm && a->comm_iters > 0) {
+    /* The communication of one step with nothing to hide it: every gradient marked at once,
+     * then wait. (Gradients are stale here; training is over.) */
+    if ((st = rr_barrier(pg)) != RR_OK) return st;
+    double t0 = now_s();
+    for (int it = 0; it < a->comm_iters; it++) {
+      for (int i = 2 * nl - 1; i >= 0; i--)
+        if ((st = rr_ddp_grad_ready(ddp, i)) != RR_OK) return st;
+      if ((st = rr_ddp_sync(ddp)) != RR_OK) return st;
+    }
+    *comm = (now_s() - t0) / a->comm_iters;
+  }
+  return RR_OK;
 }
 
 static int worker(int rank, void *p) {
@@ -473,17 +508,29 @@ static int worker(int rank, void *p) {
     if (pos[1] == 0) loss_sum[0] = loss_sum[1] = 0; /* the new rank 0 starts an epoch */
     e = (int)pos[0], seen = (uint64_t)pos[1], epoch_ready = 0;
   }
-  if (a->checkpoint && a->checkpoint[0]) {
-    CHECK_RR(rr_ddp_save(ddp, a->checkpoint));
-    if (rank == 0) printf("checkpoint: %s\n", a->checkpoint);
-  }
-  if (!a->no_comm) {
-    int same;
-    if (gpu) CHECK_CUDA(mlp_cuda_download(&g, &m));
-    CHECK_RR(params_identical(pg, &m, &same));
-    if (rank == 0)
-      printf("parameters bit-identical on all %d ranks: %s\n", world, same ? "yes" : "NO");
-    if (!same) goto out;
+  /* The end of training, collective too: the checkpoint, the check that every rank holds the
+   * same parameters, the communication timing. With --elastic a death here is survived as one
+   * during training: the survivors shrink and do the end again (the new rank 0, which may not
+   * have held the accuracy, measures it). */
+  if (a->end_sleep_ms > 0 && usleep((useconds_t)a->end_sleep_ms * 1000) != 0 && errno != EINTR)
+    fprintf(stderr, "rank %d: usleep: %s\n", rank, strerror(errno));
+  if (gpu) CHECK_CUDA(mlp_cuda_download(&g, &m));
+  double comm = 0;
+  for (;;) {
+    int same = 1, st = end_of_training(a, pg, ddp, &m, nl, &same, &comm);
+    if (st == RR_OK && !same) goto out;
+    if (st == RR_OK) break;
+    if (!a->elastic || !peer_failure(st)) {
+      fprintf(stderr, "mlp_digits rank %d: the end of training failed: %s: %s\n", rank,
+              rr_status_name(st), rr_last_error());
+      goto out;
+    }
+    pos[0] = a->epochs, pos[1] = 0;
+    if (elastic_recover(&pg, ddp, gpu ? &g : NULL, st, pos) != RR_OK) goto out;
+    rank = rr_get_rank(pg);
+    world = rr_get_world_size(pg);
+    if (gpu) CHECK_CUDA(mlp_cuda_download(&g, &m)); /* the new rank 0's, broadcast */
+    if (rank == 0) acc = 100.0 * mlp_correct(&m, test_x, test_y, ntest) / ntest;
   }
 
   /* Timing. Steps after the first epoch's first 3 (warm-up: page faults, bucket rebuild). */
@@ -495,18 +542,6 @@ static int worker(int rank, void *p) {
   double mean = cnt > 0 ? sum / cnt : 0;
   qsort(step_times + skip, (size_t)cnt, sizeof *step_times, cmp_double);
   double p50 = cnt > 0 ? step_times[skip + cnt / 2] : 0;
-  double comm = 0;
-  if (!a->no_comm && a->comm_iters > 0) {
-    /* The communication of one step with nothing to hide it: every gradient marked at once,
-     * then wait. (Gradients are stale here; training is over.) */
-    CHECK_RR(rr_barrier(pg));
-    double t0 = now_s();
-    for (int it = 0; it < a->comm_iters; it++) {
-      for (int i = 2 * nl - 1; i >= 0; i--) CHECK_RR(rr_ddp_grad_ready(ddp, i));
-      CHECK_RR(rr_ddp_sync(ddp));
-    }
-    comm = (now_s() - t0) / a->comm_iters;
-  }
   if (rank == 0) {
     printf("final held-out accuracy %.2f%%\n", acc);
     if (a->no_comm)
@@ -616,6 +651,8 @@ int main(int argc, char **argv) {
       bad = parse_int(v, 1, 4096, &a.batch);
     } else if (!strcmp(o, "--step-sleep-ms")) {
       bad = parse_int(v, 0, 100000, &a.step_sleep_ms);
+    } else if (!strcmp(o, "--end-sleep-ms")) {
+      bad = parse_int(v, 0, 100000, &a.end_sleep_ms);
     } else if (!strcmp(o, "--comm-iters")) {
       bad = parse_int(v, 0, 100000, &a.comm_iters);
     } else if (!strcmp(o, "--lr")) {

@@ -102,6 +102,12 @@ if(TARGET mlp_digits)
       set_tests_properties(ddp.train_elastic_w${w}_${tp} PROPERTIES LABELS "ddp;train;elastic"
         TIMEOUT 180 ENVIRONMENT "RR_TIMEOUT=10;RR_TRANSPORT=${tp}")
     endforeach()
+    # A death after training: in the checkpoint, the parameter check or the timing.
+    add_test(NAME ddp.train_elastic_end_w4_${tp}
+      COMMAND bash ${RR_TEST_DIR}/test_train.sh $<TARGET_FILE:rrun> $<TARGET_FILE:mlp_digits>
+        elastic_end_w4)
+    set_tests_properties(ddp.train_elastic_end_w4_${tp} PROPERTIES LABELS "ddp;train;elastic"
+      TIMEOUT 180 ENVIRONMENT "RR_TIMEOUT=10;RR_TRANSPORT=${tp}")
   endforeach()
   # The example on a GPU (--device cuda): skipped (77) where there is none, after checking
   # that the example says so; also under the label "cuda" for tests/gpu/run.sh.

@@ -20,6 +20,11 @@
 #              first survivor's failure and that to the resumption. Then the same kill
 #              without --elastic: the job must fail (the survivors cannot go on).
 #   elastic_w8  the same with 8 ranks (7 survivors).
+#   elastic_end_w4  a death after training: 4 ranks, 3 epochs, --end-sleep-ms 1500; one random
+#              rank (0 included) killed 0-1000 ms after the last epoch's line, in the end of
+#              training (checkpoint, parameter check, timing): with --elastic rrun exits 0,
+#              the 3 survivors shrink, write the checkpoint and report bit-identical
+#              parameters and an accuracy; without it the job fails.
 #   The gpu cases need a GPU: without one (or in a build without CUDA) the example must
 #   refuse --device cuda saying which, and the case then prints "skipped: no CUDA device"
 #   and exits 77.
@@ -130,6 +135,46 @@ case $case in
     kill_one
     [ $rc -ne 0 ] || fail "without --elastic the job survived the kill"
     want "training failed"
+    echo "without --elastic: exit code $rc, as it must"
+    ;;
+  elastic_end_w4)
+    world=4
+    seed=${RR_TEST_SEED:-$(( $(date +%s%N) % 100000 ))}
+    victim=$((seed % world)) delay_ms=$((seed / world % 1000))
+    echo "seed $seed: rank $victim killed ${delay_ms} ms after the last epoch"
+    end_kill() {
+      : >"$tmp/out"
+      rm -f "$tmp/end.ckpt"
+      timeout 90 "$rrun" --standalone --nproc-per-node $world --keep-going "$prog" --device cpu \
+        --epochs 3 --checkpoint "$tmp/end.ckpt" --comm-iters 5 --end-sleep-ms 1500 "$@" \
+        >>"$tmp/out" 2>&1 &
+      local rp=$! i k pid=
+      for ((i = 0; i < 6000; i++)); do grep -q "^epoch  2" "$tmp/out" && break; sleep 0.01; done
+      grep -q "^epoch  2" "$tmp/out" || { wait $rp; fail "the last epoch never ended (no kill made)"; }
+      local rr_pid
+      rr_pid=$(pgrep -P $rp -x rrun) || rr_pid=$rp
+      for k in $(pgrep -P "$rr_pid"); do
+        [ "$(tr '\0' '\n' <"/proc/$k/environ" 2>/dev/null | sed -n 's/^RANK=//p')" = $victim ] &&
+          pid=$k
+      done
+      [ -n "$pid" ] || { wait $rp; fail "rank $victim was not found running"; }
+      sleep "$(printf '%d.%03d' $((delay_ms / 1000)) $((delay_ms % 1000)))"
+      kill -9 "$pid" || { wait $rp; fail "rank $victim ended before the kill"; }
+      wait $rp
+      rc=$?
+    }
+    end_kill --elastic
+    cat "$tmp/out"
+    [ $rc -eq 0 ] || fail "exit code $rc with --elastic"
+    want "elastic: world 4 -> 3"
+    want "parameters bit-identical on all 3 ranks: yes"
+    want "checkpoint: $tmp/end.ckpt"
+    [ -s "$tmp/end.ckpt" ] || fail "no checkpoint written"
+    acc=$(sed -n 's/^final held-out accuracy \([0-9.]*\)%$/\1/p' "$tmp/out")
+    awk -v a="$acc" 'BEGIN { exit !(a >= 80) }' || fail "final accuracy '$acc' after the shrink"
+    end_kill
+    [ $rc -ne 0 ] || fail "without --elastic the job survived a death after training"
+    want "the end of training failed"
     echo "without --elastic: exit code $rc, as it must"
     ;;
   gpu_w2|gpu_rrun_w4)

@@ -73,7 +73,9 @@ def main():
             kind, bad = outcome(p.returncode, p.stdout)
             out = p.stdout
         except subprocess.TimeoutExpired as e:
-            out = e.stdout.decode(errors="replace") if isinstance(e.stdout, bytes) else (e.stdout or "")
+            out = e.stdout or ""
+            if isinstance(out, bytes):
+                out = out.decode(errors="replace")
             kind, bad = "hang", [f"the case still running after {LIMIT_S} s"]
         if kind == "skip":
             print(out.strip().splitlines()[-1] if out.strip() else "skipped")

@@ -92,6 +92,25 @@ foreach(job collective_w3 collective_w4 ddp_w4 shrink_group_w4 digits_w4 grow_w4
     set_tests_properties(torch${v}.elastic_${job} PROPERTIES LABELS "torch;torch${v};elastic")
   endforeach()
 endforeach()
+# Issue 26's kill trials through the backend: the collective case above run 100 times per
+# world and transport, each trial its own job (tests/python/torch_elastic_soak.py; any hang or
+# wrong group fails it, a clear error from the library is counted). Label "soak" only: 7-25 s
+# a trial on 2 busy cores, so up to ~45 min each; `ctest -L soak -R torch`.
+foreach(v 1 2)
+  if(v EQUAL 1)
+    set(py ${RR_TORCH_PYTHON})
+  else()
+    set(py ${rr_torch2})
+  endif()
+  foreach(tp tcp shm)
+    foreach(w 3 4 8)
+      add_test(NAME torch${v}.elastic_soak_w${w}_${tp}
+        COMMAND ${py} ${rr_py}/torch_elastic_soak.py ${w} 100)
+      set_tests_properties(torch${v}.elastic_soak_w${w}_${tp} PROPERTIES LABELS "soak"
+        TIMEOUT 7200 SKIP_RETURN_CODE 77 ENVIRONMENT "${rr_torch_env};RR_TRANSPORT=${tp}")
+    endforeach()
+  endforeach()
+endforeach()
 # torchft's Manager on ringreduce (ringreduce.torchft), a replica killed by SIGKILL. torchft is
 # installed into the torch 2.x environment by tools/torch_env.sh (tests/run.sh); elsewhere
 # RR_TORCHFT_SITE may name a directory it was installed into (pip install --target DIR torchft

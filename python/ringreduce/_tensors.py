@@ -3,6 +3,7 @@ dtype and op tables, the views a call hands the library (contiguous, real pairs 
 bytes for dtypes the library has no type for), the refusals, and whether torch waits for a
 call at once. Nothing here issues a call (ringreduce/torch.py does)."""
 
+import contextlib
 import ctypes
 import os
 import sys
@@ -134,6 +135,26 @@ def _contiguous(t, what=None):
     return c, (lambda: t.copy_(c))
 
 
+def _issuing_stream(device):
+    """(device, its current stream) for a CUDA call issued now, or None for a host call: the
+    stream the library orders the call's result on (rr_pg_set_cuda_stream, in torch.py)."""
+    if device is None or device.type != "cuda":
+        return None
+    return device, torch.cuda.current_stream(device)
+
+
+@contextlib.contextmanager
+def _on_stream(issued):
+    """With a CUDA call's issuing device and stream (_issuing_stream) current, on whatever
+    thread this runs; nothing for a host call."""
+    if issued is None:
+        yield
+        return
+    device, stream = issued
+    with torch.cuda.device(device), torch.cuda.stream(stream):
+        yield
+
+
 def _stream_ordered(finish, device):
     """A CUDA call's finish (the copy of a contiguous temporary's result into the caller's
     tensors) made to run on the stream the call is issued on, the current one now, with its
@@ -143,12 +164,14 @@ def _stream_ordered(finish, device):
     ringreduce/_work.py) whose current device and stream are not the caller's: there a bare
     copy would be ordered with none of the caller's later work, and could run on another
     device. Host calls' finishes are returned as they are."""
-    if finish is None or device is None or device.type != "cuda":
+    if finish is None:
+        return None
+    issued = _issuing_stream(device)
+    if issued is None:
         return finish
-    stream = torch.cuda.current_stream(device)
 
     def on_stream():
-        with torch.cuda.device(device), torch.cuda.stream(stream):
+        with _on_stream(issued):
             finish()
     return on_stream
 

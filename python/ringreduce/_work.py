@@ -11,6 +11,7 @@ import torch
 import torch.distributed as dist
 
 from . import _lib
+from ._tensors import _on_stream
 
 
 def _timeout_ms(timeout):
@@ -110,12 +111,13 @@ def _tensors_in(keep):
 class Batch:
     """The calls one torch Work stands for. A call issued inside a coalescing block is issued
     only when the block ends (torch.py): until then `pending` is true and there is nothing to
-    wait for."""
+    wait for. `stream`: for CUDA calls, the device and stream they were issued on
+    (_tensors._issuing_stream), which their future is completed on (_settle)."""
 
-    __slots__ = ("calls", "pending", "what")
+    __slots__ = ("calls", "pending", "what", "stream")
 
-    def __init__(self, calls, what, pending=False):
-        self.calls, self.what, self.pending = calls, what, pending
+    def __init__(self, calls, what, stream=None, pending=False):
+        self.calls, self.what, self.stream, self.pending = calls, what, stream, pending
 
     def error(self):
         for c in self.calls:
@@ -146,9 +148,15 @@ class Batch:
 
 def _settle(source, batch, result):
     """Complete `source` with the call's tensors, or with its error object for
-    _raise_or_pass to raise."""
+    _raise_or_pass to raise. A CUDA future records its completion events on the stream
+    current where set_result runs (torch's ivalue_inl.h, markCompleted), and its wait() and
+    then() callbacks order their streams after those events only: so it runs with the
+    call's issuing stream current, the one the library ordered after the result and the copy
+    back ran on, not the current stream of the settler thread or of whoever asked for the
+    future after the call completed."""
     err = batch.error()
-    source.set_result(err if err is not None else result)
+    with _on_stream(batch.stream):
+        source.set_result(err if err is not None else result)
 
 
 def _raise_or_pass(source):

@@ -39,7 +39,8 @@ from ._elastic import ElasticMixin, errored, grow, grow_pending, join, revoke, s
 from ._p2p import _P2P, _p2p_order
 from ._store import StoreBridge
 from ._tensors import (_CPU, _SPARSE_CHECKED, _caller_waits, _contiguous, _move_view,  # noqa: F401
-                       _one, _op, _ptr, _reduce_view, _stream_ordered, _writable)
+                       _issuing_stream, _one, _op, _ptr, _reduce_view, _stream_ordered,
+                       _writable)
 from ._work import Batch, Work, _Call, _Completer, _timeout_ms, call_error
 
 BACKEND = "ringreduce"
@@ -219,7 +220,7 @@ class ProcessGroupRingreduce(ElasticMixin, dist.ProcessGroup):
             return Work(_DONE, result, self._completer, device)
         self._cuda_stream(device, what)
         c = self._issue(what, fn, args, keep, _stream_ordered(finish, device))
-        return self._wrap(Batch([c], what), result, device)
+        return self._wrap(Batch([c], what, _issuing_stream(device)), result, device)
 
     def _start_many(self, what, calls, result, device=None):
         """Issue several library calls (fn, args, keep, finish) as one Work."""
@@ -228,7 +229,7 @@ class ProcessGroupRingreduce(ElasticMixin, dist.ProcessGroup):
         self._cuda_stream(device, what)
         issued = [self._issue(what, fn, args, keep, _stream_ordered(finish, device))
                   for fn, args, keep, finish in calls]
-        return self._wrap(Batch(issued, what), result, device)
+        return self._wrap(Batch(issued, what, _issuing_stream(device)), result, device)
 
     def _check_device(self, tensors, what):
         if len(tensors) == 1 and tensors[0].is_cpu and tensors[0].layout == torch.strided:
@@ -283,6 +284,7 @@ class ProcessGroupRingreduce(ElasticMixin, dist.ProcessGroup):
                                 _stream_ordered(r.finish, dev))
                 for op in (s, r):
                     op.batch.calls, op.batch.pending = [c], False
+                    op.batch.stream = _issuing_stream(dev)
                 self._coalescing[1].append(s.batch)
             else:
                 op = step[1]
@@ -296,6 +298,7 @@ class ProcessGroupRingreduce(ElasticMixin, dist.ProcessGroup):
                                      self._lr(op.peer)), op.keep,
                                     _stream_ordered(op.finish, dev))
                 op.batch.calls, op.batch.pending = [c], False
+                op.batch.stream = _issuing_stream(dev)
                 self._coalescing[1].append(op.batch)
 
     def _p2p(self, kind, tensors, peer, what):

@@ -312,6 +312,9 @@ case_keep_going() {
   expect_rc 139
   expect_err "rrun: rank 2 (local rank 2, pid $(cat "$T/pid.2.0")) failed: killed by signal SIGSEGV (11)"
   # A signal to rrun still stops everything.
+  # rr clears the earlier jobs' pid files itself, but in the background: clear them here
+  # first, or wait_for can see an old one that rr then removes ("timed out" at once).
+  rm -f "$T"/pid.*
   rr --nproc-per-node 2 --keep-going --grace-period 5 "$HELPER" "$T" '*=sleep' &
   local rp=$!
   wait_for "$T/pid.0.0" "$T/pid.1.0"

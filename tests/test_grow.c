@@ -273,9 +273,14 @@ static int token_rank(int id, void *arg) {
     T_HAS(rr_last_error(), "token");
     T_HAS(rr_last_error(), "rr_pg_join");
     printf("token: the intruder's error after %.2f s: %s\n", t_now() - t0, rr_last_error());
+    gc->go = 1;
     return 0;
   }
   if (id == 3) { /* the rightful newcomer */
+    /* Only after the intruder was refused: joining first would complete the growth (one
+     * place) and close its store, and the intruder would then meet no store at all (seen
+     * under TSan: "Connection refused" until its timeout), not the token check. */
+    for (double end = t_now() + 60; gc->go < 1 && t_now() < end;) usleep(1000);
     rr_pg *np = NULL;
     T_OK(rr_pg_join(gc->addr, NULL, &np));
     int rc = grown_use(np, id, gc, survivors, 3);

@@ -197,6 +197,21 @@ static int rr__abort_set(rr__comm *cm, int status, const char *reason, int tell_
           rr__send_ctl(cm->peers[i].ctrl_fd, RR__CTL_ABORT, cm->global_rank, status, seq,
                        cm->abort_reason);
     if (revoke) snprintf(revoked_why, sizeof revoked_why, "%s", cm->abort_reason);
+  } else if (from < atomic_load(&cm->abort_from)) {
+    /* An abort that concerns an earlier call than the one recorded: peers' aborts can arrive
+     * out of order (one passed on by a rank that was a call ahead, naming that later call,
+     * before the origin's own), and the call running here, earlier, would otherwise wait for
+     * data that never comes until its timeout. Its reason replaces the other's (it names the
+     * call that failed first), except under a revoke, whose status stays. */
+    if (cm->abort_status != RR_EREVOKED) {
+      snprintf(cm->abort_reason, sizeof cm->abort_reason, "%s", reason);
+      cm->abort_status = status;
+    }
+    atomic_store(&cm->abort_from, from);
+    RR__LOG_WARN(RR__SUB_COLL, "group aborted from an earlier call: %s", reason);
+    uint64_t one = 1;
+    if (write(cm->wake_fd, &one, sizeof one) < 0 && errno != EAGAIN)
+      RR__LOG_WARN(RR__SUB_COLL, "eventfd write: %s", strerror(errno));
   }
   pthread_mutex_unlock(&cm->abort_mu);
   if (revoked_why[0] && cm->on_revoke) cm->on_revoke(cm->on_revoke_ctx, revoked_why);

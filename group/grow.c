@@ -231,19 +231,7 @@ int rr_pg_grow(rr_pg *pg, const char *addr, int nnew, int64_t wait_ms, int flags
 static int rr__grow_listen(const char *host, int port, int *lfd) {
   rr__addr a, any;
   RR__CHECK(rr__addr_resolve(host, port, &a));
-  memset(&any, 0, sizeof any);
-  if (a.ss.ss_family == AF_INET6) {
-    struct sockaddr_in6 *a6 = (struct sockaddr_in6 *)&any.ss;
-    a6->sin6_family = AF_INET6;
-    a6->sin6_addr = in6addr_any;
-    any.len = sizeof *a6;
-  } else {
-    struct sockaddr_in *a4 = (struct sockaddr_in *)&any.ss;
-    a4->sin_family = AF_INET;
-    a4->sin_addr.s_addr = htonl(INADDR_ANY);
-    any.len = sizeof *a4;
-  }
-  rr__addr_set_port(&any, port);
+  rr__addr_any(a.ss.ss_family, port, &any);
   rr__addr bound;
   return rr__sock_listen(&any, 64, 1, lfd, &bound);
 }

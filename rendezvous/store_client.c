@@ -550,19 +550,7 @@ static int rr__store_tcp_make(const char *host, int port, int is_master, int lfd
   if (is_master) {
     /* Serve on the wildcard address of the host's family, as torch's TCPStore. */
     rr__addr any;
-    memset(&any, 0, sizeof any);
-    if (s->addr.ss.ss_family == AF_INET6) {
-      struct sockaddr_in6 *a6 = (struct sockaddr_in6 *)&any.ss;
-      a6->sin6_family = AF_INET6;
-      a6->sin6_addr = in6addr_any;
-      any.len = sizeof *a6;
-    } else {
-      struct sockaddr_in *a4 = (struct sockaddr_in *)&any.ss;
-      a4->sin_family = AF_INET;
-      a4->sin_addr.s_addr = htonl(INADDR_ANY);
-      any.len = sizeof *a4;
-    }
-    rr__addr_set_port(&any, port);
+    rr__addr_any(s->addr.ss.ss_family, port, &any);
     if (lfd == -2) lfd = rr__inherited_listener(port);
     int owned = lfd;
     lfd = -1; /* the server's from here, also when it fails */

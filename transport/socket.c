@@ -98,6 +98,22 @@ void rr__addr_set_port(rr__addr *a, int port) {
     ((struct sockaddr_in6 *)&a->ss)->sin6_port = htons((uint16_t)port);
 }
 
+void rr__addr_any(int family, int port, rr__addr *out) {
+  memset(out, 0, sizeof *out);
+  if (family == AF_INET6) {
+    struct sockaddr_in6 *a6 = (struct sockaddr_in6 *)&out->ss;
+    a6->sin6_family = AF_INET6;
+    a6->sin6_addr = in6addr_any;
+    out->len = sizeof *a6;
+  } else {
+    struct sockaddr_in *a4 = (struct sockaddr_in *)&out->ss;
+    a4->sin_family = AF_INET;
+    a4->sin_addr.s_addr = htonl(INADDR_ANY);
+    out->len = sizeof *a4;
+  }
+  rr__addr_set_port(out, port);
+}
+
 int rr__addr_is_loopback(const rr__addr *a) {
   if (a->ss.ss_family == AF_INET)
     return (ntohl(((const struct sockaddr_in *)&a->ss)->sin_addr.s_addr) >> 24) == 127;

@@ -26,6 +26,9 @@ const char *rr__addr_str(const rr__addr *a, char *buf, size_t n);
 int rr__addr_parse(const char *s, rr__addr *out);
 int rr__addr_port(const rr__addr *a);
 void rr__addr_set_port(rr__addr *a, int port);
+/* The wildcard address of `family` (AF_INET6, else IPv4) with `port`: where a server
+ * listens to be reached on every interface, as torch's TCPStore does. */
+void rr__addr_any(int family, int port, rr__addr *out);
 int rr__addr_is_loopback(const rr__addr *a);
 
 /* Does interface `ifname` pass the NCCL-style filter `spec`? A comma-separated list of

@@ -15,14 +15,18 @@
 #   mpi-shm-tuned   the same with the allocator tuned
 #   gloo-ring, gloo-ring_chunked   Gloo's AllreduceRing / AllreduceRingChunked over its TCP
 #                   transport (Debian libgloo-dev)
-#   socket-ring     bench/compare/socket_ring.c: a bare TCP ring, no library (the ceiling)
+#   socket-ring     bench/compare/socket_ring.c: a bare TCP ring, no library
+#   socket-ring-mt  the same with a sender thread beside the receiving one (SR_THREADS=1);
+#                   the faster of the two is the ceiling for TCP
 #   rr-tcp          ringreduce all_reduce_perf, RR_TRANSPORT=tcp, out of place
 #   rr-shm          ringreduce all_reduce_perf, default transport (shared memory), out of place
 # (ringreduce's in-place figures are kept as rr-tcp-inplace / rr-shm-inplace.)
 #
 # Method: for every round, world size and size group, every system runs once, one after the
 # other, the order rotated each round, so drift on the machine hits all alike. Small sizes
-# (8 B ... 128 KiB, x4) run as one group (200 iterations each); 512 KiB and up one size per
+# (8 B ... 128 KiB, x4) run as one group (1000 iterations each: a launch of 200 calls of a few
+# µs is over within one scheduler period, and which ranks happen to share a core then decides
+# its figure); 512 KiB and up one size per
 # launch with fewer iterations (5 at 128 and 256 MiB); every group ROUNDS times (default 5:
 # a median of 3 is decided by one launch), so latency is seen across launches too. The table
 # shows the median, the spread of the rounds, and flags a round far from both its neighbours
@@ -32,7 +36,7 @@
 # machine). Every harness times like nccl-tests
 # (warm-up, barrier, back-to-back calls, mean per rank, max over ranks) and checks the sum.
 #
-# Environment: NPS ("2 4"), ROUNDS (3), SIZES_LARGE (the per-launch sizes), OUT (the result
+# Environment: NPS ("2 4"), ROUNDS (5), SIZES_LARGE (the per-launch sizes), OUT (the result
 # directory), BUILD (ringreduce build dir, default build-cmp; configured and built when
 # missing), NO_INSTALL=1 (skip apt-get), ONLY_LARGE=1 (skip the small-size group: a rerun of
 # the large sizes), SYSTEMS (a subset, space separated).
@@ -46,7 +50,7 @@ NPS=${NPS:-"2 4"}
 ROUNDS=${ROUNDS:-5}
 SIZES_SMALL="8 128K"                       # one launch: -b 8 -e 128K -f 4
 SIZES_LARGE=${SIZES_LARGE:-"512K 2M 4M 8M 32M 128M 256M"}
-SYSTEMS=${SYSTEMS:-"mpi-tcp mpi-tcp-tuned mpi-shm mpi-shm-tuned gloo-ring gloo-ring_chunked socket-ring rr-tcp rr-shm"}
+SYSTEMS=${SYSTEMS:-"mpi-tcp mpi-tcp-tuned mpi-shm mpi-shm-tuned gloo-ring gloo-ring_chunked socket-ring socket-ring-mt rr-tcp rr-shm"}
 BUILD=${BUILD:-build-cmp}
 date_tag=$(date +%Y-%m-%d)
 OUT=${OUT:-$here/results/$date_tag}
@@ -83,7 +87,7 @@ RRUN=$root/$BUILD/bin/rrun
 PERF=$root/$BUILD/bin/all_reduce_perf
 CFLAGS="-O2 -march=native -Wall -Wextra"
 log "building harnesses in $bin"
-gcc $CFLAGS -std=c11 -o "$bin/socket_ring" "$here/socket_ring.c"
+gcc $CFLAGS -std=c11 -pthread -o "$bin/socket_ring" "$here/socket_ring.c"
 mpicc $CFLAGS -std=c11 -D_POSIX_C_SOURCE=200809L -o "$bin/mpi_allreduce" "$here/mpi_allreduce.c"
 g++ $CFLAGS -std=c++17 -o "$bin/gloo_allreduce" "$here/gloo_allreduce.cc" -lgloo -lpthread
 
@@ -133,7 +137,7 @@ busy_ticks() { awk '/^cpu /{ print $2 + $3 + $4 + $7 + $8 + $9; exit }' /proc/st
 child_ticks() { awk '{ print $16 + $17 }' /proc/$$/stat; }
 
 # iterations and warm-up per size (the same for every system)
-iters_for() { case $1 in 8|128K) echo 200;; 512K|2M) echo 50;; 4M|8M) echo 20;; 32M) echo 10;; *) echo 5;; esac; }
+iters_for() { case $1 in 8|128K) echo 1000;; 512K|2M) echo 50;; 4M|8M) echo 20;; 32M) echo 10;; *) echo 5;; esac; }
 warm_for() { case $1 in 8|128K) echo 20;; 512K|2M|4M|8M) echo 2;; *) echo 1;; esac; }
 
 # one launch: system np minsize maxsize round
@@ -150,8 +154,9 @@ launch() {
     gloo-ring|gloo-ring_chunked)
       local store; store=$(mktemp -d /tmp/gloo-store.XXXXXX)
       cmd=("$RRUN" --standalone --nproc-per-node "$np" env GLOO_STORE="$store" "$bin/gloo_allreduce" -a "${sys#gloo-}" "${h[@]}");;
-    socket-ring)
-      cmd=("$RRUN" --standalone --nproc-per-node "$np" env SR_PORT=$((20000 + RANDOM % 20000)) "$bin/socket_ring" "${h[@]}");;
+    socket-ring|socket-ring-mt)
+      cmd=("$RRUN" --standalone --nproc-per-node "$np" env SR_THREADS=$([ "$sys" = socket-ring-mt ] && echo 1 || echo 0)
+           SR_PORT=$((20000 + RANDOM % 20000)) "$bin/socket_ring" "${h[@]}");;
     rr-tcp) cmd=("$RRUN" --standalone --nproc-per-node "$np" env RR_TRANSPORT=tcp "$PERF" "${h[@]}" -a 3 -c 1);;
     rr-shm) cmd=("$RRUN" --standalone --nproc-per-node "$np" "$PERF" "${h[@]}" -a 3 -c 1);;
     *) log "unknown system $sys"; return 1;;

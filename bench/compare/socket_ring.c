@@ -9,6 +9,11 @@
  * non-blocking sockets, poll). All-gather: n-1 steps; chunk (r+1-s) goes right, chunk (r-s)
  * arrives from the left straight into its place in dst. No per-call allocation.
  *
+ * SR_THREADS=1 (system "socket-ring-mt"): the same ring with a second thread per rank that
+ * does each step's send with blocking calls while the main thread receives and reduces, so a
+ * rank's send copy and receive copy can run on two cores at once. The faster of the two is
+ * the ceiling bench/compare holds ringreduce's TCP transport to.
+ *
  * Launch one process per rank with RANK and WORLD_SIZE set (rrun, torchrun, mpirun's
  * OMPI_COMM_WORLD_* also work) and SR_PORT a free base port. SR_SOCKBUF sets SO_SNDBUF and
  * SO_RCVBUF (default 4M, 0 = kernel autotuning), SR_SEG the receive segment (default 256K).
@@ -20,6 +25,7 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
+#include <pthread.h>
 #include <stdint.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -125,10 +131,63 @@ static void barrier(void) {
   ring_max(v);
 }
 
+/* The sender thread of SR_THREADS=1: one job at a time, handed over under g_mu. */
+static int g_threads;
+static pthread_mutex_t g_mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t g_cv = PTHREAD_COND_INITIALIZER;
+static const char *g_job_p;
+static size_t g_job_n;
+static int g_job_busy; /* 1: a job is posted and not finished */
+
+static void *sender_main(void *arg) {
+  (void)arg;
+  for (;;) {
+    pthread_mutex_lock(&g_mu);
+    while (!g_job_busy) pthread_cond_wait(&g_cv, &g_mu);
+    const char *p = g_job_p;
+    size_t n = g_job_n;
+    pthread_mutex_unlock(&g_mu);
+    send_all(g_right, p, n);
+    pthread_mutex_lock(&g_mu);
+    g_job_busy = 0;
+    pthread_cond_broadcast(&g_cv);
+    pthread_mutex_unlock(&g_mu);
+  }
+  return NULL;
+}
+
+/* The threaded step: the sender thread sends while this thread receives (blocking) and
+ * reduces each piece as it arrives. */
+static void step_mt(const char *sp, size_t sn, char *dst, const float *red, size_t rn) {
+  pthread_mutex_lock(&g_mu);
+  g_job_p = sp, g_job_n = sn, g_job_busy = 1;
+  pthread_cond_broadcast(&g_cv);
+  pthread_mutex_unlock(&g_mu);
+  for (size_t got = 0; got < rn;) {
+    size_t want = rn - got;
+    if (red != NULL && want > g_seg) want = g_seg;
+    char *to = red != NULL ? (char *)g_tmp : dst + got;
+    recv_all(g_left, to, want);
+    if (red != NULL) {
+      float *d = (float *)(dst + got);
+      const float *s = (const float *)((const char *)red + got);
+      for (size_t i = 0; i < want / sizeof(float); i++) d[i] = s[i] + g_tmp[i];
+    }
+    got += want;
+  }
+  pthread_mutex_lock(&g_mu);
+  while (g_job_busy) pthread_cond_wait(&g_cv, &g_mu);
+  pthread_mutex_unlock(&g_mu);
+}
+
 /* One ring step: send [sp, sp+sn) to the right while receiving rn bytes from the left.
  * With red != NULL the incoming bytes land in g_tmp (a segment at a time) and
  * dst[i] = red[i] + incoming[i]; otherwise they land in dst directly. */
 static void step(const char *sp, size_t sn, char *dst, const float *red, size_t rn) {
+  if (g_threads) {
+    step_mt(sp, sn, dst, red, rn);
+    return;
+  }
   size_t sent = 0, got = 0, fill = 0, done = 0; /* fill/done: bytes in g_tmp, reduced */
   while (sent < sn || got < rn) {
     struct pollfd p[2];
@@ -197,7 +256,8 @@ static void allreduce(const float *src, float *dst, size_t count) {
 
 int main(int argc, char **argv) {
   cmp_opts o;
-  cmp_parse(argc, argv, &o, "socket-ring");
+  g_threads = getenv("SR_THREADS") != NULL && atoi(getenv("SR_THREADS")) > 0;
+  cmp_parse(argc, argv, &o, g_threads ? "socket-ring-mt" : "socket-ring");
   g_rank = cmp_env_int("RANK", "OMPI_COMM_WORLD_RANK", 0);
   g_np = cmp_env_int("WORLD_SIZE", "OMPI_COMM_WORLD_SIZE", 1);
   int port = cmp_env_int("SR_PORT", "SR_PORT", 29650);
@@ -205,6 +265,11 @@ int main(int argc, char **argv) {
   if (g_seg < 4096) g_seg = 4096;
   if (g_np > 1) connect_ring(port);
   if (posix_memalign((void **)&g_tmp, 4096, g_seg)) die("alloc");
+  pthread_t sender;
+  if (g_threads && g_np > 1) {
+    errno = pthread_create(&sender, NULL, sender_main, NULL);
+    if (errno != 0) die("pthread_create");
+  }
 
   size_t maxcount = o.maxbytes / sizeof(float);
   float *src, *dst;

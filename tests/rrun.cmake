@@ -11,7 +11,7 @@ set(RRUN_TEST_CASES
   env_nproc1 env_nproc4 env_multinode underscores standalone
   fail_stops_others keep_going grace_kill process_group rrun_killed rrun_killed_grandchild keeper_pid_reuse stopped_worker
   fd_exhaustion fd_exhaustion_setup signalled exec_fail signals
-  tee tee_modes tee_stalled_reader leftover_writer no_zombies restart bad_flags two_nodes_local)
+  tee tee_modes tee_stalled_reader leftover_writer no_zombies restart bad_flags bind_to two_nodes_local)
 foreach(case IN LISTS RRUN_TEST_CASES)
   add_test(NAME rrun_${case}
     COMMAND bash ${RR_TEST_DIR}/test_rrun.sh $<TARGET_FILE:rrun> $<TARGET_FILE:rrun_helper> ${case}

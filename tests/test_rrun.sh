@@ -727,6 +727,7 @@ case_bad_flags() {
   expect_usage "--master-port: expected an integer from 1 to 65535, got '70000'" \
     --master-port 70000 "$HELPER"
   expect_usage "--tee: expected an integer from 0 to 3, got '4'" --tee 4 "$HELPER"
+  expect_usage "--bind-to: expected 'none' or 'core', got 'socket'" --bind-to socket "$HELPER"
   expect_usage "--max-restarts" --max-restarts -1 "$HELPER"
   expect_usage "--grace-period: expected seconds" --grace-period -1 "$HELPER"
   expect_usage "--grace-period: expected seconds" --grace-period nan "$HELPER"
@@ -743,6 +744,45 @@ case_bad_flags() {
   rr --version
   expect_rc 0
   grep -q '^rrun (ringreduce) [0-9]' "$T/out" || fail "--version: $(cat "$T/out")"
+}
+
+# --bind-to core: local rank k runs on the (k mod C)-th of the C CPUs rrun may use (here the
+# CPUs this script may use, or the first two of them under taskset when there are more, so
+# that ranks 2 and 3 wrap around); --bind-to none, the default, leaves every worker rrun's set.
+case_bind_to() {
+  local -a cpus
+  local list want k got mode
+  # the CPUs this shell may run on, one per line
+  list=$(awk '/^Cpus_allowed_list/ { print $2 }' /proc/self/status)
+  for k in ${list//,/ }; do
+    if [[ $k == *-* ]]; then cpus+=($(seq "${k%-*}" "${k#*-}")); else cpus+=("$k"); fi
+  done
+  [ ${#cpus[@]} -ge 1 ] || fail "cannot read this process's CPUs: '$list'"
+  local -a run=()
+  if [ ${#cpus[@]} -gt 2 ] && command -v taskset >/dev/null; then
+    cpus=("${cpus[0]}" "${cpus[1]}")
+    run=(taskset -c "${cpus[0]},${cpus[1]}")
+  fi
+  local show='awk "/^Cpus_allowed_list/ { print \$2 }" /proc/self/status >"$0/aff.$LOCAL_RANK"'
+  for mode in core none default; do
+    rm -f "$T"/aff.*
+    local -a flag=()
+    [ "$mode" = default ] || flag=(--bind-to "$mode")
+    timeout -s KILL 30 "${run[@]}" "$RRUN" --standalone --nproc-per-node 4 "${flag[@]}" sh -c "$show" "$T" \
+      >"$T/out" 2>"$T/err"
+    RC=$?
+    CASE="bind_to $mode"
+    expect_rc 0
+    for k in 0 1 2 3; do
+      if [ "$mode" = core ]; then
+        want=${cpus[$((k % ${#cpus[@]}))]}
+      else
+        want=$("${run[@]}" awk '/^Cpus_allowed_list/ { print $2 }' /proc/self/status)
+      fi
+      got=$(cat "$T/aff.$k" 2>/dev/null) || fail "local rank $k wrote no aff.$k"
+      [ "$got" = "$want" ] || fail "local rank $k runs on CPUs '$got', expected '$want'"
+    done
+  done
 }
 
 # Two nodes on this host: two rrun processes (--nnodes 2, --node-rank 0 and 1, 2 workers

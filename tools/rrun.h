@@ -42,6 +42,7 @@ typedef struct {
   int max_restarts;
   bool keep_going; /* a failed worker does not stop the others (issue 26 item 4) */
   int replace;     /* --replace N: start up to N replacements that join the running group */
+  bool bind_core;  /* --bind-to core: local rank k runs on the k-th (mod count) CPU rrun may use */
   int tee; /* bit 0: prefix stdout, bit 1: prefix stderr */
   double grace_s;
   const char *run_id; /* --rdzv-id; NULL: "none" */

@@ -41,6 +41,7 @@ enum flag_id {
   F_STANDALONE,
   F_MAX_RESTARTS,
   F_KEEP_GOING,
+  F_BIND_TO,
   F_REPLACE,
   F_TEE,
   F_PREFIX,
@@ -66,6 +67,7 @@ static const struct flag {
     {"--max-restarts", F_MAX_RESTARTS, true},
     {"--keep-going", F_KEEP_GOING, false},
     {"--replace", F_REPLACE, true},
+    {"--bind-to", F_BIND_TO, true},
     {"--tee", F_TEE, true},
     {"-t", F_TEE, true},
     {"--prefix", F_PREFIX, false},
@@ -98,6 +100,10 @@ static void print_help(void) {
       "  --replace N          with --keep-going: for each worker that dies, start a replacement\n"
       "                       (up to N in all) with RR_GROW_JOIN=1, which joins the running\n"
       "                       group (rr_pg_join); sets RR_GROW_ADDR when unset (one node)\n"
+      "  --bind-to WHAT       none (default): workers run where the kernel puts them; core:\n"
+      "                       the worker of local rank k is bound to the (k mod C)-th of the C\n"
+      "                       CPUs rrun may run on (steadier small-message latency when ranks\n"
+      "                       share cores; see docs/performance.md)\n"
       "  --tee N, -t N        prefix worker lines with \"[rankR]: \": 0 none (default),\n"
       "                       1 stdout, 2 stderr, 3 both\n"
       "  --prefix             same as --tee 3\n"
@@ -228,6 +234,15 @@ static void apply_flag(options *o, const struct flag *f, const char *spelled, co
       break;
     case F_REPLACE:
       o->replace = int_value(spelled, value, 0, 1000000);
+      break;
+    case F_BIND_TO:
+      if (strcmp(value, "core") == 0) {
+        o->bind_core = true;
+      } else if (strcmp(value, "none") == 0) {
+        o->bind_core = false;
+      } else {
+        usage_error("%s: expected 'none' or 'core', got '%s'", spelled, value);
+      }
       break;
     case F_TEE:
       o->tee = int_value(spelled, value, 0, 3);

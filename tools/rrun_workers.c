@@ -13,6 +13,7 @@
 #include <fcntl.h>
 #include <math.h>
 #include <poll.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -77,9 +78,17 @@ static int count_alive(const launcher *L) {
 /* ------------------------------------------------------------------------------------------
  * Starting workers.
  */
-enum child_stage { STAGE_SETPGID, STAGE_PDEATHSIG, STAGE_DUP2, STAGE_SIGNALS, STAGE_EXEC };
+enum child_stage {
+  STAGE_SETPGID,
+  STAGE_PDEATHSIG,
+  STAGE_DUP2,
+  STAGE_SIGNALS,
+  STAGE_AFFINITY,
+  STAGE_EXEC
+};
 static const char *const kStageNames[] = {"setpgid", "prctl(PR_SET_PDEATHSIG)", "dup2",
-                                          "restoring signals", "exec"};
+                                          "restoring signals", "sched_setaffinity (--bind-to)",
+                                          "exec"};
 
 /* What a child that could not exec tells rrun through its close-on-exec pipe. */
 struct child_report {
@@ -95,8 +104,23 @@ static _Noreturn void child_fail(int report_fd, int stage) {
   _exit(EXIT_EXEC);
 }
 
-/* In the child after fork: own process group, die with rrun, wire the pipes, exec. */
-static _Noreturn void child_main(const launcher *L, int pipes[2][2], int report_fd, pid_t parent) {
+/* --bind-to core: the CPU of a local rank, the (k mod C)-th of the C CPUs this process may
+ * run on (rrun's own affinity, which a worker inherits: taskset or a cgroup around rrun
+ * chooses the cores, rrun only spreads the ranks over them). -1 when unknown. */
+static int bind_cpu(int local_rank) {
+  cpu_set_t set;
+  if (sched_getaffinity(0, sizeof set, &set) != 0) return -1;
+  int count = CPU_COUNT(&set), k = local_rank % (count > 0 ? count : 1);
+  for (int cpu = 0; cpu < CPU_SETSIZE; cpu++) {
+    if (CPU_ISSET(cpu, &set) && k-- == 0) return cpu;
+  }
+  return -1;
+}
+
+/* In the child after fork: own process group, die with rrun, wire the pipes, bind when asked,
+ * exec. */
+static _Noreturn void child_main(const launcher *L, int pipes[2][2], int report_fd, pid_t parent,
+                                 int local_rank) {
   if (setpgid(0, 0) != 0) child_fail(report_fd, STAGE_SETPGID);
   if (prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0) != 0) child_fail(report_fd, STAGE_PDEATHSIG);
   /* rrun may have died before the line above: then no death signal will come. */
@@ -112,6 +136,13 @@ static _Noreturn void child_main(const launcher *L, int pipes[2][2], int report_
       sigaction(SIGCHLD, &L->orig_chld, NULL) != 0 ||
       sigprocmask(SIG_SETMASK, &L->orig_mask, NULL) != 0) {
     child_fail(report_fd, STAGE_SIGNALS);
+  }
+  if (L->opt->bind_core) {
+    int cpu = bind_cpu(local_rank);
+    cpu_set_t one;
+    CPU_ZERO(&one);
+    if (cpu >= 0) CPU_SET(cpu, &one);
+    if (cpu < 0 || sched_setaffinity(0, sizeof one, &one) != 0) child_fail(report_fd, STAGE_AFFINITY);
   }
   execvp(L->opt->argv[0], L->opt->argv);
   child_fail(report_fd, STAGE_EXEC);
@@ -186,7 +217,7 @@ static enum spawn_result spawn_worker(launcher *L, worker *w) {
     rr__say("fork: %s", strerror(errno));
     goto out;
   }
-  if (pid == 0) child_main(L, pipes, report[1], parent);
+  if (pid == 0) child_main(L, pipes, report[1], parent, w->local_rank);
   /* The child makes its own group too; doing it here as well closes the window in which a
    * signal to the group would miss it. EACCES: it has already exec'd, and so has its group. */
   if (setpgid(pid, pid) != 0 && errno != EACCES && errno != ESRCH)

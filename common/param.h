@@ -21,6 +21,10 @@
   XX(spin_us, "RR_SPIN_US", -1, -1, 1000000,                                                \
      "microseconds a blocking call polls before sleeping (unset: 50, or 100 yielding the "  \
      "core when this host's ranks outnumber its cores)")                                    \
+  XX(spin_yield, "RR_SPIN_YIELD", -1, -1, 1,                                                \
+     "1: a blocking call's polling yields the core between polls (ranks share cores); 0: "   \
+     "it does not; unset: yield when this host's ranks outnumber the cores this process "    \
+     "may run on (rrun --bind-to core sets it per worker)")                                  \
   XX(cuda_ipc, "RR_CUDA_IPC", 1, 0, 1,                                                      \
      "1: device buffers of ranks on one host go device to device through CUDA IPC "         \
      "(all_reduce, reduce_scatter, all_gather, broadcast; docs/cuda.md); 0: staged")          \

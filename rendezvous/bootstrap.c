@@ -546,8 +546,8 @@ static int rr__read_replies(rr__mesh *m) {
  * VM, where a peer on a core of its own answers a small message in 1-3 us. So while this
  * host's ranks fit its cores a blocking call polls for 50 us; when they outnumber the cores
  * it polls for 100 us but yields the core between polls (the peer it waits for may need
- * that core). Figures: docs/performance.md. RR_SPIN_US sets the time; the yield still
- * follows the count. Only a caller that blocks on its call spins (ring/coll.c): work run in
+ * that core). Figures: docs/performance.md. RR_SPIN_US sets the time, RR_SPIN_YIELD the
+ * yield. Only a caller that blocks on its call spins (ring/coll.c): work run in
  * the background never takes cores from the caller's compute. */
 static void rr__choose_spin(rr__comm *cm, const rr__peer_info *infos, int rank, int size) {
   int local = 0;
@@ -556,8 +556,10 @@ static void rr__choose_spin(rr__comm *cm, const rr__peer_info *infos, int rank, 
   if (lws && atoi(lws) > local) local = atoi(lws);
   cpu_set_t set;
   int cpus = sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set) : 1;
-  int64_t want = rr__params_get()->spin_us;
-  cm->spin_yield = local > cpus;
+  int64_t want = rr__params_get()->spin_us, yield = rr__params_get()->spin_yield;
+  /* A rank bound to one CPU counts one core here, so a launcher that bound each rank to a
+   * core of its own says so (RR_SPIN_YIELD=0, as rrun --bind-to core does). */
+  cm->spin_yield = yield >= 0 ? (int)yield : local > cpus;
   cm->spin_us = want >= 0 ? (int)want : cm->spin_yield ? 100 : 50;
   RR__LOG_INFO(RR__SUB_INIT, "%d rank(s) on this host, %d core(s) usable: blocking calls poll %d us "
           "before sleeping%s", local, cpus, cm->spin_us,

@@ -482,6 +482,8 @@ static int env_ranges(void) {
       {"RR_SPIN_US", "-2", "a whole number from -1 to 1000000"},
       {"RR_TRACE", "2", "0, 1 or a file path for JSON lines"},
       {"RR_SPIN_US", "-1", NULL},
+      {"RR_SPIN_YIELD", "2", "a whole number from -1 to 1"},
+      {"RR_SPIN_YIELD", "0", NULL},
       {"RR_SMALL_BYTES", "0", NULL},
   };
   int bad = 0;

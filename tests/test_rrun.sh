@@ -21,7 +21,7 @@ trap 'rm -rf "$T"' EXIT
 # Nothing inherited that rrun sets or reads, so every expected value below is exact.
 unset RANK LOCAL_RANK WORLD_SIZE LOCAL_WORLD_SIZE GROUP_RANK ROLE_RANK GROUP_WORLD_SIZE \
   ROLE_WORLD_SIZE MASTER_ADDR MASTER_PORT TORCHELASTIC_RUN_ID TORCHELASTIC_RESTART_COUNT \
-  TORCHELASTIC_MAX_RESTARTS OMP_NUM_THREADS RR_JOB_TOKEN RR_GRACE_PERIOD
+  TORCHELASTIC_MAX_RESTARTS OMP_NUM_THREADS RR_JOB_TOKEN RR_GRACE_PERIOD RR_SPIN_YIELD
 
 fail() {
   echo "FAIL($CASE): $*" >&2
@@ -748,39 +748,57 @@ case_bad_flags() {
 
 # --bind-to core: local rank k runs on the (k mod C)-th of the C CPUs rrun may use (here the
 # CPUs this script may use, or the first two of them under taskset when there are more, so
-# that ranks 2 and 3 wrap around); --bind-to none, the default, leaves every worker rrun's set.
+# that ranks 2 and 3 wrap around), and RR_SPIN_YIELD tells each worker whether its CPU has
+# another worker (the library cannot see that from its own one-CPU affinity), unless the user
+# exported it. --bind-to none, the default, leaves every worker rrun's CPUs and no
+# RR_SPIN_YIELD.
 case_bind_to() {
-  local -a cpus
-  local list want k got mode
-  # the CPUs this shell may run on, one per line
+  local -a cpus run=() flag
+  local list want k got mode n c shared
   list=$(awk '/^Cpus_allowed_list/ { print $2 }' /proc/self/status)
   for k in ${list//,/ }; do
     if [[ $k == *-* ]]; then cpus+=($(seq "${k%-*}" "${k#*-}")); else cpus+=("$k"); fi
   done
   [ ${#cpus[@]} -ge 1 ] || fail "cannot read this process's CPUs: '$list'"
-  local -a run=()
   if [ ${#cpus[@]} -gt 2 ] && command -v taskset >/dev/null; then
     cpus=("${cpus[0]}" "${cpus[1]}")
     run=(taskset -c "${cpus[0]},${cpus[1]}")
   fi
-  local show='awk "/^Cpus_allowed_list/ { print \$2 }" /proc/self/status >"$0/aff.$LOCAL_RANK"'
-  for mode in core none default; do
+  c=${#cpus[@]}
+  local show='{ awk "/^Cpus_allowed_list/ { print \$2 }" /proc/self/status
+                echo "${RR_SPIN_YIELD-unset}"; } >"$0/aff.$LOCAL_RANK"'
+  for mode in core4 core2 core4_user none default; do
     rm -f "$T"/aff.*
-    local -a flag=()
-    [ "$mode" = default ] || flag=(--bind-to "$mode")
-    timeout -s KILL 30 "${run[@]}" "$RRUN" --standalone --nproc-per-node 4 "${flag[@]}" sh -c "$show" "$T" \
-      >"$T/out" 2>"$T/err"
+    flag=()
+    n=4
+    case $mode in
+      core4 | core4_user) flag=(--bind-to core) ;;
+      core2) flag=(--bind-to core); n=2 ;;
+      none) flag=(--bind-to none) ;;
+    esac
+    if [ "$mode" = core4_user ]; then
+      RR_SPIN_YIELD=0 timeout -s KILL 30 "${run[@]}" "$RRUN" --standalone --nproc-per-node $n \
+        "${flag[@]}" sh -c "$show" "$T" >"$T/out" 2>"$T/err"
+    else
+      timeout -s KILL 30 "${run[@]}" "$RRUN" --standalone --nproc-per-node $n "${flag[@]}" \
+        sh -c "$show" "$T" >"$T/out" 2>"$T/err"
+    fi
     RC=$?
     CASE="bind_to $mode"
     expect_rc 0
-    for k in 0 1 2 3; do
-      if [ "$mode" = core ]; then
-        want=${cpus[$((k % ${#cpus[@]}))]}
+    for ((k = 0; k < n; k++)); do
+      if [[ $mode == core* ]]; then
+        # workers on this one's CPU: n / c, one more for the first n % c CPUs
+        shared=$(( n / c + ((k % c) < (n % c) ? 1 : 0) > 1 ? 1 : 0 ))
+        [ "$mode" = core4_user ] && shared=0
+        want="${cpus[$((k % c))]}
+$shared"
       else
-        want=$("${run[@]}" awk '/^Cpus_allowed_list/ { print $2 }' /proc/self/status)
+        want="$("${run[@]}" awk '/^Cpus_allowed_list/ { print $2 }' /proc/self/status)
+unset"
       fi
       got=$(cat "$T/aff.$k" 2>/dev/null) || fail "local rank $k wrote no aff.$k"
-      [ "$got" = "$want" ] || fail "local rank $k runs on CPUs '$got', expected '$want'"
+      [ "$got" = "$want" ] || fail "local rank $k: CPUs and RR_SPIN_YIELD '$got', expected '$want'"
     done
   done
 }

@@ -43,6 +43,7 @@ typedef struct {
   bool keep_going; /* a failed worker does not stop the others (issue 26 item 4) */
   int replace;     /* --replace N: start up to N replacements that join the running group */
   bool bind_core;  /* --bind-to core: local rank k runs on the k-th (mod count) CPU rrun may use */
+  bool user_spin_yield; /* RR_SPIN_YIELD was set by the user: --bind-to leaves it alone */
   int tee; /* bit 0: prefix stdout, bit 1: prefix stderr */
   double grace_s;
   const char *run_id; /* --rdzv-id; NULL: "none" */

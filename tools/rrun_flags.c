@@ -103,7 +103,8 @@ static void print_help(void) {
       "  --bind-to WHAT       none (default): workers run where the kernel puts them; core:\n"
       "                       the worker of local rank k is bound to the (k mod C)-th of the C\n"
       "                       CPUs rrun may run on (steadier small-message latency when ranks\n"
-      "                       share cores; see docs/performance.md)\n"
+      "                       share cores; see docs/performance.md), and RR_SPIN_YIELD is set\n"
+      "                       for each (1 when its CPU has another worker) unless exported\n"
       "  --tee N, -t N        prefix worker lines with \"[rankR]: \": 0 none (default),\n"
       "                       1 stdout, 2 stderr, 3 both\n"
       "  --prefix             same as --tee 3\n"
@@ -301,6 +302,7 @@ static const struct flag *find_flag(const char *arg, char *spelled, size_t size)
 void rr__parse_args(int argc, char **argv, options *o) {
   *o = (options){
       .nproc = 1, .nnodes = 1, .master_addr = "127.0.0.1", .master_port = 29500, .grace_s = 30};
+  o->user_spin_yield = getenv("RR_SPIN_YIELD") != NULL;
   const char *env_grace = getenv("RR_GRACE_PERIOD");
   if (env_grace && env_grace[0] != '\0' && !parse_seconds(env_grace, &o->grace_s)) {
     usage_error("RR_GRACE_PERIOD: expected seconds (0 to %g), got '%s'", RRUN_MAX_GRACE_S,

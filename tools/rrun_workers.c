@@ -117,6 +117,17 @@ static int bind_cpu(int local_rank) {
   return -1;
 }
 
+/* --bind-to core: whether the CPU of a local rank is shared with another worker of this
+ * node, which the library's polling must know (a rank bound to one CPU cannot tell from its
+ * own affinity whether its peers got cores of their own): RR_SPIN_YIELD for that worker. */
+static int bind_shared(const launcher *L, int local_rank) {
+  cpu_set_t set;
+  int count = sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set) : 1;
+  if (count < 1) count = 1;
+  int n = L->opt->nproc, cpu = local_rank % count;
+  return n / count + (cpu < n % count) > 1;
+}
+
 /* In the child after fork: own process group, die with rrun, wire the pipes, bind when asked,
  * exec. */
 static _Noreturn void child_main(const launcher *L, int pipes[2][2], int report_fd, pid_t parent,
@@ -205,6 +216,10 @@ static enum spawn_result spawn_worker(launcher *L, worker *w) {
   }
   if (rr__set_env_int("RANK", w->rank) || rr__set_env_int("LOCAL_RANK", w->local_rank) ||
       rr__set_env_int("ROLE_RANK", w->rank)) {
+    goto out;
+  }
+  if (L->opt->bind_core && !L->opt->user_spin_yield &&
+      rr__set_env_int("RR_SPIN_YIELD", bind_shared(L, w->local_rank))) {
     goto out;
   }
   if (w->joiner ? rr__set_env("RR_GROW_JOIN", "1") : unsetenv("RR_GROW_JOIN") != 0) {

@@ -302,7 +302,9 @@ static const struct flag *find_flag(const char *arg, char *spelled, size_t size)
 void rr__parse_args(int argc, char **argv, options *o) {
   *o = (options){
       .nproc = 1, .nnodes = 1, .master_addr = "127.0.0.1", .master_port = 29500, .grace_s = 30};
-  o->user_spin_yield = getenv("RR_SPIN_YIELD") != NULL;
+  /* Empty or -1 is the library's "auto", not a choice to keep. */
+  const char *env_yield = getenv("RR_SPIN_YIELD");
+  o->user_spin_yield = env_yield && *env_yield && strcmp(env_yield, "-1") != 0;
   const char *env_grace = getenv("RR_GRACE_PERIOD");
   if (env_grace && env_grace[0] != '\0' && !parse_seconds(env_grace, &o->grace_s)) {
     usage_error("RR_GRACE_PERIOD: expected seconds (0 to %g), got '%s'", RRUN_MAX_GRACE_S,

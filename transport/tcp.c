@@ -4,7 +4,9 @@
  * small segments, cost one system call.
  *
  * Several lanes per peer (RR_NSOCKS) let the ring spread segments over sockets when one TCP
- * stream cannot fill a link; the ring picks the lane of each message, so both sides agree. */
+ * stream cannot fill a link; the ring picks the lane of each message, so both sides agree.
+ * With two or more, each lane carries one direction (one_way_lanes; rr__lane_for in
+ * transport/comm.c says why). */
 #include <errno.h>
 #include <limits.h>
 #include <stdlib.h>
@@ -198,6 +200,7 @@ fail:
 
 const rr__transport rr__tcp_transport = {
     .name = "tcp",
+    .one_way_lanes = 1,
     .can_connect = rr__tcp_can_connect,
     .setup_sockets = rr__tcp_setup_sockets,
     .connect = rr__tcp_connect,

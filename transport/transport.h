@@ -89,6 +89,10 @@ typedef struct rr__transport {
    * none. The shm transport carries them through CUDA IPC (transport/cuda_ipc.c), one slot
    * each. */
   size_t device_msg_max;
+  /* With two or more lanes to a peer, give each direction lanes of its own (rr__lane_for in
+   * transport/comm.c): a TCP socket that carries data both ways makes each side's sends and
+   * receives contend for the socket's lock. */
+  int one_way_lanes;
   /* Can this transport carry data between self and peer? Pure function of the two infos
    * and the environment, evaluated identically on both sides. */
   int (*can_connect)(const rr__peer_info *self, const rr__peer_info *peer);

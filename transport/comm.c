@@ -242,17 +242,20 @@ int rr__comm_check(rr__comm *cm) {
 
 /* The lane that carries message `msg` to (sending) or from the peer. Both sides compute the
  * same lane for a message: msg mod lanes, or, on a transport whose lanes should each carry
- * one direction (TCP) and with at least two of them, the even lanes carry the lower rank's
- * messages to the higher and the odd ones the way back. Why one way: on loopback, a TCP
- * socket carrying data both ways made a 4 MiB all-reduce at world 2 22% slower in a bare
- * socket ring (2.67 against 3.4 GB/s): the peer's data lands in the socket's backlog while
- * our sendmsg holds its lock, and is processed inside our send. */
+ * one direction (TCP) and with at least two of them, message 0 on lane 0 both ways and the
+ * others one way: the even lanes carry the lower rank's messages to the higher, the odd ones
+ * the way back. Why one way: on loopback, a TCP socket carrying data both ways made a 4 MiB
+ * all-reduce at world 2 22% slower in a bare socket ring (2.67 against 3.4 GB/s): the peer's
+ * data lands in the socket's backlog while our sendmsg holds its lock, and is processed
+ * inside our send. Why message 0 both ways: it is every call's header and the whole of a
+ * small exchange (recursive doubling), where one socket each way cost 2 µs of the 5.6 of an
+ * 8 B all-reduce at world 2 (each side's data no longer carries the ACK of the other's). */
 static rr__conn *rr__lane_for(rr__comm *cm, int peer, int msg, int sending) {
   if (peer < 0 || peer >= cm->size || peer == cm->rank || cm->peers[peer].nlanes == 0)
     return NULL;
   rr__peer *p = &cm->peers[peer];
   unsigned n = (unsigned)p->nlanes;
-  if (n < 2 || !p->lane[0]->tp->one_way_lanes) return p->lane[(unsigned)msg % n];
+  if (n < 2 || !p->lane[0]->tp->one_way_lanes || msg == 0) return p->lane[(unsigned)msg % n];
   int up = sending ? cm->rank < peer : peer < cm->rank; /* lower rank to higher */
   return p->lane[2 * ((unsigned)msg % (n / 2)) + (up ? 0u : 1u)];
 }

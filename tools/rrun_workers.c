@@ -104,34 +104,27 @@ static _Noreturn void child_fail(int report_fd, int stage) {
   _exit(EXIT_EXEC);
 }
 
-/* --bind-to core: the CPU of a local rank, the (k mod C)-th of the C CPUs this process may
- * run on (rrun's own affinity, which a worker inherits: taskset or a cgroup around rrun
- * chooses the cores, rrun only spreads the ranks over them). -1 when unknown. */
-static int bind_cpu(int local_rank) {
+/* --bind-to core, decided in rrun before the fork: the CPU of a local rank, the (k mod C)-th
+ * of the C CPUs rrun may run on (its own affinity: taskset or a cgroup around rrun chooses
+ * the cores, rrun only spreads the ranks over them; -1 when unknown), and whether another
+ * worker of this node gets the same CPU, which the library's polling must know (a rank bound
+ * to one CPU cannot tell from its own affinity whether its peers got cores of their own):
+ * RR_SPIN_YIELD for that worker. */
+static int bind_plan(const launcher *L, int local_rank, int *shared) {
   cpu_set_t set;
-  if (sched_getaffinity(0, sizeof set, &set) != 0) return -1;
-  int count = CPU_COUNT(&set), k = local_rank % (count > 0 ? count : 1);
-  for (int cpu = 0; cpu < CPU_SETSIZE; cpu++) {
+  int count = sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set) : 0;
+  int n = L->opt->nproc, k = local_rank % (count > 0 ? count : 1);
+  *shared = count < 1 || n / count + (k < n % count) > 1;
+  for (int cpu = 0; count > 0 && cpu < CPU_SETSIZE; cpu++) {
     if (CPU_ISSET(cpu, &set) && k-- == 0) return cpu;
   }
   return -1;
 }
 
-/* --bind-to core: whether the CPU of a local rank is shared with another worker of this
- * node, which the library's polling must know (a rank bound to one CPU cannot tell from its
- * own affinity whether its peers got cores of their own): RR_SPIN_YIELD for that worker. */
-static int bind_shared(const launcher *L, int local_rank) {
-  cpu_set_t set;
-  int count = sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set) : 1;
-  if (count < 1) count = 1;
-  int n = L->opt->nproc, cpu = local_rank % count;
-  return n / count + (cpu < n % count) > 1;
-}
-
 /* In the child after fork: own process group, die with rrun, wire the pipes, bind when asked,
  * exec. */
 static _Noreturn void child_main(const launcher *L, int pipes[2][2], int report_fd, pid_t parent,
-                                 int local_rank) {
+                                 int bind_cpu) {
   if (setpgid(0, 0) != 0) child_fail(report_fd, STAGE_SETPGID);
   if (prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0) != 0) child_fail(report_fd, STAGE_PDEATHSIG);
   /* rrun may have died before the line above: then no death signal will come. */
@@ -149,11 +142,11 @@ static _Noreturn void child_main(const launcher *L, int pipes[2][2], int report_
     child_fail(report_fd, STAGE_SIGNALS);
   }
   if (L->opt->bind_core) {
-    int cpu = bind_cpu(local_rank);
     cpu_set_t one;
     CPU_ZERO(&one);
-    if (cpu >= 0) CPU_SET(cpu, &one);
-    if (cpu < 0 || sched_setaffinity(0, sizeof one, &one) != 0) child_fail(report_fd, STAGE_AFFINITY);
+    if (bind_cpu >= 0) CPU_SET(bind_cpu, &one);
+    if (bind_cpu < 0 || sched_setaffinity(0, sizeof one, &one) != 0)
+      child_fail(report_fd, STAGE_AFFINITY);
   }
   execvp(L->opt->argv[0], L->opt->argv);
   child_fail(report_fd, STAGE_EXEC);
@@ -218,10 +211,9 @@ static enum spawn_result spawn_worker(launcher *L, worker *w) {
       rr__set_env_int("ROLE_RANK", w->rank)) {
     goto out;
   }
-  if (L->opt->bind_core && !L->opt->user_spin_yield &&
-      rr__set_env_int("RR_SPIN_YIELD", bind_shared(L, w->local_rank))) {
+  int shared = 0, cpu = L->opt->bind_core ? bind_plan(L, w->local_rank, &shared) : -1;
+  if (L->opt->bind_core && !L->opt->user_spin_yield && rr__set_env_int("RR_SPIN_YIELD", shared))
     goto out;
-  }
   if (w->joiner ? rr__set_env("RR_GROW_JOIN", "1") : unsetenv("RR_GROW_JOIN") != 0) {
     if (!w->joiner) rr__say("unsetenv RR_GROW_JOIN: %s", strerror(errno));
     goto out;
@@ -232,7 +224,7 @@ static enum spawn_result spawn_worker(launcher *L, worker *w) {
     rr__say("fork: %s", strerror(errno));
     goto out;
   }
-  if (pid == 0) child_main(L, pipes, report[1], parent, w->local_rank);
+  if (pid == 0) child_main(L, pipes, report[1], parent, cpu);
   /* The child makes its own group too; doing it here as well closes the window in which a
    * signal to the group would miss it. EACCES: it has already exec'd, and so has its group. */
   if (setpgid(pid, pid) != 0 && errno != EACCES && errno != ESRCH)

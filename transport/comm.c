@@ -245,9 +245,9 @@ int rr__comm_check(rr__comm *cm) {
  * one direction (TCP) and with at least two of them, message 0 on lane 0 both ways and the
  * others one way: the even lanes carry the lower rank's messages to the higher, the odd ones
  * the way back. Why one way: on loopback, a TCP socket carrying data both ways made a 4 MiB
- * all-reduce at world 2 22% slower in a bare socket ring (2.67 against 3.4 GB/s): the peer's
- * data lands in the socket's backlog while our sendmsg holds its lock, and is processed
- * inside our send. Why message 0 both ways: it is every call's header and the whole of a
+ * all-reduce at world 2 20% slower in a bare socket ring (SR_ONESOCK: 3.0 against 3.9 GB/s):
+ * the peer's data lands in the socket's backlog while our sendmsg holds its lock, and is
+ * processed inside our send. Why message 0 both ways: it is every call's header and the whole of a
  * small exchange (recursive doubling), where one socket each way cost 2 µs of the 5.6 of an
  * 8 B all-reduce at world 2 (each side's data no longer carries the ACK of the other's). */
 static rr__conn *rr__lane_for(rr__comm *cm, int peer, int msg, int sending) {

@@ -14,6 +14,9 @@
  * rank's send copy and receive copy can run on two cores at once. The faster of the two is
  * the ceiling bench/compare holds ringreduce's TCP transport to.
  *
+ * SR_ONESOCK=1, at two ranks only: one connection carries both directions (as a TCP lane did
+ * in ringreduce before 19cff2d), to measure what a two-way socket costs.
+ *
  * Launch one process per rank with RANK and WORLD_SIZE set (rrun, torchrun, mpirun's
  * OMPI_COMM_WORLD_* also work) and SR_PORT a free base port. SR_SOCKBUF sets SO_SNDBUF and
  * SO_RCVBUF (default 4M, 0 = kernel autotuning), SR_SEG the receive segment (default 256K).
@@ -54,6 +57,7 @@ static void tune(int fd) {
 }
 
 static void connect_ring(int port) {
+  int one_sock = g_np == 2 && getenv("SR_ONESOCK") && atoi(getenv("SR_ONESOCK")) > 0;
   int ls = socket(AF_INET, SOCK_STREAM, 0);
   if (ls < 0) die("socket");
   int one = 1;
@@ -66,6 +70,13 @@ static void connect_ring(int port) {
   if (bind(ls, (struct sockaddr *)&a, sizeof a) < 0) die("bind");
   if (listen(ls, 4) < 0) die("listen");
 
+  if (one_sock && g_rank == 1) { /* rank 0 connects; its one connection is both ways */
+    g_left = g_right = accept(ls, NULL, NULL);
+    if (g_left < 0) die("accept");
+    tune(g_left);
+    close(ls);
+    return;
+  }
   int s = socket(AF_INET, SOCK_STREAM, 0);
   if (s < 0) die("socket");
   tune(s);
@@ -79,6 +90,11 @@ static void connect_ring(int port) {
     tune(s);
   }
   g_right = s;
+  if (one_sock) { /* rank 0: nobody connects to it */
+    g_left = s;
+    close(ls);
+    return;
+  }
   g_left = accept(ls, NULL, NULL);
   if (g_left < 0) die("accept");
   tune(g_left);

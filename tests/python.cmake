@@ -45,6 +45,9 @@ endfunction()
 foreach(w 1 2 3 4)
   rr_torch_test(collectives_w${w} 300 ${rr_py}/torch_collectives.py ${w})
 endforeach()
+# torch_cuda.py itself on CPU tensors (--cpu): its calls and checks, so that a GPU window is
+# not spent on a broken script (the first one was: docs/gpu-runs/2026-11-27-h200.md).
+rr_torch_test(cuda_script_w2 120 ${rr_py}/torch_cuda.py 2 --cpu)
 # Where a CUDA call's copy back into a non-contiguous output runs (its issuing stream and
 # device, from any thread), with torch.cuda's stream functions replaced by recorders: no GPU.
 rr_torch_test(stream_order 120 ${rr_py}/torch_stream_order.py)

@@ -7,6 +7,7 @@ import contextlib
 import ctypes
 import os
 import sys
+import warnings
 
 import torch
 import torch.distributed as dist
@@ -38,9 +39,13 @@ _BOOL_OPS = (_lib.PROD, _lib.MIN, _lib.MAX, _lib.BAND, _lib.BOR, _lib.BXOR)
 
 def _sparse_checked():
     """torch 2.x warns unless a sparse tensor's invariant checks are chosen; 1.13 has no such
-    choice."""
+    choice. The probe itself made torch 2.11 warn ("Sparse invariant checks are implicitly
+    disabled", once per process, at import: seen on the first GPU run), so its warnings are
+    not shown."""
     try:
-        torch.sparse_coo_tensor([[0]], [0.0], (1,), check_invariants=True)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            torch.sparse_coo_tensor([[0]], [0.0], (1,), check_invariants=True)
         return {"check_invariants": True}
     except TypeError:
         return {}

@@ -94,8 +94,12 @@ class _Call:
         return True
 
     def __del__(self):
-        if self.handle:
-            _lib.work_free(self.handle)
+        # At interpreter exit the modules' names may already be None ("TypeError: 'NoneType'
+        # object is not callable", seen on the first GPU run): the process is ending, and
+        # the memory goes with it.
+        free = getattr(_lib, "work_free", None)
+        if self.handle and free is not None:
+            free(self.handle)
             self.handle = None
 
 

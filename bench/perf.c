@@ -36,6 +36,7 @@ typedef struct perf_state {
   char *sendbuf, *recvbuf;
   char *hsend, *hrecv; /* --mem cuda: host mirrors of the device buffers, for data and checks */
   int mem;             /* --mem: -1 not given, 0 host, 1 cuda */
+  int cuda_dev;        /* the CUDA device the buffers are on (--mem cuda), else -1 */
   size_t bufbytes;
   double *iter_us;  /* per-iteration times of one timed loop (-n entries) */
   double *sorted;   /* scratch for percentiles */
@@ -564,7 +565,8 @@ static void gather_ranks(perf_state *s) {
   memset(&me, 0, sizeof me);
   me.pid = (int32_t)getpid();
   const char *lr = getenv("LOCAL_RANK");
-  me.device = lr ? atoi(lr) : 0;
+  me.device = s->cuda_dev >= 0 ? s->cuda_dev : lr ? atoi(lr) : 0;
+  me.cuda = s->cuda_dev >= 0;
   if (gethostname(me.host, sizeof me.host - 1) != 0) snprintf(me.host, sizeof me.host, "?");
   s->rep.ranks = alloc_or_die(s, sizeof me * (size_t)s->ctx.nranks, "the rank table");
   PERF_CHECK(s, rr_all_gather(s->ctx.pg, &me, s->rep.ranks, sizeof me, RR_UINT8));
@@ -660,22 +662,23 @@ int perf_main(int argc, char **argv, const perf_coll *coll) {
   s->ctx.root = o->root;
   s->ctx.reduces = coll->reduces;
   check_world(s);
+  /* --mem: device memory by default when this rank sees a GPU (chosen before the rank
+   * table is gathered, so that its lines name the device). */
+  s->cuda_dev = -1;
+  s->ctx.mem_cuda = s->mem >= 0 ? s->mem : perf_mem_cuda_devices() > 0;
+  if (s->ctx.mem_cuda) {
+    char err[160];
+    const char *lr = getenv("LOCAL_RANK");
+    if ((s->cuda_dev = perf_mem_select(lr ? atoi(lr) : 0, err, sizeof err)) < 0) {
+      fprintf(stderr, "%s: rank %d: --mem cuda: %s\n", tool_name(coll), s->ctx.rank, err);
+      exit(2);
+    }
+  }
   gather_ranks(s);
   open_json(s);
   s->rep.header_min = o->minbytes;
   s->rep.header_max = o->maxbytes;
   limit_memory(s);
-
-  /* --mem: device memory by default when this rank sees a GPU. */
-  s->ctx.mem_cuda = s->mem >= 0 ? s->mem : perf_mem_cuda_devices() > 0;
-  if (s->ctx.mem_cuda) {
-    char err[160];
-    const char *lr = getenv("LOCAL_RANK");
-    if (perf_mem_select(lr ? atoi(lr) : 0, err, sizeof err) != 0) {
-      fprintf(stderr, "%s: rank %d: --mem cuda: %s\n", tool_name(coll), s->ctx.rank, err);
-      exit(2);
-    }
-  }
 
   /* One allocation per buffer for the largest size, reused by every size (nccl-tests). */
   s->bufbytes = o->maxbytes;

@@ -75,7 +75,7 @@ int64_t perf_wrong_poison(const perf_ctx *c, const void *buf, size_t n);
 
 /* Buffer memory (perf_mem.c): --mem host|cuda. cuda != 0 means device memory. */
 int perf_mem_cuda_devices(void); /* 0 without CUDA, a driver or a GPU */
-int perf_mem_select(int local_rank, char *err, size_t cap); /* cudaSetDevice; -1: err set */
+int perf_mem_select(int local_rank, char *err, size_t cap); /* the device set; -1: err set */
 void *perf_mem_alloc(int cuda, size_t bytes);
 void perf_mem_free(int cuda, void *p);
 int perf_mem_copy(int cuda, void *dst, const void *src, size_t bytes); /* -1 on failure */

@@ -24,10 +24,11 @@ int perf_mem_cuda_devices(void) {
 int perf_mem_select(int local_rank, char *err, size_t cap) {
   int n = perf_mem_cuda_devices();
   if (n <= 0) return snprintf(err, cap, "no CUDA device"), -1;
-  cudaError_t e = cudaSetDevice(local_rank > 0 ? local_rank % n : 0);
+  int dev = local_rank > 0 ? local_rank % n : 0;
+  cudaError_t e = cudaSetDevice(dev);
   if (e != cudaSuccess)
     return snprintf(err, cap, "cudaSetDevice: %s", cudaGetErrorString(e)), -1;
-  return 0;
+  return dev;
 }
 
 void *perf_mem_alloc(int cuda, size_t bytes) {

@@ -263,8 +263,8 @@ void perf_report_header(perf_report *r) {
       o->stepfactor > 1 ? "factor" : "bytes", o->warmup, o->iters, o->check);
   printf("#\n# Using devices\n");
   for (int i = 0; i < r->nranks; i++)
-    printf("#  Rank %2d Group %2d Pid %6d on %10s device %2d [cpu]\n", i, 0, (int)r->ranks[i].pid,
-           r->ranks[i].host, (int)r->ranks[i].device);
+    printf("#  Rank %2d Group %2d Pid %6d on %10s device %2d [%s]\n", i, 0, (int)r->ranks[i].pid,
+           r->ranks[i].host, (int)r->ranks[i].device, r->ranks[i].cuda ? "cuda" : "cpu");
   if (r->reduced_max)
     printf("#\n# Reducing maxBytes to %zu due to memory limitation\n", r->reduced_max);
   printf("#\n");

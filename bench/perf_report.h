@@ -50,7 +50,8 @@ typedef struct perf_row {
 
 /* Gathered from every rank for the "# Rank" lines; plain bytes on the wire. */
 typedef struct perf_rank_info {
-  int32_t pid, device;
+  int32_t pid, device; /* device: the CUDA device of --mem cuda, else the local rank */
+  int32_t cuda;        /* 1: buffers in device memory */
   char host[120];
 } perf_rank_info;
 

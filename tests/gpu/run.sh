@@ -11,7 +11,7 @@
 #                                      the training example, compute-sanitizer, the figures
 #   tests/gpu/run.sh all RESULTS       both, then the longer extras (an interactive machine)
 #   tests/gpu/run.sh PIECE RESULTS     one piece (names below), e.g. to rerun what failed
-#   tests/gpu/run.sh list              what awaits a GPU run
+#   tests/gpu/run.sh list              what has run on a GPU, and what has not
 #
 # On the device tool: `bash tests/gpu/run.sh quick-a $OUT` with timeout_s 480, then the same
 # with quick-b while the machine is warm (it rebuilds if it is not: the build is then part of
@@ -50,6 +50,9 @@
 #                  device buffers over IPC, piped and staged over shm, piped over TCP, host
 #                  buffers over TCP and shm; torch ringreduce vs torch gloo on the same CUDA
 #                  tensors; the example's DDP step on the GPU and on the CPU
+#   ipc       120  what a hand-off between two processes sharing the GPU costs: small device
+#                  calls, segment sizes 256K..4M and 4..64 slots over CUDA IPC, and
+#                  handoff_probe.cu without the library (tests/gpu/ipc_sweep.sh; ipc_sweep.txt)
 # extras (only with `all`): ddp_more (gpu_w1/w3, rrun_w4), torch_cpu (the CPU torch tests on
 #   this torch 2.x), perf_more (every dtype x op kernel table, bench_ddp.sh).
 # Without a GPU (a dry run, as on the machine that writes this) every piece still runs its
@@ -60,22 +63,21 @@ set -uo pipefail
 cd "$(dirname "$0")/../.."
 dir=build-gpu
 quick_a=(preflight build probe kernels coll streams torch)
-quick_b=(build ddp memcheck perf)
+quick_b=(build ddp memcheck perf ipc)
 extras=(ddp_more torch_cpu perf_more)
 declare -A limit=([preflight]=20 [build]=240 [probe]=60 [kernels]=90 [coll]=150 [streams]=90
-  [torch]=90 [ddp]=120 [memcheck]=150 [perf]=150 [ddp_more]=240 [torch_cpu]=400
+  [torch]=90 [ddp]=120 [memcheck]=150 [perf]=150 [ipc]=120 [ddp_more]=240 [torch_cpu]=400
   [perf_more]=400)
 
 awaiting() {
   cat <<'EOF'
-Awaiting a GPU run (nothing below has run on a GPU; the same suites pass on the host fake
-in CI, label cudafake, which cannot prove what docs/cuda.md "The fake" lists):
-  the IPC contract and no context from CPU-only programs (probe); kernels bit for bit
-  (kernels); collectives on device buffers over IPC, staged and TCP (coll); stream order,
-  managed buffers, refusals (streams); torch CUDA tensors (torch); DDP and the example on
-  device gradients (ddp); compute-sanitizer (memcheck); the figures of issue 24 (perf).
-Not built (docs/cuda.md): reduce, gather, scatter, all_to_all(v) and send/recv through
-CUDA IPC (staged); the chains (broadcast, reduce) on the piped path.
+Every piece passed once, on an H200 (docs/gpu-runs/2026-11-27-h200.md), the torch piece
+after a fix to its script; rerun them on every GPU machine lent (the same suites pass on the
+host fake in CI, label cudafake, which cannot prove what docs/cuda.md "The fake" lists).
+Never run on a GPU: cuda_workerctx (needs two GPUs) and tests/gpu/handoff_probe.cu (the
+ipc piece's probe, written after the machine was taken back; the rest of ipc_sweep.sh ran).
+Not built (docs/cuda.md, "Not built yet"): mixed host/device buffers in one sendrecv
+through CUDA IPC (staged); the chains (broadcast, reduce) on the piped path.
 EOF
 }
 
@@ -269,6 +271,15 @@ for l in open(sys.argv[1]):
   # The tee's subshell kept its own verdict: read it back from the text.
   grep -q '^FAILED' "$res/figures.txt" && fail=1
   grep -q '^skipped' "$res/figures.txt" && skipped=1
+}
+
+# The CUDA IPC path's cost per hand-off (the first run: 0.5 ms per small call, 5 GB/s at
+# 256 MiB): tests/gpu/ipc_sweep.sh's segment sizes and slots, and handoff_probe.cu.
+p_ipc() {
+  need_build || return
+  [ $gpu = 1 ] || { echo "no GPU: no figures"; skipped=1; return; }
+  run bash tests/gpu/ipc_sweep.sh "$res"
+  grep -q FAILED "$res/ipc_sweep.txt" && { echo "FAILED: see ipc_sweep.txt"; fail=1; }
 }
 
 p_ddp_more() {

@@ -25,6 +25,9 @@ perf() { timeout 90 "$dir/bin/rrun" --standalone --nproc-per-node 2 "$dir/bin/al
     timeout 60 "$dir/handoff_probe" 2000
   echo "## small calls, device buffers over CUDA IPC (defaults)"
   perf -b 8 -e 1M -f 8 -n 50 -w 5 --mem cuda | grep -E '^ +[0-9]'
+  echo "## small calls, device buffers staged through host memory (RR_CUDA_IPC=0): each"
+  echo "## rank's device work stays in its own context, nothing alternates between the two"
+  RR_CUDA_IPC=0 perf -b 8 -e 1M -f 8 -n 50 -w 5 --mem cuda | grep -E '^ +[0-9]'
   echo "## small calls, host buffers over shm (same run)"
   perf -b 8 -e 1M -f 8 -n 50 -w 5 --mem host | grep -E '^ +[0-9]'
   for cfg in "256K 4" "1M 4" "4M 4" "4M 16" "4M 64"; do

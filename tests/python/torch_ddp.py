@@ -106,7 +106,8 @@ def run(rank, world, case, port):
     ours = build(case)
     if case == "syncbn":
         # GPU only (torch's SyncBatchNorm): on CUDA, against the one-process reference.
-        # NOT YET RUN: no GPU was lent to the session that wrote it (docs/torch.md).
+        # Ran on one H200 at world 2 (tests/gpu/run.sh torch_cpu, torch 2.11, 2026-11-27):
+        # passed (docs/gpu-runs/2026-11-27-h200.md). Never run on several GPUs.
         dev = torch.device("cuda", rank % torch.cuda.device_count())
         torch.cuda.set_device(dev)
         ours.to(dev)

@@ -28,6 +28,11 @@ int64_t rr__deadline(int64_t timeout_ms) {
   return timeout_ms > INT64_MAX / 2 - now ? INT64_MAX / 2 : now + timeout_ms;
 }
 
+int64_t rr__deadline_coarse(int64_t timeout_ms) {
+  int64_t now = rr__now_ms_coarse() + RR__COARSE_LAG_MS;
+  return timeout_ms > INT64_MAX / 2 - now ? INT64_MAX / 2 : now + timeout_ms;
+}
+
 void *rr__calloc(size_t n, size_t size) {
   void *p = calloc(n ? n : 1, size ? size : 1);
   if (!p) rr__set_error(RR_ENOMEM, "out of memory allocating %zu x %zu bytes", n, size);

@@ -14,6 +14,8 @@
   XX(nsocks, "RR_NSOCKS", 2, 1, 16, "TCP data sockets per peer")                            \
   XX(seg_bytes, "RR_SEG_BYTES", 256 * 1024, 4096, 64 << 20, "pipeline segment size in bytes") \
   XX(slots, "RR_SLOTS", 4, 2, 64, "receive segments in flight per step")                    \
+  XX(ipc_seg_bytes, "RR_IPC_SEG_BYTES", 4 << 20, 4096, 64 << 20,                             \
+     "segment size of collectives through CUDA IPC (device buffers, ranks on one host)")   \
   XX(small_bytes, "RR_SMALL_BYTES", 64 * 1024, 0, (int64_t)1 << 40,                         \
      "all-reduce up to this many bytes uses recursive doubling (RR_ALGO=auto)")             \
   XX(sockbuf, "RR_SOCKBUF", 4 * 1024 * 1024, 0, 1 << 30,                                    \

@@ -61,7 +61,12 @@ int rr__pg_ipc_call(const rr_pg *pg, const rr__args *a) {
   if (!p->cuda_ipc || strcmp(p->transport, "auto") || !rr__pg_ring_on_device(pg, a, 1)) return 0;
   /* A segment must fit one device message on the lane to every peer (0 where a peer's
    * transport carries none). */
-  return pg->cs.seg_bytes <= rr__comm_device_msg_max(pg->comm);
+  return rr__pg_ipc_seg(pg, a->kind) <= rr__comm_device_msg_max(pg->comm);
+}
+
+size_t rr__pg_ipc_seg(const rr_pg *pg, int kind) {
+  int algo = rr__kind(kind)->algo;
+  return algo == RR__ALGO_RING || algo == RR__ALGO_CHAIN ? pg->cs.ipc_seg_bytes : pg->cs.seg_bytes;
 }
 
 /* Any transport carries the pinned slots. The ring must be the algorithm a host call would

@@ -133,6 +133,12 @@ int rr__pg_stage_out(rr_pg *pg, const rr__args *a, const rr__stage *sg, int st);
  * stream the ring runs on (*dev), ordered after the call's stream as the staged path is, and
  * ipc_out, given the ring's status, marks the result's completion. */
 int rr__pg_ipc_call(const rr_pg *pg, const rr__args *a);
+/* The segment size of a call of this kind through CUDA IPC: RR_IPC_SEG_BYTES for the ring
+ * and chain kinds (every rank moves the same bytes, so every rank takes CUDA IPC or the call
+ * fails), the group's RR_SEG_BYTES for the others (a rank of an all_to_allv with nothing to
+ * move stays on the host path, and a point to point's receiver may be a host buffer: they
+ * must cut alike). */
+size_t rr__pg_ipc_seg(const rr_pg *pg, int kind);
 /* Not through CUDA IPC, but pipelined through pinned slots with the reductions on the GPU
  * (ring/pipe_dev.c)? Asked of a staged call that did not take IPC; run like IPC's. */
 int rr__pg_piped_call(const rr_pg *pg, const rr__args *a);

@@ -24,6 +24,10 @@ static int rr__run_coll(rr_pg *pg, const rr__args *a, int64_t timeout_ms, const 
   c.may_spin = pg->inline_call;
   c.dev = dev;
   c.piped = piped;
+  /* The ring and chain kinds through CUDA IPC take larger segments than host lanes do:
+   * each segment passes between two processes' device work, which cost about 50 us per
+   * hand-off on the first GPU run whatever the size (docs/gpu-runs/2026-11-27-h200.md). */
+  if (dev && !piped) rr__coll_set_seg(&c, rr__pg_ipc_seg(pg, a->kind));
   int me = pg->global_ranks[pg->rank];
   char desc[192];
 

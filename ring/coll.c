@@ -35,7 +35,8 @@ static const char *rr__mismatch_hint(const rr__hdr *mine, const rr__hdr *theirs)
                   theirs->root == mine->root;
   if (!same_call) return "";
   if (theirs->algo != mine->algo) return " (RR_ALGO or RR_SMALL_BYTES differs between the ranks)";
-  if (theirs->seg_bytes != mine->seg_bytes) return " (RR_SEG_BYTES differs between the ranks)";
+  if (theirs->seg_bytes != mine->seg_bytes)
+    return " (RR_SEG_BYTES differs between the ranks, or RR_IPC_SEG_BYTES on device buffers)";
   return "";
 }
 
@@ -274,6 +275,7 @@ static void rr__local_copy(rr__coll *c) {
 void rr__coll_state_setup(rr__coll_state *cs) {
   const rr__params *p = rr__params_get();
   cs->seg_bytes = (size_t)p->seg_bytes;
+  cs->ipc_seg_bytes = (size_t)p->ipc_seg_bytes;
   cs->nslots = (int)p->slots;
   cs->algo = !strcmp(p->algo, "rd")     ? RR__ALGO_RD
              : !strcmp(p->algo, "ring") ? RR__ALGO_RING
@@ -318,7 +320,7 @@ void rr__coll_begin(rr__coll *c) {
   h->root = a->root;
   h->from = c->r;
   /* Only calls that cut data into segments need the same segment size on both sides. */
-  if (k->in != RR__IO_NONE || k->out != RR__IO_NONE) h->seg_bytes = (uint32_t)cs->seg_bytes;
+  if (k->in != RR__IO_NONE || k->out != RR__IO_NONE) h->seg_bytes = (uint32_t)c->seg_bytes;
   /* all_to_allv sets the count of each pair as its headers go and are checked. */
   h->count = k->in == RR__IO_DISPLS ? 0 : a->count;
   switch (a->kind) {
@@ -381,6 +383,11 @@ const char *rr__coll_describe(const rr__coll *c, char *desc, size_t n) {
   return desc;
 }
 
+void rr__coll_set_seg(rr__coll *c, size_t seg_bytes) {
+  c->seg_bytes = seg_bytes;
+  c->seg = RR__MAX(seg_bytes / (c->esize ? c->esize : 1), 1);
+}
+
 void rr__coll_init(rr__coll *c, rr__coll_state *cs, rr__comm *cm, const rr__args *a, int rank,
                    int size, int64_t timeout_ms) {
   memset(c, 0, sizeof *c);
@@ -390,7 +397,7 @@ void rr__coll_init(rr__coll *c, rr__coll_state *cs, rr__comm *cm, const rr__args
   c->n = size;
   c->r = rank;
   c->esize = rr_dtype_size(a->dtype);
-  c->seg = RR__MAX(cs->seg_bytes / (c->esize ? c->esize : 1), 1);
+  rr__coll_set_seg(c, cs->seg_bytes);
   c->timeout_ms = timeout_ms;
   c->deadline_ms = rr__deadline_coarse(timeout_ms);
   c->any_src = -1;

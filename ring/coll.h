@@ -75,6 +75,7 @@ typedef struct rr__coll_state {
   uint64_t any_calls;      /* recvs from any rank so far (their peek stamps, sendrecv.c) */
   char *staging;           /* nslots * seg_bytes: receive slots for reductions */
   size_t seg_bytes;
+  size_t ipc_seg_bytes; /* collectives through CUDA IPC (group/run.c) */
   int nslots;
   /* The tunables a call reads, taken once when the group is made (rr__coll_state_setup):
    * RR_ALGO (enum rr__algo, RR__ALGO_NONE: by size), RR_SMALL_BYTES, and RR_TRACE as
@@ -105,6 +106,7 @@ typedef struct rr__coll {
   int n, r;     /* group size and rank */
   size_t esize; /* bytes per element */
   size_t seg;   /* elements per pipeline segment */
+  size_t seg_bytes; /* the segment size it came from: cs->seg_bytes, or RR_IPC_SEG_BYTES */
   int may_spin; /* the caller blocks on this call: a wait may poll before sleeping */
   rr__hdr hdr;  /* this rank's call as it goes on the wire */
   int any_src;  /* recv from any rank: the group rank it takes its message from; -1 before */
@@ -141,6 +143,9 @@ static inline int rr__grank(const rr__coll *c, int r) { return c->cs->global_ran
 void rr__coll_state_setup(rr__coll_state *cs);
 
 /* Set up the context of a call of group rank `rank` of `size` over `cm`. */
+/* The call's segment size (rr__coll_init: the group's RR_SEG_BYTES). Before rr__coll_begin,
+ * which puts it in the header: every rank of the call must choose the same. */
+void rr__coll_set_seg(rr__coll *c, size_t seg_bytes);
 void rr__coll_init(rr__coll *c, rr__coll_state *cs, rr__comm *cm, const rr__args *a, int rank,
                    int size, int64_t timeout_ms);
 /* A point-to-point call (send, recv, sendrecv): numbered per pair, not in the group's

@@ -80,7 +80,7 @@ static int rr__pipe_segments(rr__coll *c, const rr__step *st, rr__trace_cap *tap
   const int slotted = st->kind == RR__STEP_REDUCE || st->kind == RR__STEP_FWD_REDUCE;
   const int forward = st->kind == RR__STEP_FWD_COPY || st->kind == RR__STEP_FWD_REDUCE;
   const int fwd_from_slot = st->kind == RR__STEP_FWD_REDUCE;
-  const size_t nslots = (size_t)c->cs->nslots, slot_bytes = c->cs->seg_bytes;
+  const size_t nslots = (size_t)c->cs->nslots, slot_bytes = c->seg_bytes;
   char *staging = c->cs->staging;
   const size_t rwin = slotted ? nslots : RR__RECV_WIN;
   rr__req sreq[RR__SEND_WIN], rreq[RR__RECV_WIN];

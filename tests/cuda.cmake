@@ -54,6 +54,11 @@ set_tests_properties(cuda_coll_staged_w2 PROPERTIES LABELS "cuda" TIMEOUT 600
 add_test(NAME cuda_coll_shm_w3 COMMAND test_cuda coll 3)
 set_tests_properties(cuda_coll_shm_w3 PROPERTIES LABELS "cuda" TIMEOUT 600
   SKIP_RETURN_CODE 77 ENVIRONMENT "${RR_CUDA_TEST_ENV};RR_CUDA_IPC=1;RR_TRANSPORT=shm;RR_TEST_EXPECT_IPC=0")
+# The ring and chain kinds through CUDA IPC cut at RR_IPC_SEG_BYTES, the rest at RR_SEG_BYTES
+# (group/run.c): exactly one IPC segment per step when a chunk is one IPC segment.
+add_test(NAME cuda_ipcseg_w2 COMMAND test_cuda ipcseg 2)
+set_tests_properties(cuda_ipcseg_w2 PROPERTIES LABELS "cuda" TIMEOUT 300 SKIP_RETURN_CODE 77
+  ENVIRONMENT "${RR_CUDA_TEST_ENV};RR_CUDA_IPC=1;RR_TEST_EXPECT_IPC=1;RR_SEG_BYTES=16384;RR_IPC_SEG_BYTES=65536")
 add_test(NAME cuda_large_w4 COMMAND test_cuda large 4)
 set_tests_properties(cuda_large_w4 PROPERTIES LABELS "cuda;large" TIMEOUT 600
   SKIP_RETURN_CODE 77 ENVIRONMENT "${RR_CUDA_TEST_ENV}")
@@ -116,15 +121,23 @@ rr_fake_test(coll_1gpu_w4 coll 4)
 set_tests_properties(cudafake.coll_1gpu_w4 PROPERTIES ENVIRONMENT
   "${RR_FAKE_ENV};RR_CUDA_IPC=1;RR_TEST_EXPECT_IPC=1;RR_TEST_FAKE_DEVICES=1")
 # Small segments: many rounds through each slot, so a slot reused before the receiver's
-# kernel read it shows up as wrong data.
+# kernel read it shows up as wrong data (RR_IPC_SEG_BYTES: the ring and chain kinds' device
+# segments, 4 MiB by default, would otherwise be one per chunk here).
 rr_fake_test(coll_seg16k_w2 coll 2)
 set_tests_properties(cudafake.coll_seg16k_w2 PROPERTIES ENVIRONMENT
-  "${RR_FAKE_ENV};RR_CUDA_IPC=1;RR_TEST_EXPECT_IPC=1;RR_SEG_BYTES=16384")
+  "${RR_FAKE_ENV};RR_CUDA_IPC=1;RR_TEST_EXPECT_IPC=1;RR_SEG_BYTES=16384;RR_IPC_SEG_BYTES=16384")
 # World 3: a reduce chain has a middle rank, whose landing slots in the device scratch are
 # reused many times per call (one reused before its forward's copy read it: wrong data).
 rr_fake_test(coll_seg16k_w3 coll 3)
 set_tests_properties(cudafake.coll_seg16k_w3 PROPERTIES ENVIRONMENT
-  "${RR_FAKE_ENV};RR_CUDA_IPC=1;RR_TEST_EXPECT_IPC=1;RR_SEG_BYTES=16384")
+  "${RR_FAKE_ENV};RR_CUDA_IPC=1;RR_TEST_EXPECT_IPC=1;RR_SEG_BYTES=16384;RR_IPC_SEG_BYTES=16384")
+# Both sizes on one group: IPC collectives at 64 KiB, point to point and host calls at 16
+# KiB (test_cuda ipcseg counts the IPC segments of an all_reduce: 2(w-1)).
+foreach(w 2 3)
+  rr_fake_test(ipcseg_w${w} ipcseg ${w})
+  set_tests_properties(cudafake.ipcseg_w${w} PROPERTIES ENVIRONMENT
+    "${RR_FAKE_ENV};RR_CUDA_IPC=1;RR_TEST_EXPECT_IPC=1;RR_SEG_BYTES=16384;RR_IPC_SEG_BYTES=65536")
+endforeach()
 # Ranks as threads of one process: CUDA IPC uses the peers' pointers, never its own handles.
 rr_fake_test(threads_w3 threads 3)
 set_tests_properties(cudafake.threads_w3 PROPERTIES ENVIRONMENT

@@ -24,6 +24,12 @@
  *                                          (test_cuda_kinds.h) must / must not go through
  *                                          CUDA IPC (transport/cuda_ipc.c)
  *   test_cuda [--fake] threads <world>     the same with the ranks as threads of one process
+ *   test_cuda [--fake] ipcseg <world>      collectives through CUDA IPC cut at
+ *                                          RR_IPC_SEG_BYTES, point to point and host calls
+ *                                          at RR_SEG_BYTES (set smaller): an all_reduce of
+ *                                          chunks of one IPC segment sends exactly 2(w-1)
+ *                                          segments per rank; a device send/recv and a host
+ *                                          all_reduce in between; results checked
  *   test_cuda [--fake] mixed <world>       rank 0's buffer in host memory, the others' on a
  *                                          device: all_reduce float32 sum and int32 max, exact
  *                                          (over host lanes: the piped path beside the host one)
@@ -92,6 +98,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "common/param.h" /* rr__params_get: ipcseg reads the two segment sizes */
 #include "ring/coll.h" /* rr__piped_segments */
 #include "ring/op.h"
 #include "transport/cuda_ipc.h"
@@ -330,6 +337,38 @@ static int mixed_case(rr_pg *pg, int rank, uint64_t seed) {
 }
 
 /* The other collectives, float32 (and int32 for the reductions), one count. */
+/* "ipcseg": the segment sizes of the two kinds of call on one group (group/run.c). */
+static int ipcseg_case(rr_pg *pg, uint64_t seed) {
+  const rr__params *p = rr__params_get();
+  int n = rr_get_world_size(pg), r = rr_get_rank(pg);
+  T_CHECK(n > 1 && p->ipc_seg_bytes > p->seg_bytes && p->ipc_seg_bytes % 4 == 0,
+          "ipcseg needs world > 1 and RR_IPC_SEG_BYTES > RR_SEG_BYTES (got %lld and %lld)",
+          (long long)p->ipc_seg_bytes, (long long)p->seg_bytes);
+  /* Each rank's chunk is one IPC segment and several host ones: a ring all_reduce sends
+   * one segment per step, n - 1 steps of reduce-scatter and n - 1 of all-gather. */
+  size_t chunk = (size_t)p->ipc_seg_bytes / 4;
+  uint64_t before = rr__ipc_segments();
+  if (all_reduce_case(pg, chunk * (size_t)n, RR_FLOAT32, RR_SUM, 0, seed)) return 1;
+  uint64_t sent = rr__ipc_segments() - before;
+  T_CHECK(sent == 2 * (uint64_t)(n - 1),
+          "all_reduce of %d chunks of %zu bytes: %llu segments through CUDA IPC, want %d "
+          "(one per step: RR_IPC_SEG_BYTES=%lld, RR_SEG_BYTES=%lld)", n, chunk * 4,
+          (unsigned long long)sent, 2 * (n - 1), (long long)p->ipc_seg_bytes,
+          (long long)p->seg_bytes);
+  /* Host buffers on the same lanes, between device calls: host-sized slots. */
+  int32_t hin[1000], hout[1000];
+  for (int i = 0; i < 1000; i++) hin[i] = (int32_t)(i * 7 + r);
+  T_OK(rr_all_reduce(pg, hin, hout, 1000, RR_INT32, RR_SUM));
+  for (int i = 0; i < 1000; i++)
+    T_CHECK(hout[i] == (int32_t)(n * i * 7 + n * (n - 1) / 2), "host all_reduce [%d]: %d", i,
+            hout[i]);
+  /* Point to point on device buffers keeps the group's segments (its receiver could be a
+   * host buffer): several of them, one message. */
+  if (kinds_p2p(pg, 3 * (size_t)p->seg_bytes / 4 + 5, seed)) return 1;
+  if (all_reduce_case(pg, chunk * (size_t)n + 3, RR_INT32, RR_MAX, 1, seed)) return 1;
+  return 0;
+}
+
 static int others(rr_pg *pg, size_t count, uint64_t seed) {
   int n = rr_get_world_size(pg), r = rr_get_rank(pg);
   size_t es = 4, blk = count * es, all = blk * (size_t)n;
@@ -599,6 +638,8 @@ static int coll_rank(int rank, void *arg) {
     if (kinds_p2p(pg, 7, seed) || kinds_p2p(pg, 196613, seed)) return 1;
   } else if (!strcmp(ca->what, "mixed")) {
     if (mixed_case(pg, rank, seed)) return 1;
+  } else if (!strcmp(ca->what, "ipcseg")) {
+    if (ipcseg_case(pg, seed)) return 1;
   } else if (!strcmp(ca->what, "large")) {
     if (all_reduce_case(pg, (64u << 20) / 4, RR_FLOAT32, RR_SUM, 0, seed)) return 1;
     if (all_reduce_case(pg, (64u << 20) / 4, RR_INT32, RR_SUM, 1, seed)) return 1;
@@ -1024,11 +1065,11 @@ int main(int argc, char **argv) {
       (strcmp(what, "coll") && strcmp(what, "large") && strcmp(what, "stream") &&
        strcmp(what, "nosync") && strcmp(what, "managed") && strcmp(what, "perthread") &&
        strcmp(what, "capture") && strcmp(what, "ptrfail") && strcmp(what, "nosync_managed") &&
-       strcmp(what, "mixed"))) {
+       strcmp(what, "mixed") && strcmp(what, "ipcseg"))) {
     fprintf(stderr,
             "usage: test_cuda [--fake] ptr|kernel|noctx|workerctx|pgdevice|ipc|perthread|"
             "device1 W|coll W|large W|stream W|nosync W|nosync_managed W|managed W|capture W|"
-            "ptrfail W|mixed W\n");
+            "ptrfail W|mixed W|ipcseg W\n");
     return 2;
   }
   if (spawn(ca.world, coll_rank, &ca)) return 1;

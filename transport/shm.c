@@ -141,10 +141,13 @@ static int rr__shm_tx_ready(rr__shm_conn *c) {
   return rr__shm_tx_space(c);
 }
 
-/* Length of a published slot, checked (read once: the peer could change it later). */
-static int rr__shm_slot_len(rr__shm_conn *c, uint64_t s, uint32_t *len) {
+/* Length and flags of a published slot, checked (each read once: the peer could change
+ * them later). A device slot may be larger than a host one. */
+static int rr__shm_slot_len(rr__shm_conn *c, uint64_t s, uint32_t *len, uint32_t *flags) {
+  *flags = *(volatile uint32_t *)&c->rx_desc[s % c->nslots].flags;
   uint32_t l = *(volatile uint32_t *)&c->rx_desc[s % c->nslots].len;
-  if (l == 0 || l > c->slot) return rr__shm_corrupt(c, "slot length out of range");
+  if (l == 0 || l > (*flags & RR__SHM_DEVICE ? c->dev_slot : c->slot))
+    return rr__shm_corrupt(c, "slot length out of range");
   *len = l;
   return RR_OK;
 }
@@ -278,7 +281,7 @@ static int rr__shm_dev_start(rr__shm_conn *c, const rr__req_dev *dev) {
                          "this call's buffers on device %d (one device per rank and group)",
                          c->base.peer_global, rr__ipc_device(c->ipc), dev->device);
   }
-  RR__CHECK(rr__ipc_start(&c->ipc, c->ipc_mine, c->nslots, c->slot, c->self_global,
+  RR__CHECK(rr__ipc_start(&c->ipc, c->ipc_mine, c->nslots, c->dev_slot, c->self_global,
                           c->base.peer_global, c->peer_pid == (int)getpid()));
   rr__shm_wake_if(c, &c->rx->tx_wait); /* a sender waits for our slots as for a free slot */
   return RR_OK;
@@ -319,7 +322,7 @@ static int rr__shm_send_some(rr__shm_conn *c, size_t *moved) {
     int sp = rr__shm_tx_space(c);
     if (sp < 0) return sp;
     if (!sp) break;
-    size_t n = RR__MIN(r->len - r->done, c->slot);
+    size_t n = RR__MIN(r->len - r->done, dev ? c->dev_slot : c->slot);
     uint32_t i = (uint32_t)(c->tx_queued % c->nslots);
     rr__shm_desc *d = &c->tx_desc[i];
     if (dev) {
@@ -371,8 +374,7 @@ static int rr__shm_recv_some(rr__shm_conn *c, size_t *moved) {
     if (rd < 0) return rd;
     if (!rd) break;
     if (!c->rx_len) {
-      RR__CHECK(rr__shm_slot_len(c, c->rx_tail, &c->rx_len));
-      c->rx_flags = *(volatile uint32_t *)&c->rx_desc[c->rx_tail % c->nslots].flags;
+      RR__CHECK(rr__shm_slot_len(c, c->rx_tail, &c->rx_len, &c->rx_flags));
     }
     const char *data = rr__shm_rx_bytes(c, c->rx_tail, c->rx_len) + c->rx_off;
     size_t avail = c->rx_len - c->rx_off;
@@ -509,8 +511,10 @@ static int rr__shm_peek(rr__conn *base, void *buf, size_t len, size_t *got) {
     if (!p) break;
     /* A device message has no bytes here (and is never a header). */
     if (*(volatile uint32_t *)&c->rx_desc[s % c->nslots].flags & RR__SHM_DEVICE) break;
-    uint32_t l = s == c->rx_tail ? c->rx_len : 0;
-    if (!l) RR__CHECK(rr__shm_slot_len(c, s, &l));
+    uint32_t l = s == c->rx_tail ? c->rx_len : 0, fl = s == c->rx_tail ? c->rx_flags : 0;
+    if (!l) RR__CHECK(rr__shm_slot_len(c, s, &l, &fl));
+    /* Judged on the flags its length was checked with: a device slot's may exceed ours. */
+    if (fl & RR__SHM_DEVICE) break;
     if (off >= l) return rr__shm_corrupt(c, "slot length changed");
     size_t take = RR__MIN(l - off, len - *got);
     memcpy((char *)buf + *got, rr__shm_rx_bytes(c, s, l) + off, take);
@@ -531,7 +535,7 @@ static void rr__shm_peekfd(rr__conn *base, struct pollfd *pfd) {
 
 const rr__transport rr__shm_transport = {
     .name = "shm",
-    .device_msg_max = RR__SHM_MAX_SLOT,
+    .device_msg_max = 64u << 20, /* device slots (RR_IPC_SEG_BYTES's range), not host ones */
     .can_connect = rr__shm_can_connect,
     .setup_sockets = rr__shm_setup_sockets,
     .connect = rr__shm_connect,

@@ -20,6 +20,10 @@ typedef struct rr__shm_conn {
   size_t map_len;
   uint32_t nslots;
   size_t slot;
+  /* Device slots (CUDA IPC), as many as the host slots: RR_IPC_SEG_BYTES rounded up to a
+   * page, at least `slot` (a collective's device segment is larger than a host one; a point
+   * to point's is a host one). Each side computes it alike; rr__ipc_open_peer checks. */
+  size_t dev_slot;
   rr__shm_ring *tx, *rx;
   rr__shm_desc *tx_desc, *rx_desc;
   char *tx_data, *rx_data;

@@ -322,6 +322,7 @@ int rr__shm_connect(const rr__peer_info *self, const rr__peer_info *peer, int pe
   RR__CHECK_GOTO(rr__shm_check_hello(&theirs, peer, !lower), st, fail);
   c->nslots = RR__MAX(mine.nslots, theirs.nslots);
   c->slot = (size_t)RR__MAX(mine.slot_bytes, theirs.slot_bytes);
+  c->dev_slot = RR__MAX(rr__round_up((size_t)rr__params_get()->ipc_seg_bytes, RR__SHM_PAGE), c->slot);
   rr__shm_layout l;
   rr__shm_layout_of(c->nslots, c->slot, &l);
   rr__shm_offer offer = {.magic = RR__SHM_MAGIC, .total_bytes = l.total};

@@ -105,7 +105,7 @@ check_table() {
   NR >= 5 && NR < 5 + n {
     # nccl-tests: "#  Rank %2d Group %2d Pid %6d on %10s device %2d [...]"
     if (index($0, sprintf("#  Rank %2d Group  0 Pid ", NR - 5)) != 1 ||
-        $0 !~ /^#  Rank .. Group  0 Pid [ 0-9][ 0-9][ 0-9][ 0-9][ 0-9][0-9]+ on +[^ ]+ device [ 0-9][0-9]+ \[cpu\]$/)
+        $0 !~ /^#  Rank .. Group  0 Pid [ 0-9][ 0-9][ 0-9][ 0-9][ 0-9][0-9]+ on +[^ ]+ device [ 0-9][0-9]+ \[(cpu|cuda)\]$/)
       bad("rank line")
     next
   }

@@ -1,48 +1,66 @@
 /* What it costs two processes sharing one GPU to hand work to each other, without the
  * library: the question behind the CUDA IPC path's flat ~0.5 ms per small call in the first
- * GPU run (docs/gpu-runs/2026-11-27-h200.md). Each process has its own CUDA context (as two
- * ranks do); a hand-off is "my device work completed (cudaEventQuery), now yours", signalled
- * through a shared-memory word, as the shm lane signals a published slot.
+ * GPU run (docs/gpu-runs/2026-11-27-h200.md). A hand-off is "my device work completed (a
+ * spin on cudaEventQuery), now yours", signalled through a shared-memory word, as the shm
+ * lane signals a published slot.
  *
- *   nvcc -O2 -o handoff_probe tests/gpu/handoff_probe.cu && ./handoff_probe [iters]
+ *   nvcc -O2 -arch=sm_90 -o handoff_probe tests/gpu/handoff_probe.cu && ./handoff_probe [iters]
  *
- * Rows (microseconds per hand-off, median of the run):
- *   host        two processes pass the turn, no CUDA at all (the floor of the signalling)
- *   one         one process: a 4-byte device copy, event, spin on cudaEventQuery, repeated
- *   one+idle    the same while a second process holds an idle context on the same GPU
- *   two-copy    two processes take turns: a 4-byte copy on my context, then yours
- *   two-kernel  the same with an empty kernel instead of the copy
- * If two-* is far above one, the GPU's switch between the two contexts is the cost, and
- * fewer, larger hand-offs are the remedy (what RR_SEG_BYTES does on the IPC path). */
+ * Rows (microseconds, median of the run). Alone:
+ *   host         two processes pass the turn, no CUDA at all (the floor of the signalling)
+ *   one-copy     one process: a 4-byte device copy, then a spin on its event, repeated
+ *   one-kernel   the same with an empty kernel
+ *   one+idle     one-copy while a second process holds an idle context on the same GPU
+ * Taking turns (per hand-off: one side's operation and its signal):
+ *   threads      two threads of one process (one context), a copy each turn
+ *   two-copy     two processes (two contexts), a copy each turn
+ *   two-kernel   the same with an empty kernel
+ *   ipc          the library's pattern: A copies into B's buffer (opened through CUDA IPC),
+ *                then B runs a kernel reading it, then A again...
+ * At once:
+ *   two-both     two processes start a copy at the same moment (a barrier), each spins on
+ *                its own event: per round, the later of the two
+ * If the two-process rows are far above threads and one-*, the GPU's switch between the two
+ * contexts is the cost, and fewer, larger hand-offs are the remedy (RR_IPC_SEG_BYTES). Exit
+ * status 1 if any row failed. */
 #include <cuda_runtime.h>
+#include <pthread.h>
 #include <sched.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <signal.h>
 #include <sys/mman.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
-#define CK(x)                                                                   \
-  do {                                                                          \
-    cudaError_t e_ = (x);                                                       \
-    if (e_ != cudaSuccess) {                                                    \
-      fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_)); \
-      _exit(1);                                                                 \
-    }                                                                           \
+#define CK(x)                                                                              \
+  do {                                                                                     \
+    cudaError_t e_ = (x);                                                                  \
+    if (e_ != cudaSuccess) {                                                               \
+      fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_));   \
+      _exit(1);                                                                            \
+    }                                                                                      \
   } while (0)
 
 __global__ void empty_kernel(int *p) {
   if (p[0] == 12345) p[1] = 1;
 }
 
+enum { M_HOST, M_COPY, M_KERNEL, M_IPC, M_BOTH };
+#define MAXI (1 << 14)
+
 struct shared {
-  int turn;  /* whose turn: 0 or 1 (read and written with __atomic builtins) */
-  int ready; /* processes with a context */
-  double us[2][1 << 14];
+  int turn;    /* whose turn: 0 or 1 (__atomic builtins) */
+  int ready;   /* players with their device set up */
+  int arrive;  /* M_BOTH: a counting barrier */
+  cudaIpcMemHandle_t buf; /* M_IPC: player 1's buffer */
+  int buf_ready;
+  double us[2][MAXI];
 };
+
+static int iters = 2000;
 
 static double now_us(void) {
   struct timespec t;
@@ -50,10 +68,10 @@ static double now_us(void) {
   return t.tv_sec * 1e6 + t.tv_nsec / 1e3;
 }
 
-/* Every wait is bounded: a process that failed must not leave the other spinning. */
+/* Every spin is bounded: a player that failed must not leave the other spinning. */
 static void bounded(double t0) {
   if (now_us() - t0 > 20e6) {
-    fprintf(stderr, "handoff_probe: no progress for 20 s (the other process failed?)\n");
+    fprintf(stderr, "handoff_probe: no progress for 20 s (the other player failed?)\n");
     _exit(2);
   }
 }
@@ -63,88 +81,153 @@ static int cmp(const void *a, const void *b) {
   return (x > y) - (x < y);
 }
 
-/* One device operation, waited for by spinning on its event. */
-static void op(int kernel, int *d, cudaStream_t s, cudaEvent_t ev) {
-  if (kernel)
-    empty_kernel<<<1, 1, 0, s>>>(d);
-  else
-    CK(cudaMemcpyAsync(d + 2, d, 4, cudaMemcpyDeviceToDevice, s));
-  CK(cudaGetLastError());
-  CK(cudaEventRecord(ev, s));
+static void wait_event(cudaEvent_t ev) {
   cudaError_t q;
   double t0 = now_us();
   while ((q = cudaEventQuery(ev)) == cudaErrorNotReady) bounded(t0);
   CK(q);
 }
 
-static int iters = 2000;
+/* One device operation, waited for. */
+static void op(int kernel, int *d, int *dst, cudaStream_t s, cudaEvent_t ev) {
+  if (kernel)
+    empty_kernel<<<1, 1, 0, s>>>(d);
+  else
+    CK(cudaMemcpyAsync(dst, d, 4, cudaMemcpyDeviceToDevice, s));
+  CK(cudaGetLastError());
+  CK(cudaEventRecord(ev, s));
+  wait_event(ev);
+}
 
-/* mode: 0 host, 1 copy, 2 kernel. Process `me` of two takes its turn, times it, passes. */
-static void player(struct shared *sh, int me, int mode) {
-  int *d = NULL;
+static int load(int *p) { return __atomic_load_n(p, __ATOMIC_ACQUIRE); }
+
+/* Player `me` of two (a process, or a thread with threads = 1). Returns 0, or exits. */
+static void *player(struct shared *sh, int me, int mode) {
+  int *d = NULL, *dst = NULL;
   cudaStream_t s = NULL;
   cudaEvent_t ev = NULL;
-  if (mode) {
+  if (mode != M_HOST) {
     CK(cudaSetDevice(0));
     CK(cudaMalloc(&d, 64));
     CK(cudaMemset(d, 0, 64));
+    dst = d + 2;
     CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
     CK(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming));
+    if (mode == M_IPC && me == 1) {
+      CK(cudaIpcGetMemHandle(&sh->buf, d));
+      __atomic_store_n(&sh->buf_ready, 1, __ATOMIC_RELEASE);
+    }
+    if (mode == M_IPC && me == 0) { /* copies into player 1's buffer */
+      double t0 = now_us();
+      while (!load(&sh->buf_ready)) bounded(t0);
+      void *peer;
+      CK(cudaIpcOpenMemHandle(&peer, sh->buf, cudaIpcMemLazyEnablePeerAccess));
+      dst = (int *)peer + 2;
+    }
     CK(cudaDeviceSynchronize());
   }
   __atomic_fetch_add(&sh->ready, 1, __ATOMIC_SEQ_CST);
   double t0 = now_us();
-  while (__atomic_load_n(&sh->ready, __ATOMIC_SEQ_CST) < 2) bounded(t0);
+  while (load(&sh->ready) < 2) bounded(t0);
   for (int i = 0; i < iters + 100; i++) {
-    double w0 = now_us();
-    while (__atomic_load_n(&sh->turn, __ATOMIC_ACQUIRE) != me) bounded(w0);
-    double t0 = now_us();
-    if (mode) op(mode == 2, d, s, ev);
-    __atomic_store_n(&sh->turn, 1 - me, __ATOMIC_RELEASE);
-    if (i >= 100) sh->us[me][i - 100] = t0;
+    double t1;
+    if (mode == M_BOTH) { /* both at once: barrier, copy, wait; round i's end */
+      __atomic_fetch_add(&sh->arrive, 1, __ATOMIC_SEQ_CST);
+      double w0 = now_us();
+      while (load(&sh->arrive) < 2 * (i + 1)) bounded(w0);
+      double b = now_us();
+      op(0, d, dst, s, ev);
+      t1 = now_us() - b;
+    } else {
+      double w0 = now_us();
+      while (load(&sh->turn) != me) bounded(w0);
+      t1 = now_us();
+      if (mode == M_COPY) op(0, d, dst, s, ev);
+      if (mode == M_KERNEL) op(1, d, dst, s, ev);
+      if (mode == M_IPC) op(me == 1, d, dst, s, ev); /* 0 copies into 1's buffer, 1 reads it */
+      __atomic_store_n(&sh->turn, 1 - me, __ATOMIC_RELEASE);
+    }
+    if (i >= 100) sh->us[me][i - 100] = t1;
   }
-  _exit(0);
+  return NULL;
 }
 
-static double median_gap(struct shared *sh) {
-  /* A hand-off: from my turn's start to yours. */
-  static double g[2 << 14];
-  int n = 0;
-  for (int i = 0; i < iters; i++) {
-    g[n++] = sh->us[1][i] - sh->us[0][i];
-    if (i + 1 < iters) g[n++] = sh->us[0][i + 1] - sh->us[1][i];
-  }
+struct targ {
+  struct shared *sh;
+  int me, mode;
+};
+static void *thread_main(void *p) {
+  struct targ *t = (struct targ *)p;
+  return player(t->sh, t->me, t->mode);
+}
+
+static double median(double *g, int n) {
   qsort(g, n, sizeof *g, cmp);
   return g[n / 2];
 }
 
-static void two(const char *name, int mode) {
+static int two(const char *name, int mode, int threads) {
   struct shared *sh = (struct shared *)mmap(NULL, sizeof(struct shared), PROT_READ | PROT_WRITE,
                                             MAP_SHARED | MAP_ANONYMOUS, -1, 0);
-  if (sh == MAP_FAILED) { perror("mmap"); exit(1); }
+  if (sh == MAP_FAILED) {
+    perror("mmap");
+    return 1;
+  }
   memset(sh, 0, sizeof *sh);
-  pid_t p[2];
-  for (int k = 0; k < 2; k++)
-    if ((p[k] = fork()) == 0) player(sh, k, mode);
   int ok = 1;
-  for (int k = 0; k < 2; k++) {
+  if (threads) { /* in a child, so that this process stays without a context */
+    pid_t p = fork();
+    if (p == 0) {
+      pthread_t th[2];
+      struct targ ta[2] = {{sh, 0, mode}, {sh, 1, mode}};
+      for (int k = 0; k < 2; k++)
+        if (pthread_create(&th[k], NULL, thread_main, &ta[k])) _exit(1);
+      for (int k = 0; k < 2; k++) pthread_join(th[k], NULL);
+      _exit(0);
+    }
     int st = 0;
-    waitpid(p[k], &st, 0);
-    ok &= WIFEXITED(st) && WEXITSTATUS(st) == 0;
+    ok = p > 0 && waitpid(p, &st, 0) == p && WIFEXITED(st) && WEXITSTATUS(st) == 0;
+  } else {
+    pid_t p[2] = {-1, -1};
+    for (int k = 0; k < 2; k++)
+      if ((p[k] = fork()) == 0) {
+        player(sh, k, mode);
+        _exit(0);
+      }
+    for (int k = 0; k < 2; k++) {
+      int st = 0;
+      ok &= p[k] > 0 && waitpid(p[k], &st, 0) == p[k] && WIFEXITED(st) && WEXITSTATUS(st) == 0;
+    }
+  }
+  static double g[2 * MAXI];
+  int n = 0;
+  if (mode == M_BOTH) { /* a round lasts as long as its slower player */
+    for (int i = 0; i < iters; i++) g[n++] = sh->us[0][i] > sh->us[1][i] ? sh->us[0][i] : sh->us[1][i];
+  } else { /* a hand-off: from my turn's start to yours */
+    for (int i = 0; i < iters; i++) {
+      g[n++] = sh->us[1][i] - sh->us[0][i];
+      if (i + 1 < iters) g[n++] = sh->us[0][i + 1] - sh->us[1][i];
+    }
   }
   if (ok)
-    printf("%-11s %9.1f us per hand-off (median of %d)\n", name, median_gap(sh), 2 * iters - 1);
+    printf("%-11s %9.1f us per %s (median of %d)\n", name, median(g, n),
+           mode == M_BOTH ? "round" : "hand-off", n);
   else
     printf("%-11s FAILED\n", name);
   munmap(sh, sizeof *sh);
+  return !ok;
 }
 
 /* One process alone, optionally beside an idle process holding a context. */
-static void one(const char *name, int idle_peer) {
+static int one(const char *name, int kernel, int idle_peer) {
   int pipefd[2];
-  if (pipe(pipefd)) { perror("pipe"); exit(1); }
+  if (pipe(pipefd)) {
+    perror("pipe");
+    return 1;
+  }
   pid_t peer = -1;
   if (idle_peer && (peer = fork()) == 0) {
+    close(pipefd[0]);
     CK(cudaSetDevice(0));
     CK(cudaFree(0)); /* a context, then nothing */
     char c = 0;
@@ -152,14 +235,14 @@ static void one(const char *name, int idle_peer) {
     pause();
     _exit(0);
   }
-  close(pipefd[1]); /* the idle peer's failure is then EOF here */
+  close(pipefd[1]); /* the idle peer's failure is then end of file here */
   if (idle_peer) {
     char c;
-    if (read(pipefd[0], &c, 1) != 1) {
+    if (peer < 0 || read(pipefd[0], &c, 1) != 1) {
       printf("%-11s FAILED (the idle process got no context)\n", name);
-      waitpid(peer, NULL, 0);
+      if (peer > 0) waitpid(peer, NULL, 0);
       close(pipefd[0]);
-      return;
+      return 1;
     }
   }
   pid_t p = fork();
@@ -172,35 +255,41 @@ static void one(const char *name, int idle_peer) {
     CK(cudaMemset(d, 0, 64));
     CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
     CK(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming));
-    static double g[1 << 14];
+    static double g[MAXI];
     for (int i = 0; i < iters + 100; i++) {
       double t0 = now_us();
-      op(0, d, s, ev);
+      op(kernel, d, d + 2, s, ev);
       if (i >= 100) g[i - 100] = now_us() - t0;
     }
-    qsort(g, iters, sizeof *g, cmp);
-    printf("%-11s %9.1f us per copy+wait (median of %d)\n", name, g[iters / 2], iters);
+    printf("%-11s %9.1f us per operation and wait (median of %d)\n", name, median(g, iters),
+           iters);
     fflush(stdout);
     _exit(0);
   }
   int st = 0;
-  waitpid(p, &st, 0);
-  if (!WIFEXITED(st) || WEXITSTATUS(st)) printf("%-11s FAILED\n", name);
+  int ok = p > 0 && waitpid(p, &st, 0) == p && WIFEXITED(st) && WEXITSTATUS(st) == 0;
+  if (!ok) printf("%-11s FAILED\n", name);
   if (idle_peer) {
     kill(peer, SIGKILL);
     waitpid(peer, &st, 0);
   }
   close(pipefd[0]);
+  return !ok;
 }
 
 int main(int argc, char **argv) {
   if (argc > 1) iters = atoi(argv[1]);
-  if (iters < 10 || iters > (1 << 14) - 200) iters = 2000;
+  if (iters < 10 || iters > MAXI - 200) iters = 2000;
   setvbuf(stdout, NULL, _IONBF, 0);
-  two("host", 0);
-  one("one", 0);
-  one("one+idle", 1);
-  two("two-copy", 1);
-  two("two-kernel", 2);
-  return 0;
+  int bad = 0;
+  bad |= two("host", M_HOST, 0);
+  bad |= one("one-copy", 0, 0);
+  bad |= one("one-kernel", 1, 0);
+  bad |= one("one+idle", 0, 1);
+  bad |= two("threads", M_COPY, 1);
+  bad |= two("two-copy", M_COPY, 0);
+  bad |= two("two-kernel", M_KERNEL, 0);
+  bad |= two("ipc", M_IPC, 0);
+  bad |= two("two-both", M_BOTH, 0);
+  return bad ? 1 : 0;
 }

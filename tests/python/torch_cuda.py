@@ -33,6 +33,7 @@ import torch_collectives as tc  # noqa: E402 (data, reduce_ref, same)
 
 torch, dist, mp = common.torch_or_skip()
 ON_CPU = "--cpu" in sys.argv[1:]
+WHERE = "the CPU (--cpu)" if ON_CPU else "CUDA"
 
 
 def on_stream(stream):
@@ -93,7 +94,7 @@ def run(rank, world, port):
     common.check(dev.type in rt._DEVICES, f"registered devices {rt._DEVICES}")
     dtypes = [torch.int8, torch.int32, torch.int64, torch.float16, torch.bfloat16,
               torch.float32, torch.float64]
-    for side in (False, True):
+    for side in (False,) if ON_CPU else (False, True):  # no side stream on the CPU
         stream = None if ON_CPU else torch.cuda.Stream() if side else torch.cuda.current_stream()
         with on_stream(stream):
             for count in (0, 1, 1001, 1 << 20):
@@ -166,17 +167,18 @@ def run(rank, world, port):
     for (name, a), b in zip(gpu.module.state_dict().items(), cpu.module.state_dict().values()):
         a, b = a.cpu().double(), b.double()
         err = ((a - b).abs().max() / b.abs().max().clamp(min=1e-12)).item()
-        common.check(err <= 1e-4, f"DDP on CUDA: {name} differs from gloo on the CPU by {err}")
+        common.check(err <= 1e-4, f"DDP on {WHERE}: {name} differs from gloo on the CPU by {err}")
     if rank == 0:
-        print(f"torch_cuda world {world}{' (--cpu: CPU tensors)' if ON_CPU else ''}: every "
-              "collective on CUDA tensors, current and side stream; DDP on CUDA equals gloo "
-              "on the CPU")
+        streams = "" if ON_CPU else ", current and side stream"
+        print(f"torch_cuda world {world}: every collective on tensors on {WHERE}{streams}; "
+              f"DDP on {WHERE} equals gloo on the CPU")
     dist.destroy_process_group()
 
 
 if __name__ == "__main__":
     if ON_CPU:
-        common.spawn(run, int(sys.argv[1]), (int(sys.argv[1]), common.free_port()))
+        world = int([a for a in sys.argv[1:] if a != "--cpu"][0])
+        common.spawn(run, world, (world, common.free_port()))
         sys.exit(0)
     if not torch.cuda.is_available():
         print("skipped: torch sees no GPU")

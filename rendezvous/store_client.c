@@ -260,8 +260,11 @@ static int rr__tcp_call(rr__tcp_store *s, const char *what, uint8_t op, int64_t 
   if (rc == RR_OK) rc = rr__sock_recv_all(fd, rh, sizeof rh, deadline);
   if (rc == RR_OK) {
     rr__store_hdr_decode(rh, rep);
-    if (rep->magic != RR__STORE_REP_MAGIC || rep->op != op || rep->status > RR__SST_MAX ||
-        rep->reserved != 0 || rep->nargs != 0 || rep->body_len > RR__STORE_MAX_VALUE ||
+    /* op 0 with FAILED: the server's goodbye, sent before our request came (store_proto.h). */
+    int goodbye = rep->op == 0 && rep->status == RR__SST_FAILED;
+    if (rep->magic != RR__STORE_REP_MAGIC || (rep->op != op && !goodbye) ||
+        rep->status > RR__SST_MAX || rep->reserved != 0 || rep->nargs != 0 ||
+        rep->body_len > RR__STORE_MAX_VALUE ||
         (rep->status == RR__SST_FAILED && rep->body_len > 1024) ||
         (rep->body_len > 0 && rep->status != RR__SST_FAILED &&
          (op != RR__SOP_GET || rep->status != RR__SST_OK)))

@@ -695,6 +695,13 @@ static void *rr__srv_main(void *arg) {
         if (c->fd >= 0 && c->waiting) {
           c->close_after_write = 1;
           rr__srv_reply(srv, c, RR__SST_FAILED, 0, srv->failure, strlen(srv->failure));
+        } else if (c->fd >= 0 && c->greeted && !c->out && c->hdr_got == 0) {
+          /* Idle: its client may ask next only after the wind-down (a loaded machine, a
+           * poll's pause), and would then meet a reset. The goodbye (op 0, FAILED) waits in
+           * its socket and answers whatever it asks (store_proto.h). */
+          c->h.op = 0;
+          c->close_after_write = 1;
+          rr__srv_reply(srv, c, RR__SST_FAILED, 0, srv->failure, strlen(srv->failure));
         }
       }
     }

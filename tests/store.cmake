@@ -1,7 +1,8 @@
 # The rendezvous store (rendezvous/store*.c): TCP and file stores through the public API, and the
 # TCP server's wire protocol through raw sockets. Each test is its own process (argv[1]).
 set(RR_STORE_TESTS
-  tcp_semantics tcp_large tcp_add_procs tcp_get_blocks tcp_get_timeout tcp_client_first
+  tcp_semantics tcp_large tcp_add_procs tcp_get_blocks tcp_get_timeout tcp_goodbye
+  tcp_client_first
   tcp_unreachable tcp_port_in_use tcp_master_dies tcp_master_frozen tcp_many_clients
   tcp_threads tcp_ipv6
   file_semantics file_add_procs file_get_blocks file_get_timeout file_refcount file_threads

@@ -196,6 +196,7 @@ static const struct {
     {"tcp_add_procs", test_tcp_add_procs},
     {"tcp_get_blocks", test_tcp_get_blocks},
     {"tcp_get_timeout", test_tcp_get_timeout},
+    {"tcp_goodbye", test_tcp_goodbye},
     {"tcp_client_first", test_tcp_client_first},
     {"tcp_unreachable", test_tcp_unreachable},
     {"tcp_port_in_use", test_tcp_port_in_use},

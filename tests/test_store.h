@@ -93,6 +93,7 @@ void threads(rr_store *s);
 /* test_store_tcp.c */
 void test_tcp_semantics(void);
 void test_tcp_large(void);
+void test_tcp_goodbye(void);
 void test_tcp_add_procs(void);
 void test_tcp_get_blocks(void);
 void test_tcp_get_timeout(void);

@@ -9,7 +9,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "test_store.h"
@@ -56,6 +58,59 @@ void test_tcp_get_blocks(void) {
   get_blocks(s, m.port, NULL);
   rr_store_free(s);
   master_proc_stop(&m);
+}
+
+/* A store whose process runs out of descriptors gives up (after 2 s of failed accepts) and
+ * winds down (1 s). A client that asks only after that, its connection idle all along (a
+ * poll's pause, a loaded machine: the CI run that failed rrun_fd_exhaustion), must still
+ * hear why, not "connection reset": the goodbye waits in its socket (store_proto.h). */
+void test_tcp_goodbye(void) {
+  int up[2];
+  CHECK(pipe(up) == 0, "pipe: %s", strerror(errno));
+  fflush(stderr);
+  pid_t pid = fork();
+  CHECK(pid >= 0, "fork: %s", strerror(errno));
+  if (pid == 0) {
+    g_in_child = 1;
+    close(up[0]);
+    rr_store *s = NULL;
+    OK(rr_store_tcp("127.0.0.1", 0, 1, 20000, &s));
+    int p = rr_store_port(s);
+    /* A few descriptors past those open now: the flood below takes them. */
+    int next = dup(0);
+    CHECK(next >= 0, "dup: %s", strerror(errno));
+    close(next);
+    struct rlimit rl = {(rlim_t)next + 3, (rlim_t)next + 3};
+    CHECK(setrlimit(RLIMIT_NOFILE, &rl) == 0, "setrlimit: %s", strerror(errno));
+    CHECK(write(up[1], &p, sizeof p) == (ssize_t)sizeof p, "write: %s", strerror(errno));
+    sleep(30); /* killed before */
+    _exit(0);
+  }
+  close(up[1]);
+  int port = 0;
+  CHECK(read(up[0], &port, sizeof port) == (ssize_t)sizeof port, "the master did not start");
+  close(up[0]);
+  rr_store *c = open_client(port, NULL, 20000);
+  OK(rr_store_set(c, "k", "v", 1)); /* its connection, idle from now on */
+  enum { FLOOD = 16 };
+  int fds[FLOOD];
+  for (int i = 0; i < FLOOD; i++) {
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    fds[i] = socket(AF_INET, SOCK_STREAM, 0);
+    CHECK(fds[i] >= 0 && connect(fds[i], (struct sockaddr *)&a, sizeof a) == 0, "connect: %s",
+          strerror(errno));
+  }
+  sleep(4); /* 2 s of failed accepts, 1 s of wind-down, and a margin */
+  const char *keys[1] = {"k"};
+  int exists = -1;
+  int st = rr_store_check(c, keys, 1, &exists);
+  CHECK(st == RR_EPEER && strstr(rr_last_error(), "ran out of file descriptors"),
+        "a check after the store gave up: %s: %s", rr_status_name(st), rr_last_error());
+  rr_store_free(c);
+  for (int i = 0; i < FLOOD; i++) close(fds[i]);
+  kill(pid, SIGKILL);
+  waitpid(pid, NULL, 0);
 }
 
 void test_tcp_get_timeout(void) {

@@ -266,7 +266,14 @@ static int rr__init(rr_pg **out, const rr_pg_options *opt, rr_store *store) {
 fail:
   rr__prefix_error(st, "rank %d: init_process_group", in.rank);
   if (pg) {
-    if (pg->own_store) rr_store_free(pg->store);
+    if (pg->own_store) {
+      /* Serving the store: the ranks waiting on it hear why, not a reset (rrun_fd_exhaustion:
+       * rank 0 out of descriptors, rank 1's "connection reset" printed first). */
+      char why[RR__ERRMSG_MAX + 64];
+      snprintf(why, sizeof why, "the process serving it failed: %s", rr__error());
+      rr__store_goodbye(pg->store, why);
+      rr_store_free(pg->store);
+    }
     rr__pg_free(pg);
   }
   return st;

@@ -44,6 +44,7 @@ typedef struct rr__tcp_store {
   unsigned char busy[RR__POOL_MAX];
   int lost; /* the master closed a connection: every later call fails at once */
   char lost_msg[RR__ERRMSG_MAX];
+  char goodbye[1025]; /* rr__store_goodbye: what the server leaves its clients when freed */
 } rr__tcp_store;
 
 /* One handshake request (a single argument) and the header of its reply. */
@@ -468,7 +469,8 @@ static void rr__tcp_free(rr_store *st) {
   rr__tcp_store *s = RR__TCP(st);
   for (int i = 0; i < RR__POOL_MAX; i++)
     if (s->fd[i] >= 0) close(s->fd[i]);
-  if (s->srv) rr__srv_stop(s->srv);
+  if (s->srv && s->goodbye[0]) rr__srv_stop_because(s->srv, s->goodbye);
+  else if (s->srv) rr__srv_stop(s->srv);
   pthread_cond_destroy(&s->cond);
   pthread_mutex_destroy(&s->lock);
   free(s);
@@ -484,6 +486,12 @@ static const rr__store_ops rr__tcp_ops = {
     .port = rr__tcp_port,
     .free = rr__tcp_free,
 };
+
+void rr__store_goodbye(rr_store *store, const char *why) {
+  if (!store || store->ops != &rr__tcp_ops) return;
+  rr__tcp_store *s = RR__TCP(store);
+  snprintf(s->goodbye, sizeof s->goodbye, "%s", why);
+}
 
 /* A listening socket on `port` that a launcher bound before starting this process and
  * handed down (RR_STORE_LISTEN_FD, rr_spawn does): serving on it leaves no moment in which

@@ -797,7 +797,17 @@ const char *rr__srv_failure(rr__server *srv) {
   return atomic_load(&srv->failed) ? srv->failure : NULL;
 }
 
+static void rr__srv_join(rr__server *srv, const char *why);
+
 void rr__srv_stop(rr__server *srv) {
+  rr__srv_join(srv, NULL);
+}
+
+void rr__srv_stop_because(rr__server *srv, const char *why) {
+  rr__srv_join(srv, why);
+}
+
+static void rr__srv_join(rr__server *srv, const char *why) {
   uint64_t one = 1;
   ssize_t w;
   do w = write(srv->wakefd, &one, sizeof one);
@@ -813,5 +823,13 @@ void rr__srv_stop(rr__server *srv) {
   int e = pthread_join(srv->thread, NULL);
   if (e != 0) RR__LOG_WARN(RR__SUB_STORE, "pthread_join: %s", strerror(e));
   RR__LOG_INFO(RR__SUB_STORE, "rendezvous store on port %d stopped", srv->port);
+  /* The thread is gone: its connections are ours. A goodbye goes only where no reply is
+   * half sent (it would land inside it); one send, never waited for. */
+  for (size_t i = 0; why && e == 0 && i < srv->nconns; i++) {
+    rr__sconn *c = srv->conns[i];
+    if (c->fd < 0 || !c->greeted || c->out) continue;
+    c->h.op = 0;
+    rr__srv_reply(srv, c, RR__SST_FAILED, 0, why, RR__MIN(strlen(why), (size_t)1024));
+  }
   rr__srv_destroy(srv);
 }

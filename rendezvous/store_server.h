@@ -22,5 +22,9 @@ int rr__srv_port(const rr__server *srv);
 const char *rr__srv_failure(rr__server *srv);
 /* Wake the thread, join it and free everything, sockets and keys included. */
 void rr__srv_stop(rr__server *srv);
+/* The same, for a process that is failing: first every client with no reply under way is
+ * left the goodbye (store_proto.h) carrying `why`, so that the ranks waiting on this store
+ * name the cause rather than a reset connection. */
+void rr__srv_stop_because(rr__server *srv, const char *why);
 
 #endif /* RR__RENDEZVOUS_STORE_SERVER_H_ */

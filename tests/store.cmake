@@ -8,7 +8,7 @@ set(RR_STORE_TESTS
   file_semantics file_add_procs file_get_blocks file_get_timeout file_refcount file_threads
   file_corrupt)
 set(RR_STORE_PROTO_TESTS proto_wire proto_garbage proto_stalls proto_token proto_preauth_memory
-  proto_preauth_deadline proto_replay)
+  proto_preauth_deadline proto_replay proto_goodbye_stop)
 
 add_executable(test_store ${RR_TEST_DIR}/test_store.c ${RR_TEST_DIR}/test_store_common.c
   ${RR_TEST_DIR}/test_store_tcp.c ${RR_TEST_DIR}/test_store_file.c)

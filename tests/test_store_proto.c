@@ -14,6 +14,7 @@
 #include <string.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -763,6 +764,62 @@ static void test_proto_replay(void) {
   rr_store_free(m);
 }
 
+/* The process serving the store fails (rank 0's init, say) and frees it with a reason: a
+ * client whose connection sat idle, and one parked in a WAIT, hear that reason, not a reset
+ * (group/pg.c; rrun_fd_exhaustion). */
+static void test_proto_goodbye_stop(void) {
+  int up[2], go[2];
+  CHECK(pipe(up) == 0 && pipe(go) == 0, "pipe: %s", strerror(errno));
+  fflush(stderr);
+  pid_t pid = fork();
+  CHECK(pid >= 0, "fork: %s", strerror(errno));
+  if (pid == 0) {
+    close(up[0]);
+    close(go[1]);
+    rr_store *s = NULL;
+    OK(rr_store_tcp("127.0.0.1", 0, 1, 20000, &s));
+    int p = rr_store_port(s);
+    CHECK(write(up[1], &p, sizeof p) == (ssize_t)sizeof p, "write: %s", strerror(errno));
+    char ch;
+    CHECK(read(go[0], &ch, 1) == 1, "read: %s", strerror(errno));
+    rr__store_goodbye(s, "planted: rank 0 failed its setup");
+    rr_store_free(s);
+    _exit(0);
+  }
+  close(up[1]);
+  close(go[0]);
+  int port = 0;
+  CHECK(read(up[0], &port, sizeof port) == (ssize_t)sizeof port, "the master did not start");
+  close(up[0]);
+  rr_store *idle = NULL, *waits = NULL;
+  OK(rr_store_tcp("127.0.0.1", port, 0, 20000, &idle));
+  OK(rr_store_tcp("127.0.0.1", port, 0, 20000, &waits));
+  OK(rr_store_set(idle, "k", "v", 1));
+  /* The waiter parks a WAIT for a key nobody sets, in a child of its own. */
+  fflush(stderr);
+  pid_t w = fork();
+  CHECK(w >= 0, "fork: %s", strerror(errno));
+  if (w == 0) {
+    const char *keys[1] = {"never"};
+    int st = rr_store_wait(waits, keys, 1, 15000);
+    _exit(st == RR_EPEER && strstr(rr_last_error(), "planted: rank 0 failed its setup") ? 0 : 1);
+  }
+  usleep(300 * 1000); /* the WAIT is parked */
+  CHECK(write(go[1], "x", 1) == 1, "write: %s", strerror(errno));
+  CHECK(waitpid(pid, NULL, 0) == pid, "waitpid: %s", strerror(errno));
+  const char *keys[1] = {"k"};
+  int exists = -1;
+  int st = rr_store_check(idle, keys, 1, &exists);
+  CHECK(st == RR_EPEER && strstr(rr_last_error(), "planted: rank 0 failed its setup"),
+        "a check after the serving process failed: %s: %s", rr_status_name(st), rr_last_error());
+  int wst = 0;
+  CHECK(waitpid(w, &wst, 0) == w && WIFEXITED(wst) && WEXITSTATUS(wst) == 0,
+        "the waiting client did not hear the reason");
+  rr_store_free(idle);
+  rr_store_free(waits);
+  close(go[1]);
+}
+
 static const struct {
   const char *name;
   void (*fn)(void);
@@ -774,6 +831,7 @@ static const struct {
     {"proto_preauth_deadline", test_proto_preauth_deadline},
     {"proto_replay", test_proto_replay},
     {"proto_token", test_proto_token},
+    {"proto_goodbye_stop", test_proto_goodbye_stop},
 };
 
 int main(int argc, char **argv) {

@@ -271,7 +271,7 @@ fail:
        * rank 0 out of descriptors, rank 1's "connection reset" printed first). */
       char why[RR__ERRMSG_MAX + 64];
       snprintf(why, sizeof why, "the process serving it failed: %s", rr__error());
-      rr__store_goodbye(pg->store, why);
+      rr__store_goodbye(pg->store, why, st);
       rr_store_free(pg->store);
     }
     rr__pg_free(pg);

@@ -61,9 +61,9 @@ int rr__store_tcp_serve_fd(const char *host, int port, int lfd, int64_t timeout_
                            const char *token, rr_store **store);
 int rr__store_file_open(const char *path, int64_t timeout_ms, rr_store **store);
 /* Before rr_store_free of a TCP store whose server this process runs, in a process that is
- * failing: its clients are left `why` (rr__srv_stop_because) instead of a reset connection.
- * Other stores: nothing. */
-void rr__store_goodbye(rr_store *store, const char *why);
+ * failing with `status`: its clients are left `why` (rr__srv_stop_because) instead of a reset
+ * connection. Other stores: nothing. */
+void rr__store_goodbye(rr_store *store, const char *why, int status);
 
 /* "'key'" for error messages: the key cut to 128 bytes, with a " (N bytes)" note when cut. */
 const char *rr__store_key_str(const char *key, size_t klen, char *buf, size_t n);

@@ -45,6 +45,7 @@ typedef struct rr__tcp_store {
   int lost; /* the master closed a connection: every later call fails at once */
   char lost_msg[RR__ERRMSG_MAX];
   char goodbye[1025]; /* rr__store_goodbye: what the server leaves its clients when freed */
+  int goodbye_status;
 } rr__tcp_store;
 
 /* One handshake request (a single argument) and the header of its reply. */
@@ -300,6 +301,12 @@ static int rr__tcp_call(rr__tcp_store *s, const char *what, uint8_t op, int64_t 
     free(got);
     rc = rr__set_error(RR_EPEER, "%s: the rendezvous store at %s failed: %s", what, s->where, why);
     rr__pool_give(s, slot, 1, 1);
+    /* A goodbye may say the group's settings disagree: every rank reports that alike. */
+    if (rep->num == RR_EMISMATCH) {
+      char m[RR__ERRMSG_MAX];
+      snprintf(m, sizeof m, "%s", rr__error());
+      return rr__set_error(RR_EMISMATCH, "%s", m);
+    }
     return rc;
   }
   if (rc == RR_OK && body) *body = got;
@@ -469,7 +476,7 @@ static void rr__tcp_free(rr_store *st) {
   rr__tcp_store *s = RR__TCP(st);
   for (int i = 0; i < RR__POOL_MAX; i++)
     if (s->fd[i] >= 0) close(s->fd[i]);
-  if (s->srv && s->goodbye[0]) rr__srv_stop_because(s->srv, s->goodbye);
+  if (s->srv && s->goodbye[0]) rr__srv_stop_because(s->srv, s->goodbye, s->goodbye_status);
   else if (s->srv) rr__srv_stop(s->srv);
   pthread_cond_destroy(&s->cond);
   pthread_mutex_destroy(&s->lock);
@@ -487,10 +494,11 @@ static const rr__store_ops rr__tcp_ops = {
     .free = rr__tcp_free,
 };
 
-void rr__store_goodbye(rr_store *store, const char *why) {
+void rr__store_goodbye(rr_store *store, const char *why, int status) {
   if (!store || store->ops != &rr__tcp_ops) return;
   rr__tcp_store *s = RR__TCP(store);
   snprintf(s->goodbye, sizeof s->goodbye, "%s", why);
+  s->goodbye_status = status;
 }
 
 /* A listening socket on `port` that a launcher bound before starting this process and

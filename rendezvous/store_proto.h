@@ -19,7 +19,9 @@
  * A request body is nargs arguments, each u32 length + bytes, filling body_len exactly.
  * A reply with status FAILED, to any request, carries the server's reason (text) as body.
  * A server that gives up also sends it unasked, with op 0, on each idle connection before
- * closing it (the goodbye): a client takes it as the answer to whatever it asks next.
+ * closing it (the goodbye): a client takes it as the answer to whatever it asks next. Its num
+ * is 0, or RR_EMISMATCH when the serving process failed on the group's disagreeing settings
+ * (every rank then reports that status).
  * Arguments: HELLO [client nonce], AUTH [client MAC], SET [key, value], GET/ADD/DELETE
  * [key], WAIT/CHECK [key...]. A reply body is the value (GET), the challenge (HELLO) or
  * empty. Keys are 1..4096 bytes without NUL.

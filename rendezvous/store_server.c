@@ -797,17 +797,17 @@ const char *rr__srv_failure(rr__server *srv) {
   return atomic_load(&srv->failed) ? srv->failure : NULL;
 }
 
-static void rr__srv_join(rr__server *srv, const char *why);
+static void rr__srv_join(rr__server *srv, const char *why, int status);
 
 void rr__srv_stop(rr__server *srv) {
-  rr__srv_join(srv, NULL);
+  rr__srv_join(srv, NULL, 0);
 }
 
-void rr__srv_stop_because(rr__server *srv, const char *why) {
-  rr__srv_join(srv, why);
+void rr__srv_stop_because(rr__server *srv, const char *why, int status) {
+  rr__srv_join(srv, why, status == RR_EMISMATCH ? status : 0);
 }
 
-static void rr__srv_join(rr__server *srv, const char *why) {
+static void rr__srv_join(rr__server *srv, const char *why, int status) {
   uint64_t one = 1;
   ssize_t w;
   do w = write(srv->wakefd, &one, sizeof one);
@@ -829,7 +829,7 @@ static void rr__srv_join(rr__server *srv, const char *why) {
     rr__sconn *c = srv->conns[i];
     if (c->fd < 0 || !c->greeted || c->out) continue;
     c->h.op = 0;
-    rr__srv_reply(srv, c, RR__SST_FAILED, 0, why, RR__MIN(strlen(why), (size_t)1024));
+    rr__srv_reply(srv, c, RR__SST_FAILED, status, why, RR__MIN(strlen(why), (size_t)1024));
   }
   rr__srv_destroy(srv);
 }

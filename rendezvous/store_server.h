@@ -24,7 +24,9 @@ const char *rr__srv_failure(rr__server *srv);
 void rr__srv_stop(rr__server *srv);
 /* The same, for a process that is failing: first every client with no reply under way is
  * left the goodbye (store_proto.h) carrying `why`, so that the ranks waiting on this store
- * name the cause rather than a reset connection. */
-void rr__srv_stop_because(rr__server *srv, const char *why);
+ * name the cause rather than a reset connection; its num is `status` when that is
+ * RR_EMISMATCH (a fact about the whole group, which the clients then report as theirs),
+ * else 0. */
+void rr__srv_stop_because(rr__server *srv, const char *why, int status);
 
 #endif /* RR__RENDEZVOUS_STORE_SERVER_H_ */

@@ -27,8 +27,8 @@ static inline int64_t rr__ms_left(int64_t deadline_ms) {
 }
 /* Deadline from a timeout, saturating instead of overflowing. */
 int64_t rr__deadline(int64_t timeout_ms);
-/* The same from the coarse clock (a few ns to read, against 20-30 for the precise one on a
- * VM; every call computes one): never earlier than rr__deadline's, at most
+/* The same from the coarse clock (no clocksource read, unlike the precise one: every call
+ * computes a deadline): never earlier than rr__deadline's, at most
  * RR__COARSE_LAG_MS later. Compared with rr__now_ms() like any deadline. */
 int64_t rr__deadline_coarse(int64_t timeout_ms);
 

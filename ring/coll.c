@@ -112,9 +112,9 @@ static int rr__sniff_check(void *ctx, int peer, const uint8_t wire[RR__SNIFF_BYT
 /* Poll the lanes for up to spin_us; RR_OK with *hit set if bytes moved. */
 static int rr__spin(rr__comm *cm, int *hit) {
   /* The clock is first read at the 16th poll: a small call's data is usually there before
-   * (an 8 B all_reduce at world 2 over shared memory takes about 0.3 us in all, and a read
-   * costs 20-30 ns on a VM). The spin's bounds then count from that poll, a few hundred ns
-   * late. */
+   * (an 8 B all_reduce at world 2 over shared memory takes about 0.3 us in all, and the
+   * precise clock's reads were 23% of a rank's samples in one: docs/performance.md). The
+   * spin's bounds then count from that poll, a few hundred ns late. */
   int64_t start = 0, until = 0;
   int slow = 0;
   for (unsigned i = 1;; i++) {

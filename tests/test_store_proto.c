@@ -1,7 +1,11 @@
 /* White-box tests of the TCP store's server: raw sockets speaking the wire protocol of
  * rendezvous/store_proto.h, correctly (layout) and badly (garbage, lies in length fields, half-written
  * requests, clients that never send or never read). The server must close only the
- * offending client and keep serving everyone else. Also the job-token handshake hook.
+ * offending client and keep serving everyone else. Also the job-token handshake hook, and
+ * the goodbye a failing process leaves its clients (rr__store_goodbye: internal, so here
+ * and not in test_store, which links only the public library).
+ * (Just over 800 lines: one test program per wire-level behaviour of one server, each case
+ * small and sharing the raw-socket helpers at the top; split, they would repeat them.)
  *   test_store_proto <name>   (no argument lists the tests) */
 #include <errno.h>
 #include <inttypes.h>

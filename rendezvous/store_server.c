@@ -200,6 +200,13 @@ static void rr__srv_reply(rr__server *srv, rr__sconn *c, uint8_t status, int64_t
   rr__srv_flush(srv, c);
 }
 
+/* The goodbye (store_proto.h): FAILED with op 0, unasked, which waits in the client's socket
+ * and answers whatever it asks next; num is 0 or RR_EMISMATCH. */
+static void rr__srv_goodbye(rr__server *srv, rr__sconn *c, const char *why, int status) {
+  c->h.op = 0;
+  rr__srv_reply(srv, c, RR__SST_FAILED, status, why, RR__MIN(strlen(why), (size_t)1024));
+}
+
 /* Advance a parked request; answer it when every key exists. */
 static void rr__srv_try_wake(rr__server *srv, rr__sconn *c) {
   while (c->next < c->nargs && rr__kv_get(srv->kv, c->args[c->next].p, c->args[c->next].len))
@@ -697,11 +704,9 @@ static void *rr__srv_main(void *arg) {
           rr__srv_reply(srv, c, RR__SST_FAILED, 0, srv->failure, strlen(srv->failure));
         } else if (c->fd >= 0 && c->greeted && !c->out && c->hdr_got == 0) {
           /* Idle: its client may ask next only after the wind-down (a loaded machine, a
-           * poll's pause), and would then meet a reset. The goodbye (op 0, FAILED) waits in
-           * its socket and answers whatever it asks (store_proto.h). */
-          c->h.op = 0;
+           * poll's pause), and would then meet a reset. */
           c->close_after_write = 1;
-          rr__srv_reply(srv, c, RR__SST_FAILED, 0, srv->failure, strlen(srv->failure));
+          rr__srv_goodbye(srv, c, srv->failure, 0);
         }
       }
     }
@@ -797,17 +802,11 @@ const char *rr__srv_failure(rr__server *srv) {
   return atomic_load(&srv->failed) ? srv->failure : NULL;
 }
 
-static void rr__srv_join(rr__server *srv, const char *why, int status);
-
 void rr__srv_stop(rr__server *srv) {
-  rr__srv_join(srv, NULL, 0);
+  rr__srv_stop_because(srv, NULL, 0);
 }
 
 void rr__srv_stop_because(rr__server *srv, const char *why, int status) {
-  rr__srv_join(srv, why, status == RR_EMISMATCH ? status : 0);
-}
-
-static void rr__srv_join(rr__server *srv, const char *why, int status) {
   uint64_t one = 1;
   ssize_t w;
   do w = write(srv->wakefd, &one, sizeof one);
@@ -828,8 +827,7 @@ static void rr__srv_join(rr__server *srv, const char *why, int status) {
   for (size_t i = 0; why && e == 0 && i < srv->nconns; i++) {
     rr__sconn *c = srv->conns[i];
     if (c->fd < 0 || !c->greeted || c->out) continue;
-    c->h.op = 0;
-    rr__srv_reply(srv, c, RR__SST_FAILED, status, why, RR__MIN(strlen(why), (size_t)1024));
+    rr__srv_goodbye(srv, c, why, status == RR_EMISMATCH ? status : 0);
   }
   rr__srv_destroy(srv);
 }

@@ -509,11 +509,10 @@ static int rr__shm_peek(rr__conn *base, void *buf, size_t len, size_t *got) {
     int p = rr__shm_published(c, s, memory_order_acquire);
     if (p < 0) return p;
     if (!p) break;
-    /* A device message has no bytes here (and is never a header). */
-    if (*(volatile uint32_t *)&c->rx_desc[s % c->nslots].flags & RR__SHM_DEVICE) break;
     uint32_t l = s == c->rx_tail ? c->rx_len : 0, fl = s == c->rx_tail ? c->rx_flags : 0;
     if (!l) RR__CHECK(rr__shm_slot_len(c, s, &l, &fl));
-    /* Judged on the flags its length was checked with: a device slot's may exceed ours. */
+    /* A device message has no bytes here (and is never a header); judged on the flags its
+     * length was checked with, as a device slot's length may exceed a host slot. */
     if (fl & RR__SHM_DEVICE) break;
     if (off >= l) return rr__shm_corrupt(c, "slot length changed");
     size_t take = RR__MIN(l - off, len - *got);

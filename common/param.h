@@ -25,8 +25,10 @@
      "core when this host's ranks outnumber its cores)")                                    \
   XX(spin_yield, "RR_SPIN_YIELD", -1, -1, 1,                                                \
      "1: a blocking call's polling yields the core between polls (ranks share cores); 0: "   \
-     "it does not; unset: yield when this host's ranks outnumber the cores this process "    \
-     "may run on (rrun --bind-to core sets it per worker)")                                  \
+     "it does not; unset: yield when this host's ranks outnumber its cores (RR_HOST_CPUS)") \
+  XX(host_cpus, "RR_HOST_CPUS", 0, 0, 1 << 20,                                              \
+     "the cores this host's ranks share (rrun sets it when it binds them); 0: the CPUs "     \
+     "this process may run on")                                                              \
   XX(cuda_ipc, "RR_CUDA_IPC", 1, 0, 1,                                                      \
      "1: device buffers of ranks on one host go device to device through CUDA IPC "         \
      "(all_reduce, reduce_scatter, all_gather, broadcast; docs/cuda.md); 0: staged")          \

@@ -554,11 +554,12 @@ static void rr__choose_spin(rr__comm *cm, const rr__peer_info *infos, int rank, 
   for (int p = 0; p < size; p++) local += !strcmp(infos[p].hostid, infos[rank].hostid);
   const char *lws = getenv("LOCAL_WORLD_SIZE");
   if (lws && atoi(lws) > local) local = atoi(lws);
+  /* A rank bound to a share of the host sees only its share here, so the launcher that
+   * bound it says how many cores the host's ranks were spread over (rrun: RR_HOST_CPUS). */
   cpu_set_t set;
   int cpus = sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set) : 1;
   int64_t want = rr__params_get()->spin_us, yield = rr__params_get()->spin_yield;
-  /* A rank bound to one CPU counts one core here, so a launcher that bound each rank to a
-   * core of its own says so (RR_SPIN_YIELD=0, as rrun --bind-to core does). */
+  if (rr__params_get()->host_cpus > 0) cpus = (int)rr__params_get()->host_cpus;
   cm->spin_yield = yield >= 0 ? (int)yield : local > cpus;
   cm->spin_us = want >= 0 ? (int)want : cm->spin_yield ? 100 : 50;
   RR__LOG_INFO(RR__SUB_INIT, "%d rank(s) on this host, %d core(s) usable: blocking calls poll %d us "

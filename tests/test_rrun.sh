@@ -23,7 +23,8 @@ trap 'rm -rf "$T"' EXIT
 # Nothing inherited that rrun sets or reads, so every expected value below is exact.
 unset RANK LOCAL_RANK WORLD_SIZE LOCAL_WORLD_SIZE GROUP_RANK ROLE_RANK GROUP_WORLD_SIZE \
   ROLE_WORLD_SIZE MASTER_ADDR MASTER_PORT TORCHELASTIC_RUN_ID TORCHELASTIC_RESTART_COUNT \
-  TORCHELASTIC_MAX_RESTARTS OMP_NUM_THREADS RR_JOB_TOKEN RR_GRACE_PERIOD RR_SPIN_YIELD
+  TORCHELASTIC_MAX_RESTARTS OMP_NUM_THREADS RR_JOB_TOKEN RR_GRACE_PERIOD RR_SPIN_YIELD \
+  RR_BIND_TO RR_HOST_CPUS
 
 fail() {
   echo "FAIL($CASE): $*" >&2
@@ -729,7 +730,8 @@ case_bad_flags() {
   expect_usage "--master-port: expected an integer from 1 to 65535, got '70000'" \
     --master-port 70000 "$HELPER"
   expect_usage "--tee: expected an integer from 0 to 3, got '4'" --tee 4 "$HELPER"
-  expect_usage "--bind-to: expected 'none' or 'core', got 'socket'" --bind-to socket "$HELPER"
+  expect_usage "--bind-to: expected 'slice', 'core' or 'none', got 'socket'" --bind-to socket "$HELPER"
+  RR_BIND_TO=socket expect_usage "RR_BIND_TO: expected 'slice', 'core' or 'none', got 'socket'" "$HELPER"
   expect_usage "--max-restarts" --max-restarts -1 "$HELPER"
   expect_usage "--grace-period: expected seconds" --grace-period -1 "$HELPER"
   expect_usage "--grace-period: expected seconds" --grace-period nan "$HELPER"
@@ -748,59 +750,84 @@ case_bad_flags() {
   grep -q '^rrun (ringreduce) [0-9]' "$T/out" || fail "--version: $(cat "$T/out")"
 }
 
-# --bind-to core: local rank k runs on the (k mod C)-th of the C CPUs rrun may use (here the
-# CPUs this script may use, or the first two of them under taskset when there are more, so
-# that ranks 2 and 3 wrap around), and RR_SPIN_YIELD tells each worker whether its CPU has
-# another worker (the library cannot see that from its own one-CPU affinity), unless the user
-# exported it. --bind-to none, the default, leaves every worker rrun's CPUs and no
-# RR_SPIN_YIELD.
-case_bind_to() {
-  local -a cpus run=() flag
-  local list want k got mode n c shared
-  list=$(awk '/^Cpus_allowed_list/ { print $2 }' /proc/self/status)
-  for k in ${list//,/ }; do
-    if [[ $k == *-* ]]; then cpus+=($(seq "${k%-*}" "${k#*-}")); else cpus+=("$k"); fi
+# --bind-to: among the C CPUs rrun may use (here the CPUs this script may use, or the first
+# two of them under taskset when there are more, so that ranks 2 and 3 wrap around), ordered
+# by package, core and number: core gives local rank k the (k mod C)-th alone; slice, the
+# default (also from RR_BIND_TO), gives the n workers n disjoint shares, the k-th share
+# (CPUs kC/n up to (k+1)C/n) to rank k, which is core's CPU once n >= C; none leaves every
+# worker rrun's CPUs. Bound workers get RR_HOST_CPUS=C (the library cannot see from a
+# one-CPU affinity whether its host's ranks outnumber its cores); unbound ones none.
+expand_cpus() {
+  local k out=()
+  for k in ${1//,/ }; do
+    if [[ $k == *-* ]]; then out+=($(seq "${k%-*}" "${k#*-}")); else out+=("$k"); fi
   done
-  [ ${#cpus[@]} -ge 1 ] || fail "cannot read this process's CPUs: '$list'"
+  echo "${out[*]}"
+}
+
+case_bind_to() {
+  local -a cpus run=() flag envs
+  local list want k got mode n c lo hi i key
+  cpus=($(expand_cpus "$(awk '/^Cpus_allowed_list/ { print $2 }' /proc/self/status)"))
+  [ ${#cpus[@]} -ge 1 ] || fail "cannot read this process's CPUs"
   if [ ${#cpus[@]} -gt 2 ] && command -v taskset >/dev/null; then
     cpus=("${cpus[0]}" "${cpus[1]}")
     run=(taskset -c "${cpus[0]},${cpus[1]}")
   fi
+  # rrun's order: package, core, number (-1 where sysfs does not say)
+  cpus=($(for k in "${cpus[@]}"; do
+    key=$(for f in physical_package_id core_id; do
+      cat "/sys/devices/system/cpu/cpu$k/topology/$f" 2>/dev/null || echo -1
+    done)
+    echo $key "$k"
+  done | sort -n -k1,1 -k2,2 -k3,3 | awk '{ print $3 }'))
   c=${#cpus[@]}
   local show='{ awk "/^Cpus_allowed_list/ { print \$2 }" /proc/self/status
-                echo "${RR_SPIN_YIELD-unset}"; } >"$0/aff.$LOCAL_RANK"'
-  for mode in core4 core2 core4_user none default; do
+                echo "${RR_HOST_CPUS-unset}"; } >"$0/aff.$LOCAL_RANK"'
+  for mode in core4 core2 slice4 slice2 slice1 none default env_none env_core; do
     rm -f "$T"/aff.*
     flag=()
+    envs=()
     n=4
     case $mode in
-      core4 | core4_user) flag=(--bind-to core) ;;
+      core4) flag=(--bind-to core) ;;
       core2) flag=(--bind-to core); n=2 ;;
+      slice4) flag=(--bind-to slice) ;;
+      slice2) flag=(--bind-to slice); n=2 ;;
+      slice1) flag=(--bind-to slice); n=1 ;;
       none) flag=(--bind-to none) ;;
+      env_none) envs=(RR_BIND_TO=none) ;;
+      env_core) envs=(RR_BIND_TO=none); flag=(--bind-to core) ;; # the flag wins
     esac
-    if [ "$mode" = core4_user ]; then
-      RR_SPIN_YIELD=0 timeout -s KILL 30 "${run[@]}" "$RRUN" --standalone --nproc-per-node $n \
-        "${flag[@]}" sh -c "$show" "$T" >"$T/out" 2>"$T/err"
-    else
-      timeout -s KILL 30 "${run[@]}" "$RRUN" --standalone --nproc-per-node $n "${flag[@]}" \
-        sh -c "$show" "$T" >"$T/out" 2>"$T/err"
-    fi
+    timeout -s KILL 30 env "${envs[@]}" "${run[@]}" "$RRUN" --standalone --nproc-per-node $n \
+      "${flag[@]}" sh -c "$show" "$T" >"$T/out" 2>"$T/err"
     RC=$?
     CASE="bind_to $mode"
     expect_rc 0
     for ((k = 0; k < n; k++)); do
-      if [[ $mode == core* ]]; then
-        # workers on this one's CPU: n / c, one more for the first n % c CPUs
-        shared=$(( n / c + ((k % c) < (n % c) ? 1 : 0) > 1 ? 1 : 0 ))
-        [ "$mode" = core4_user ] && shared=0
-        want="${cpus[$((k % c))]}
-$shared"
-      else
+      case $mode in
+        core* | env_core) want="${cpus[$((k % c))]}" ;;
+        slice* | default)
+          if [ "$n" -ge "$c" ]; then
+            want="${cpus[$((k % c))]}"
+          else
+            lo=$((k * c / n)) hi=$(((k + 1) * c / n)) want=
+            for ((i = lo; i < hi; i++)); do want+=" ${cpus[$i]}"; done
+            want=$(echo $want | tr ' ' '\n' | sort -n | xargs)
+          fi ;;
+        *) want=unbound ;;
+      esac
+      got=$(cat "$T/aff.$k" 2>/dev/null) || fail "local rank $k wrote no aff.$k"
+      if [ "$want" = unbound ]; then
         want="$("${run[@]}" awk '/^Cpus_allowed_list/ { print $2 }' /proc/self/status)
 unset"
+      else
+        want="$want
+$c"
+        got="$(expand_cpus "$(head -1 <<<"$got")")
+$(tail -1 <<<"$got")"
       fi
-      got=$(cat "$T/aff.$k" 2>/dev/null) || fail "local rank $k wrote no aff.$k"
-      [ "$got" = "$want" ] || fail "local rank $k: CPUs and RR_SPIN_YIELD '$got', expected '$want'"
+      [ "$got" = "$want" ] || fail "local rank $k: CPUs and RR_HOST_CPUS '$got', expected '$want'"
     done
   done
 }

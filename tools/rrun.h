@@ -31,6 +31,7 @@ enum { EXIT_USAGE = 2, EXIT_EXEC = 127 };
 /* ------------------------------------------------------------------------------------------
  * Command line, spelled as torchrun's.
  */
+enum { RRUN_BIND_NONE, RRUN_BIND_CORE, RRUN_BIND_SLICE };
 typedef struct {
   int nproc;
   int nnodes;
@@ -42,8 +43,7 @@ typedef struct {
   int max_restarts;
   bool keep_going; /* a failed worker does not stop the others (issue 26 item 4) */
   int replace;     /* --replace N: start up to N replacements that join the running group */
-  bool bind_core;  /* --bind-to core: local rank k runs on the k-th (mod count) CPU rrun may use */
-  bool user_spin_yield; /* RR_SPIN_YIELD was set by the user: --bind-to leaves it alone */
+  int bind;        /* --bind-to: RRUN_BIND_NONE, _CORE or _SLICE (default; rrun_workers.c) */
   int tee; /* bit 0: prefix stdout, bit 1: prefix stderr */
   double grace_s;
   const char *run_id; /* --rdzv-id; NULL: "none" */

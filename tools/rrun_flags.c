@@ -100,11 +100,14 @@ static void print_help(void) {
       "  --replace N          with --keep-going: for each worker that dies, start a replacement\n"
       "                       (up to N in all) with RR_GROW_JOIN=1, which joins the running\n"
       "                       group (rr_pg_join); sets RR_GROW_ADDR when unset (one node)\n"
-      "  --bind-to WHAT       none (default): workers run where the kernel puts them; core:\n"
-      "                       the worker of local rank k is bound to the (k mod C)-th of the C\n"
-      "                       CPUs rrun may run on (steadier small-message latency when ranks\n"
-      "                       share cores; see docs/performance.md), and RR_SPIN_YIELD is set\n"
-      "                       for each (1 when its CPU has another worker) unless exported\n"
+      "  --bind-to WHAT       where workers run, among the C CPUs rrun may run on (default\n"
+      "                       slice, or $RR_BIND_TO): slice: the n workers of this node get\n"
+      "                       n disjoint shares of them, C/n each (local rank k the k-th,\n"
+      "                       whole cores together), or CPU k mod C when n >= C; core: local\n"
+      "                       rank k gets the (k mod C)-th CPU alone; none: wherever the kernel\n"
+      "                       puts them. Bound workers get RR_HOST_CPUS=C, so that a rank\n"
+      "                       knows whether ranks share cores (steady latency: see\n"
+      "                       docs/performance.md, section 10)\n"
       "  --tee N, -t N        prefix worker lines with \"[rankR]: \": 0 none (default),\n"
       "                       1 stdout, 2 stderr, 3 both\n"
       "  --prefix             same as --tee 3\n"
@@ -162,6 +165,13 @@ static int int_value(const char *flag, const char *value, long lo, long hi) {
     usage_error("%s: expected an integer from %ld to %ld, got '%s'", flag, lo, hi, value);
   }
   return (int)v;
+}
+
+static int bind_value(const char *flag, const char *value) {
+  if (strcmp(value, "slice") == 0) return RRUN_BIND_SLICE;
+  if (strcmp(value, "core") == 0) return RRUN_BIND_CORE;
+  if (strcmp(value, "none") == 0) return RRUN_BIND_NONE;
+  usage_error("%s: expected 'slice', 'core' or 'none', got '%s'", flag, value);
 }
 
 /* Seconds, fractions allowed: "30", "0.5". */
@@ -237,13 +247,7 @@ static void apply_flag(options *o, const struct flag *f, const char *spelled, co
       o->replace = int_value(spelled, value, 0, 1000000);
       break;
     case F_BIND_TO:
-      if (strcmp(value, "core") == 0) {
-        o->bind_core = true;
-      } else if (strcmp(value, "none") == 0) {
-        o->bind_core = false;
-      } else {
-        usage_error("%s: expected 'none' or 'core', got '%s'", spelled, value);
-      }
+      o->bind = bind_value(spelled, value);
       break;
     case F_TEE:
       o->tee = int_value(spelled, value, 0, 3);
@@ -302,9 +306,8 @@ static const struct flag *find_flag(const char *arg, char *spelled, size_t size)
 void rr__parse_args(int argc, char **argv, options *o) {
   *o = (options){
       .nproc = 1, .nnodes = 1, .master_addr = "127.0.0.1", .master_port = 29500, .grace_s = 30};
-  /* Empty or -1 is the library's "auto", not a choice to keep. */
-  const char *env_yield = getenv("RR_SPIN_YIELD");
-  o->user_spin_yield = env_yield && *env_yield && strcmp(env_yield, "-1") != 0;
+  const char *env_bind = getenv("RR_BIND_TO");
+  o->bind = env_bind && *env_bind ? bind_value("RR_BIND_TO", env_bind) : RRUN_BIND_SLICE;
   const char *env_grace = getenv("RR_GRACE_PERIOD");
   if (env_grace && env_grace[0] != '\0' && !parse_seconds(env_grace, &o->grace_s)) {
     usage_error("RR_GRACE_PERIOD: expected seconds (0 to %g), got '%s'", RRUN_MAX_GRACE_S,

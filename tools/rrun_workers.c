@@ -104,27 +104,81 @@ static _Noreturn void child_fail(int report_fd, int stage) {
   _exit(EXIT_EXEC);
 }
 
-/* --bind-to core, decided in rrun before the fork: the CPU of a local rank, the (k mod C)-th
- * of the C CPUs rrun may run on (its own affinity: taskset or a cgroup around rrun chooses
- * the cores, rrun only spreads the ranks over them; -1 when unknown), and whether another
- * worker of this node gets the same CPU, which the library's polling must know (a rank bound
- * to one CPU cannot tell from its own affinity whether its peers got cores of their own):
- * RR_SPIN_YIELD for that worker. */
-static int bind_plan(const launcher *L, int local_rank, int *shared) {
-  cpu_set_t set;
-  int count = sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set) : 0;
-  int n = L->opt->nproc, k = local_rank % (count > 0 ? count : 1);
-  *shared = count < 1 || n / count + (k < n % count) > 1;
-  for (int cpu = 0; count > 0 && cpu < CPU_SETSIZE; cpu++) {
-    if (CPU_ISSET(cpu, &set) && k-- == 0) return cpu;
+/* rrun's CPUs (its own affinity: taskset or a cgroup around rrun chooses them; rrun only
+ * spreads its workers over them) in the order --bind-to slice cuts them: by package, then
+ * core, then number, so that a share holds whole cores with their hyperthreads where the
+ * share is large enough, and shares follow the packages. Where sysfs does not say, by number.
+ * Read once: rrun's affinity does not change while it runs. */
+struct cpu_key {
+  int package, core, cpu;
+};
+
+static int topo_value(int cpu, const char *what) {
+  char path[96];
+  snprintf(path, sizeof path, "/sys/devices/system/cpu/cpu%d/topology/%s", cpu, what);
+  FILE *f = fopen(path, "r");
+  int v = -1;
+  if (f) {
+    if (fscanf(f, "%d", &v) != 1) v = -1;
+    fclose(f);
   }
-  return -1;
+  return v;
+}
+
+static int cpu_key_cmp(const void *a, const void *b) {
+  const struct cpu_key *x = a, *y = b;
+  if (x->package != y->package) return x->package < y->package ? -1 : 1;
+  if (x->core != y->core) return x->core < y->core ? -1 : 1;
+  return (x->cpu > y->cpu) - (x->cpu < y->cpu);
+}
+
+static int rrun_cpus(const int **order) {
+  static struct cpu_key keys[CPU_SETSIZE];
+  static int cpus[CPU_SETSIZE], count = -1;
+  if (count < 0) {
+    cpu_set_t set;
+    count = 0;
+    if (sched_getaffinity(0, sizeof set, &set) == 0) {
+      for (int cpu = 0; cpu < CPU_SETSIZE; cpu++) {
+        if (CPU_ISSET(cpu, &set))
+          keys[count++] = (struct cpu_key){topo_value(cpu, "physical_package_id"),
+                                           topo_value(cpu, "core_id"), cpu};
+      }
+    }
+    qsort(keys, (size_t)count, sizeof keys[0], cpu_key_cmp);
+    for (int i = 0; i < count; i++) cpus[i] = keys[i].cpu;
+  }
+  *order = cpus;
+  return count;
+}
+
+/* --bind-to, decided in rrun before the fork: the CPUs of a local rank among rrun's C CPUs.
+ * core: the (k mod C)-th alone. slice (the default): n workers on this node get n disjoint
+ * shares of about C/n CPUs each, in rrun_cpus' order, the k-th share to local rank k; with
+ * n >= C that is the (k mod C)-th CPU, as core. Why bind at all: a worker the kernel moves
+ * onto its peer's core turns a 1 us hand-off into a wait for the scheduler, and that is what
+ * made small-message latency differ between launches (docs/performance.md, section 10); the
+ * shares keep the worker's own threads (torch's intra-op pool) on a fair part of the machine.
+ * Returns C, or 0 when rrun cannot read its CPUs. */
+static int bind_plan(const launcher *L, int local_rank, cpu_set_t *mine) {
+  const int *order;
+  int count = rrun_cpus(&order), n = L->opt->nproc;
+  CPU_ZERO(mine);
+  if (count < 1) return 0;
+  if (L->opt->bind == RRUN_BIND_CORE || n >= count) {
+    CPU_SET(order[local_rank % count], mine);
+  } else {
+    int k = local_rank % n;
+    for (int i = (int)((long)k * count / n); i < (int)((long)(k + 1) * count / n); i++)
+      CPU_SET(order[i], mine);
+  }
+  return count;
 }
 
 /* In the child after fork: own process group, die with rrun, wire the pipes, bind when asked,
  * exec. */
 static _Noreturn void child_main(const launcher *L, int pipes[2][2], int report_fd, pid_t parent,
-                                 int bind_cpu) {
+                                 const cpu_set_t *bind) {
   if (setpgid(0, 0) != 0) child_fail(report_fd, STAGE_SETPGID);
   if (prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0) != 0) child_fail(report_fd, STAGE_PDEATHSIG);
   /* rrun may have died before the line above: then no death signal will come. */
@@ -141,13 +195,8 @@ static _Noreturn void child_main(const launcher *L, int pipes[2][2], int report_
       sigprocmask(SIG_SETMASK, &L->orig_mask, NULL) != 0) {
     child_fail(report_fd, STAGE_SIGNALS);
   }
-  if (L->opt->bind_core) {
-    cpu_set_t one;
-    CPU_ZERO(&one);
-    if (bind_cpu >= 0) CPU_SET(bind_cpu, &one);
-    if (bind_cpu < 0 || sched_setaffinity(0, sizeof one, &one) != 0)
-      child_fail(report_fd, STAGE_AFFINITY);
-  }
+  if (bind && (CPU_COUNT(bind) == 0 || sched_setaffinity(0, sizeof *bind, bind) != 0))
+    child_fail(report_fd, STAGE_AFFINITY);
   execvp(L->opt->argv[0], L->opt->argv);
   child_fail(report_fd, STAGE_EXEC);
 }
@@ -211,9 +260,11 @@ static enum spawn_result spawn_worker(launcher *L, worker *w) {
       rr__set_env_int("ROLE_RANK", w->rank)) {
     goto out;
   }
-  int shared = 0, cpu = L->opt->bind_core ? bind_plan(L, w->local_rank, &shared) : -1;
-  if (L->opt->bind_core && !L->opt->user_spin_yield && rr__set_env_int("RR_SPIN_YIELD", shared))
-    goto out;
+  /* RR_HOST_CPUS: a bound rank sees only its share and could not tell whether this node's
+   * ranks outnumber its cores (the library's polling must know: rendezvous/bootstrap.c). */
+  cpu_set_t bind;
+  bool bound = L->opt->bind != RRUN_BIND_NONE;
+  if (bound && rr__set_env_int("RR_HOST_CPUS", bind_plan(L, w->local_rank, &bind))) goto out;
   if (w->joiner ? rr__set_env("RR_GROW_JOIN", "1") : unsetenv("RR_GROW_JOIN") != 0) {
     if (!w->joiner) rr__say("unsetenv RR_GROW_JOIN: %s", strerror(errno));
     goto out;
@@ -224,7 +275,7 @@ static enum spawn_result spawn_worker(launcher *L, worker *w) {
     rr__say("fork: %s", strerror(errno));
     goto out;
   }
-  if (pid == 0) child_main(L, pipes, report[1], parent, cpu);
+  if (pid == 0) child_main(L, pipes, report[1], parent, bound ? &bind : NULL);
   /* The child makes its own group too; doing it here as well closes the window in which a
    * signal to the group would miss it. EACCES: it has already exec'd, and so has its group. */
   if (setpgid(pid, pid) != 0 && errno != EACCES && errno != ESRCH)

@@ -11,6 +11,9 @@
 #   mpi-tcp-tuned   the same with glibc's allocator tuned (-x MALLOC_MMAP_MAX_=0
 #                   -x MALLOC_TRIM_THRESHOLD_=-1): Open MPI allocates a message-sized
 #                   temporary per call, which glibc otherwise maps fresh above 32 MiB
+#   mpi-tcp-tuned-algN   mpi-tcp-tuned with its allreduce algorithm forced to N (coll tuned's
+#                   numbering: 1 linear, 2 nonoverlapping, 3 recursive doubling, 4 ring,
+#                   5 segmented ring, 6 Rabenseifner); not in the default set
 #   mpi-shm         Open MPI, --mca btl vader,self (shared memory), default settings
 #   mpi-shm-tuned   the same with the allocator tuned
 #   gloo-ring, gloo-ring_chunked   Gloo's AllreduceRing / AllreduceRingChunked over its TCP
@@ -20,6 +23,10 @@
 #                   the faster of the two is the ceiling for TCP
 #   rr-tcp          ringreduce all_reduce_perf, RR_TRANSPORT=tcp, out of place
 #   rr-shm          ringreduce all_reduce_perf, default transport (shared memory), out of place
+#   rr-tcp-unbound, rr-shm-unbound   the same launched with rrun --bind-to none (rrun binds
+#                   each worker to a share of the CPUs by default; not in the default set)
+# Gloo and the socket rings are launched by rrun too, so they get its default binding; Open MPI
+# gets mpirun's (bound to a core at np <= 2, unbound when oversubscribed).
 # (ringreduce's in-place figures are kept as rr-tcp-inplace / rr-shm-inplace.)
 #
 # Method: for every round, world size and size group, every system runs once, one after the
@@ -149,6 +156,9 @@ launch() {
   case $sys in
     mpi-tcp) cmd=("${MPIRUN[@]}" -np "$np" --mca btl tcp,self "$bin/mpi_allreduce" "${h[@]}" -s "$sys");;
     mpi-tcp-tuned) cmd=("${MPIRUN[@]}" -np "$np" --mca btl tcp,self "${TUNED[@]}" "$bin/mpi_allreduce" "${h[@]}" -s "$sys");;
+    mpi-tcp-tuned-alg[0-9]*)
+      cmd=("${MPIRUN[@]}" -np "$np" --mca btl tcp,self "${TUNED[@]}" --mca coll_tuned_use_dynamic_rules 1
+           --mca coll_tuned_allreduce_algorithm "${sys#mpi-tcp-tuned-alg}" "$bin/mpi_allreduce" "${h[@]}" -s "$sys");;
     mpi-shm) cmd=("${MPIRUN[@]}" -np "$np" --mca btl vader,self "$bin/mpi_allreduce" "${h[@]}" -s "$sys");;
     mpi-shm-tuned) cmd=("${MPIRUN[@]}" -np "$np" --mca btl vader,self "${TUNED[@]}" "$bin/mpi_allreduce" "${h[@]}" -s "$sys");;
     gloo-ring|gloo-ring_chunked)
@@ -159,6 +169,8 @@ launch() {
            SR_PORT=$((20000 + RANDOM % 20000)) "$bin/socket_ring" "${h[@]}");;
     rr-tcp) cmd=("$RRUN" --standalone --nproc-per-node "$np" env RR_TRANSPORT=tcp "$PERF" "${h[@]}" -a 3 -c 1);;
     rr-shm) cmd=("$RRUN" --standalone --nproc-per-node "$np" "$PERF" "${h[@]}" -a 3 -c 1);;
+    rr-tcp-unbound) cmd=("$RRUN" --standalone --nproc-per-node "$np" --bind-to none env RR_TRANSPORT=tcp "$PERF" "${h[@]}" -a 3 -c 1);;
+    rr-shm-unbound) cmd=("$RRUN" --standalone --nproc-per-node "$np" --bind-to none "$PERF" "${h[@]}" -a 3 -c 1);;
     *) log "unknown system $sys"; return 1;;
   esac
   echo "## round $round np $np $sys $b..$e  load $(cut -d' ' -f1 /proc/loadavg)  $(date +%T)" >>"$runlog"

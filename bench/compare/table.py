@@ -17,7 +17,7 @@ import stats  # noqa: E402
 
 SYSTEMS = ["mpi-tcp", "mpi-tcp-tuned", "mpi-shm", "mpi-shm-tuned", "gloo-ring",
            "gloo-ring_chunked", "socket-ring", "socket-ring-mt", "rr-tcp", "rr-shm"]
-EXTRA = ["rr-tcp-inplace", "rr-shm-inplace"]
+EXTRA = ["rr-tcp-inplace", "rr-shm-inplace", "rr-tcp-unbound", "rr-shm-unbound"]
 TCP_PEERS = ["mpi-tcp", "mpi-tcp-tuned", "gloo-ring", "gloo-ring_chunked"]
 ALL_PEERS = TCP_PEERS + ["mpi-shm", "mpi-shm-tuned"]
 # The ceiling for TCP: the faster of the bare socket rings (one thread, or a sender thread
@@ -45,6 +45,9 @@ def main(out):
             load = float(p[9]) if len(p) > 9 else None
             runs[(sysname, np_, b)].append((float(p[4]), float(p[5]), wrong, int(p[7]), other,
                                             load))
+
+    # Systems outside the default set that this run measured (SYSTEMS=... of run.sh).
+    extra = EXTRA + sorted({k[0] for k in runs} - set(SYSTEMS) - set(EXTRA))
 
     def med(sysname, np_, b, what="busbw"):
         r = runs.get((sysname, np_, b))
@@ -136,6 +139,19 @@ def main(out):
                     ratio(vals["rr-shm"], ba), ratio(vals["rr-shm"], vals["mpi-shm-tuned"])]
             L.append("| " + " | ".join(row) + " |")
 
+    # The rest of what was measured, busbw by size (ringreduce in place, unbound launches,
+    # Open MPI with a forced algorithm, ...).
+    for np_ in nps:
+        shown = [s for s in extra if any((s, np_, b) in runs for b in sizes if b >= 512 << 10)]
+        if not shown:
+            continue
+        L.append(f"\n## busbw, np={np_}, other systems of this run\n")
+        L.append("| size | " + " | ".join(shown) + " |")
+        L.append("|" + "---|" * (len(shown) + 1))
+        for b in [x for x in sizes if x >= 512 << 10]:
+            L.append(f"| {human(b)} | " + " | ".join(
+                fmt(med(s, np_, b)) + spread_note(s, np_, b) for s in shown) + " |")
+
     # Per-round spread at the largest size: how steady the machine was.
     big = max(sizes) if sizes else None
     if big:
@@ -146,7 +162,7 @@ def main(out):
         L.append("| " + " | ".join(hdr) + " |")
         L.append("|" + "---|" * len(hdr))
         for np_ in nps:
-            for s in SYSTEMS + EXTRA:
+            for s in SYSTEMS + extra:
                 r = {x[3]: x for x in runs.get((s, np_, big), [])}
 
                 def cell(x):
@@ -164,7 +180,7 @@ def main(out):
     hdr = ["system"] + [f"{human(b)} np={n}" for b in (8, 128, K8) for n in nps]
     L.append("| " + " | ".join(hdr) + " |")
     L.append("|" + "---|" * len(hdr))
-    for s in SYSTEMS + EXTRA:
+    for s in SYSTEMS + extra:
         row = [s]
         for b in (8, 128, K8):
             for n in nps:

@@ -21,3 +21,8 @@ foreach(case IN LISTS RRUN_TEST_CASES)
 endforeach()
 # fd_exhaustion and fd_exhaustion_setup start real groups without --standalone, each on a
 # random port of its own (job_port in test_rrun.sh), not rrun's default 29500.
+
+# rrun --bind-to's plan on machine shapes this one is not (tools/rrun_bind.c, linked alone).
+add_executable(test_rrun_bind ${RR_TEST_DIR}/test_rrun_bind.c ${PROJECT_SOURCE_DIR}/tools/rrun_bind.c)
+add_test(NAME rrun_bind_plan COMMAND test_rrun_bind)
+set_tests_properties(rrun_bind_plan PROPERTIES TIMEOUT 60 LABELS rrun)

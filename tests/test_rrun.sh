@@ -750,13 +750,15 @@ case_bad_flags() {
   grep -q '^rrun (ringreduce) [0-9]' "$T/out" || fail "--version: $(cat "$T/out")"
 }
 
-# --bind-to: among the C CPUs rrun may use (here the CPUs this script may use, or the first
-# two of them under taskset when there are more, so that ranks 2 and 3 wrap around), ordered
-# by package, core and number: core gives local rank k the (k mod C)-th alone; slice, the
-# default (also from RR_BIND_TO), gives the n workers n disjoint shares, the k-th share
-# (CPUs kC/n up to (k+1)C/n) to rank k, which is core's CPU once n >= C; none leaves every
-# worker rrun's CPUs. Bound workers get RR_HOST_CPUS=C (the library cannot see from a
-# one-CPU affinity whether its host's ranks outnumber its cores); unbound ones none.
+# --bind-to on this machine: among the C CPUs rrun may use (here the CPUs this script may use,
+# or the first two of them under taskset when there are more, so that ranks 2 and 3 wrap
+# around), in package and core order: core gives local rank k the (k mod C)-th alone; slice,
+# the default (also from RR_BIND_TO), gives one worker all C, and with C <= 2 each of n >= 2
+# workers the (k mod C)-th CPU when n <= C or C divides n, and leaves them all unbound
+# otherwise (n=3 on 2 CPUs); none leaves every worker rrun's CPUs. Bound workers get
+# RR_HOST_CPUS=C (the library cannot see from a one-CPU affinity whether its host's ranks
+# outnumber its cores); unbound ones none. The plan on larger and hyperthreaded machines is
+# test_rrun_bind's (rrun_bind_plan).
 expand_cpus() {
   local k out=()
   for k in ${1//,/ }; do
@@ -767,24 +769,26 @@ expand_cpus() {
 
 case_bind_to() {
   local -a cpus run=() flag envs
-  local list want k got mode n c lo hi i key
+  local want k got mode n c key v
   cpus=($(expand_cpus "$(awk '/^Cpus_allowed_list/ { print $2 }' /proc/self/status)"))
   [ ${#cpus[@]} -ge 1 ] || fail "cannot read this process's CPUs"
   if [ ${#cpus[@]} -gt 2 ] && command -v taskset >/dev/null; then
     cpus=("${cpus[0]}" "${cpus[1]}")
     run=(taskset -c "${cpus[0]},${cpus[1]}")
   fi
-  # rrun's order: package, core, number (-1 where sysfs does not say)
+  # rrun's order for two CPUs or one: package, core (its lowest hyperthread), number (-1
+  # where sysfs does not say)
   cpus=($(for k in "${cpus[@]}"; do
-    key=$(for f in physical_package_id core_id; do
-      cat "/sys/devices/system/cpu/cpu$k/topology/$f" 2>/dev/null || echo -1
+    key=$(for f in physical_package_id thread_siblings_list; do
+      v=$(grep -o '^[0-9]*' "/sys/devices/system/cpu/cpu$k/topology/$f" 2>/dev/null)
+      echo "${v:--1}"
     done)
     echo $key "$k"
   done | sort -n -k1,1 -k2,2 -k3,3 | awk '{ print $3 }'))
   c=${#cpus[@]}
   local show='{ awk "/^Cpus_allowed_list/ { print \$2 }" /proc/self/status
                 echo "${RR_HOST_CPUS-unset}"; } >"$0/aff.$LOCAL_RANK"'
-  for mode in core4 core2 slice4 slice2 slice1 none default env_none env_core; do
+  for mode in core4 core2 slice4 slice3 slice2 slice1 none default env_none env_core; do
     rm -f "$T"/aff.*
     flag=()
     envs=()
@@ -793,6 +797,7 @@ case_bind_to() {
       core4) flag=(--bind-to core) ;;
       core2) flag=(--bind-to core); n=2 ;;
       slice4) flag=(--bind-to slice) ;;
+      slice3) flag=(--bind-to slice); n=3 ;;
       slice2) flag=(--bind-to slice); n=2 ;;
       slice1) flag=(--bind-to slice); n=1 ;;
       none) flag=(--bind-to none) ;;
@@ -808,12 +813,12 @@ case_bind_to() {
       case $mode in
         core* | env_core) want="${cpus[$((k % c))]}" ;;
         slice* | default)
-          if [ "$n" -ge "$c" ]; then
+          if [ "$n" = 1 ]; then
+            want=$(printf '%s\n' "${cpus[@]}" | sort -n | xargs)
+          elif [ "$n" -le "$c" ] || [ $((n % c)) = 0 ]; then
             want="${cpus[$((k % c))]}"
           else
-            lo=$((k * c / n)) hi=$(((k + 1) * c / n)) want=
-            for ((i = lo; i < hi; i++)); do want+=" ${cpus[$i]}"; done
-            want=$(echo $want | tr ' ' '\n' | sort -n | xargs)
+            want=unbound
           fi ;;
         *) want=unbound ;;
       esac

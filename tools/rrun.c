@@ -188,9 +188,10 @@ static int setup_env(launcher *L) {
   }
   if (!getenv("OMP_NUM_THREADS") && o->nproc > 1) {
     rr__say(
-        "warning: OMP_NUM_THREADS is unset, so every worker gets OMP_NUM_THREADS=1: %d "
-        "processes each starting one thread per core would oversubscribe this machine. "
-        "Export OMP_NUM_THREADS to choose another value.",
+        "warning: OMP_NUM_THREADS is unset, so every worker gets OMP_NUM_THREADS=1, as "
+        "under torchrun: %d processes each starting one thread per core could oversubscribe "
+        "this machine. Export OMP_NUM_THREADS to choose another value (under --bind-to "
+        "slice, the default, each worker runs on its own share of the CPUs).",
         o->nproc);
     if (rr__set_env("OMP_NUM_THREADS", "1")) return -1;
   }

@@ -43,7 +43,8 @@ typedef struct {
   int max_restarts;
   bool keep_going; /* a failed worker does not stop the others (issue 26 item 4) */
   int replace;     /* --replace N: start up to N replacements that join the running group */
-  int bind;        /* --bind-to: RRUN_BIND_NONE, _CORE or _SLICE (default; rrun_workers.c) */
+  int bind;        /* --bind-to: RRUN_BIND_NONE, _CORE or _SLICE (default; rrun_bind.c) */
+  bool bind_asked; /* --bind-to or RR_BIND_TO given: a binding that cannot be done fails */
   int tee; /* bit 0: prefix stdout, bit 1: prefix stderr */
   double grace_s;
   const char *run_id; /* --rdzv-id; NULL: "none" */
@@ -115,6 +116,17 @@ __attribute__((format(printf, 1, 2))) void rr__say(const char *fmt, ...);
 void rr__emit_lines(launcher *L, const worker *w, stream *s, bool eof);
 void rr__stream_close(stream *s);
 void rr__stream_read(launcher *L, const worker *w, stream *s, bool drain);
+
+/* rrun_bind.c: one CPU rrun may run on: its number, its package and its core (the lowest CPU
+ * among its hyperthreads), -1 where unknown. */
+typedef struct {
+  int cpu, package, core;
+} rr__cpu_place;
+/* The CPUs local rank k of nproc workers gets under --bind-to mode, written to out (room for
+ * count); returns how many, 0 when the worker is left unbound. The rules are at the top of
+ * rrun_bind.c. */
+int rr__bind_share(const rr__cpu_place *cpus, int count, int mode, int nproc, int local_rank,
+                   int *out);
 
 /* rrun_workers.c. The job's shared environment (rrun.c) and each worker's own (RANK, ...)
  * are both set with these in rrun's environment, for fork to pass on. */

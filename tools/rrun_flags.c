@@ -101,13 +101,12 @@ static void print_help(void) {
       "                       (up to N in all) with RR_GROW_JOIN=1, which joins the running\n"
       "                       group (rr_pg_join); sets RR_GROW_ADDR when unset (one node)\n"
       "  --bind-to WHAT       where workers run, among the C CPUs rrun may run on (default\n"
-      "                       slice, or $RR_BIND_TO): slice: the n workers of this node get\n"
-      "                       n disjoint shares of them, C/n each (local rank k the k-th,\n"
-      "                       whole cores together), or CPU k mod C when n >= C; core: local\n"
-      "                       rank k gets the (k mod C)-th CPU alone; none: wherever the kernel\n"
-      "                       puts them. Bound workers get RR_HOST_CPUS=C, so that a rank\n"
-      "                       knows whether ranks share cores (steady latency: see\n"
-      "                       docs/performance.md, section 10)\n"
+      "                       slice, or $RR_BIND_TO): slice: each of the n workers of this\n"
+      "                       node its own share (whole cores while n <= cores, one CPU each\n"
+      "                       up to n = C, CPU k mod C when C divides n, else unbound); core:\n"
+      "                       local rank k the (k mod C)-th CPU alone; none: wherever the\n"
+      "                       kernel puts them. Bound workers get RR_HOST_CPUS=C. Why:\n"
+      "                       docs/performance.md, section 10\n"
       "  --tee N, -t N        prefix worker lines with \"[rankR]: \": 0 none (default),\n"
       "                       1 stdout, 2 stderr, 3 both\n"
       "  --prefix             same as --tee 3\n"
@@ -248,6 +247,7 @@ static void apply_flag(options *o, const struct flag *f, const char *spelled, co
       break;
     case F_BIND_TO:
       o->bind = bind_value(spelled, value);
+      o->bind_asked = true;
       break;
     case F_TEE:
       o->tee = int_value(spelled, value, 0, 3);
@@ -306,8 +306,7 @@ static const struct flag *find_flag(const char *arg, char *spelled, size_t size)
 void rr__parse_args(int argc, char **argv, options *o) {
   *o = (options){
       .nproc = 1, .nnodes = 1, .master_addr = "127.0.0.1", .master_port = 29500, .grace_s = 30};
-  const char *env_bind = getenv("RR_BIND_TO");
-  o->bind = env_bind && *env_bind ? bind_value("RR_BIND_TO", env_bind) : RRUN_BIND_SLICE;
+  o->bind = RRUN_BIND_SLICE;
   const char *env_grace = getenv("RR_GRACE_PERIOD");
   if (env_grace && env_grace[0] != '\0' && !parse_seconds(env_grace, &o->grace_s)) {
     usage_error("RR_GRACE_PERIOD: expected seconds (0 to %g), got '%s'", RRUN_MAX_GRACE_S,
@@ -338,6 +337,12 @@ void rr__parse_args(int argc, char **argv, options *o) {
       usage_error("option '%s' takes no value", spelled);
     }
     apply_flag(o, f, spelled, value);
+  }
+  /* After the flags: --help and --version do not read it, and --bind-to overrides it. */
+  const char *env_bind = getenv("RR_BIND_TO");
+  if (!o->bind_asked && env_bind && *env_bind) {
+    o->bind = bind_value("RR_BIND_TO", env_bind);
+    o->bind_asked = true;
   }
   if (i >= argc) usage_error("no program to run");
   o->argv = argv + i;

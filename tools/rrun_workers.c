@@ -105,14 +105,31 @@ static _Noreturn void child_fail(int report_fd, int stage) {
 }
 
 /* rrun's CPUs (its own affinity: taskset or a cgroup around rrun chooses them; rrun only
- * spreads its workers over them) in the order --bind-to slice cuts them: by package, then
- * core, then number, so that a share holds whole cores with their hyperthreads where the
- * share is large enough, and shares follow the packages. Where sysfs does not say, by number.
- * Read once: rrun's affinity does not change while it runs. */
-struct cpu_key {
-  int package, core, cpu;
-};
+ * spreads its workers over them), read again for each worker (a cpuset may change between
+ * restarts) and sized for machines with more CPUs than a cpu_set_t holds. NULL with errno
+ * on failure. */
+static cpu_set_t *rrun_affinity(size_t *bytes, int *ncpu) {
+  for (int n = CPU_SETSIZE; n <= (1 << 20); n *= 2) {
+    cpu_set_t *set = CPU_ALLOC(n);
+    if (!set) return NULL;
+    *bytes = CPU_ALLOC_SIZE(n);
+    if (sched_getaffinity(0, *bytes, set) == 0) {
+      *ncpu = n;
+      return set;
+    }
+    int e = errno;
+    CPU_FREE(set);
+    if (e != EINVAL) { /* EINVAL: the kernel's mask is larger than ours */
+      errno = e;
+      return NULL;
+    }
+  }
+  errno = EINVAL;
+  return NULL;
+}
 
+/* The first number in a sysfs topology file of one CPU: a value, or for a list of CPUs
+ * ("0,4", "0-1") its lowest; -1 where the file is missing or unreadable. */
 static int topo_value(int cpu, const char *what) {
   char path[96];
   snprintf(path, sizeof path, "/sys/devices/system/cpu/cpu%d/topology/%s", cpu, what);
@@ -125,60 +142,63 @@ static int topo_value(int cpu, const char *what) {
   return v;
 }
 
-static int cpu_key_cmp(const void *a, const void *b) {
-  const struct cpu_key *x = a, *y = b;
-  if (x->package != y->package) return x->package < y->package ? -1 : 1;
-  if (x->core != y->core) return x->core < y->core ? -1 : 1;
-  return (x->cpu > y->cpu) - (x->cpu < y->cpu);
-}
-
-static int rrun_cpus(const int **order) {
-  static struct cpu_key keys[CPU_SETSIZE];
-  static int cpus[CPU_SETSIZE], count = -1;
-  if (count < 0) {
-    cpu_set_t set;
-    count = 0;
-    if (sched_getaffinity(0, sizeof set, &set) == 0) {
-      for (int cpu = 0; cpu < CPU_SETSIZE; cpu++) {
-        if (CPU_ISSET(cpu, &set))
-          keys[count++] = (struct cpu_key){topo_value(cpu, "physical_package_id"),
-                                           topo_value(cpu, "core_id"), cpu};
-      }
+/* --bind-to for one worker, decided in rrun before the fork (rrun_bind.c says how): the set
+ * to bind it to in *out (NULL: unbound; CPU_FREE it) and the CPUs the node's workers were
+ * spread over in *host_cpus (0 when unbound). When rrun cannot read its CPUs, a binding the
+ * user asked for fails the start (-1, said); the default one is given up with a warning. */
+static int bind_plan(const launcher *L, int local_rank, cpu_set_t **out, size_t *bytes,
+                     int *host_cpus) {
+  static bool warned;
+  *out = NULL;
+  *host_cpus = 0;
+  if (L->opt->bind == RRUN_BIND_NONE) return 0;
+  int ncpu = 0, count = 0, got = 0;
+  cpu_set_t *set = rrun_affinity(bytes, &ncpu);
+  rr__cpu_place *places = NULL;
+  int *mine = NULL;
+  if (set) {
+    count = CPU_COUNT_S(*bytes, set);
+    places = malloc((size_t)(count > 0 ? count : 1) * sizeof *places);
+    mine = malloc((size_t)(count > 0 ? count : 1) * sizeof *mine);
+    if (!places || !mine) errno = ENOMEM;
+  }
+  if (!set || !places || !mine || count < 1) {
+    int e = set && count < 1 ? EINVAL : errno;
+    if (L->opt->bind_asked) {
+      rr__say("--bind-to: cannot read the CPUs rrun may run on: %s", strerror(e));
+    } else if (!warned) {
+      warned = true;
+      rr__say("warning: cannot read the CPUs rrun may run on (%s); workers run unbound",
+              strerror(e));
     }
-    qsort(keys, (size_t)count, sizeof keys[0], cpu_key_cmp);
-    for (int i = 0; i < count; i++) cpus[i] = keys[i].cpu;
+    if (set) CPU_FREE(set);
+    free(places);
+    free(mine);
+    return L->opt->bind_asked ? -1 : 0;
   }
-  *order = cpus;
-  return count;
-}
-
-/* --bind-to, decided in rrun before the fork: the CPUs of a local rank among rrun's C CPUs.
- * core: the (k mod C)-th alone. slice (the default): n workers on this node get n disjoint
- * shares of about C/n CPUs each, in rrun_cpus' order, the k-th share to local rank k; with
- * n >= C that is the (k mod C)-th CPU, as core. Why bind at all: a worker the kernel moves
- * onto its peer's core turns a 1 us hand-off into a wait for the scheduler, and that is what
- * made small-message latency differ between launches (docs/performance.md, section 10); the
- * shares keep the worker's own threads (torch's intra-op pool) on a fair part of the machine.
- * Returns C, or 0 when rrun cannot read its CPUs. */
-static int bind_plan(const launcher *L, int local_rank, cpu_set_t *mine) {
-  const int *order;
-  int count = rrun_cpus(&order), n = L->opt->nproc;
-  CPU_ZERO(mine);
-  if (count < 1) return 0;
-  if (L->opt->bind == RRUN_BIND_CORE || n >= count) {
-    CPU_SET(order[local_rank % count], mine);
+  for (int cpu = 0, i = 0; cpu < ncpu && i < count; cpu++) {
+    if (CPU_ISSET_S(cpu, *bytes, set))
+      places[i++] = (rr__cpu_place){cpu, topo_value(cpu, "physical_package_id"),
+                                    topo_value(cpu, "thread_siblings_list")};
+  }
+  got = rr__bind_share(places, count, L->opt->bind, L->opt->nproc, local_rank, mine);
+  free(places);
+  if (got > 0) {
+    CPU_ZERO_S(*bytes, set);
+    for (int j = 0; j < got; j++) CPU_SET_S(mine[j], *bytes, set);
+    *out = set;
+    *host_cpus = count;
   } else {
-    int k = local_rank % n;
-    for (int i = (int)((long)k * count / n); i < (int)((long)(k + 1) * count / n); i++)
-      CPU_SET(order[i], mine);
+    CPU_FREE(set);
   }
-  return count;
+  free(mine);
+  return 0;
 }
 
 /* In the child after fork: own process group, die with rrun, wire the pipes, bind when asked,
  * exec. */
 static _Noreturn void child_main(const launcher *L, int pipes[2][2], int report_fd, pid_t parent,
-                                 const cpu_set_t *bind) {
+                                 const cpu_set_t *bind, size_t bind_bytes) {
   if (setpgid(0, 0) != 0) child_fail(report_fd, STAGE_SETPGID);
   if (prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0) != 0) child_fail(report_fd, STAGE_PDEATHSIG);
   /* rrun may have died before the line above: then no death signal will come. */
@@ -195,7 +215,9 @@ static _Noreturn void child_main(const launcher *L, int pipes[2][2], int report_
       sigprocmask(SIG_SETMASK, &L->orig_mask, NULL) != 0) {
     child_fail(report_fd, STAGE_SIGNALS);
   }
-  if (bind && (CPU_COUNT(bind) == 0 || sched_setaffinity(0, sizeof *bind, bind) != 0))
+  /* The default binding is only a hint: where the kernel refuses it (a cpuset changed since
+   * rrun read it), the worker runs unbound. */
+  if (bind && sched_setaffinity(0, bind_bytes, bind) != 0 && L->opt->bind_asked)
     child_fail(report_fd, STAGE_AFFINITY);
   execvp(L->opt->argv[0], L->opt->argv);
   child_fail(report_fd, STAGE_EXEC);
@@ -248,6 +270,7 @@ static int make_stream_pipe(stream *s, int fds[2]) {
 static enum spawn_result spawn_worker(launcher *L, worker *w) {
   int pipes[2][2] = {{-1, -1}, {-1, -1}};
   int report[2] = {-1, -1};
+  cpu_set_t *bind = NULL;
   enum spawn_result result = SPAWN_ERROR;
   for (int s = 0; s < 2; s++) {
     if ((L->opt->tee & (1 << s)) && make_stream_pipe(&w->out[s], pipes[s]) != 0) goto out;
@@ -262,9 +285,10 @@ static enum spawn_result spawn_worker(launcher *L, worker *w) {
   }
   /* RR_HOST_CPUS: a bound rank sees only its share and could not tell whether this node's
    * ranks outnumber its cores (the library's polling must know: rendezvous/bootstrap.c). */
-  cpu_set_t bind;
-  bool bound = L->opt->bind != RRUN_BIND_NONE;
-  if (bound && rr__set_env_int("RR_HOST_CPUS", bind_plan(L, w->local_rank, &bind))) goto out;
+  size_t bind_bytes = 0;
+  int host_cpus = 0;
+  if (bind_plan(L, w->local_rank, &bind, &bind_bytes, &host_cpus) != 0) goto out;
+  if (bind && rr__set_env_int("RR_HOST_CPUS", host_cpus)) goto out;
   if (w->joiner ? rr__set_env("RR_GROW_JOIN", "1") : unsetenv("RR_GROW_JOIN") != 0) {
     if (!w->joiner) rr__say("unsetenv RR_GROW_JOIN: %s", strerror(errno));
     goto out;
@@ -275,7 +299,7 @@ static enum spawn_result spawn_worker(launcher *L, worker *w) {
     rr__say("fork: %s", strerror(errno));
     goto out;
   }
-  if (pid == 0) child_main(L, pipes, report[1], parent, bound ? &bind : NULL);
+  if (pid == 0) child_main(L, pipes, report[1], parent, bind, bind_bytes);
   /* The child makes its own group too; doing it here as well closes the window in which a
    * signal to the group would miss it. EACCES: it has already exec'd, and so has its group. */
   if (setpgid(pid, pid) != 0 && errno != EACCES && errno != ESRCH)
@@ -300,6 +324,7 @@ static enum spawn_result spawn_worker(launcher *L, worker *w) {
     result = SPAWN_OK;
   }
 out:
+  if (bind) CPU_FREE(bind);
   for (int s = 0; s < 2; s++) close_fd(&pipes[s][1]);
   close_fd(&report[0]);
   close_fd(&report[1]);

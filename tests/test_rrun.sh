@@ -7,7 +7,7 @@
 # and the env.R.A / pid.R.A / sig.R.A files it writes), and for two_nodes_local ALLREDUCE,
 # tests/helpers/rrun_allreduce.c, which joins the job and checks an all-reduce.
 # Exit 0 pass, 1 fail, 77 skip.
-# (Just over 800 lines: one case per launcher behaviour, each small, sharing the helpers at
+# (About 900 lines: one case per launcher behaviour, each small, sharing the helpers at
 # the top; splitting them over files would repeat those helpers or add a sourced library.)
 set -u
 

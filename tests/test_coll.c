@@ -9,7 +9,12 @@
  *              all_to_all|all_to_allv|sendrecv|barrier> <world> [matrix|large]
  *
  * matrix: counts 0, 1, 7, world-1, world+1 with every combination, and 1,000,003 with
- * every dtype (two ops each, rotating); large: 64 MiB of float32 and of int32. all_to_all
+ * every dtype (two ops each, rotating); where the count is one block of n (reduce_scatter,
+ * all_gather, gather, scatter, all_to_all) the big count is 1,000,003 / n but at least
+ * 300,007, so a rank moves about as much as in an all-reduce of 1,000,003 while every
+ * dtype's block still spans more than one 256 KiB segment (before, all_to_all at 8 ranks moved
+ * 8M elements per rank per case: most of the matrix's time under the sanitizers, no path
+ * the smaller blocks miss). large: 64 MiB of float32 and of int32. all_to_all
  * and all_to_allv have no in-place form: their second placement is the _async call. For
  * all_to_allv the count sets the scale of random per-pair counts (zeros among them). */
 #include <stdlib.h>
@@ -401,7 +406,11 @@ static int body(int rank, void *arg) {
       cases++;
     }
   } else {
-    size_t counts[6] = {0, 1, 7, (size_t)n - 1, (size_t)n + 1, 1000003};
+    int blocks = !strcmp(c, "reduce_scatter") || !strcmp(c, "all_gather") || !strcmp(c, "gather") ||
+                 !strcmp(c, "scatter") || !strcmp(c, "all_to_all");
+    size_t bigc = blocks ? 1000003 / (size_t)n : 1000003;
+    if (bigc < 300007) bigc = 300007;
+    size_t counts[6] = {0, 1, 7, (size_t)n - 1, (size_t)n + 1, bigc};
     size_t ncounts = dedupe(counts, 6);
     for (size_t ci = 0; ci < ncounts; ci++) {
       size_t count = counts[ci];

@@ -74,11 +74,20 @@ def _entry(rank, fn, args):
     fn(rank, *args)
 
 
-def spawn(fn, world, args):
-    """fn(rank, *args) in `world` processes; exit 1 (after their tracebacks) if any fails."""
+def spawn(fn, world, args, start_method=None):
+    """fn(rank, *args) in `world` processes; exit 1 (after their tracebacks) if any fails.
+
+    The ranks are forked from this process, which has imported torch but run nothing
+    (no group, no tensor work, no threads), instead of started afresh as mp.spawn does: each
+    fresh interpreter imports torch again (2.7 s of CPU for torch 2.15, 1 s for 1.13, far
+    more on a loaded machine), most of a small test's time. What the ranks run is the same;
+    the users' way, mp.spawn in the script, is what torch_tutorial.py's spawn case runs.
+    RR_TEST_START_METHOD=spawn goes back to fresh interpreters; start_method="spawn" is for
+    a parent that has touched CUDA (a forked child cannot use it)."""
     import torch.multiprocessing as mp
+    method = start_method or os.environ.get("RR_TEST_START_METHOD", "fork")
     try:
-        mp.spawn(_entry, args=(fn, args), nprocs=world, join=True)
+        mp.start_processes(_entry, args=(fn, args), nprocs=world, join=True, start_method=method)
     except Exception as e:  # noqa: BLE001 (mp.spawn re-raises the first rank's failure)
         print(f"FAILED: {e}", file=sys.stderr)
         sys.exit(1)

@@ -193,4 +193,5 @@ if __name__ == "__main__":
         print(f"skipped: {lib.path} was built without CUDA (configure with -DRR_CUDA=ON)")
         sys.exit(77)
     world = int(sys.argv[1])
-    common.spawn(run, world, (world, common.free_port()))
+    # torch.cuda.is_available() above started CUDA in this process: fresh interpreters.
+    common.spawn(run, world, (world, common.free_port()), start_method="spawn")

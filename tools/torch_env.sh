@@ -8,6 +8,8 @@
 # environment for torch2.torchft_elastic.
 #   RR_TORCH2_VERSION=2.15.0   another version (the pin moves with PyPI's newest)
 #   RR_TORCHFT_VERSION=0.2.0   another torchft; RR_TORCHFT=0: none
+#   --path                     print where that python is (or will be) and install nothing
+#                              (tests/run.sh configures with it while the install runs)
 # First install on a 2-core VM: ~80 s and 5.3 GB (torch's PyPI wheel brings CUDA's runtime
 # libraries, ~3.5 GB, which the CPU tests load but never use).
 set -euo pipefail
@@ -15,6 +17,7 @@ cd "$(dirname "$0")/.."
 ver=${RR_TORCH2_VERSION:-2.15.0}
 dir=$PWD/build-venv/torch-$ver
 py=$dir/bin/python
+if [ "${1:-}" = --path ]; then echo "$py"; exit 0; fi
 check="import sys, torch, torch.distributed as d; sys.exit(torch.__version__.split('+')[0] != '$ver' or not d.is_available())"
 pip_in() { PIP_CACHE_DIR=$PWD/build-venv/pip-cache "$dir/bin/pip" install -q --disable-pip-version-check "$@" >&2; }
 if ! { [ -x "$py" ] && "$py" -c "$check" 2>/dev/null; }; then

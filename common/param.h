@@ -12,7 +12,7 @@
  * mistakes to report, not to clamp or wrap around. */
 #define RR__INT_PARAMS(XX)                                                                    \
   XX(nsocks, "RR_NSOCKS", 2, 1, 16, "TCP data sockets per peer")                            \
-  XX(seg_bytes, "RR_SEG_BYTES", 256 * 1024, 4096, 64 << 20, "pipeline segment size in bytes") \
+  XX(seg_bytes, "RR_SEG_BYTES", 128 * 1024, 4096, 64 << 20, "pipeline segment size in bytes") \
   XX(slots, "RR_SLOTS", 4, 2, 64, "receive segments in flight per step")                    \
   XX(ipc_seg_bytes, "RR_IPC_SEG_BYTES", 4 << 20, 4096, 64 << 20,                             \
      "segment size of collectives through CUDA IPC (device buffers, ranks on one host)")   \

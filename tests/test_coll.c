@@ -12,7 +12,7 @@
  * every dtype (two ops each, rotating); where the count is one block of n (reduce_scatter,
  * all_gather, gather, scatter, all_to_all) the big count is 1,000,003 / n but at least
  * 300,007, so a rank moves about as much as in an all-reduce of 1,000,003 while every
- * dtype's block still spans more than one 256 KiB segment (before, all_to_all at 8 ranks moved
+ * dtype's block still spans more than two default segments (128 KiB; before, all_to_all at 8 ranks moved
  * 8M elements per rank per case: most of the matrix's time under the sanitizers, no path
  * the smaller blocks miss). large: 64 MiB of float32 and of int32. all_to_all
  * and all_to_allv have no in-place form: their second placement is the _async call. For

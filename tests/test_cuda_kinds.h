@@ -134,7 +134,7 @@ static int kinds_p2p(rr_pg *pg, size_t count, uint64_t seed) {
   const int n = rr_get_world_size(pg), r = rr_get_rank(pg);
   if (n < 2) return 0;
   const size_t blk = count * 4;
-  const size_t min_seg = blk > (256u << 10) ? 2 : 1; /* never larger than the default slot */
+  const size_t min_seg = blk > (size_t)rr__params_get()->seg_bytes ? 2 : 1; /* slots hold a segment */
   char *small = dalloc(blk), *out = dalloc(blk), *h = t_alloc(blk);
   char what[96];
   /* device to device, around the ring */

@@ -120,7 +120,7 @@ static void fill_like_gradients(rr_dtype dt, uint8_t *p, size_t bytes) {
 }
 
 void bench(void) {
-  const size_t big = 64u << 20, small = 256u << 10; /* small: RR_SEG_BYTES, stays in cache */
+  const size_t big = 64u << 20, small = 256u << 10; /* small: a segment-sized block, in cache */
   uint8_t *a = t_alloc(big), *b = t_alloc(big), *d = t_alloc(big);
   memset(d, 1, big);
   int fast = rr__op_force_portable(0);

@@ -1,6 +1,7 @@
 /*
  * Shared by the bench/compare harnesses (mpi_allreduce.c, gloo_allreduce.cc, socket_ring.c):
- * the option parser (nccl-tests' -b -e -f -n -w, plus -N for the per-size iteration rule),
+ * the option parser (nccl-tests' -b -e -f -n -w, plus -N for the per-size iteration rule
+ * and -I for in place where a harness has both forms),
  * the data pattern, the check and the result line.
  *
  * Result line, one per size, printed by rank 0 only:
@@ -24,6 +25,7 @@ typedef struct cmp_opts {
   size_t factor;
   int iters, warmup;
   int auto_iters; /* -N: iterations scale down with size (see cmp_iters) */
+  int in_place;   /* -I: the result overwrites the input (mpi_allreduce: MPI_IN_PLACE) */
   const char *system;
   const char *algo; /* gloo: ring, ring_chunked, allreduce */
 } cmp_opts;
@@ -43,8 +45,9 @@ static inline size_t cmp_parse_size(const char *s) {
 static inline void cmp_usage(const char *prog) {
   fprintf(stderr,
           "usage: %s [-b BYTES] [-e BYTES] [-f FACTOR] [-n ITERS] [-w WARMUP] [-N] "
-          "[-s SYSTEM] [-a ALGO]\n"
-          "  -N: iterations by size (200 up to 128K, then fewer; -n is the cap)\n",
+          "[-I] [-s SYSTEM] [-a ALGO]\n"
+          "  -N: iterations by size (200 up to 128K, then fewer; -n is the cap)\n"
+          "  -I: in place (mpi_allreduce)\n",
           prog);
   exit(2);
 }
@@ -55,11 +58,13 @@ static inline void cmp_parse(int argc, char **argv, cmp_opts *o, const char *sys
   o->iters = 20;
   o->warmup = 5;
   o->auto_iters = 0;
+  o->in_place = 0;
   o->system = system;
   o->algo = "ring";
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i];
     if (strcmp(a, "-N") == 0) { o->auto_iters = 1; continue; }
+    if (strcmp(a, "-I") == 0) { o->in_place = 1; continue; }
     if (i + 1 >= argc || a[0] != '-' || a[2] != 0) cmp_usage(argv[0]);
     const char *v = argv[++i];
     switch (a[1]) {

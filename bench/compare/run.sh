@@ -14,6 +14,9 @@
 #   mpi-tcp-tuned-algN   mpi-tcp-tuned with its allreduce algorithm forced to N (coll tuned's
 #                   numbering: 1 linear, 2 nonoverlapping, 3 recursive doubling, 4 ring,
 #                   5 segmented ring, 6 Rabenseifner); not in the default set
+#   mpi-tcp-tuned-inplace, mpi-shm-tuned-inplace   the tuned systems with MPI_IN_PLACE, to set
+#                   beside rr-tcp-inplace / rr-shm-inplace (torch's all_reduce is in place);
+#                   not in the default set
 #   mpi-shm         Open MPI, --mca btl vader,self (shared memory), default settings
 #   mpi-shm-tuned   the same with the allocator tuned
 #   gloo-ring, gloo-ring_chunked   Gloo's AllreduceRing / AllreduceRingChunked over its TCP
@@ -156,6 +159,8 @@ launch() {
   case $sys in
     mpi-tcp) cmd=("${MPIRUN[@]}" -np "$np" --mca btl tcp,self "$bin/mpi_allreduce" "${h[@]}" -s "$sys");;
     mpi-tcp-tuned) cmd=("${MPIRUN[@]}" -np "$np" --mca btl tcp,self "${TUNED[@]}" "$bin/mpi_allreduce" "${h[@]}" -s "$sys");;
+    mpi-tcp-tuned-inplace) cmd=("${MPIRUN[@]}" -np "$np" --mca btl tcp,self "${TUNED[@]}" "$bin/mpi_allreduce" "${h[@]}" -I -s "$sys");;
+    mpi-shm-tuned-inplace) cmd=("${MPIRUN[@]}" -np "$np" --mca btl vader,self "${TUNED[@]}" "$bin/mpi_allreduce" "${h[@]}" -I -s "$sys");;
     mpi-tcp-tuned-alg[0-9]*)
       cmd=("${MPIRUN[@]}" -np "$np" --mca btl tcp,self "${TUNED[@]}" --mca coll_tuned_use_dynamic_rules 1
            --mca coll_tuned_allreduce_algorithm "${sys#mpi-tcp-tuned-alg}" "$bin/mpi_allreduce" "${h[@]}" -s "$sys");;

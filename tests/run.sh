@@ -47,9 +47,11 @@ case "${1:-}" in
     # installed once into build-venv/ (tools/torch_env.sh; ~80 s the first time, mostly
     # downloading and unpacking: it runs while the library builds, and must be done first).
     flags+=(-DRR_TORCH2_PYTHON="$(bash tools/torch_env.sh --path)")
-    torch_log=$(mktemp); bash tools/torch_env.sh > /dev/null 2> "$torch_log" & torch_pid=$!
-    # A failed build leaves no installer behind (a half-made environment is redone next time).
-    trap 'kill "$torch_pid" 2>/dev/null || true; rm -f "$torch_log"' EXIT
+    # In a process group of its own (setsid execs in place: $! is the group's leader), so
+    # that a failed build kills pip with it, not only the shell running tools/torch_env.sh;
+    # a half-made environment is redone next time.
+    torch_log=$(mktemp); setsid bash tools/torch_env.sh > /dev/null 2> "$torch_log" & torch_pid=$!
+    trap 'kill -- -"$torch_pid" 2>/dev/null || true; rm -f "$torch_log"' EXIT
     ;;
   *) echo "usage: $0 [--sanitize|--tsan]" >&2; exit 2 ;;
 esac

@@ -1,8 +1,12 @@
 /* The step every algorithm is made of.
  *
  * A pipelined step sends one buffer to one neighbour and receives one from the other. Both
- * are cut into segments of RR_SEG_BYTES; segment k of a step travels as message k on lane
- * k mod lanes, so both sides agree without talking. While segment k is being reduced, the
+ * are cut into segments of RR_SEG_BYTES; segment k of a step travels as message k + 1, whose
+ * lane both sides compute alike without talking (rr__lane_for in transport/comm.c). Message
+ * 0 is the call header's, which goes both ways on the first lane; numbering segments from 1
+ * keeps the first segment of every step off it, so with one-way TCP lanes no data shares a
+ * socket with the other direction's (before, a step of one segment, an all-reduce of 64 KiB
+ * to 256 KiB at world 2, sent all its data both ways on one socket). While segment k is being reduced, the
  * segments after it are already on the wire (the sender keeps up to SEND_WIN segments
  * queued, the receiver has up to `slots` receive buffers posted), which is the overlap of
  * reduction and transfer the ring relies on.
@@ -126,7 +130,7 @@ static int rr__pipe_segments(rr__coll *c, const rr__step *st, rr__trace_cap *tap
       r->len = n * es;
       r->dev = dev;
       r->p2p = p2p;
-      RR__CHECK(rr__comm_isend(c->cm, st->to, (int)sp, r));
+      RR__CHECK(rr__comm_isend(c->cm, st->to, (int)(sp + 1), r));
       sp++;
     }
     /* Post receives while slots are free: a slot is free once the segment that used it
@@ -153,7 +157,7 @@ static int rr__pipe_segments(rr__coll *c, const rr__step *st, rr__trace_cap *tap
           r->ctx = x;
         }
       }
-      RR__CHECK(rr__comm_irecv(c->cm, st->from, (int)rp, r));
+      RR__CHECK(rr__comm_irecv(c->cm, st->from, (int)(rp + 1), r));
       rp++;
     }
     size_t moved = 0;

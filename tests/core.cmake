@@ -49,6 +49,16 @@ foreach(coll all_reduce reduce_scatter all_gather broadcast reduce gather scatte
     ENVIRONMENT "${RR_TEST_ENV};RR_NSOCKS=3;RR_SEG_BYTES=4096;RR_SLOTS=2;RR_ALGO=ring")
 endforeach()
 
+# Which socket carries which bytes (tests/test_lanes.c): one-way lanes spread over RR_NSOCKS/2
+# sockets each way (an odd last one unused), one two-way socket with RR_NSOCKS=1.
+rr_core_test(test_lanes)
+foreach(cfg w2_n4 w3_n4 w2_n3 w3_n2 w2_n1 w3_n1)
+  string(REGEX MATCH "w([0-9]+)_n([0-9]+)" _ ${cfg})
+  add_test(NAME tcp_lanes_${cfg} COMMAND test_lanes ${CMAKE_MATCH_1})
+  set_tests_properties(tcp_lanes_${cfg} PROPERTIES TIMEOUT 120 LABELS "core;coll"
+    ENVIRONMENT "${RR_TEST_ENV};RR_ALGO=ring;RR_NSOCKS=${CMAKE_MATCH_2}")
+endforeach()
+
 # 64 MiB buffers.
 foreach(coll all_reduce reduce_scatter all_gather broadcast reduce gather scatter all_to_all
              all_to_allv sendrecv)

@@ -146,6 +146,10 @@ void rr__coll_state_setup(rr__coll_state *cs);
 /* The call's segment size (rr__coll_init: the group's RR_SEG_BYTES). Before rr__coll_begin,
  * which puts it in the header: every rank of the call must choose the same. */
 void rr__coll_set_seg(rr__coll *c, size_t seg_bytes);
+/* The message number of a pipelined step's segment k: k + 1, since message 0 is the call
+ * header's, which goes both ways on the first lane (ring/pipe.c, rr__lane_for). Host and
+ * device pipes must number alike: a rank on device buffers talks to one on host buffers. */
+static inline int rr__seg_msg(size_t k) { return (int)(k + 1); }
 void rr__coll_init(rr__coll *c, rr__coll_state *cs, rr__comm *cm, const rr__args *a, int rank,
                    int size, int64_t timeout_ms);
 /* A point-to-point call (send, recv, sendrecv): numbered per pair, not in the group's

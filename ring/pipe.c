@@ -130,7 +130,7 @@ static int rr__pipe_segments(rr__coll *c, const rr__step *st, rr__trace_cap *tap
       r->len = n * es;
       r->dev = dev;
       r->p2p = p2p;
-      RR__CHECK(rr__comm_isend(c->cm, st->to, (int)(sp + 1), r));
+      RR__CHECK(rr__comm_isend(c->cm, st->to, rr__seg_msg(sp), r));
       sp++;
     }
     /* Post receives while slots are free: a slot is free once the segment that used it
@@ -157,7 +157,7 @@ static int rr__pipe_segments(rr__coll *c, const rr__step *st, rr__trace_cap *tap
           r->ctx = x;
         }
       }
-      RR__CHECK(rr__comm_irecv(c->cm, st->from, (int)(rp + 1), r));
+      RR__CHECK(rr__comm_irecv(c->cm, st->from, rr__seg_msg(rp), r));
       rp++;
     }
     size_t moved = 0;

@@ -165,7 +165,7 @@ int rr__pipe_piped(rr__coll *c, const rr__step *st) {
       memset(r, 0, sizeof *r);
       r->buf = p->hsend + j * p->slot;
       r->len = n * es;
-      RR__CHECK(rr__comm_isend(c->cm, st->to, (int)(sp + 1), r)); /* as ring/pipe.c */
+      RR__CHECK(rr__comm_isend(c->cm, st->to, rr__seg_msg(sp), r));
       sp++;
     }
     /* Post receives into slots the device has finished reading. */
@@ -182,7 +182,7 @@ int rr__pipe_piped(rr__coll *c, const rr__step *st) {
       memset(r, 0, sizeof *r);
       r->buf = p->hrecv + j * p->slot;
       r->len = n * es;
-      RR__CHECK(rr__comm_irecv(c->cm, st->from, (int)(rp + 1), r));
+      RR__CHECK(rr__comm_irecv(c->cm, st->from, rr__seg_msg(rp), r));
       rp++;
     }
     size_t moved = 0;

@@ -71,8 +71,10 @@ static int rr__mismatch(rr__coll *c, int from, const rr__hdr *mine, const rr__hd
   }
   char b[160];
   rr__hdr_describe(theirs, b, sizeof b);
-  return rr__set_error(RR_EMISMATCH, "mismatched calls: rank %d called %s, but rank %d called %s%s",
-                       rr__grank(c, c->r), own_desc, rr__grank(c, from), b,
+  /* A completion notice is something a peer sent at the end of its call, not a call. */
+  const char *verb = theirs->kind == RR__K_ACK ? "sent" : "called";
+  return rr__set_error(RR_EMISMATCH, "mismatched calls: rank %d called %s, but rank %d %s %s%s",
+                       rr__grank(c, c->r), own_desc, rr__grank(c, from), verb, b,
                        rr__mismatch_hint(mine, theirs));
 }
 
@@ -235,8 +237,14 @@ static int rr__check_hdr_kind(rr__coll *c, int from, const uint8_t *wire, int ki
   rr__hdr mine = c->hdr;
   mine.kind = (uint8_t)kind;
   if (rr__same_call(&h, &mine) && h.aux == mine.aux && h.from == from) return RR_OK;
+  /* Waiting for a completion notice, this rank is still in its own call, and a peer's call
+   * header read in the notice's place differs from that call: name the call, never the
+   * notice ("rank 0 called completion #0" was the message of a broadcast that met an
+   * all_reduce). */
+  rr__hdr own = mine;
+  own.kind = c->hdr.kind;
   char a[160];
-  return rr__mismatch(c, from, &mine, &h, rr__describe_own(c, &mine, a, sizeof a));
+  return rr__mismatch(c, from, &mine, &h, rr__describe_own(c, &own, a, sizeof a));
 }
 
 int rr__coll_post_hdr(rr__coll *c, int from, rr__req *r, uint8_t *wire) {

@@ -102,6 +102,9 @@ const char *rr__hdr_describe(const rr__hdr *h, char *buf, size_t n) {
     case RR__K_BARRIER:
       snprintf(buf, n, "barrier #%llu", (unsigned long long)h->seq);
       break;
+    case RR__K_ACK: /* not a call: the notice names only the number of the call it ends */
+      snprintf(buf, n, "the completion notice of call #%llu", (unsigned long long)h->seq);
+      break;
     case RR__K_SEND:
       snprintf(buf, n, "send/recv #%llu of this pair (%llu x %s)", (unsigned long long)h->seq,
                (unsigned long long)h->count, dt);

@@ -92,6 +92,15 @@ endforeach()
 add_test(NAME fault_role_race COMMAND test_fault_args role_race)
 set_tests_properties(fault_role_race PROPERTIES TIMEOUT 180 LABELS "core;fault"
   ENVIRONMENT "RR_TIMEOUT=30;RR_GRACE_PERIOD=2;RR_SPIN_US=0")
+# A broadcast beside an all_reduce (issue 38): each rank's message names both calls as the
+# ranks made them, never the completion notice one of them was waiting for; tcp and shm.
+rr_core_test(test_mismatch_kind)
+add_test(NAME fault_mismatch_kind COMMAND test_mismatch_kind bcast_all_reduce)
+set_tests_properties(fault_mismatch_kind PROPERTIES TIMEOUT 120 LABELS "core;fault"
+  ENVIRONMENT "RR_TIMEOUT=30;RR_GRACE_PERIOD=2;RR_TRANSPORT=tcp")
+add_test(NAME fault_mismatch_kind_shm COMMAND test_mismatch_kind bcast_all_reduce)
+set_tests_properties(fault_mismatch_kind_shm PROPERTIES TIMEOUT 120 LABELS "core;fault"
+  ENVIRONMENT "RR_TIMEOUT=30;RR_GRACE_PERIOD=2;RR_TRANSPORT=shm")
 
 # Wire formats and the token PRF.
 rr_core_test(test_wire)

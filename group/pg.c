@@ -135,12 +135,29 @@ int rr__pg_run_worker(rr_pg *pg) {
   return RR_OK;
 }
 
+/* The world's id: "w", or, for a group named by its members' key (groups that share a
+ * store with others set up at the same time: torch's), "w-" and 16 hex digits of the key's
+ * hash. The id is in every store key, record MAC and greeting proof of the setup
+ * (rendezvous/bootstrap.c), so two groups with different keys never read each other's
+ * records or accept each other's connections, token or not. The hash is keyed with a fixed
+ * key: it separates names, it is not a secret (the MACs, keyed with the token, are). */
+static void rr__pg_name_world(rr_pg *pg, const char *key) {
+  static const uint8_t fixed[16] = "rr-group-key-v1";
+  if (!key || !key[0]) {
+    snprintf(pg->id, sizeof pg->id, "w");
+    return;
+  }
+  snprintf(pg->id, sizeof pg->id, "w-%016llx",
+           (unsigned long long)rr__siphash(fixed, key, strlen(key)));
+}
+
 /* Catch launch mistakes that would otherwise look like hangs: two processes claiming one
  * rank, or ranks that disagree on the world size. */
 static int rr__check_world(rr_pg *pg, const rr__init_info *in) {
-  char key[64];
+  char key[96], wkey[96];
   int64_t claims = 0;
-  snprintf(key, sizeof key, "rr/w/claim/%d", in->rank);
+  snprintf(key, sizeof key, "rr/%s/claim/%d", pg->id, in->rank);
+  snprintf(wkey, sizeof wkey, "rr/%s/world_size", pg->id);
   RR__CHECK(rr_store_add(pg->store, key, 1, &claims));
   if (claims > 1)
     return rr__set_error(RR_EINVAL,
@@ -149,10 +166,10 @@ static int rr__check_world(rr_pg *pg, const rr__init_info *in) {
                          in->rank, (long long)claims);
   char ws[32];
   int len = snprintf(ws, sizeof ws, "%d", in->world_size);
-  if (in->rank == 0) return rr_store_set(pg->store, "rr/w/world_size", ws, (size_t)len);
+  if (in->rank == 0) return rr_store_set(pg->store, wkey, ws, (size_t)len);
   void *v = NULL;
   size_t vl = 0;
-  int st = rr_store_get(pg->store, "rr/w/world_size", &v, &vl);
+  int st = rr_store_get(pg->store, wkey, &v, &vl);
   if (st == RR_ETIMEDOUT)
     return rr__set_error(RR_ETIMEDOUT, "rank 0 never reached the rendezvous");
   RR__CHECK(st);
@@ -170,17 +187,18 @@ static int rr__check_world(rr_pg *pg, const rr__init_info *in) {
  * shares it through the store, so the setup greetings still prove membership (as good as
  * the store's own protection, which is the framework's). */
 static int rr__store_token(rr_pg *pg) {
-  char hex[33];
+  char hex[33], key[96];
+  snprintf(key, sizeof key, "rr/%s/token", pg->id);
   if (pg->rank == 0) {
     uint8_t raw[16];
     if (getrandom(raw, sizeof raw, 0) != (ssize_t)sizeof raw)
       return rr__set_error(RR_ESYS, "getrandom: %s", strerror(errno));
     for (int i = 0; i < 16; i++) snprintf(hex + 2 * i, 3, "%02x", raw[i]);
-    RR__CHECK(rr_store_set(pg->store, "rr/w/token", hex, 32));
+    RR__CHECK(rr_store_set(pg->store, key, hex, 32));
   } else {
     void *v = NULL;
     size_t len = 0;
-    RR__CHECK(rr_store_get(pg->store, "rr/w/token", &v, &len));
+    RR__CHECK(rr_store_get(pg->store, key, &v, &len));
     int ok = len == 32;
     if (ok) memcpy(hex, v, 32);
     free(v);
@@ -217,7 +235,7 @@ static int rr__init(rr_pg **out, const rr_pg_options *opt, rr_store *store) {
   /* rr_pg_options.device >= 0: this rank's CUDA device, made current on the calling thread
    * (torch's device_id); -1 touches nothing, so a CPU-only program creates no context. */
   if (pg->device >= 0) RR__CHECK_GOTO(rr__cuda_pg_use_device(pg->device, in.rank), st, fail);
-  snprintf(pg->id, sizeof pg->id, "w");
+  rr__pg_name_world(pg, opt ? opt->group_key : NULL);
   for (int i = 0; i < in.world_size; i++) pg->global_ranks[i] = i;
 
   /* The interface is a local choice: check it before the rendezvous, so a bad
@@ -237,10 +255,13 @@ static int rr__init(rr_pg **out, const rr_pg_options *opt, rr_store *store) {
     rr__token_key(token, pg->token_key);
     pg->have_token = 1;
   }
+  int alone = in.kind == RR__INIT_STORE && in.world_size == 1;
   if (in.kind == RR__INIT_STORE) {
     pg->store = store;
     if (in.host[0] && rr__addr_resolve(in.host, 0, &pg->hint) == RR_OK) pg->have_hint = 1;
-    st = pg->have_token ? RR_OK : rr__store_token(pg);
+    /* A one-rank group meets nobody: no token to share, no claim to make (torch names
+     * one-rank groups alike on different ranks: new_subgroups(group_size=1)). */
+    st = pg->have_token || alone ? RR_OK : rr__store_token(pg);
   } else if (in.kind == RR__INIT_FILE) {
     pg->own_store = 1;
     st = rr_store_file(in.path, timeout, &pg->store);
@@ -257,7 +278,7 @@ static int rr__init(rr_pg **out, const rr_pg_options *opt, rr_store *store) {
     rr__prefix_error(st, "rendezvous store");
     goto fail;
   }
-  RR__CHECK_GOTO(rr__check_world(pg, &in), st, fail);
+  if (!alone) RR__CHECK_GOTO(rr__check_world(pg, &in), st, fail);
   RR__CHECK_GOTO(rr__pg_start(pg, deadline), st, fail);
   RR__LOG_INFO(RR__SUB_INIT, "rank %d of %d ready (rank and size from %s)", in.rank, in.world_size,
           in.source);

@@ -106,9 +106,10 @@ static int rr__parse_info(const rr__boot *b, int rank, const char *s, size_t len
   if (b->token_key && mac != rr__mac(b, "rr-record-v1/%s/%d/%s", b->group_id, rank, buf))
     return rr__set_error(RR_EPROTO,
                          "the record of rank %d in the store does not carry this job's token "
-                         "(written or changed by someone without RR_JOB_TOKEN: can others reach "
-                         "the store?); not connecting to what it names",
-                         b->global_ranks[rank]);
+                         "for group %s (written or changed by someone without RR_JOB_TOKEN, or "
+                         "another group's record put in its place: can others reach the "
+                         "store?); not connecting to what it names",
+                         b->global_ranks[rank], b->group_id);
   int got = sscanf(buf,
                    "global=%d pid=%d nsocks=%d mode=%7s nonce=%16" SCNx64 " ib=%d addr=%63s "
                    "host=%127s",
@@ -592,6 +593,16 @@ int rr__bootstrap(const rr__boot *b, rr__comm **out) {
   rr__hostid(me.hostid, sizeof me.hostid);
   snprintf(me.mode, sizeof me.mode, "%s", prm->transport);
   rr__transport_publish(&me);
+  if (size == 1) {
+    /* A group of one meets nobody: nothing to publish, read or connect. */
+    m.infos[0] = me;
+    cm->peers[0].info = me;
+    rr__choose_spin(cm, m.infos, 0, 1);
+    *out = cm;
+    cm = NULL;
+    st = RR_OK;
+    goto done;
+  }
   if (getrandom(&me.nonce, sizeof me.nonce, 0) != (ssize_t)sizeof me.nonce) {
     st = rr__set_error(RR_ESYS, "getrandom: %s", strerror(errno));
     goto done;

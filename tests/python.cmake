@@ -152,3 +152,15 @@ foreach(v 1 2)
     SKIP_RETURN_CODE 77 RESOURCE_LOCK tcp_port_29500  # torchrun's default port, as written
     ENVIRONMENT "OMP_NUM_THREADS=1;PYTHONDONTWRITEBYTECODE=1;PIP_CACHE_DIR=${CMAKE_SOURCE_DIR}/build-venv/pip-cache")
 endforeach()
+# Issue 38 item 1 and issue 43: torch groups set up at the same time through one store. swap_*:
+# whoever can write the store moves each group's (authentic) records into the other's place
+# while split_group or new_group(use_local_synchronization=True) sets both up: every rank must
+# fail at setup naming the record, never sum across groups (torch2 only: 1.13 has neither
+# form). same_name*: new_subgroups(group=sub) names its groups alike; each reaches only its own
+# members, exact sums (two-rank groups) or no rendezvous (one-rank groups).
+foreach(case swap_split swap_local same_name same_name_one)
+  rr_torch_test(groups_${case} 180 ${rr_py}/torch_groups.py ${case})
+endforeach()
+# ... and torch's own test of it at world 4 (torch 2.x; 1.13 has no such test and runs none).
+rr_torch_test(suite_subgroups_w4 300 ${rr_py}/torch_suite.py --backend ringreduce --world 4
+  -k test_new_subgroups_with_group_param)

@@ -129,9 +129,18 @@ typedef struct rr_pg_options {
    * device. -1 (the default): nothing is touched, and a CPU-only program creates no CUDA
    * context; calls run on their buffers' device either way. */
   int device;
+  /* What the group's members agree names this group, for groups set up through a store
+   * other groups share (rr_init_process_group_on_store): any string, the same on every
+   * member, different for every group that may set up through the same store at the same
+   * time — torch's backend passes the restart attempt, torch's group name and the members'
+   * global ranks. The store keys, every record's MAC and every greeting's proof are bound
+   * to it, so a record of another group (moved there by whoever can write the store) fails
+   * the setup naming the rank instead of pairing ranks across groups. NULL or "": the
+   * group is "w", as for a job's world. */
+  const char *group_key;
 } rr_pg_options;
 
-#define RR_PG_OPTIONS_INIT {NULL, 0, 0, 0, -1}
+#define RR_PG_OPTIONS_INIT {NULL, 0, 0, 0, -1, NULL}
 void rr_pg_options_init(rr_pg_options *opt);
 
 /* Join the job: rendezvous through the store named by the init method, then connect to

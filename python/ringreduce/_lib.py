@@ -58,7 +58,7 @@ c_store = ctypes.c_void_p
 class PgOptions(ctypes.Structure):
     _fields_ = [("init_method", ctypes.c_char_p), ("rank", ctypes.c_int),
                 ("world_size", ctypes.c_int), ("timeout_ms", ctypes.c_int64),
-                ("device", ctypes.c_int)]
+                ("device", ctypes.c_int), ("group_key", ctypes.c_char_p)]
 
 
 SET_FN = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_char_p, ctypes.c_void_p,

@@ -29,6 +29,7 @@ import collections
 import ctypes
 import datetime
 import inspect
+import os
 import weakref
 
 import torch
@@ -74,9 +75,13 @@ class ProcessGroupRingreduce(ElasticMixin, dist.ProcessGroup):
     _supports_time_estimate = False
     supports_reconfigure = False
 
-    def __init__(self, store, rank, size, timeout, adopt=None):  # adopt: rr_pg_shrink's group
+    def __init__(self, store, rank, size, timeout, adopt=None, key=None, global_ranks=None):
+        """adopt: rr_pg_shrink's group; key: what names this group among all that set up
+        through the same store (_group_key); global_ranks: its members' default-group ranks."""
         super().__init__(rank, size)
         self._rank, self._size = rank, size
+        self._key = key
+        self._global_ranks = list(global_ranks) if global_ranks is not None else list(range(size))
         self._store, self._timeout = store, timeout
         ms = _timeout_ms(timeout) or 30 * 60 * 1000
         self._bridge = StoreBridge(store, ms) if adopt is None else None
@@ -86,7 +91,7 @@ class ProcessGroupRingreduce(ElasticMixin, dist.ProcessGroup):
         self._coalescing = None  # inside a coalescing block: [deferred p2p, works issued]
         self._names = {"name": "", "desc": ""}
         self._pg = _lib.c_pg(adopt)
-        opts = _lib.PgOptions(None, rank, size, ms, -1)
+        opts = _lib.PgOptions(None, rank, size, ms, -1, key.encode() if key else None)
         st = 0 if adopt else _lib.init_process_group_on_store(
             ctypes.byref(self._pg), ctypes.byref(opts), self._bridge.handle)
         if st < 0:
@@ -146,8 +151,10 @@ class ProcessGroupRingreduce(ElasticMixin, dist.ProcessGroup):
             return None
         name = group_name or f"split:{sorted(ranks)}"
         store = dist.PrefixStore(f"ringreduce-split/{name}/", self._store)
+        members = [self._global_ranks[r] for r in sorted(ranks)]
+        key = _group_key(f"{self._key or 'w'}/split/{name}", members)
         pg = ProcessGroupRingreduce(store, sorted(ranks).index(self._rank), len(ranks),
-                                    timeout or self._timeout)
+                                    timeout or self._timeout, key=key, global_ranks=members)
         pg._set_group_name(name)
         pg._set_group_desc(group_desc or f"{self.group_desc}:split")
         return pg
@@ -775,12 +782,28 @@ class ProcessGroupRingreduce(ElasticMixin, dist.ProcessGroup):
                                (out, inp, output_tensors), output_tensors, dev)
 
 
+def _group_key(name, members):
+    """What names a group among every group that sets up through the same store: torchrun's
+    restart attempt (torch 2.x hands a restarted attempt the first one's store, keys and
+    all), the group's name, and its members' global ranks (torch numbers groups per process,
+    so one name can stand for different groups on different ranks: new_subgroups(group=)).
+    The library binds its store keys, record MACs and greeting proofs to it (rr_pg_options
+    group_key), so two groups never pair their ranks, whoever rewrites the store."""
+    attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
+    return f"torch/{attempt}/{name}/" + ",".join(str(r) for r in members)
+
+
 def _create(*args, **kwargs):
-    """The creator torch calls for each group: (store, rank, size, timeout) in 1.13 and 2.x,
-    or (backend options, pg options) with extended_api."""
+    """The creator torch calls for each group, registered with extended_api: (backend
+    options, pg options), the options carrying the group's name (group_id) and its members'
+    global ranks (empty for the default group). The plain form (store, rank, size, timeout)
+    is served too, for a caller that has nothing more to say."""
     if len(args) == 2 and hasattr(args[0], "store"):
         o = args[0]
-        return ProcessGroupRingreduce(o.store, o.group_rank, o.group_size, o.timeout)
+        members = list(getattr(o, "global_ranks_in_group", None) or range(o.group_size))
+        key = _group_key(getattr(o, "group_id", "") or "default", members)
+        return ProcessGroupRingreduce(o.store, o.group_rank, o.group_size, o.timeout, key=key,
+                                      global_ranks=members)
     store, rank, size, timeout = args[:4]
     return ProcessGroupRingreduce(store, rank, size, timeout)
 
@@ -807,10 +830,11 @@ def _register():
     if isinstance(recorders, set):
         recorders.add(BACKEND)
     params = inspect.signature(dist.Backend.register_backend).parameters
+    # extended_api (1.13 and 2.x): the creator is told the group's name and members.
     if "devices" in params:  # 2.x: say which devices this backend serves
-        dist.Backend.register_backend(BACKEND, _create, devices=_DEVICES)
+        dist.Backend.register_backend(BACKEND, _create, extended_api=True, devices=_DEVICES)
     else:
-        dist.Backend.register_backend(BACKEND, _create)
+        dist.Backend.register_backend(BACKEND, _create, extended_api=True)
 
 
 _register()

@@ -48,17 +48,61 @@ def log(*a):
 
 # ---------------------------------------------------------------- the attacker's side
 
+def siphash24(key, data):
+    """SipHash-2-4 of data under a 16-byte key (what the library names groups with)."""
+    mask = (1 << 64) - 1
+
+    def rotl(x, b):
+        return ((x << b) | (x >> (64 - b))) & mask
+    k0, k1 = int.from_bytes(key[:8], "little"), int.from_bytes(key[8:], "little")
+    v = [k0 ^ 0x736f6d6570736575, k1 ^ 0x646f72616e646f6d, k0 ^ 0x6c7967656e657261,
+         k1 ^ 0x7465646279746573]
+
+    def rounds(n):
+        for _ in range(n):
+            v[0] = (v[0] + v[1]) & mask; v[1] = rotl(v[1], 13); v[1] ^= v[0]; v[0] = rotl(v[0], 32)  # noqa: E702
+            v[2] = (v[2] + v[3]) & mask; v[3] = rotl(v[3], 16); v[3] ^= v[2]  # noqa: E702
+            v[0] = (v[0] + v[3]) & mask; v[3] = rotl(v[3], 21); v[3] ^= v[0]  # noqa: E702
+            v[2] = (v[2] + v[1]) & mask; v[1] = rotl(v[1], 17); v[1] ^= v[2]; v[2] = rotl(v[2], 32)  # noqa: E702
+    tail = len(data) % 8
+    for i in range(0, len(data) - tail, 8):
+        m = int.from_bytes(data[i:i + 8], "little")
+        v[3] ^= m
+        rounds(2)
+        v[0] ^= m
+    m = int.from_bytes(data[len(data) - tail:], "little") | ((len(data) & 0xff) << 56)
+    v[3] ^= m
+    rounds(2)
+    v[0] ^= m
+    v[2] ^= 0xff
+    rounds(4)
+    return v[0] ^ v[1] ^ v[2] ^ v[3]
+
+
+def group_ids():
+    """The library's ids of the default torch group under the names torch may give it (the
+    backend's group key: restart attempt, torch's name, members; group/pg.c hashes it), and
+    the unkeyed "w" of a library that names no group."""
+    ids = ["w"]
+    for name in ("0", "default_pg", "default"):
+        key = f"torch/0/{name}/0,1".encode()
+        ids.append("w-%016x" % siphash24(b"rr-group-key-v1\0", key))
+    return ids
+
+
 def record_keys(store):
     """Where the backend keeps rank 0's record under torch's prefixes (found by asking, as
-    an attacker would: the store answers a wait on any key)."""
+    an attacker would: the store answers a wait on any key, and the library's group ids are
+    a public function of torch's group name and members)."""
     import datetime
     for prefix in ("", "default_pg/", "0/", "default_pg/0/", "ringreduce/"):
-        key = prefix + "rr/w/peer/0"
-        try:
-            store.wait([key], datetime.timedelta(milliseconds=5))
-            return key
-        except RuntimeError:
-            pass
+        for gid in group_ids():
+            key = prefix + f"rr/{gid}/peer/0"
+            try:
+                store.wait([key], datetime.timedelta(milliseconds=5))
+                return key
+            except RuntimeError:
+                pass
     return None
 
 

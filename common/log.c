@@ -1,12 +1,14 @@
 #include "common/log.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
@@ -35,6 +37,56 @@ static int rr__subsys_bit(const char *name, size_t n) {
   return 0;
 }
 
+/* What a path that is not a regular file is, for the refusal. */
+static const char *rr__file_kind(mode_t m) {
+  if (S_ISFIFO(m)) return "it is a FIFO, not a regular file";
+  if (S_ISSOCK(m)) return "it is a socket, not a regular file";
+  if (S_ISCHR(m)) return "it is a character device, not a regular file";
+  if (S_ISBLK(m)) return "it is a block device, not a regular file";
+  if (S_ISDIR(m)) return "it is a directory, not a regular file";
+  return "it is not a regular file";
+}
+
+int rr__log_open_private(const char *path, char *why, size_t n) {
+  /* O_NONBLOCK: without it, opening a FIFO for writing waits for a reader, and whoever
+   * planted the FIFO need never read: rank 0 hung in open() during init, under no deadline,
+   * before it served the rendezvous store (RR_DEBUG_FILE, and RR_TRACE, which the group
+   * reads as it is made). With it, a FIFO without a reader fails at once (ENXIO) and one
+   * with a reader opens and is refused by fstat.
+   * O_NOCTTY: a terminal named here must not become the process's controlling terminal.
+   * O_NOFOLLOW: a symbolic link at the last step fails (ELOOP) instead of being followed. */
+  const int flags = O_WRONLY | O_APPEND | O_CLOEXEC | O_NOFOLLOW | O_NOCTTY | O_NONBLOCK;
+  int fd = open(path, flags | O_CREAT | O_EXCL, 0600);
+  if (fd < 0 && errno == EEXIST) fd = open(path, flags);
+  if (fd < 0) {
+    int e = errno;
+    struct stat ls;
+    /* ENXIO is what a FIFO without a reader (or a socket) answers a non-blocking writer;
+     * lstat only names the kind for the message, the refusal does not depend on it. */
+    if (e == ENXIO && lstat(path, &ls) == 0 && !S_ISREG(ls.st_mode))
+      snprintf(why, n, "%s", rr__file_kind(ls.st_mode));
+    else
+      snprintf(why, n, "%s", e == ELOOP ? "it is a symbolic link" : strerror(e));
+    return -1;
+  }
+  struct stat st;
+  const char *bad = NULL;
+  int fl;
+  if (fstat(fd, &st) != 0) bad = strerror(errno);
+  else if (!S_ISREG(st.st_mode)) bad = rr__file_kind(st.st_mode);
+  else if (st.st_nlink != 1) bad = "it has other names (hard links)";
+  else if (st.st_uid != geteuid()) bad = "it belongs to another user";
+  /* A regular file: blocking writes from here on. Linux ignores O_NONBLOCK on regular
+   * files, but a file system that honoured it could answer EAGAIN, and a log line or trace
+   * record cut short is worse than a write that waits. */
+  else if ((fl = fcntl(fd, F_GETFL)) < 0 || fcntl(fd, F_SETFL, fl & ~O_NONBLOCK) != 0)
+    bad = strerror(errno);
+  if (!bad) return fd;
+  snprintf(why, n, "%s", bad);
+  (void)close(fd); /* opened for writing, nothing written: nothing to lose */
+  return -1;
+}
+
 static void rr__open_file(const char *pattern) {
   char path[512];
   size_t o = 0;
@@ -54,7 +106,7 @@ static void rr__open_file(const char *pattern) {
   }
   path[o] = '\0';
   char why[128];
-  int fd = rr__open_append_private(path, why, sizeof why);
+  int fd = rr__log_open_private(path, why, sizeof why);
   FILE *f = fd >= 0 ? fdopen(fd, "a") : NULL;
   if (f) {
     setvbuf(f, NULL, _IOLBF, 0);

@@ -22,6 +22,15 @@ void rr__log(int level, int subsys, const char *file, int line, const char *fmt,
 /* The global rank shown in the prefix; -1 until a process group is made. */
 void rr__log_set_rank(int rank);
 
+/* Open a file the user named for a log or a trace (RR_DEBUG_FILE, RR_TRACE=<path>) for
+ * appending, safely where others can write too (/tmp): a new file is created 0600 and
+ * exclusively; an existing one must be a regular file of this user with one name. Nothing
+ * there can block or redirect the open: a symbolic link is never followed (a link planted
+ * for a future pid would send a root job's output into another file), and a FIFO, socket or
+ * device is refused at once (a FIFO with no reader would hold the open forever). Returns a
+ * blocking fd, or -1 with the reason in why. */
+int rr__log_open_private(const char *path, char *why, size_t n);
+
 #define RR__LOGF(level, sub, ...)                                                 \
   do {                                                                           \
     if (rr__log_enabled((level), (sub)))                                         \

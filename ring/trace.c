@@ -55,7 +55,7 @@ static void rr__trace_load(void) {
     return;
   }
   char why[128];
-  rr__trace_fd = rr__open_append_private(v, why, sizeof why);
+  rr__trace_fd = rr__log_open_private(v, why, sizeof why);
   if (rr__trace_fd < 0) {
     RR__LOG_WARN(RR__SUB_COLL,
                  "RR_TRACE=%s: cannot open it for appending (%s); no trace is written", v, why);

@@ -47,6 +47,12 @@ foreach(s tcp file options slurm ompi ipv6 debug_file debug_link file_perms time
   rr_pg_test(init_${s} 60 test_init ${s})
   rr_pg_env(init_${s} 15)
 endforeach()
+# FIFOs planted at the RR_DEBUG_FILE (%p) and RR_TRACE paths (issue 38, item 4): refused
+# without blocking; a hang is killed by the test itself after 30 s.
+foreach(s debug_fifo trace_fifo)
+  rr_pg_test(init_${s} 60 test_init ${s})
+  rr_pg_env(init_${s} 15)
+endforeach()
 
 # Interface selection: rr__if_match / rr__if_select as units, groups on the interface
 # RR_SOCKET_IFNAME names (77 without a non-loopback interface), a spec matching nothing.

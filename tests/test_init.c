@@ -1,9 +1,10 @@
 /* Init methods: tcp:// and file:// URLs, rank and world size from rr_pg_options over the
  * environment, the Slurm and Open MPI fallbacks, an IPv6 master, RR_DEBUG_FILE with %h and
- * %p, and timeout_ms in the options. Each rank is a process of t_run with its own
- * environment; each checks its rank, the group's size and a collective's exact result.
+ * %p, links and FIFOs planted at the log and trace paths, and timeout_ms in the options.
+ * Each rank is a process of t_run with its own environment; each checks its rank, the
+ * group's size and a collective's exact result.
  *
- *   test_init <tcp|file|options|slurm|ompi|ipv6|debug_file|debug_link|file_perms|timeout_opt|store_callbacks> */
+ *   test_init <tcp|file|options|slurm|ompi|ipv6|debug_file|debug_link|debug_fifo|trace_fifo|file_perms|timeout_opt|store_callbacks> */
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -314,6 +315,82 @@ static int debug_link_rank(int rank, void *p) {
   return 0;
 }
 
+/* ---- RR_DEBUG_FILE and RR_TRACE where another user planted FIFOs (issue 38, item 4) ----
+ * Opened for writing without O_NONBLOCK, a FIFO waits for a reader that need never come:
+ * rank 0 hung in open() during init, before serving the store, and rank 1 timed out reaching
+ * it (phase 0: RR_DEBUG_FILE with %p, whose pids are easy to guess; phase 1: RR_TRACE, read
+ * as the group is made). Each rank plants a FIFO at its own expanded path; rank 1 also holds it
+ * open for reading, as a planter may, so its open does not block and fstat must refuse it.
+ * The job must run promptly, each rank must warn naming the path and why it refused it, log
+ * to stderr, and write nothing into a FIFO. */
+static int debug_fifo_rank(int rank, void *p) {
+  iarg *a = p;
+  const int trace = a->phase == 1;
+  char fifo[256], pattern[256], errp[256];
+  snprintf(pattern, sizeof pattern, "/tmp/%s.%%p.%s", a->tag, trace ? "trace" : "log");
+  snprintf(fifo, sizeof fifo, "/tmp/%s.%d.%s", a->tag, (int)getpid(), trace ? "trace" : "log");
+  snprintf(errp, sizeof errp, "/tmp/%s.%d.stderr", a->tag, (int)getpid());
+  unlink(fifo);
+  T_CHECK(mkfifo(fifo, 0666) == 0, "mkfifo %s: %s", fifo, strerror(errno));
+  int rd = -1;
+  if (rank == 1) {
+    rd = open(fifo, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+    T_CHECK(rd >= 0, "open %s for reading: %s", fifo, strerror(errno));
+  }
+  setenv("RR_DEBUG", "INFO", 1);
+  if (trace)
+    unsetenv("RR_DEBUG_FILE"), setenv("RR_TRACE", fifo, 1);
+  else
+    setenv("RR_DEBUG_FILE", pattern, 1), unsetenv("RR_TRACE");
+  /* This rank's stderr into a file, to read the warning and the log lines back; the
+   * checks below report on the real stderr again. */
+  int ef = open(errp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+  T_CHECK(ef >= 0, "create %s: %s", errp, strerror(errno));
+  fflush(stderr);
+  int saved = dup(2);
+  T_CHECK(saved >= 0 && dup2(ef, 2) == 2, "dup2: %s", strerror(errno));
+  close(ef);
+  double t0 = t_now();
+  rr_pg *pg;
+  int st = rr_init_process_group(&pg, NULL);
+  char init_err[512];
+  snprintf(init_err, sizeof init_err, "%s: %s", rr_status_name(st), st ? rr_last_error() : "");
+  int group_bad = st != RR_OK ? 1 : check_group(pg, rank, a->world, 29 + a->phase);
+  if (st == RR_OK) group_bad |= rr_destroy_process_group(pg) != RR_OK;
+  double dt = t_now() - t0;
+  fflush(stderr);
+  T_CHECK(dup2(saved, 2) == 2, "dup2 back: %s", strerror(errno));
+  close(saved);
+  char *err = slurp(errp);
+  T_CHECK(err != NULL, "cannot read %s", errp);
+  char want[512];
+  if (trace)
+    snprintf(want, sizeof want, "RR_TRACE=%s: cannot open it for appending (it is a FIFO, "
+             "not a regular file); no trace is written", fifo);
+  else
+    snprintf(want, sizeof want, "refusing RR_DEBUG_FILE %s (it is a FIFO, not a regular "
+             "file); logging to stderr", fifo);
+  int ok = strstr(err, want) && strstr(err, "RR INFO") && strstr(err, " ready (");
+  if (st != RR_OK || group_bad || !ok) fprintf(stderr, "rank %d: its stderr:\n%s\n", rank, err);
+  free(err);
+  unlink(errp);
+  T_CHECK(st == RR_OK && !group_bad, "the group failed beside a FIFO at %s (init: %s)", fifo,
+          init_err);
+  T_CHECK(ok, "stderr lacks the warning '%s' or the INFO lines logged in the file's place",
+          want);
+  T_CHECK(dt < 10.0, "init, two collectives and destroy took %.1f s beside a FIFO", dt);
+  struct stat sb;
+  T_CHECK(lstat(fifo, &sb) == 0 && S_ISFIFO(sb.st_mode), "the FIFO %s was replaced", fifo);
+  if (rd >= 0) {
+    char c;
+    ssize_t got = read(rd, &c, 1); /* 0 (no writer) or EAGAIN: nothing was written */
+    T_CHECK(got <= 0, "a log line or trace record went into the FIFO %s", fifo);
+    close(rd);
+  }
+  unlink(fifo);
+  return 0;
+}
+
 /* ---- the file store refuses a place others can write, or a file not ours alone ----
  * (issue 22, item 1: a store in an attacker's world-writable directory was accepted, and
  * its records were readable.) One process, rr_store_file directly; the cases that need
@@ -527,7 +604,7 @@ static void cleanup_tmp(const char *tag) {
 
 int main(int argc, char **argv) {
   if (argc < 2) {
-    fprintf(stderr, "usage: %s <tcp|file|options|slurm|ompi|ipv6|debug_file|debug_link|file_perms|timeout_opt|store_callbacks>\n", argv[0]);
+    fprintf(stderr, "usage: %s <tcp|file|options|slurm|ompi|ipv6|debug_file|debug_link|debug_fifo|trace_fifo|file_perms|timeout_opt|store_callbacks>\n", argv[0]);
     return 2;
   }
   const char *s = argv[1];
@@ -566,6 +643,11 @@ int main(int argc, char **argv) {
   } else if (!strcmp(s, "debug_link")) {
     a.world = 2;
     rc = t_run_all(2, debug_link_rank, &a, 45, NULL);
+  } else if (!strcmp(s, "debug_fifo") || !strcmp(s, "trace_fifo")) {
+    /* 30 s: a rank stuck in open() is killed, and the test says so, within CTest's 60. */
+    a.world = 2;
+    a.phase = !strcmp(s, "trace_fifo");
+    rc = t_run_all(2, debug_fifo_rank, &a, 30, NULL);
   } else if (!strcmp(s, "store_callbacks")) {
     rc = t_run_all(3, callbacks_rank, &a, 45, NULL);
     for (a.phase = 1; !rc && a.phase <= 2; a.phase++) {

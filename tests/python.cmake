@@ -164,3 +164,7 @@ endforeach()
 # ... and torch's own test of it at world 4 (torch 2.x; 1.13 has no such test and runs none).
 rr_torch_test(suite_subgroups_w4 300 ${rr_py}/torch_suite.py --backend ringreduce --world 4
   -k test_new_subgroups_with_group_param)
+# Issue 41 item 2: a worker dies mid-training under torchrun --max-restarts 1; attempt 1 resumes
+# from the script's checkpoint, exact (torch 2.x hands attempt 1 the first attempt's store:
+# the backend's group key carries the attempt).
+rr_torch_test(restart_torchrun 300 ${rr_py}/torch_restart.py)

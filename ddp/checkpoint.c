@@ -11,9 +11,12 @@
  *   u64 FNV-1a of everything before
  */
 #include <errno.h>
+#include <fcntl.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 #include <unistd.h>
 
 #include "common/status.h"
@@ -70,13 +73,41 @@ static void rr__w_data(const rr_ddp *d, rr__wfile *w, const rr_ddp_tensor *t) {
   free(h);
 }
 
+/* A new temporary file beside path, created by this call and no one else: O_EXCL with a
+ * random name, so that nothing planted at a guessable name (a link to another file, which
+ * fopen would truncate; a FIFO, which would block the open) is ever opened. The mode is
+ * what fopen would give (0666 less the umask). */
+static FILE *rr__ddp_tmpfile(const char *path, char *tmp, size_t n) {
+  for (int tries = 0; tries < 8; tries++) {
+    uint32_t r = 0;
+    if (getrandom(&r, sizeof r, 0) != (ssize_t)sizeof r) return NULL;
+    if ((size_t)snprintf(tmp, n, "%s.tmp.%d.%08x", path, (int)getpid(), r) >= n) {
+      errno = ENAMETOOLONG;
+      return NULL;
+    }
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW | O_NOCTTY, 0666);
+    if (fd < 0 && errno == EEXIST) continue;
+    if (fd < 0) return NULL;
+    FILE *f = fdopen(fd, "wb");
+    if (!f) {
+      int e = errno;
+      close(fd);
+      unlink(tmp);
+      errno = e;
+    }
+    return f;
+  }
+  errno = EEXIST;
+  return NULL;
+}
+
 /* Rank 0's half of a save: a temporary file, flushed to disk, renamed over path. */
 static int rr__ddp_write(rr_ddp *d, const char *path) {
   char tmp[4096];
-  if ((size_t)snprintf(tmp, sizeof tmp, "%s.tmp.%d", path, (int)getpid()) >= sizeof tmp)
-    return rr__set_error(RR_EINVAL, "checkpoint path too long");
-  rr__wfile w = {.fp = fopen(tmp, "wb"), .h = 14695981039346656037ull};
-  if (!w.fp) return rr__set_error(RR_ESYS, "cannot create %s: %s", tmp, strerror(errno));
+  rr__wfile w = {.fp = rr__ddp_tmpfile(path, tmp, sizeof tmp), .h = 14695981039346656037ull};
+  if (!w.fp)
+    return rr__set_error(RR_ESYS, "cannot create a temporary file beside %s: %s", path,
+                         strerror(errno));
   uint32_t head[4] = {1, (uint32_t)d->nparams, (uint32_t)d->nbuffers, 0};
   rr__w(&w, RR__CKPT_MAGIC, 8);
   rr__w(&w, head, sizeof head);

@@ -3,6 +3,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #include <sys/stat.h>
 
 #include "tests/test_ddp.h"
@@ -40,9 +41,25 @@ int checkpoint_rank(int rank, void *arg) {
   double b_saved[NB];
   memcpy(w_saved, w, sizeof w);
   memcpy(b_saved, bias, sizeof bias);
-  char path[320];
+  char path[320], victim[340], planted[360];
   snprintf(path, sizeof path, "%s/model.ckpt", a->dir);
+  /* Another user may have planted a link at the temporary name a save once used (the path,
+   * ".tmp." and rank 0's pid): the save must not write through it. */
+  snprintf(victim, sizeof victim, "%s/victim", a->dir);
+  snprintf(planted, sizeof planted, "%s.tmp.%d", path, (int)getpid());
+  if (rank == 0) {
+    FILE *v = fopen(victim, "w");
+    T_CHECK(v && fputs("keep", v) >= 0 && fclose(v) == 0, "writing %s", victim);
+    T_CHECK(symlink(victim, planted) == 0, "symlink %s", planted);
+  }
   T_OK(rr_ddp_save(ddp, path));
+  if (rank == 0) {
+    char got[16] = "";
+    FILE *v = fopen(victim, "r");
+    T_CHECK(v && fgets(got, sizeof got, v) && fclose(v) == 0, "reading %s", victim);
+    T_CHECK(!strcmp(got, "keep"), "the save wrote through the link planted at %s", planted);
+    T_CHECK(unlink(planted) == 0 && unlink(victim) == 0, "cleaning up");
+  }
   struct stat sb;
   T_CHECK(stat(path, &sb) == 0 && sb.st_size > (off_t)sizeof w, "the checkpoint exists after save");
   /* Every rank drifts differently; loading brings back rank 0's file everywhere. */

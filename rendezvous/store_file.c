@@ -438,9 +438,17 @@ static int rr__file_check_file(const rr__file_store *s) {
   if (fstat(s->fd, &f) != 0)
     return rr__set_error(RR_ESYS, "rr_store_file: fstat of the store file %s: %s", s->path,
                          strerror(errno));
-  if (!S_ISREG(f.st_mode) || f.st_nlink != 1)
-    return rr__set_error(RR_EINVAL, "rr_store_file: the store file %s is not a plain file with "
-                         "one name (a link?)", s->path);
+  if (!S_ISREG(f.st_mode))
+    return rr__set_error(RR_EINVAL, "rr_store_file: the store file %s is not a plain file (a %s)",
+                         s->path, S_ISFIFO(f.st_mode)   ? "FIFO"
+                                  : S_ISSOCK(f.st_mode) ? "socket"
+                                  : S_ISCHR(f.st_mode)  ? "character device"
+                                  : S_ISBLK(f.st_mode)  ? "block device"
+                                  : S_ISDIR(f.st_mode)  ? "directory"
+                                                        : "special file");
+  if (f.st_nlink != 1)
+    return rr__set_error(RR_EINVAL, "rr_store_file: the store file %s has other names (hard "
+                         "links)", s->path);
   if (f.st_uid != geteuid())
     return rr__set_error(RR_EINVAL,
                          "rr_store_file: the store file %s belongs to uid %u, not to this user "
@@ -478,13 +486,22 @@ int rr__store_file_open(const char *path, int64_t timeout_ms, rr_store **store) 
     s->kv = NULL;
     s->off = 0;
     RR__CHECK_GOTO(rr__kv_new(&s->kv), rc, fail);
-    s->fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
+    /* O_NONBLOCK: a FIFO planted at the path must not block the open (Linux opens one
+     * O_RDWR at once, POSIX leaves it undefined); fstat below refuses it either way. The
+     * store's own I/O is on a regular file, where the flag means nothing. O_NOCTTY: a
+     * terminal named here must not become the controlling terminal. */
+    s->fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW | O_NOCTTY | O_NONBLOCK, 0600);
     if (s->fd < 0) {
       rc = rr__set_error(RR_ESYS, "cannot open the store file %s: %s%s", path, strerror(errno),
                          errno == ELOOP ? " (it is a symbolic link: refused)" : "");
       goto fail;
     }
     RR__CHECK_GOTO(rr__file_check_file(s), rc, fail);
+    int fl = fcntl(s->fd, F_GETFL);
+    if (fl < 0 || fcntl(s->fd, F_SETFL, fl & ~O_NONBLOCK) != 0) {
+      rc = rr__set_error(RR_ESYS, "fcntl on the store file %s: %s", path, strerror(errno));
+      goto fail;
+    }
     rc = rr__file_begin(s, "rr_store_file");
     if (rc == RR_OK) break;
     /* The last user of a previous file unlinked it between our open and our lock. */

@@ -425,6 +425,10 @@ static int file_perms(const char *tag) {
   struct stat st;
   T_CHECK(lstat(target, &st) != 0, "the store followed the link and made %s", target);
   unlink(path);
+  /* A FIFO at the path: refused at once, never a blocking open. */
+  T_CHECK(mkfifo(path, 0600) == 0, "mkfifo %s: %s", path, strerror(errno));
+  bad |= file_refused(path, "is not a plain file (a FIFO)");
+  unlink(path);
   if (geteuid() == 0) {
     fd = open(path, O_WRONLY | O_CREAT | O_EXCL, 0600);
     T_CHECK(fd >= 0 && fchown(fd, 65534, 65534) == 0, "chown %s: %s", path, strerror(errno));

@@ -37,13 +37,6 @@ void *rr__calloc(size_t n, size_t size);
 /* Duplicate a string; NULL (with the last error set) on failure. */
 char *rr__strdup(const char *s);
 
-/* Open a log or trace file named by the user for appending, safely in a directory others
- * can write (/tmp): a new file is created 0600 and exclusively; an existing one must be a
- * plain file of this user with one name. Never follows a symbolic link at the last step, so
- * a link planted for a future pid cannot send a root job's output into another file.
- * Returns the fd, or -1 with the reason in why. */
-int rr__open_append_private(const char *path, char *why, size_t n);
-
 /* a mod n for possibly negative a. */
 static inline int rr__mod(int a, int n) { return ((a % n) + n) % n; }
 

@@ -122,16 +122,13 @@ int rr__cuda_event_sync(void *event);
 /* 1 when the event's work is done, 0 when not yet, or an RR_ status (error set). */
 int rr__cuda_event_done(void *event);
 
-/* CUDA IPC (transport/cuda_ipc.c). An event another process can wait for (cudaEventInterprocess
- * needs cudaEventDisableTiming too); a handle for a cudaMalloc allocation's base or such an
- * event; opening a handle another process exported (in the exporter itself the runtime
- * refuses it: same-process peers use the pointers); closing an opened allocation. */
-int rr__cuda_get_device(int *device); /* the calling thread's current device */
-int rr__cuda_event_create_ipc(void **event);
+/* The calling thread's current device. */
+int rr__cuda_get_device(int *device);
+/* CUDA IPC (transport/cuda_ipc.c): a handle for a cudaMalloc allocation's base; opening a
+ * handle another process exported (in the exporter itself the runtime refuses it:
+ * same-process peers use the pointers); closing an opened allocation. */
 int rr__cuda_ipc_mem_handle(rr__cuda_ipc_handle *h, void *p);
-int rr__cuda_ipc_event_handle(rr__cuda_ipc_handle *h, void *event);
 int rr__cuda_ipc_open_mem(void **p, const rr__cuda_ipc_handle *h);
-int rr__cuda_ipc_open_event(void **event, const rr__cuda_ipc_handle *h);
 void rr__cuda_ipc_close_mem(void *p);
 
 /* The DDP wrapper's element work on device memory (cuda/ddp.cu), queued on `stream` (not

@@ -337,32 +337,14 @@ int rr__cuda_get_device(int *device) {
   return RR_OK;
 }
 
-int rr__cuda_event_create_ipc(void **event) {
-  *event = NULL;
-  RR__CU("cudaEventCreateWithFlags(cudaEventInterprocess | cudaEventDisableTiming)",
-         event_create(event, RR__CUDA_EVENT_INTERPROCESS | RR__CUDA_EVENT_DISABLE_TIMING));
-  return RR_OK;
-}
-
 int rr__cuda_ipc_mem_handle(rr__cuda_ipc_handle *h, void *p) {
   RR__CU("cudaIpcGetMemHandle", ipc_get_mem_handle(h, p));
-  return RR_OK;
-}
-
-int rr__cuda_ipc_event_handle(rr__cuda_ipc_handle *h, void *event) {
-  RR__CU("cudaIpcGetEventHandle", ipc_get_event_handle(h, event));
   return RR_OK;
 }
 
 int rr__cuda_ipc_open_mem(void **p, const rr__cuda_ipc_handle *h) {
   *p = NULL;
   RR__CU("cudaIpcOpenMemHandle", ipc_open_mem_handle(p, h));
-  return RR_OK;
-}
-
-int rr__cuda_ipc_open_event(void **event, const rr__cuda_ipc_handle *h) {
-  *event = NULL;
-  RR__CU("cudaIpcOpenEventHandle", ipc_open_event_handle(event, h));
   return RR_OK;
 }
 

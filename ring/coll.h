@@ -322,10 +322,8 @@ uint64_t rr__piped_segments(void);
  * appended to that file, a "begin" and an "end" record per rank and call and a "step"
  * record per rank and step (the fields: docs/ring.md, "The trace file"). */
 
-/* Is either on? Is it the file? (Read once from the environment.) */
-int rr__trace_on(void);
-int rr__trace_json(void);
-/* The same as one value, for rr__coll_state.trace. */
+/* Which of the two is on (RR__TRACE_OFF: neither), read once from the environment; the
+ * group's state keeps it (rr__coll_state.trace), and calls read it there. */
 enum { RR__TRACE_OFF, RR__TRACE_TEXT, RR__TRACE_FILE };
 int rr__trace_mode(void);
 /* Text lines show values only for chunks this small; file records for chunks up to
@@ -342,9 +340,9 @@ typedef struct rr__trace_cap {
   unsigned char own[RR__TRACE_CAPTURE * 8], got[RR__TRACE_CAPTURE * 8];
   unsigned char res[RR__TRACE_CAPTURE * 8], sent[RR__TRACE_CAPTURE * 8];
 } rr__trace_cap;
-/* Around every step (ring/pipe.c, only when rr__trace_on()): begin keeps what the step will
- * overwrite and returns cap when the step is to hand over its reductions' operands (NULL
- * when not); end writes the step's text line or file record and counts the step. */
+/* Around every step (ring/pipe.c, only when the group's trace is on): begin keeps what the
+ * step will overwrite and returns cap when the step is to hand over its reductions' operands
+ * (NULL when not); end writes the step's text line or file record and counts the step. */
 rr__trace_cap *rr__trace_step_begin(rr__coll *c, const rr__step *st, rr__trace_cap *cap);
 void rr__trace_step_end(rr__coll *c, const rr__step *st, const rr__trace_cap *cap);
 /* Inside a step whose operands are kept: `len` bytes at byte `off` of the received chunk,

@@ -70,8 +70,6 @@ static int rr__trace_get(void) {
 }
 
 int rr__trace_mode(void) { return rr__trace_get(); }
-int rr__trace_on(void) { return rr__trace_get() != RR__TRACE_OFF; }
-int rr__trace_json(void) { return rr__trace_get() == RR__TRACE_FILE; }
 
 /* The wall clock in nanoseconds, for step records. */
 static int64_t rr__trace_clock(void) {

@@ -15,28 +15,18 @@ static const char *rr__ipc_how(const rr__args *a) {
                                    : "device buffer through CUDA IPC";
 }
 
-/* The kinds CUDA IPC carries beyond the ring's: broadcast's and reduce's chains (pipelined
- * receive-and-forward steps: a broadcast forwards from the destination, a reduce from a device
- * landing area, ring/pipe.c), the linear gather and scatter and the pairwise all_to_all(v)
- * (pipelined plain steps, their own block copied on the device), and point to point: a send
- * and its recv decide alone, each from its own buffer, so the lane copies across memories
- * where the two differ (rr__req.p2p; docs/cuda.md, "Point to point"). */
-static int rr__ipc_kind(int kind) {
-  return rr__kind_has(kind, RR__KF_P2P) || kind == RR__K_BROADCAST || kind == RR__K_REDUCE ||
-         kind == RR__K_GATHER || kind == RR__K_SCATTER || kind == RR__K_ALL_TO_ALL || kind == RR__K_ALL_TO_ALLV;
-}
-
-/* What both device-to-device paths need: a kind whose algorithm is the ring (its steps are
- * all pipelined send / receive(-reduce) steps) or, with `ipc`, one of rr__ipc_kind's (the
- * piped path runs no forwarding steps and no local block copies); something this rank moves;
- * the ring chosen (RR_ALGO); no trace (it copies a step's values on the host); every buffer
- * the call touches on this rank on one device (a buffer it does not read or write, a
- * broadcast's sendbuf off the root, a reduce's recvbuf, is not looked at: device -1).
- * all_to_allv decides from the rank's own sizes, not its count: a rank that moves nothing
- * stays on the host path, and sends and receives no segment either. */
+/* What both device-to-device paths need: a kind that may take the path (its dev column,
+ * ring/kind.h: the piped path runs only plain pipelined steps, CUDA IPC also forwarding
+ * ones, a reduce chain's landing area in the device scratch, and local copies on the
+ * device); something this rank moves; RR_ALGO auto or ring (the device paths run no whole
+ * steps); no trace (it copies a step's values on the host); every buffer the call touches on
+ * this rank on one device (a buffer it does not read or write, a broadcast's sendbuf off the
+ * root, a reduce's recvbuf, is not looked at: device -1). all_to_allv decides from the
+ * rank's own sizes, not its count: a rank that moves nothing stays on the host path, and
+ * sends and receives no segment either. */
 static int rr__pg_ring_on_device(const rr_pg *pg, const rr__args *a, int ipc) {
-  const int ring = rr__kind(a->kind)->algo == RR__ALGO_RING || (ipc && rr__ipc_kind(a->kind));
-  if (!ring || pg->size < 2) return 0;
+  const int dev = rr__kind(a->kind)->dev;
+  if (dev == RR__DEV_HOST || (!ipc && dev != RR__DEV_PIPE) || pg->size < 2) return 0;
   if (pg->cs.algo != RR__ALGO_NONE && pg->cs.algo != RR__ALGO_RING) return 0;
   if (pg->cs.trace != RR__TRACE_OFF) return 0;
   const rr__call_io io = rr__kind_io(a, pg->size, pg->rank);
@@ -65,8 +55,7 @@ int rr__pg_ipc_call(const rr_pg *pg, const rr__args *a) {
 }
 
 size_t rr__pg_ipc_seg(const rr_pg *pg, int kind) {
-  int algo = rr__kind(kind)->algo;
-  return algo == RR__ALGO_RING || algo == RR__ALGO_CHAIN ? pg->cs.ipc_seg_bytes : pg->cs.seg_bytes;
+  return rr__kind(kind)->dev == RR__DEV_IPC ? pg->cs.seg_bytes : pg->cs.ipc_seg_bytes;
 }
 
 /* Any transport carries the pinned slots. The ring must be the algorithm a host call would
@@ -77,7 +66,7 @@ size_t rr__pg_ipc_seg(const rr_pg *pg, int kind) {
  * RR_CUDA_PIPE: docs/env.md says to set them alike) and its own buffers. */
 int rr__pg_piped_call(const rr_pg *pg, const rr__args *a) {
   if (!rr__params_get()->cuda_pipe || !rr__pg_ring_on_device(pg, a, 0)) return 0;
-  if (a->kind == RR__K_ALL_REDUCE && pg->cs.algo == RR__ALGO_NONE &&
+  if (rr__kind_has(a->kind, RR__KF_CHOOSE) && pg->cs.algo == RR__ALGO_NONE &&
       a->count * rr_dtype_size(a->dtype) <= pg->cs.small_bytes)
     return 0;
   return 1;

@@ -57,7 +57,7 @@ int rr__all_reduce_ring(rr__coll *c) {
     rr__step st = rr__step_send_recv_reduce(right, (s == 0 ? src : dst) + OFF(send), LEN(send),
                                             left, dst + OFF(recv), src + OFF(recv), LEN(recv),
                                             avg_div);
-    st.schunk = send, st.rchunk = recv;
+    st.schunk = send, st.rchunk = recv, st.phase = "reduce-scatter";
     RR__CHECK(rr__pipe_step(c, &st));
   }
   for (int s = 0; s < n - 1; s++) {
@@ -65,7 +65,7 @@ int rr__all_reduce_ring(rr__coll *c) {
     RR__WHERE(c, "all-gather step %d/%d", s + 1, n - 1);
     rr__step st = rr__step_send_recv(right, dst + OFF(send), LEN(send), left, dst + OFF(recv),
                                      LEN(recv));
-    st.schunk = send, st.rchunk = recv;
+    st.schunk = send, st.rchunk = recv, st.phase = "all-gather";
     RR__CHECK(rr__pipe_step(c, &st));
   }
 #undef OFF

@@ -37,7 +37,7 @@ int rr__all_reduce_star(rr__coll *c) {
       /* AVG divides once, in the reduction that completes the sum. */
       rr__step st = rr__step_recv_reduce(p, dst, p == 1 ? src : dst, count,
                                          (p == n - 1 && c->a->op == RR_AVG) ? n : 0);
-      st.rchunk = p;
+      st.rchunk = p, st.phase = "gather";
       RR__CHECK(rr__pipe_step(c, &st));
     }
     for (int p = 1; p < n; p++) {
@@ -45,7 +45,7 @@ int rr__all_reduce_star(rr__coll *c) {
                rr__grank(c, p), p, n - 1);
       RR__CHECK(rr__coll_send_hdr(c, p));
       rr__step st = rr__step_send(p, dst, count);
-      st.schunk = 0;
+      st.schunk = 0, st.phase = "broadcast";
       RR__CHECK(rr__pipe_step(c, &st));
     }
     return RR_OK;
@@ -54,13 +54,13 @@ int rr__all_reduce_star(rr__coll *c) {
   RR__WHERE(c, "star: sending to rank %d", rr__grank(c, root));
   RR__CHECK(rr__coll_send_hdr(c, root));
   rr__step up = rr__step_send(root, src, count);
-  up.schunk = r;
+  up.schunk = r, up.phase = "gather";
   RR__CHECK(rr__pipe_step(c, &up));
   /* The send is complete (handed to the transport), so in place the result may land. */
   RR__WHERE(c, "star: receiving the result from rank %d",
            rr__grank(c, root));
   RR__CHECK(rr__coll_recv_hdr(c, root));
   rr__step down = rr__step_recv(root, dst, count);
-  down.rchunk = 0;
+  down.rchunk = 0, down.phase = "broadcast";
   return rr__pipe_step(c, &down);
 }

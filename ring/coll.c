@@ -59,11 +59,13 @@ int rr__coll_pair_mismatch(rr__coll *c, int from, uint64_t sent, uint64_t expect
                        me, (unsigned long long)expected, dt, g, from);
 }
 
-/* `theirs` came from `from` and differs from `mine`: when the two are all_to_allv calls
- * that differ in the pair's count alone, the message names the pair; otherwise both calls. */
+/* `theirs` came from `from` and differs from `mine`: when the two are calls whose headers
+ * carry one pair's count (all_to_allv) and differ in it alone, the message names the pair;
+ * otherwise both calls. */
 static int rr__mismatch(rr__coll *c, int from, const rr__hdr *mine, const rr__hdr *theirs,
                         const char *own_desc) {
-  if (mine->kind == RR__K_ALL_TO_ALLV && theirs->kind == RR__K_ALL_TO_ALLV) {
+  /* A kind whose headers carry one pair's count (all_to_allv): only that count differs. */
+  if (mine->kind == theirs->kind && rr__kind(mine->kind)->in == RR__IO_DISPLS) {
     rr__hdr same = *theirs;
     same.count = mine->count;
     if (rr__same_call(&same, mine))
@@ -85,12 +87,12 @@ static int rr__sniff_check(void *ctx, int peer, const uint8_t wire[RR__SNIFF_BYT
   int g = rr__grank(c, peer);
   rr__hdr h;
   if (rr__hdr_decode(wire, &h) != RR_OK) return rr__prefix_error(RR_EPROTO, "from rank %d", g);
-  if (h.kind == RR__K_SEND || h.seq != c->hdr.seq) return RR_OK;
+  if (rr__kind_has(h.kind, RR__KF_P2P) || h.seq != c->hdr.seq) return RR_OK;
   /* Compare with the call as this peer should see it: a completion notice passes for the
    * call it completes, and an all_to_allv header carries the count of its own pair (what
    * the peer sends here), which may rightly differ from every other pair's. */
   rr__hdr m = c->hdr;
-  if (m.kind == RR__K_ALL_TO_ALLV)
+  if (rr__kind(m.kind)->in == RR__IO_DISPLS)
     m.count = h.kind == RR__K_ACK ? h.count : c->a->recvcounts[peer];
   if (h.kind == RR__K_ACK) m.kind = RR__K_ACK;
   if (rr__same_call(&h, &m)) return RR_OK;
@@ -215,13 +217,16 @@ static int rr__send_hdr_kind(rr__coll *c, int to, int kind) {
 int rr__coll_send_hdr(rr__coll *c, int to) { return rr__send_hdr_kind(c, to, c->hdr.kind); }
 int rr__coll_send_ack(rr__coll *c, int to) { return rr__send_hdr_kind(c, to, RR__K_ACK); }
 
-/* Describe this rank's side of a point-to-point for a mismatch message. */
+/* This rank's call for a mismatch message: its header's description, but for a point to
+ * point that receives, whose header (the sender's, as expected) would read as a send. */
 static const char *rr__describe_own(const rr__coll *c, const rr__hdr *h, char *buf, size_t n) {
-  if (c->a->kind == RR__K_RECV && c->a->peer == RR__PEER_ANY)
+  const rr__kind_info *k = rr__kind(c->a->kind);
+  const int recv = (k->flags & RR__KF_P2P) && k->out != RR__IO_NONE;
+  if (recv && c->a->peer == RR__PEER_ANY)
     snprintf(buf, n, "recv from any rank (%llu x %s; #%llu of its pair with rank %d)",
              (unsigned long long)h->count, rr_dtype_name((rr_dtype)h->dtype),
              (unsigned long long)h->seq, rr__grank(c, h->from));
-  else if (c->a->kind == RR__K_RECV || c->a->kind == RR__K_SENDRECV)
+  else if (recv)
     snprintf(buf, n, "recv #%llu of this pair (%llu x %s)", (unsigned long long)h->seq,
              (unsigned long long)h->count, rr_dtype_name((rr_dtype)h->dtype));
   else
@@ -276,7 +281,7 @@ int rr__coll_recv_ack(rr__coll *c, int from) { return rr__recv_hdr_kind(c, from,
 static void rr__local_copy(rr__coll *c) {
   const rr__args *a = c->a;
   size_t bytes = a->count * c->esize;
-  if (a->kind == RR__K_BARRIER || bytes == 0 || !a->recvbuf) return;
+  if (bytes == 0 || !a->recvbuf) return;
   if (a->recvbuf != a->sendbuf) memmove(a->recvbuf, a->sendbuf, bytes);
 }
 
@@ -285,34 +290,50 @@ void rr__coll_state_setup(rr__coll_state *cs) {
   cs->seg_bytes = (size_t)p->seg_bytes;
   cs->ipc_seg_bytes = (size_t)p->ipc_seg_bytes;
   cs->nslots = (int)p->slots;
-  cs->algo = !strcmp(p->algo, "rd")     ? RR__ALGO_RD
-             : !strcmp(p->algo, "ring") ? RR__ALGO_RING
-             : !strcmp(p->algo, "star") ? RR__ALGO_STAR
-                                        : RR__ALGO_NONE;
+  cs->algo = rr__algo_by_name(p->algo);
   cs->small_bytes = (size_t)p->small_bytes;
   cs->trace = rr__trace_mode();
 }
 
-static int rr__choose_all_reduce(rr__coll *c) {
+/* The algorithms, by kind (the run column of ring/kind.h's rows), and the others a kind
+ * that chooses may run (RR__KIND_ALGO_MAP). */
+static int (*const rr__kind_run[RR__K_END])(rr__coll *c) = {
+#define RR__KIND_RUN(K, nm, wnm, fl, i, o, ip, al, fn, ...) [RR__K_##K] = fn,
+    RR__KIND_MAP(RR__KIND_RUN)
+#undef RR__KIND_RUN
+};
+static const struct {
+  int kind, algo;
+  int (*run)(rr__coll *c);
+} rr__kind_algos[] = {
+#define RR__KIND_ALGO(K, A, fn) {RR__K_##K, RR__ALGO_##A, fn},
+    RR__KIND_ALGO_MAP(RR__KIND_ALGO)
+#undef RR__KIND_ALGO
+};
+
+/* A kind that chooses (RR__KF_CHOOSE): RR_ALGO's, else recursive doubling up to
+ * RR_SMALL_BYTES, else the row's. */
+static int rr__choose(rr__coll *c, const rr__kind_info *k) {
   size_t bytes = c->a->count * c->esize;
-  if (c->dev) return RR__ALGO_RING; /* the device path runs pipelined steps only */
+  if (c->dev) return k->algo; /* the device path runs pipelined steps only */
   if (c->cs->algo != RR__ALGO_NONE) return c->cs->algo;
-  return bytes <= c->cs->small_bytes ? RR__ALGO_RD : RR__ALGO_RING;
+  return bytes <= c->cs->small_bytes ? RR__ALGO_RD : k->algo;
 }
 
 static int rr__dispatch(rr__coll *c) {
   const rr__args *a = c->a;
   const rr__kind_info *k = rr__kind(a->kind);
-  if (!k->run) return rr__set_error(RR_EINVAL, "internal: unknown call kind %d", a->kind);
+  int (*run)(rr__coll *) = a->kind >= 0 && a->kind < RR__K_END ? rr__kind_run[a->kind] : NULL;
+  if (!run) return rr__set_error(RR_EINVAL, "internal: unknown call kind %d", a->kind);
   /* all_to_allv places its one block by displacement: its algorithm handles one rank. */
   if (c->n == 1 && !(k->flags & RR__KF_SOLO)) {
     rr__local_copy(c);
     return RR_OK;
   }
-  /* The one kind with a choice of algorithm (rr__choose_all_reduce). */
-  if (a->kind == RR__K_ALL_REDUCE && c->hdr.algo == RR__ALGO_RD) return rr__all_reduce_rd(c);
-  if (a->kind == RR__K_ALL_REDUCE && c->hdr.algo == RR__ALGO_STAR) return rr__all_reduce_star(c);
-  return k->run(c);
+  for (size_t i = 0; i < RR__ARRAY_SIZE(rr__kind_algos); i++)
+    if (rr__kind_algos[i].kind == a->kind && rr__kind_algos[i].algo == c->hdr.algo)
+      return rr__kind_algos[i].run(c);
+  return run(c);
 }
 
 /* The call's number and fingerprint, as its header will carry them. */
@@ -331,24 +352,24 @@ void rr__coll_begin(rr__coll *c) {
   if (k->in != RR__IO_NONE || k->out != RR__IO_NONE) h->seg_bytes = (uint32_t)c->seg_bytes;
   /* all_to_allv sets the count of each pair as its headers go and are checked. */
   h->count = k->in == RR__IO_DISPLS ? 0 : a->count;
-  switch (a->kind) {
-    case RR__K_SEND:
+  switch (k->seq) {
+    case RR__SEQ_SENT:
       h->seq = cs->p2p_sent[a->peer]++;
       h->from = c->r;
       break;
-    case RR__K_RECV:
+    case RR__SEQ_RECVD:
       /* From any rank: the pair's number and the sender are known once a sender is chosen
        * (sendrecv.c); taking a number now would skip one of a pair that never sends. */
       if (a->peer == RR__PEER_ANY) break;
       h->seq = cs->p2p_recvd[a->peer]++;
       h->from = a->peer; /* what the sender's header will say */
       break;
-    case RR__K_SENDRECV: /* the sequence numbers are taken per half, in sendrecv.c */
+    case RR__SEQ_HALVES: /* the sequence numbers are taken per half, by the algorithm */
       break;
     default:
       h->seq = cs->seq++;
-      h->algo = a->kind == RR__K_ALL_REDUCE ? (uint8_t)rr__choose_all_reduce(c) : k->algo;
-      if (h->algo == RR__ALGO_RD) h->seg_bytes = 0; /* recursive doubling sends whole buffers */
+      h->algo = k->flags & RR__KF_CHOOSE ? (uint8_t)rr__choose(c, k) : k->algo;
+      if (!rr__algo(h->algo)->segs) h->seg_bytes = 0; /* whole messages: no segment size */
   }
 }
 
@@ -362,31 +383,27 @@ const char *rr__coll_where(rr__coll *c) {
 }
 
 /* One line naming the call, for logs and errors: built only when needed (a few hundred
- * nanoseconds of formatting on every small call otherwise). */
+ * nanoseconds of formatting on every small call otherwise). The kind's call column, or its
+ * header's description; a receive from any rank says whether it has found its sender. */
 const char *rr__coll_describe(const rr__coll *c, char *desc, size_t n) {
   const rr__args *a = c->a;
-  if (a->kind == RR__K_SEND)
-    snprintf(desc, n, "send to rank %d (#%llu of this pair, %zu x %s)",
-             rr__grank(c, a->peer), (unsigned long long)c->hdr.seq, a->count,
-             rr_dtype_name(a->dtype));
-  else if (a->kind == RR__K_RECV && a->peer == RR__PEER_ANY && c->any_src < 0)
+  const rr__kind_info *k = rr__kind(a->kind);
+  if (a->peer == RR__PEER_ANY && c->any_src < 0)
     snprintf(desc, n, "recv from any rank (%zu x %s)", a->count, rr_dtype_name(a->dtype));
-  else if (a->kind == RR__K_RECV && a->peer == RR__PEER_ANY)
+  else if (a->peer == RR__PEER_ANY)
     snprintf(desc, n, "recv from any rank (took rank %d's, #%llu of that pair, %zu x %s)",
              rr__grank(c, c->any_src), (unsigned long long)c->hdr.seq, a->count,
              rr_dtype_name(a->dtype));
-  else if (a->kind == RR__K_RECV)
-    snprintf(desc, n, "recv from rank %d (#%llu of this pair, %zu x %s)",
-             rr__grank(c, a->peer), (unsigned long long)c->hdr.seq, a->count,
-             rr_dtype_name(a->dtype));
-  else if (a->kind == RR__K_SENDRECV)
-    snprintf(desc, n, "sendrecv (%zu x %s to rank %d, %zu from rank %d)", a->count,
-             rr_dtype_name(a->dtype), rr__grank(c, a->peer), a->recvcount,
-             rr__grank(c, a->src));
-  else if (a->kind == RR__K_ALL_TO_ALLV) /* the header holds one pair's count at a time */
-    snprintf(desc, n, "all_to_allv #%llu (%s, %zu sent and %zu received in all)",
-             (unsigned long long)c->hdr.seq, rr_dtype_name(a->dtype), a->count, a->recvcount);
-  else
+  else if (k->call_desc) {
+    const rr__kind_vals v = {.kind = rr__kind_name(a->kind),
+                             .dtype = rr_dtype_name(a->dtype),
+                             .seq = c->hdr.seq,
+                             .count = a->count,
+                             .recvcount = a->recvcount,
+                             .peer = a->peer >= 0 ? rr__grank(c, a->peer) : -1,
+                             .src = a->src >= 0 && a->src < c->n ? rr__grank(c, a->src) : -1};
+    rr__kind_format(desc, n, k->call_desc, &v);
+  } else
     rr__hdr_describe(&c->hdr, desc, n);
   return desc;
 }

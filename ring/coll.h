@@ -241,7 +241,7 @@ typedef struct rr__step {
   int whole, got_first;
   void *land;
   /* Labels only, for RR_TRACE and messages: the chunk numbers sent and received (-1: none),
-   * and the phase of the algorithm when ring/trace.c cannot tell it from the call (NULL). */
+   * and the phase of the algorithm (NULL: the kind's phase column, ring/kind.h). */
   int schunk, rchunk;
   const char *phase;
 } rr__step;

@@ -9,17 +9,6 @@
 #define RR__HDR_MAGIC 0x31485252u /* "RRH1" */
 #define RR__HDR_VERSION 1
 
-static const char *rr__algo_name(int algo) {
-  switch (algo) {
-#define RR__ALGO_LONG(name, short_name, long_name) \
-  case RR__ALGO_##name:                            \
-    return long_name;
-    RR__ALGO_MAP(RR__ALGO_LONG)
-#undef RR__ALGO_LONG
-    default: return "-";
-  }
-}
-
 /* Layout: magic(4) version(1) kind(1) dtype(1) op(1) algo(1) pad(3) root(4) from(4)
  *         seg_bytes(4) aux(4) seq(8) count(8) reserved(4) = 48 */
 void rr__hdr_encode(const rr__hdr *h, uint8_t out[RR__HDR_BYTES]) {
@@ -65,52 +54,16 @@ int rr__hdr_decode(const uint8_t in[RR__HDR_BYTES], rr__hdr *h) {
   return RR_OK;
 }
 
+/* The kind's desc column with the header's fields (ring/kind.h); a kind that never travels
+ * in a header has none, and is named with its number. */
 const char *rr__hdr_describe(const rr__hdr *h, char *buf, size_t n) {
-  const char *dt = rr_dtype_name((rr_dtype)h->dtype);
-  switch (h->kind) {
-    case RR__K_ALL_REDUCE:
-    case RR__K_REDUCE_SCATTER:
-      snprintf(buf, n, "%s #%llu (%llu x %s, %s, %s)", rr__kind_name(h->kind),
-               (unsigned long long)h->seq, (unsigned long long)h->count, dt,
-               rr_op_name((rr_op)h->op), rr__algo_name(h->algo));
-      break;
-    case RR__K_REDUCE:
-      snprintf(buf, n, "reduce #%llu (%llu x %s, %s, root %d)", (unsigned long long)h->seq,
-               (unsigned long long)h->count, dt, rr_op_name((rr_op)h->op), h->root);
-      break;
-    case RR__K_BROADCAST:
-      snprintf(buf, n, "broadcast #%llu (%llu x %s, root %d)", (unsigned long long)h->seq,
-               (unsigned long long)h->count, dt, h->root);
-      break;
-    case RR__K_ALL_GATHER:
-      snprintf(buf, n, "all_gather #%llu (%llu x %s)", (unsigned long long)h->seq,
-               (unsigned long long)h->count, dt);
-      break;
-    case RR__K_GATHER:
-    case RR__K_SCATTER:
-      snprintf(buf, n, "%s #%llu (%llu x %s per rank, root %d)", rr__kind_name(h->kind),
-               (unsigned long long)h->seq, (unsigned long long)h->count, dt, h->root);
-      break;
-    case RR__K_ALL_TO_ALL:
-      snprintf(buf, n, "all_to_all #%llu (%llu x %s per rank)", (unsigned long long)h->seq,
-               (unsigned long long)h->count, dt);
-      break;
-    case RR__K_ALL_TO_ALLV: /* the count is that of one pair: the sender's to the receiver */
-      snprintf(buf, n, "all_to_allv #%llu (%s, %llu on this pair)", (unsigned long long)h->seq,
-               dt, (unsigned long long)h->count);
-      break;
-    case RR__K_BARRIER:
-      snprintf(buf, n, "barrier #%llu", (unsigned long long)h->seq);
-      break;
-    case RR__K_ACK: /* not a call: the notice names only the number of the call it ends */
-      snprintf(buf, n, "the completion notice of call #%llu", (unsigned long long)h->seq);
-      break;
-    case RR__K_SEND:
-      snprintf(buf, n, "send/recv #%llu of this pair (%llu x %s)", (unsigned long long)h->seq,
-               (unsigned long long)h->count, dt);
-      break;
-    default:
-      snprintf(buf, n, "%s #%llu", rr__kind_name(h->kind), (unsigned long long)h->seq);
-  }
-  return buf;
+  const rr__kind_vals v = {.kind = rr__kind_name(h->kind),
+                           .dtype = rr_dtype_name((rr_dtype)h->dtype),
+                           .op = rr_op_name((rr_op)h->op),
+                           .algo = rr__algo(h->algo)->long_name,
+                           .seq = h->seq,
+                           .count = h->count,
+                           .root = h->root};
+  const char *desc = rr__kind(h->kind)->desc;
+  return rr__kind_format(buf, n, desc ? desc : "{kind} #{seq}", &v);
 }

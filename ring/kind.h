@@ -1,9 +1,11 @@
 /* What a kind of call is, in one table: its names, whether it reduces, has a root or a
  * peer, how many elements it reads and writes on each rank, the aliasing it accepts as in
- * place, its default algorithm and the function that runs it. The public calls' checks
- * (group/api.c), device staging (group/staging.c), the call header (ring/hdr.c), the
- * dispatch (ring/coll.c) and the trace (ring/trace.c) all read it, so a new collective is
- * one row here plus its algorithm file (docs/layout.md shows one).
+ * place, its default algorithm and the function that runs it, how it runs on device
+ * buffers, how its calls are numbered, what a trace calls its steps, and how messages
+ * describe it. The public calls' checks (group/api.c), the device paths (group/ipc.c,
+ * group/staging.c), the call header (ring/hdr.c), the dispatch (ring/coll.c) and the trace
+ * (ring/trace.c) all read it, so a new collective is one row here plus its algorithm file
+ * (docs/layout.md shows one).
  *
  * Kept like the status codes (RR_STATUS_MAP in ringreduce.h, libuv's UV_ERRNO_MAP): one
  * X-macro list expanded into the enum and the table. */
@@ -14,23 +16,40 @@
 #include <stdint.h>
 
 /* Algorithms, as the call header carries them: every rank must run the same one. Each row:
- * the enum's suffix, the trace's short name (a JSON field the viewer reads: keep it stable)
- * and the name an error message uses. */
+ *   the enum's suffix, the trace's short name (a JSON field the viewer reads: keep it
+ *   stable; RR_ALGO names all_reduce's by it) and the name an error message uses;
+ *   whole: each of its steps moves a whole buffer, not a chunk of one (a trace numbers the
+ *   chunk 0); segs: its steps are cut into segments, so the call header carries the
+ *   segment size, which every rank must share (recursive doubling sends whole messages). */
 #define RR__ALGO_MAP(X)                             \
-  X(RING, "ring", "ring")                           \
-  X(RD, "rd", "recursive doubling")                 \
-  X(CHAIN, "chain", "chain")                        \
-  X(DISSEM, "dissemination", "dissemination")       \
-  X(STAR, "star", "star")                           \
-  X(LINEAR, "linear", "linear")                     \
-  X(PAIRWISE, "pairwise", "pairwise")
+  X(RING, "ring", "ring", 0, 1)                     \
+  X(RD, "rd", "recursive doubling", 1, 0)           \
+  X(CHAIN, "chain", "chain", 1, 1)                  \
+  X(DISSEM, "dissemination", "dissemination", 0, 1) \
+  X(STAR, "star", "star", 1, 1)                     \
+  X(LINEAR, "linear", "linear", 0, 1)               \
+  X(PAIRWISE, "pairwise", "pairwise", 0, 1)
 
 enum rr__algo {
-  RR__ALGO_NONE = 0,
-#define RR__ALGO_ENUM(name, short_name, long_name) RR__ALGO_##name,
+  RR__ALGO_NONE = 0, /* point to point: no algorithm of the group's ("p2p" in a trace) */
+#define RR__ALGO_ENUM(name, ...) RR__ALGO_##name,
   RR__ALGO_MAP(RR__ALGO_ENUM)
 #undef RR__ALGO_ENUM
+  RR__ALGO_END
 };
+
+typedef struct rr__algo_info {
+  const char *short_name, *long_name;
+  uint8_t whole, segs;
+} rr__algo_info;
+/* The table (ring/kind.c), indexed by algorithm. */
+extern const rr__algo_info rr__algo_table[RR__ALGO_END];
+/* The row of an algorithm; RR__ALGO_NONE's for a value that is none. */
+static inline const rr__algo_info *rr__algo(int algo) {
+  return &rr__algo_table[algo > 0 && algo < RR__ALGO_END ? algo : RR__ALGO_NONE];
+}
+/* The algorithm of a short name (RR_ALGO's value), RR__ALGO_NONE for any other ("auto"). */
+int rr__algo_by_name(const char *short_name);
 
 /* How many elements a call reads from its sendbuf (in) or writes to its recvbuf (out), in
  * terms of its arguments; n is the group's size. */
@@ -64,13 +83,41 @@ enum rr__inplace {
                                   * others, one rank copies sendbuf to recvbuf) */
 #define RR__KF_VIEW 0x40u        /* tools/ringreduce-view replays it: the trace file keeps
                                   * its input and output values */
+#define RR__KF_CHOOSE 0x80u      /* its algorithm is chosen per call (ring/coll.c): RR_ALGO,
+                                  * else recursive doubling up to RR_SMALL_BYTES, else the
+                                  * row's; the others it may run: RR__KIND_ALGO_MAP */
 
-/* X(NAME, name, wire_name, flags, in, out, inplace, algo, run)
+/* How a kind runs on device buffers (group/ipc.c). Any call may be staged through pinned
+ * host memory (group/staging.c); the forms say what more it may do. */
+enum rr__dev_form {
+  RR__DEV_HOST,    /* staged only */
+  RR__DEV_IPC,     /* device to device over CUDA IPC, cut at RR_SEG_BYTES like a host call:
+                    * a rank may move nothing (all_to_allv) or face a host buffer (point to
+                    * point), and both ends of a message must cut it alike */
+  RR__DEV_IPC_SEG, /* over CUDA IPC at RR_IPC_SEG_BYTES: every rank moves the same bytes, so
+                    * every rank takes CUDA IPC or the call fails */
+  RR__DEV_PIPE,    /* as IPC_SEG; where the lanes carry host bytes only, piped through
+                    * pinned slots with the reductions on the GPU (its algorithm's steps are
+                    * plain pipelined ones: no forwarding, no whole messages) */
+};
+
+/* How a kind's calls are numbered (the header's seq, ring/coll.c): in the group's sequence
+ * of collectives; per pair, as a send or as a receive (one from any rank once its sender is
+ * known, ring/sendrecv.c); or per half, by its algorithm. */
+enum rr__seq_form { RR__SEQ_GROUP, RR__SEQ_SENT, RR__SEQ_RECVD, RR__SEQ_HALVES };
+
+/* X(NAME, name, wire_name, flags, in, out, inplace, algo, run, dev, seq, phase, desc, call)
  *   name:      the public call (rr_<name>), in argument errors
  *   wire_name: the call as its header describes it, in mismatch messages and traces
  *   in, out:   RR__IO_<in>, RR__IO_<out>;  inplace: RR__INPLACE_<inplace>
- *   algo:      RR__ALGO_<algo>, the one its header names (all_reduce picks its own:
- *              ring/coll.c); run: the algorithm (ring/<file>.c, declared in ring/coll.h)
+ *   algo:      RR__ALGO_<algo>, the one its header names (with RR__KF_CHOOSE, the default)
+ *   run:       the algorithm (ring/<file>.c, declared in ring/coll.h); ring/coll.c runs it
+ *   dev:       RR__DEV_<dev>;  seq: RR__SEQ_<seq>
+ *   phase:     what a trace calls its steps (a step may name its own: rr__step.phase)
+ *   desc:      its header in words, for mismatch messages and logs (ring/hdr.c): {kind},
+ *              {seq}, {count}, {dtype}, {op}, {algo} and {root} are the header's fields
+ *   call:      the call in words where its header says too little (ring/coll.c; NULL: the
+ *              header's), with {peer}, {src} (global ranks) and {recvcount} besides
  *
  * The kinds a header carries, in their wire order: a row's place is its value on the
  * wire, so new rows go at the end. none and completion are not calls: completion is the
@@ -78,40 +125,62 @@ enum rr__inplace {
  * matching recv sees; an all_to_allv header's count is that of one pair (what its sender
  * sends to its receiver). */
 #define RR__KIND_WIRE_MAP(X)                                                                  \
-  X(NONE, "none", "none", 0, NONE, NONE, NEVER, NONE, NULL)                                   \
-  X(ALL_REDUCE, "all_reduce", "all_reduce", RR__KF_REDUCES | RR__KF_VIEW, COUNT, COUNT, SAME, \
-    RING, rr__all_reduce_ring)                                                                \
+  X(NONE, "none", "none", 0, NONE, NONE, NEVER, NONE, NULL, HOST, GROUP, "none",              \
+    "{kind} #{seq}", NULL)                                                                    \
+  X(ALL_REDUCE, "all_reduce", "all_reduce", RR__KF_REDUCES | RR__KF_VIEW | RR__KF_CHOOSE,     \
+    COUNT, COUNT, SAME, RING, rr__all_reduce_ring, PIPE, GROUP, "all-reduce",                 \
+    "{kind} #{seq} ({count} x {dtype}, {op}, {algo})", NULL)                                  \
   X(REDUCE_SCATTER, "reduce_scatter", "reduce_scatter", RR__KF_REDUCES | RR__KF_VIEW,         \
-    COUNT_N, COUNT, RECV_AT_RANK, RING, rr__reduce_scatter_ring)                              \
+    COUNT_N, COUNT, RECV_AT_RANK, RING, rr__reduce_scatter_ring, PIPE, GROUP,                 \
+    "reduce-scatter", "{kind} #{seq} ({count} x {dtype}, {op}, {algo})", NULL)                \
   X(ALL_GATHER, "all_gather", "all_gather", RR__KF_VIEW, COUNT, COUNT_N, SEND_AT_RANK, RING,  \
-    rr__all_gather_ring)                                                                      \
+    rr__all_gather_ring, PIPE, GROUP, "all-gather", "{kind} #{seq} ({count} x {dtype})",      \
+    NULL)                                                                                     \
   X(BROADCAST, "broadcast", "broadcast", RR__KF_ROOTED | RR__KF_ROOT_READS | RR__KF_VIEW,     \
-    COUNT, COUNT, SAME, CHAIN, rr__broadcast_chain)                                           \
+    COUNT, COUNT, SAME, CHAIN, rr__broadcast_chain, IPC_SEG, GROUP, "broadcast",              \
+    "{kind} #{seq} ({count} x {dtype}, root {root})", NULL)                                   \
   X(REDUCE, "reduce", "reduce",                                                               \
     RR__KF_REDUCES | RR__KF_ROOTED | RR__KF_ROOT_WRITES | RR__KF_VIEW, COUNT, COUNT, SAME,    \
-    CHAIN, rr__reduce_chain)                                                                  \
-  X(BARRIER, "barrier", "barrier", 0, NONE, NONE, NEVER, DISSEM, rr__barrier_dissem)          \
+    CHAIN, rr__reduce_chain, IPC_SEG, GROUP, "reduce",                                        \
+    "{kind} #{seq} ({count} x {dtype}, {op}, root {root})", NULL)                             \
+  X(BARRIER, "barrier", "barrier", 0, NONE, NONE, NEVER, DISSEM, rr__barrier_dissem, HOST,    \
+    GROUP, "barrier", "{kind} #{seq}", NULL)                                                  \
   X(SEND, "send", "send/recv", RR__KF_P2P | RR__KF_SOLO, COUNT, NONE, NEVER, NONE,            \
-    rr__send_p2p)                                                                             \
-  X(ACK, "completion", "completion", 0, NONE, NONE, NEVER, NONE, NULL)                        \
+    rr__send_p2p, IPC, SENT, "p2p", "{kind} #{seq} of this pair ({count} x {dtype})",         \
+    "send to rank {peer} (#{seq} of this pair, {count} x {dtype})")                           \
+  X(ACK, "completion", "completion", 0, NONE, NONE, NEVER, NONE, NULL, HOST, GROUP,           \
+    "completion", "the completion notice of call #{seq}", NULL)                               \
   X(GATHER, "gather", "gather", RR__KF_ROOTED | RR__KF_ROOT_WRITES, COUNT, COUNT_N,           \
-    SEND_AT_ROOT, LINEAR, rr__gather_linear)                                                  \
+    SEND_AT_ROOT, LINEAR, rr__gather_linear, IPC, GROUP, "gather",                            \
+    "{kind} #{seq} ({count} x {dtype} per rank, root {root})", NULL)                          \
   X(SCATTER, "scatter", "scatter", RR__KF_ROOTED | RR__KF_ROOT_READS, COUNT_N, COUNT,         \
-    RECV_AT_ROOT, LINEAR, rr__scatter_linear)                                                 \
+    RECV_AT_ROOT, LINEAR, rr__scatter_linear, IPC, GROUP, "scatter",                          \
+    "{kind} #{seq} ({count} x {dtype} per rank, root {root})", NULL)                          \
   X(ALL_TO_ALL, "all_to_all", "all_to_all", 0, COUNT_N, COUNT_N, NEVER, PAIRWISE,             \
-    rr__all_to_all_pairwise)                                                                  \
+    rr__all_to_all_pairwise, IPC, GROUP, "exchange",                                          \
+    "{kind} #{seq} ({count} x {dtype} per rank)", NULL)                                       \
   X(ALL_TO_ALLV, "all_to_allv", "all_to_allv", RR__KF_SOLO, DISPLS, DISPLS, NEVER, PAIRWISE,  \
-    rr__all_to_allv_pairwise)
+    rr__all_to_allv_pairwise, IPC, GROUP, "exchange",                                         \
+    "{kind} #{seq} ({dtype}, {count} on this pair)",                                          \
+    "{kind} #{seq} ({dtype}, {count} sent and {recvcount} received in all)")
 
 /* Kinds of call that never appear in a header: the other halves of point to point, whose
  * headers travel as a send (rr__kind_wire). */
 #define RR__KIND_CALL_MAP(X)                                                                  \
   X(RECV, "recv", "send/recv", RR__KF_P2P | RR__KF_SOLO, NONE, COUNT, NEVER, NONE,            \
-    rr__recv_p2p)                                                                             \
+    rr__recv_p2p, IPC, RECVD, "p2p", NULL,                                                    \
+    "recv from rank {peer} (#{seq} of this pair, {count} x {dtype})")                         \
   X(SENDRECV, "sendrecv", "send/recv", RR__KF_P2P | RR__KF_SOLO, COUNT, RECVCOUNT, NEVER,     \
-    NONE, rr__sendrecv_p2p)
+    NONE, rr__sendrecv_p2p, IPC, HALVES, "p2p", NULL,                                         \
+    "sendrecv ({count} x {dtype} to rank {peer}, {recvcount} from rank {src})")
 
 #define RR__KIND_MAP(X) RR__KIND_WIRE_MAP(X) RR__KIND_CALL_MAP(X)
+
+/* The other algorithms of a kind that chooses (RR__KF_CHOOSE), X(KIND, ALGO, run): a new
+ * algorithm for an existing kind is a row here and its file. */
+#define RR__KIND_ALGO_MAP(X)           \
+  X(ALL_REDUCE, RD, rr__all_reduce_rd) \
+  X(ALL_REDUCE, STAR, rr__all_reduce_star)
 
 enum rr__kind {
 #define RR__KIND_ENUM(K, ...) RR__K_##K,
@@ -122,15 +191,18 @@ enum rr__kind {
 #undef RR__KIND_ENUM
 };
 
-/* One row of the table. */
-struct rr__coll;
+/* One row of the table, but for its `run` column: the functions are the dispatcher's
+ * (ring/coll.c), so that the table every file of ring/ reads points at no algorithm. */
 typedef struct rr__kind_info {
   const char *name, *wire_name;
-  unsigned flags;     /* RR__KF_* */
-  uint8_t in, out;    /* enum rr__io_shape */
-  uint8_t inplace;    /* enum rr__inplace */
-  uint8_t algo;       /* enum rr__algo */
-  int (*run)(struct rr__coll *c); /* NULL: not a call */
+  unsigned flags;  /* RR__KF_* */
+  uint8_t in, out; /* enum rr__io_shape */
+  uint8_t inplace; /* enum rr__inplace */
+  uint8_t algo;    /* enum rr__algo */
+  uint8_t dev;     /* enum rr__dev_form */
+  uint8_t seq;     /* enum rr__seq_form */
+  const char *phase;
+  const char *desc, *call_desc; /* call_desc NULL: the header's desc */
 } rr__kind_info;
 
 /* The table (ring/kind.c), indexed by kind; RR__K_COUNT is a gap (no name). */
@@ -149,6 +221,15 @@ static inline int rr__kind_has(int kind, unsigned flag) {
 static inline int rr__kind_wire(int kind) { return kind > RR__K_COUNT ? RR__K_SEND : kind; }
 /* "all_reduce", "send/recv" ...: the wire name ("unknown" for a value that is no kind). */
 const char *rr__kind_name(int kind);
+
+/* What a description's {field}s stand for (rr__kind_format). */
+typedef struct rr__kind_vals {
+  const char *kind, *dtype, *op, *algo;
+  unsigned long long seq, count, recvcount;
+  int root, peer, src;
+} rr__kind_vals;
+/* A desc or call column written into buf with its {field}s filled in. Returns buf. */
+const char *rr__kind_format(char *buf, size_t n, const char *fmt, const rr__kind_vals *v);
 
 /* What one rank's call reads and writes, in elements from each buffer's start. */
 struct rr__args;

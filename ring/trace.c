@@ -222,23 +222,12 @@ static void rr__jvalues(rr__jbuf *j, const char *key, const void *buf, size_t n,
   rr__jput(j, "]");
 }
 
-static const char *rr__trace_algo(int algo) {
-  switch (algo) {
-#define RR__ALGO_SHORT(name, short_name, long_name) \
-  case RR__ALGO_##name:                             \
-    return short_name;
-    RR__ALGO_MAP(RR__ALGO_SHORT)
-#undef RR__ALGO_SHORT
-    default: return "p2p";
-  }
-}
-
 /* {"v":1,"ev":...,"coll":...,"seq":...,"algo":...,"rank":...,"grank":...,"n":... */
 static void rr__jhead(rr__jbuf *j, const rr__coll *c, const char *ev) {
   rr__jput(j, "{\"v\":1,\"ev\":\"%s\"", ev);
   rr__jstr(j, "coll", rr__kind_name(c->hdr.kind));
   rr__jput(j, ",\"seq\":%llu", (unsigned long long)c->hdr.seq);
-  rr__jstr(j, "algo", rr__trace_algo(c->hdr.algo));
+  rr__jstr(j, "algo", rr__algo(c->hdr.algo)->short_name);
   rr__jput(j, ",\"rank\":%d,\"grank\":%d,\"n\":%d", rr__grank(c, c->r), c->r, c->n);
 }
 
@@ -254,53 +243,28 @@ static void rr__jwrite(rr__jbuf *j) {
   if (write(rr__trace_fd, j->b, j->n) < 0) { /* tracing must never fail a call */ }
 }
 
-/* Whole-buffer algorithms move chunk 0; the ring kinds cut the buffer into chunks (blocks
- * of `count` for reduce-scatter, all-gather and the linear and pairwise kinds). -1: the
- * step's placement is not known here (all_to_allv places blocks by displacement). */
+/* Where chunk `chunk` of a step starts, in elements: an algorithm that moves whole buffers
+ * moves chunk 0; the others cut the kind's largest buffer (count elements, or count from or
+ * for each rank) into n chunks (ring/ring.h; blocks of count when there is one per rank).
+ * -1: not known here (all_to_allv places blocks by displacement). */
 static long long rr__trace_off(const rr__coll *c, int chunk) {
-  const size_t count = c->a->count;
-  switch (c->hdr.kind) {
-    case RR__K_ALL_REDUCE:
-      return c->hdr.algo == RR__ALGO_RING ? (long long)rr__chunk_off(count, c->n, chunk) : 0;
-    case RR__K_REDUCE_SCATTER:
-    case RR__K_ALL_GATHER:
-    case RR__K_GATHER:
-    case RR__K_SCATTER:
-    case RR__K_ALL_TO_ALL: return (long long)((size_t)chunk * count);
-    case RR__K_ALL_TO_ALLV: return -1;
-    default: return 0;
-  }
+  const rr__kind_info *k = rr__kind(c->hdr.kind);
+  if (rr__algo(c->hdr.algo)->whole) return 0;
+  if (k->in == RR__IO_DISPLS || k->out == RR__IO_DISPLS) return -1;
+  size_t total = c->a->count;
+  if (k->in == RR__IO_COUNT_N || k->out == RR__IO_COUNT_N) total *= (size_t)c->n;
+  return (long long)rr__chunk_off(total, c->n, chunk);
 }
 
-static int rr__trace_whole(const rr__coll *c) {
-  const int k = c->hdr.kind;
-  return (k == RR__K_ALL_REDUCE && c->hdr.algo != RR__ALGO_RING) || k == RR__K_BROADCAST ||
-         k == RR__K_REDUCE || k == RR__K_SEND;
-}
-
+/* A step names its phase when its algorithm has several; else it is the kind's. */
 static const char *rr__trace_phase(const rr__coll *c, const rr__step *st) {
-  if (st->phase) return st->phase;
-  switch (c->hdr.kind) {
-    case RR__K_ALL_REDUCE:
-      if (c->hdr.algo == RR__ALGO_STAR) /* the root gathers by receiving, the others by sending */
-        return (c->r == 0 ? st->from >= 0 : st->to >= 0) ? "gather" : "broadcast";
-      return c->trace_step < c->n - 1 ? "reduce-scatter" : "all-gather";
-    case RR__K_REDUCE_SCATTER: return "reduce-scatter";
-    case RR__K_ALL_GATHER: return "all-gather";
-    case RR__K_BROADCAST: return "broadcast";
-    case RR__K_REDUCE: return "reduce";
-    case RR__K_GATHER: return "gather";
-    case RR__K_SCATTER: return "scatter";
-    case RR__K_ALL_TO_ALL:
-    case RR__K_ALL_TO_ALLV: return "exchange";
-    default: return "p2p";
-  }
+  return st->phase ? st->phase : rr__kind(c->hdr.kind)->phase;
 }
 
 /* "key":{"to"/"from":group rank,"to_rank"/"from_rank":global rank,"chunk","off","count","bytes" */
 static void rr__jside(rr__jbuf *j, const rr__coll *c, const char *key, const char *who,
                       int peer, int chunk, size_t count) {
-  if (rr__trace_whole(c)) chunk = 0;
+  if (rr__algo(c->hdr.algo)->whole) chunk = 0;
   long long off = chunk >= 0 ? rr__trace_off(c, chunk) : 0;
   rr__jput(j, ",\"%s\":{\"%s\":%d,\"%s_rank\":%d,\"chunk\":%d,\"count\":%zu", key, who, peer, who,
            rr__grank(c, peer), chunk, count);

@@ -6,8 +6,8 @@
  */
 #include "perf.h"
 
-static void counts(size_t count, int nranks, perf_counts *k) {
-  const size_t n = (size_t)nranks, block = count / n;
+static void counts(const perf_ctx *c, size_t count, perf_counts *k) {
+  const size_t n = (size_t)c->nranks, block = count / n;
   /* In place, this rank's block is already in its slot of recvbuf (NCCL's aliasing). */
   *k = (perf_counts){.send = block, .recv = block * n, .param = block, .send_inplace = block};
 }

@@ -14,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -37,17 +38,22 @@ typedef struct perf_state {
   char *hsend, *hrecv; /* --mem cuda: host mirrors of the device buffers, for data and checks */
   int mem;             /* --mem: -1 not given, 0 host, 1 cuda */
   int cuda_dev;        /* the CUDA device the buffers are on (--mem cuda), else -1 */
-  size_t bufbytes;
-  double *iter_us;  /* per-iteration times of one timed loop (-n entries) */
-  double *sorted;   /* scratch for percentiles */
+  size_t bufbytes;     /* -e: the largest call's bytes */
+  size_t allocbytes;   /* each buffer: bufbytes, -u's shift and a margin */
+  double *iter_us;     /* this rank's per-iteration times of one timed loop (-n entries) */
+  /* -I / --percentiles, per half (out of place, in place): the max over ranks of each
+   * iteration, and on rank 0 every rank's row (nranks x -n), kept until the row is printed. */
+  double *iter_max[2], *iter_all[2];
+  double *sorted;   /* scratch for the statistics */
   int corrupt_rank; /* $RR_PERF_CORRUPT: the test hook that proves checking can fail */
 } perf_state;
 
 /* ---------------------------------------------------------------------------------------
  * Errors. */
 
-static const char *tool_name(const perf_coll *coll) {
+const char *perf_tool_name(const perf_coll *coll) {
   static char name[64];
+  if (coll->tool) return coll->tool;
   snprintf(name, sizeof name, "%s_perf", coll->name);
   return name;
 }
@@ -66,21 +72,21 @@ __attribute__((noreturn, format(printf, 2, 3))) static void usage_error(const pe
                                                                         const char *fmt, ...) {
   if (!env_rank0()) {
     sleep(1);
-    fprintf(stderr, "%s: rank %s: ", tool_name(coll), getenv("RANK"));
+    fprintf(stderr, "%s: rank %s: ", perf_tool_name(coll), getenv("RANK"));
   } else {
-    fprintf(stderr, "%s: ", tool_name(coll));
+    fprintf(stderr, "%s: ", perf_tool_name(coll));
   }
   va_list ap;
   va_start(ap, fmt);
   vfprintf(stderr, fmt, ap);
   va_end(ap);
-  fprintf(stderr, "\nTry '%s -h' for the options.\n", tool_name(coll));
+  fprintf(stderr, "\nTry '%s -h' for the options.\n", perf_tool_name(coll));
   exit(2);
 }
 
 /* Every library call goes through here: a failure ends this rank with the library's own
  * sentence (who, which call, why); rrun then stops the other ranks. */
-static void check_call(const perf_state *s, int status, const char *what) {
+static void check_call(perf_state *s, int status, const char *what) {
   if (status == RR_OK) return;
   char rank[32];
   /* Before the group exists (a failed init), the launcher's RANK is all there is. */
@@ -88,8 +94,16 @@ static void check_call(const perf_state *s, int status, const char *what) {
     snprintf(rank, sizeof rank, "%d", s->ctx.rank);
   else
     snprintf(rank, sizeof rank, "%s", getenv("RANK") ? getenv("RANK") : "?");
-  fprintf(stderr, "%s: rank %s: %s failed: %s (%s): %s\n", tool_name(s->coll), rank, what,
+  fprintf(stderr, "%s: rank %s: %s failed: %s (%s): %s\n", perf_tool_name(s->coll), rank, what,
           rr_status_name(status), rr_strerror(status), rr_last_error());
+  /* Rank 0's JSON ends as a valid document whose "errors" says why (nccl-tests closes its
+   * JSON on early errors too), so a script reading it sees the failure, not a parse error. */
+  if (s->rep.json) {
+    char msg[1024];
+    snprintf(msg, sizeof msg, "%s failed: %s: %s", what, rr_status_name(status),
+             rr_last_error());
+    perf_report_abort(&s->rep, msg);
+  }
   fflush(stdout);
   exit(1);
 }
@@ -100,7 +114,7 @@ static void *alloc_or_die(const perf_state *s, size_t bytes, const char *what) {
   /* Page-aligned, as device allocations are: no tool pays for a misaligned start. */
   if (posix_memalign(&p, 4096, bytes ? bytes : 1) != 0) {
     fprintf(stderr, "%s: rank %d: cannot allocate %zu bytes for %s (lower -e)\n",
-            tool_name(s->coll), s->ctx.rank, bytes, what);
+            perf_tool_name(s->coll), s->ctx.rank, bytes, what);
     exit(1);
   }
   return p;
@@ -111,7 +125,7 @@ static void *alloc_or_die(const perf_state *s, size_t bytes, const char *what) {
 static char *host_of(const perf_state *s, char *p) {
   if (!s->ctx.mem_cuda) return p;
   uintptr_t x = (uintptr_t)p, b = (uintptr_t)s->sendbuf;
-  if (x >= b && x < b + s->bufbytes + 64) return s->hsend + (x - b);
+  if (x >= b && x < b + s->allocbytes) return s->hsend + (x - b);
   return s->hrecv + (x - (uintptr_t)s->recvbuf);
 }
 
@@ -120,7 +134,7 @@ static void mirror_copy(const perf_state *s, char *dev, size_t bytes, int to_dev
   char *h = host_of(s, dev);
   if (perf_mem_copy(1, to_device ? dev : h, to_device ? h : dev, bytes) != 0) {
     fprintf(stderr, "%s: rank %d: cudaMemcpy of %zu bytes %s the device failed\n",
-            tool_name(s->coll), s->ctx.rank, bytes, to_device ? "to" : "from");
+            perf_tool_name(s->coll), s->ctx.rank, bytes, to_device ? "to" : "from");
     exit(1);
   }
 }
@@ -151,29 +165,43 @@ static void usage(const perf_coll *coll) {
       "                         (default sum)\n"
       "  -r, --root R           root rank of broadcast and reduce (default 0)\n"
       "  -a, --average N        time across ranks: 0 rank 0, 1 mean, 2 min, 3 max (default 1)\n"
-      "  -J, --json FILE        also write the results as JSON to FILE (rank 0)\n"
+      "  -I, --per_iter_timing 0|1  columns after each half's #wrong: min, max, p99 and\n"
+      "                         coefficient of variation of the per-iteration times, each\n"
+      "                         iteration at its slowest rank; with -J every time (default 0)\n"
+      "  -K, --per_iter_skip N  leave the first N iterations out of -I's statistics\n"
+      "  -z, --blocking N       0, 2: calls back to back (ringreduce's calls always block);\n"
+      "                         1: a barrier after each call, timed; 3: a barrier after each\n"
+      "                         call, not timed (default 0)\n"
+      "  -u, --unalign N        misalign both buffers by N elements (default 0)\n"
+      "  -N, --run_cycles N     run the sweep N times, printing each; 0: until killed\n"
+      "  -C, --report_cputime 0|1  label the time columns cputime (the same host times)\n"
+      "  -S, --report_timestamps 0|1  end each row with the local date and time\n"
+      "  -J, --output_file FILE.json  also write the results as JSON (rank 0; FILE.json.N\n"
+      "                         when FILE.json exists, as nccl-tests)\n"
       "  -T, --timeout S        fail a call that takes longer than S seconds (default: the\n"
       "                         library's, $RR_TIMEOUT or 30 min)\n"
-      "  -t, -g, -m, -G, -z     nccl-tests' threads, GPUs, aggregation, graphs, blocking:\n"
-      "                         accepted with the only values that apply here (1 1 1 0 0/1)\n"
+      "  -t, -g, -m, -G, -p, -y, -R, -M, -D, -x  nccl-tests' threads, GPUs, aggregation,\n"
+      "                         graphs, parallel init, null stream, registration, memory\n"
+      "                         report, device kernels, CTA policy: accepted with the only\n"
+      "                         values that apply here (1 1 1 0 0 0 0 0 0 and -x -1)\n"
       "  -h, --help             this help\n"
       "\n"
       "Extras (not in nccl-tests; extra columns go after the standard ones):\n"
       "  --link-gbps X|auto     column: busbw as %% of a link of X Gbit/s (auto: the speed of\n"
       "                         the interface carrying the traffic, from /sys/class/net)\n"
-      "  --percentiles          columns: p50 and p99 of the per-iteration times (max over\n"
-      "                         ranks of each iteration); always in the JSON\n"
+      "  --percentiles          columns: p50 and p99 of the per-iteration times (as -I's:\n"
+      "                         each iteration at its slowest rank, -K applies)\n"
       "  --mem host|cuda        buffers in host or CUDA device memory (device LOCAL_RANK\n"
       "                         modulo the GPUs); default cuda when a GPU is present\n"
       "%s"
       "\n"
       "Example: rrun --nproc-per-node 4 %s -b 8 -e 256M -f 4\n",
-      tool_name(coll), tool_name(coll), coll->name,
+      perf_tool_name(coll), perf_tool_name(coll), coll->name,
       coll->split
           ? "  --split                columns: the reduce-scatter and all-gather halves of\n"
             "                         the all-reduce, timed separately\n"
           : "",
-      tool_name(coll));
+      perf_tool_name(coll));
 }
 
 /* A size as nccl-tests reads it: a number and an optional K, M or G (powers of 1024). */
@@ -228,6 +256,7 @@ static void parse_options(perf_state *s, int argc, char **argv) {
                    .warmup = 5,
                    .check = 1,
                    .agg = 1,
+                   .cycles = 1,
                    .dtype = RR_FLOAT32,
                    .op = RR_SUM};
   enum { OPT_LINK = 1000, OPT_PERCENTILES, OPT_SPLIT, OPT_MEM };
@@ -248,7 +277,21 @@ static void parse_options(perf_state *s, int argc, char **argv) {
                                            {"timeout", required_argument, 0, 'T'},
                                            {"cudagraph", required_argument, 0, 'G'},
                                            {"average", required_argument, 0, 'a'},
+                                           {"output_file", required_argument, 0, 'J'},
                                            {"json", required_argument, 0, 'J'},
+                                           {"per_iter_timing", required_argument, 0, 'I'},
+                                           {"per_iter_skip", required_argument, 0, 'K'},
+                                           {"unalign", required_argument, 0, 'u'},
+                                           {"run_cycles", required_argument, 0, 'N'},
+                                           {"report_cputime", required_argument, 0, 'C'},
+                                           {"report_timestamps", required_argument, 0, 'S'},
+                                           {"parallel_init", required_argument, 0, 'p'},
+                                           {"stream_null", required_argument, 0, 'y'},
+                                           {"local_register", required_argument, 0, 'R'},
+                                           {"memory", required_argument, 0, 'M'},
+                                           {"device_implementation", required_argument, 0, 'D'},
+                                           {"device_cta_count", required_argument, 0, 'V'},
+                                           {"cta_policy", required_argument, 0, 'x'},
                                            {"help", no_argument, 0, 'h'},
                                            {"link-gbps", required_argument, 0, OPT_LINK},
                                            {"link_gbps", required_argument, 0, OPT_LINK},
@@ -258,21 +301,51 @@ static void parse_options(perf_state *s, int argc, char **argv) {
                                            {0, 0, 0, 0}};
   opterr = 0; /* our messages, printed once (rank 0) */
   int c;
-  while ((c = getopt_long(argc, argv, "+:t:g:b:e:i:f:n:m:w:c:o:d:r:z:T:G:a:J:h", longopts, NULL)) !=
-         -1) {
+  const char *opts = "+:t:g:b:e:i:f:n:m:w:c:o:d:r:z:T:G:a:J:I:K:u:N:C:S:p:y:R:M:D:V:x:h";
+  while ((c = getopt_long(argc, argv, opts, longopts, NULL)) != -1) {
+    char flag[3] = {'-', (char)c, '\0'};
     switch (c) {
       case 't':
       case 'g':
       case 'm':
         /* One rank per process: parallelism comes from rrun --nproc-per-node. */
-        parse_int(coll, c == 't' ? "-t" : c == 'g' ? "-g" : "-m", optarg, 1, 1);
+        parse_int(coll, flag, optarg, 1, 1);
         break;
-      case 'G':
-        parse_int(coll, "-G", optarg, 0, 0);
+      case 'G': /* CUDA graphs */
+      case 'p': /* threads initialising NCCL in parallel: one rank per process here */
+      case 'y': /* the CUDA null stream */
+      case 'R': /* NCCL buffer registration */
+      case 'M': /* the GPU memory report: cudaMemGetInfo around NCCL's own allocations */
+      case 'D': /* NCCL device-API kernels (NCCL >= 2.28) */
+        parse_int(coll, flag, optarg, 0, 0);
+        break;
+      case 'V': /* CTAs of -D's kernels: meaningless without them, any valid value passes */
+        parse_int(coll, flag, optarg, 1, 127);
+        break;
+      case 'x': /* NCCL's CTA policy: -1 leaves it unset, as nccl-tests' default */
+        parse_int(coll, flag, optarg, -1, -1);
         break;
       case 'z':
-        parse_int(coll, "-z", optarg, 0, 1);
-        break; /* calls are always blocking */
+        o->blocking = (int)parse_int(coll, "-z", optarg, 0, 3);
+        break;
+      case 'I':
+        o->per_iter = (int)parse_int(coll, "-I", optarg, 0, 1);
+        break;
+      case 'K':
+        o->per_iter_skip = (int)parse_int(coll, "-K", optarg, 0, 1 << 24);
+        break;
+      case 'u':
+        o->unalign = (int)parse_int(coll, "-u", optarg, 0, 1 << 20);
+        break;
+      case 'N':
+        o->cycles = parse_int(coll, "-N", optarg, 0, 1L << 30);
+        break;
+      case 'C':
+        o->cputime = (int)parse_int(coll, "-C", optarg, 0, 1);
+        break;
+      case 'S':
+        o->timestamps = (int)parse_int(coll, "-S", optarg, 0, 1);
+        break;
       case 'b':
       case 'e':
         if (parse_size(optarg, c == 'b' ? &o->minbytes : &o->maxbytes) != 0)
@@ -314,9 +387,16 @@ static void parse_options(perf_state *s, int argc, char **argv) {
         if (!o->all_ops && rr_op_from_name(optarg, &o->op) != RR_OK)
           usage_error(coll, "unknown op '%s' (%s)", optarg, rr_last_error());
         break;
-      case 'J':
+      case 'J': {
+        /* nccl-tests picks the format by the suffix and writes nothing for any other; a
+         * silent no-op is refused here instead. */
+        const char *dot = strrchr(optarg, '.'), *slash = strrchr(optarg, '/');
+        if (!dot || (slash && slash > dot) || strcasecmp(dot, ".json") != 0)
+          usage_error(coll, "-J %s: the file name must end in .json (the only output format)",
+                      optarg);
         o->json = optarg;
         break;
+      }
       case OPT_LINK:
         if (strcmp(optarg, "auto") == 0) {
           o->link_auto = 1;
@@ -335,9 +415,12 @@ static void parse_options(perf_state *s, int argc, char **argv) {
         o->split = 1;
         break;
       case OPT_MEM:
-        if (!strcmp(optarg, "host")) s->mem = 0;
-        else if (!strcmp(optarg, "cuda")) s->mem = 1;
-        else usage_error(coll, "invalid value '%s' for --mem (host or cuda)", optarg);
+        if (!strcmp(optarg, "host"))
+          s->mem = 0;
+        else if (!strcmp(optarg, "cuda"))
+          s->mem = 1;
+        else
+          usage_error(coll, "invalid value '%s' for --mem (host or cuda)", optarg);
         break;
       case 'h':
         usage(coll);
@@ -350,6 +433,14 @@ static void parse_options(perf_state *s, int argc, char **argv) {
     }
   }
   if (optind < argc) usage_error(coll, "unexpected argument '%s'", argv[optind]);
+  o->argc = argc;
+  o->argv = argv;
+  if (o->per_iter_skip && !o->per_iter && !o->percentiles)
+    usage_error(coll, "-K %d needs -I 1 (or --percentiles): it trims their statistics",
+                o->per_iter_skip);
+  if (o->per_iter_skip >= o->iters)
+    usage_error(coll, "-K %d leaves no iteration of -n %d to summarise", o->per_iter_skip,
+                o->iters);
   if (o->minbytes > o->maxbytes)
     usage_error(coll, "minbytes %zu is larger than maxbytes %zu", o->minbytes, o->maxbytes);
   if (o->stepfactor <= 1 && o->stepbytes == 0 && o->minbytes < o->maxbytes)
@@ -377,20 +468,24 @@ static double aggregate(perf_state *s, double t) {
   return s->o.agg == 1 ? t / s->ctx.nranks : t;
 }
 
-static int cmp_double(const void *a, const void *b) {
-  double x = *(const double *)a, y = *(const double *)b;
-  return (x > y) - (x < y);
-}
-
-/* p50 and p99 (nearest rank) of the iterations, each the slowest rank's time: a collective
- * finishes when its last rank does. */
-static void percentiles(perf_state *s, double *p50, double *p99) {
+/* -I / --percentiles: rank 0 gathers every rank's per-iteration times (nccl-tests' per-process
+ * rows), and takes each iteration at its slowest rank: a collective ends when its last rank
+ * does. Decided from the options, so every rank takes part. */
+static void iter_stats(perf_state *s, int in_place, perf_half *h) {
   const int n = s->o.iters;
-  PERF_CHECK(s, rr_all_reduce(s->ctx.pg, s->iter_us, s->iter_us, (size_t)n, RR_FLOAT64, RR_MAX));
-  memcpy(s->sorted, s->iter_us, (size_t)n * sizeof *s->sorted);
-  qsort(s->sorted, (size_t)n, sizeof *s->sorted, cmp_double);
-  *p50 = s->sorted[(size_t)ceil(0.50 * n) - 1];
-  *p99 = s->sorted[(size_t)ceil(0.99 * n) - 1];
+  double *all = s->iter_all[in_place], *mx = s->iter_max[in_place];
+  PERF_CHECK(s, rr_gather(s->ctx.pg, s->iter_us, all, (size_t)n, RR_FLOAT64, 0));
+  if (s->ctx.rank != 0) return;
+  for (int i = 0; i < n; i++) {
+    mx[i] = all[i];
+    for (int r = 1; r < s->ctx.nranks; r++)
+      if (all[(size_t)r * (size_t)n + (size_t)i] > mx[i])
+        mx[i] = all[(size_t)r * (size_t)n + (size_t)i];
+  }
+  perf_iter_stats_of(mx, n, s->o.per_iter_skip, s->sorted, &h->st);
+  h->have_iter = 1;
+  h->times = mx;
+  h->rank_times = all;
 }
 
 static void run_coll(perf_state *s, const void *send, void *recv, size_t count, int in_place) {
@@ -405,7 +500,7 @@ static void run_coll(perf_state *s, const void *send, void *recv, size_t count, 
 }
 
 static void counts_for(const perf_state *s, size_t bytes, perf_counts *k) {
-  s->coll->counts(bytes / s->ctx.esize, s->ctx.nranks, k);
+  s->coll->counts(&s->ctx, bytes / s->ctx.esize, k);
 }
 
 /* The buffers of one call: in place they alias as NCCL's; iteration `iter` shifts both by
@@ -417,6 +512,7 @@ static void placement(const perf_state *s, const perf_counts *k, int in_place, i
   size_t total = (k->send > k->recv ? k->send : k->recv) * es;
   size_t steps = total ? s->bufbytes / total : 1;
   size_t shift = iter >= 0 && steps ? total * ((size_t)iter % steps) : 0;
+  shift += (size_t)s->o.unalign * es; /* -u: both buffers start that many elements late */
   *send = in_place ? s->recvbuf + shift + k->send_inplace * r * es : s->sendbuf + shift;
   *recv = s->recvbuf + shift + (in_place ? k->recv_inplace * r * es : 0);
 }
@@ -459,20 +555,25 @@ static void bench_half(perf_state *s, const perf_counts *k, size_t bytes, int in
   placement(s, k, in_place, 0, &send, &recv);
   run_coll(s, send, recv, k->param, in_place); /* untimed, as nccl-tests' "sync" call */
   PERF_CHECK(s, rr_barrier(s->ctx.pg));
-  double t_start = now_us();
+  /* -z: every call blocks until it is done here, so 0 and 2 are the same loop; 1 waits for
+   * every rank after each call inside the time, 3 outside it (the time is then the calls
+   * alone, without the skew between ranks that back-to-back calls absorb). */
+  const int z = s->o.blocking;
+  double t_start = now_us(), calls_us = 0;
   for (int i = 0; i < s->o.iters; i++) {
     placement(s, k, in_place, i, &send, &recv);
     double t0 = now_us();
     run_coll(s, send, recv, k->param, in_place);
+    if (z == 1) PERF_CHECK(s, rr_barrier(s->ctx.pg));
     s->iter_us[i] = now_us() - t0;
+    calls_us += s->iter_us[i];
+    if (z == 3) PERF_CHECK(s, rr_barrier(s->ctx.pg));
   }
-  double mean = (now_us() - t_start) / s->o.iters;
+  double mean = (z == 3 ? calls_us : now_us() - t_start) / s->o.iters;
   h->time_us = aggregate(s, mean);
   h->algbw = h->time_us > 0 ? (double)bytes / (h->time_us * 1e3) : 0; /* GB/s, GB = 1e9 */
   h->busbw = h->algbw * s->coll->bus_factor(s->ctx.nranks);
-  /* Decided from the options, the same on every rank: percentiles take a collective. */
-  h->have_pct = s->o.percentiles || s->o.json != NULL;
-  if (h->have_pct) percentiles(s, &h->p50_us, &h->p99_us);
+  if (s->o.per_iter || s->o.percentiles) iter_stats(s, in_place, h);
   h->wrong = -1;
   for (int c = 0; c < s->o.check; c++) {
     h->wrong = check_once(s, k, in_place);
@@ -531,33 +632,44 @@ static int next_size(const perf_opts *o, size_t size, size_t *next) {
   return 1;
 }
 
+static void sweep_size(perf_state *s, size_t size);
+
 /* nccl-tests' TimeTest for one (dtype, op). */
 static void time_test(perf_state *s) {
   const perf_opts *o = &s->o;
   /* Fresh data of this dtype in both buffers: timed calls then never start from another
    * dtype's bit patterns (NaNs, subnormals) that would run slower than real data. */
-  perf_fill_input(&s->ctx, host_of(s, s->sendbuf), 0, s->bufbytes / s->ctx.esize, s->ctx.rank);
-  perf_fill_input(&s->ctx, host_of(s, s->recvbuf), 0, s->bufbytes / s->ctx.esize, s->ctx.rank);
-  upload(s, s->sendbuf, s->bufbytes);
-  upload(s, s->recvbuf, s->bufbytes);
+  const size_t fill = s->bufbytes + (size_t)o->unalign * s->ctx.esize; /* what calls can touch */
+  perf_fill_input(&s->ctx, host_of(s, s->sendbuf), 0, fill / s->ctx.esize, s->ctx.rank);
+  perf_fill_input(&s->ctx, host_of(s, s->recvbuf), 0, fill / s->ctx.esize, s->ctx.rank);
+  upload(s, s->sendbuf, fill);
+  upload(s, s->recvbuf, fill);
   PERF_CHECK(s, rr_barrier(s->ctx.pg));
   warmup(s, o->maxbytes);
   warmup(s, o->minbytes);
-  size_t size = o->minbytes;
+  long cycle = o->cycles; /* -N: 0 counts down past 0 and never ends, as nccl-tests' */
   do {
-    perf_counts k;
-    counts_for(s, size, &k);
-    if (k.param == 0 && size > 0) continue; /* fewer bytes than one element (per rank) */
-    perf_row row = {.count = k.param,
-                    .bytes = (k.send > k.recv ? k.send : k.recv) * s->ctx.esize,
-                    .dtype = s->ctx.dtype,
-                    .op = s->coll->reduces ? rr_op_name(s->ctx.op) : "none",
-                    .root = s->coll->rooted ? s->ctx.root : -1};
-    bench_half(s, &k, row.bytes, 0, &row.half[0]);
-    bench_half(s, &k, row.bytes, 1, &row.half[1]);
-    if (o->split) bench_split(s, k.param, &row.split);
-    if (s->ctx.rank == 0) perf_report_row(&s->rep, &row);
-  } while (next_size(o, size, &size));
+    size_t size = o->minbytes;
+    do {
+      sweep_size(s, size);
+    } while (next_size(o, size, &size));
+  } while (--cycle != 0);
+}
+
+/* One row: both halves of one size. */
+static void sweep_size(perf_state *s, size_t size) {
+  perf_counts k;
+  counts_for(s, size, &k);
+  if (k.send == 0 && k.recv == 0 && size > 0) return; /* less than an element per rank */
+  perf_row row = {.count = k.param,
+                  .bytes = (k.send > k.recv ? k.send : k.recv) * s->ctx.esize,
+                  .dtype = s->ctx.dtype,
+                  .op = s->coll->reduces ? rr_op_name(s->ctx.op) : "none",
+                  .root = s->coll->rooted ? s->ctx.root : -1};
+  bench_half(s, &k, row.bytes, 0, &row.half[0]);
+  bench_half(s, &k, row.bytes, 1, &row.half[1]);
+  if (s->o.split) bench_split(s, k.param, &row.split);
+  if (s->ctx.rank == 0) perf_report_row(&s->rep, &row);
 }
 
 static void gather_ranks(perf_state *s) {
@@ -572,15 +684,25 @@ static void gather_ranks(perf_state *s) {
   PERF_CHECK(s, rr_all_gather(s->ctx.pg, &me, s->rep.ranks, sizeof me, RR_UINT8));
 }
 
-/* Rank 0 opens the JSON file; every rank learns whether it could, so all stop together. */
+/* Rank 0 opens the JSON file; every rank learns whether it could, so all stop together. As
+ * nccl-tests, an existing file is never overwritten: FILE.json taken, FILE.json.0, .1, ... is
+ * written instead, and the header's first line names it. (nccl-tests goes on without JSON
+ * when it cannot write; here that ends the run, so a script never waits for a file that
+ * will not come.) */
 static void open_json(perf_state *s) {
+  static char path[4096];
   int32_t failed = 0;
   if (s->ctx.rank == 0 && s->o.json) {
-    s->rep.json = fopen(s->o.json, "w");
+    snprintf(path, sizeof path, "%s", s->o.json);
+    for (int k = 0; !(s->rep.json = fopen(path, "wx")) && errno == EEXIST && k < 1000; k++)
+      snprintf(path, sizeof path, "%s.%d", s->o.json, k);
     if (!s->rep.json) {
-      fprintf(stderr, "%s: rank 0: cannot write %s: %s\n", tool_name(s->coll), s->o.json,
+      fprintf(stderr, "%s: rank 0: cannot write %s: %s\n", perf_tool_name(s->coll), path,
               strerror(errno));
       failed = 1;
+    } else {
+      s->rep.json_path = path;
+      printf("# Writing JSON output to %s\n", path);
     }
   }
   PERF_CHECK(s, rr_all_reduce(s->ctx.pg, &failed, &failed, 1, RR_INT32, RR_MAX));
@@ -588,6 +710,25 @@ static void open_json(perf_state *s) {
     PERF_CHECK(s, rr_destroy_process_group(s->ctx.pg));
     exit(2);
   }
+}
+
+/* The tool's own checks of the options and the environment against the world (alltoallv's
+ * traffic pattern). Every rank runs them; rank 0 reports, or a rank that alone fails. */
+static void setup_tool(perf_state *s) {
+  if (!s->coll->setup) return;
+  char err[512] = "";
+  int32_t f[2] = {0, 0}; /* anyone failed, rank 0 failed */
+  f[0] = s->coll->setup(&s->ctx, s->o.minbytes, s->o.maxbytes, err, sizeof err) != 0;
+  f[1] = s->ctx.rank == 0 ? f[0] : 0;
+  const int mine = f[0];
+  PERF_CHECK(s, rr_all_reduce(s->ctx.pg, f, f, 2, RR_INT32, RR_MAX));
+  if (!f[0]) return;
+  if (mine && (s->ctx.rank == 0 || !f[1]))
+    fprintf(stderr, "%s: rank %d: %s\n", perf_tool_name(s->coll), s->ctx.rank, err);
+  /* Nobody exits (and so has rrun stop the others) before the reports are out. */
+  PERF_CHECK(s, rr_barrier(s->ctx.pg));
+  PERF_CHECK(s, rr_destroy_process_group(s->ctx.pg));
+  exit(2);
 }
 
 /* Bytes this host can still give: MemAvailable (free plus reclaimable cache), else all
@@ -634,7 +775,7 @@ static void check_world(perf_state *s) {
     err = msg;
   }
   if (!err) return;
-  if (s->ctx.rank == 0) fprintf(stderr, "%s: %s\n", tool_name(s->coll), err);
+  if (s->ctx.rank == 0) fprintf(stderr, "%s: %s\n", perf_tool_name(s->coll), err);
   /* Nobody exits (and so has rrun stop the others) before rank 0 has said why. */
   PERF_CHECK(s, rr_barrier(s->ctx.pg));
   PERF_CHECK(s, rr_destroy_process_group(s->ctx.pg));
@@ -662,6 +803,7 @@ int perf_main(int argc, char **argv, const perf_coll *coll) {
   s->ctx.root = o->root;
   s->ctx.reduces = coll->reduces;
   check_world(s);
+  setup_tool(s);
   /* --mem: device memory by default when this rank sees a GPU (chosen before the rank
    * table is gathered, so that its lines name the device). */
   s->cuda_dev = -1;
@@ -670,7 +812,7 @@ int perf_main(int argc, char **argv, const perf_coll *coll) {
     char err[160];
     const char *lr = getenv("LOCAL_RANK");
     if ((s->cuda_dev = perf_mem_select(lr ? atoi(lr) : 0, err, sizeof err)) < 0) {
-      fprintf(stderr, "%s: rank %d: --mem cuda: %s\n", tool_name(coll), s->ctx.rank, err);
+      fprintf(stderr, "%s: rank %d: --mem cuda: %s\n", perf_tool_name(coll), s->ctx.rank, err);
       exit(2);
     }
   }
@@ -682,29 +824,37 @@ int perf_main(int argc, char **argv, const perf_coll *coll) {
 
   /* One allocation per buffer for the largest size, reused by every size (nccl-tests). */
   s->bufbytes = o->maxbytes;
+  s->allocbytes = s->bufbytes + 64 + (size_t)o->unalign * 8; /* 8: the widest element */
   if (s->ctx.mem_cuda) {
-    s->hsend = alloc_or_die(s, s->bufbytes + 64, "the send buffer's host mirror");
-    s->hrecv = alloc_or_die(s, s->bufbytes + 64, "the receive buffer's host mirror");
-    s->sendbuf = perf_mem_alloc(1, s->bufbytes + 64);
-    s->recvbuf = perf_mem_alloc(1, s->bufbytes + 64);
-    if (coll->needs_scratch) s->ctx.scratch = perf_mem_alloc(1, s->bufbytes + 64);
+    s->hsend = alloc_or_die(s, s->allocbytes, "the send buffer's host mirror");
+    s->hrecv = alloc_or_die(s, s->allocbytes, "the receive buffer's host mirror");
+    s->sendbuf = perf_mem_alloc(1, s->allocbytes);
+    s->recvbuf = perf_mem_alloc(1, s->allocbytes);
+    if (coll->needs_scratch) s->ctx.scratch = perf_mem_alloc(1, s->allocbytes);
     if (!s->sendbuf || !s->recvbuf || (coll->needs_scratch && !s->ctx.scratch)) {
       fprintf(stderr, "%s: rank %d: cudaMalloc of %zu bytes failed (lower -e)\n",
-              tool_name(coll), s->ctx.rank, s->bufbytes + 64);
+              perf_tool_name(coll), s->ctx.rank, s->allocbytes);
       exit(1);
     }
   } else {
-    s->sendbuf = alloc_or_die(s, s->bufbytes + 64, "the send buffer");
-    s->recvbuf = alloc_or_die(s, s->bufbytes + 64, "the receive buffer");
-    if (coll->needs_scratch) s->ctx.scratch = alloc_or_die(s, s->bufbytes + 64, "scratch");
+    s->sendbuf = alloc_or_die(s, s->allocbytes, "the send buffer");
+    s->recvbuf = alloc_or_die(s, s->allocbytes, "the receive buffer");
+    if (coll->needs_scratch) s->ctx.scratch = alloc_or_die(s, s->allocbytes, "scratch");
   }
   s->iter_us = alloc_or_die(s, sizeof(double) * (size_t)o->iters, "timings");
   s->sorted = alloc_or_die(s, sizeof(double) * (size_t)o->iters, "timings");
+  if ((o->per_iter || o->percentiles) && s->ctx.rank == 0)
+    for (int h = 0; h < 2; h++) {
+      s->iter_max[h] = alloc_or_die(s, sizeof(double) * (size_t)o->iters, "timings");
+      s->iter_all[h] = alloc_or_die(s, sizeof(double) * (size_t)o->iters * (size_t)s->ctx.nranks,
+                                    "every rank's timings");
+    }
 
-  s->rep.tool = tool_name(coll);
+  s->rep.tool = perf_tool_name(coll);
   s->rep.coll = coll;
   s->rep.o = o;
   s->rep.nranks = s->ctx.nranks;
+  s->rep.ctx = &s->ctx;
   if (s->ctx.rank == 0) {
     perf_report_link(&s->rep);
     if (s->ctx.mem_cuda) printf("#  Buffers: CUDA device memory (--mem cuda)\n");
@@ -738,6 +888,10 @@ int perf_main(int argc, char **argv, const perf_coll *coll) {
   free(s->hrecv);
   free(s->iter_us);
   free(s->sorted);
+  for (int h = 0; h < 2; h++) {
+    free(s->iter_max[h]);
+    free(s->iter_all[h]);
+  }
   free(s->rep.ranks);
   return f32 ? 1 : 0;
 }

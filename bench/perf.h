@@ -33,7 +33,10 @@ typedef struct perf_ctx {
 
 /* Element counts of one size, as nccl-tests' getCollByteCount. */
 typedef struct perf_counts {
-  size_t send, recv; /* elements this rank sends from / receives into */
+  /* Elements this rank sends from / receives into; for all_to_allv, where ranks differ, the
+   * most of any rank, so that every rank prints the same size. A size where both are 0 is
+   * skipped (fewer bytes than one element per rank). */
+  size_t send, recv;
   size_t param;      /* the count argument of the call: the "count" column */
   /* In place, sendbuf = recvbuf + send_inplace * rank and recvbuf = recvbuf +
    * recv_inplace * rank (elements): NCCL's aliasing for all-gather and reduce-scatter. */
@@ -41,14 +44,15 @@ typedef struct perf_counts {
 } perf_counts;
 
 typedef struct perf_coll {
-  const char *name; /* "all_reduce": the tool is all_reduce_perf */
+  const char *name; /* "all_reduce": the call is rr_all_reduce, the tool all_reduce_perf */
+  const char *tool; /* the tool's name when it is not name + "_perf" (nccl-tests' names) */
   int reduces;      /* takes an op (the redop column); else "none" */
   int rooted;       /* takes a root (the root column); else -1 */
   int min_ranks;    /* fewer ranks is a usage error */
   int needs_scratch;
   /* busbw / algbw for n ranks: what makes sizes comparable with the hardware's speed. */
   double (*bus_factor)(int nranks);
-  void (*counts)(size_t count, int nranks, perf_counts *out);
+  void (*counts)(const perf_ctx *c, size_t count, perf_counts *out); /* count: elements */
   /* One call; a status from the library. */
   int (*run)(perf_ctx *c, const void *sendbuf, void *recvbuf, size_t count);
   /* Wrong elements in this rank's result (recvbuf as the call got it) after one run on
@@ -59,9 +63,18 @@ typedef struct perf_coll {
    * half of an all-reduce of nranks * count elements; NULL where it does not apply. */
   int (*split)(perf_ctx *c, int phase, const void *sendbuf, void *recvbuf, size_t count);
   const char *note; /* printed in the trailing section, when set */
+  /* Called once on every rank when the world is known, before any buffer is allocated
+   * (NULL: nothing to do): reads the tool's environment and checks it and -b/-e against the
+   * world. -1 with err set is a usage error (exit 2 on every rank). */
+  int (*setup)(perf_ctx *c, size_t minbytes, size_t maxbytes, char *err, size_t cap);
+  /* Prints "#" lines about the tool's own settings after the rank lines of the header
+   * (NULL: none); rank 0 only. */
+  void (*describe)(const perf_ctx *c);
 } perf_coll;
 
 int perf_main(int argc, char **argv, const perf_coll *coll);
+/* "all_reduce_perf", or coll->tool. */
+const char *perf_tool_name(const perf_coll *coll);
 
 /* Data (perf_data.c). Every rank can compute any rank's input and the reduced result of
  * any element without communication, so checking needs no extra traffic. */

@@ -23,14 +23,29 @@ typedef struct perf_opts {
   double link_gbps; /* --link-gbps X; 0 when not given */
   int link_auto;    /* --link-gbps auto */
   int percentiles, split;
+  /* nccl-tests 2.17-2.19: -I per-iteration statistics, -K iterations they leave out, -z
+   * blocking mode (0-3), -u elements of misalignment, -C "cputime" labels, -S timestamps,
+   * -N cycles of the sweep (0: until killed). */
+  int per_iter, per_iter_skip, blocking, unalign, cputime, timestamps;
+  long cycles;
+  int argc; /* the command line, for the JSON's "args" */
+  char **argv;
 } perf_opts;
+
+/* nccl-tests' per-iteration summary (-I) of one half: each iteration counts at its slowest
+ * rank, and the statistics leave out the first -K iterations. */
+typedef struct perf_iter_stats {
+  double min, max, avg, p50, p95, p99, stdev, cv_pct; /* microseconds; cv in % */
+} perf_iter_stats;
 
 /* One of a row's two halves (out-of-place, in-place). */
 typedef struct perf_half {
   double time_us, algbw, busbw; /* time aggregated by -a; GB/s */
   int64_t wrong;                /* summed over ranks; -1: not checked */
-  int have_pct;
-  double p50_us, p99_us;
+  int have_iter;                /* -I or --percentiles: st, times and rank_times are set */
+  perf_iter_stats st;
+  const double *times;      /* -n per-iteration times (us), the max over ranks of each */
+  const double *rank_times; /* nranks rows of -n: every rank's own times (rank 0 only) */
 } perf_half;
 
 typedef struct perf_split {
@@ -61,8 +76,11 @@ typedef struct perf_report {
   const perf_opts *o;
   int nranks;
   perf_rank_info *ranks;
-  FILE *json; /* rank 0, with -J */
+  FILE *json;            /* rank 0, with -J */
+  const char *json_path; /* the file written: -J's path, or path.N when that existed */
   int json_rows;
+  int json_started, json_in_results; /* how far the document is written (for an abort) */
+  const perf_ctx *ctx;               /* for coll->describe */
   /* The link: speed in Gbit/s (0: unknown), where it came from, and whether it is a column. */
   double link_gbps;
   char link_src[192];
@@ -81,5 +99,9 @@ void perf_report_header(perf_report *r);
 void perf_report_row(perf_report *r, const perf_row *row);
 /* Prints the footer and closes the JSON; returns non-zero when the run failed. */
 int perf_report_footer(perf_report *r);
+/* A call failed on rank 0: close the JSON as a valid document naming the error. */
+void perf_report_abort(perf_report *r, const char *error);
+/* nccl-tests' statistics of n per-iteration times, the first `skip` left out. */
+void perf_iter_stats_of(const double *times, int n, int skip, double *scratch, perf_iter_stats *st);
 
 #endif /* RR__BENCH_PERF_REPORT_H_ */

@@ -6,8 +6,8 @@
  */
 #include "perf.h"
 
-static void counts(size_t count, int nranks, perf_counts *k) {
-  const size_t n = (size_t)nranks, block = count / n;
+static void counts(const perf_ctx *c, size_t count, perf_counts *k) {
+  const size_t n = (size_t)c->nranks, block = count / n;
   /* In place, the result lands in this rank's block of the input (NCCL's aliasing). */
   *k = (perf_counts){.send = block * n, .recv = block, .param = block, .recv_inplace = block};
 }

@@ -3,7 +3,8 @@
 # with `ctest -L bench`. Together they take about 15 s on 2 cores.
 set(RR_BENCH_CASES
   ar_np1 ar_np2 ar_np3 ar_np4 ag_np3 rs_np3 bc_np3 red_np3 sr_np3
-  types_ar types_rs types_bcast nocheck bad_flags help json extras corrupt)
+  types_ar types_rs types_bcast nocheck bad_flags help json extras corrupt
+  per_iter cycles)
 foreach(case IN LISTS RR_BENCH_CASES)
   add_test(NAME bench_${case}
     COMMAND bash ${RR_TEST_DIR}/test_bench.sh $<TARGET_FILE:rrun>

@@ -392,6 +392,45 @@ EOF
     ITER=1 check_table all_gather 1 64 256 4 factor 0 1
     python3 "$HERE/test_bench_json.py" "$T/i1.json" "$T/out" 1 0 --iter 0 || fail "JSON (-I, 1 rank)"
     ;;
+  alltoallv)
+    # nccl-tests' alltoallv_perf: its generated pattern (spread 1, 0) and a traffic matrix,
+    # sizes as nccl-tests computes them (test_bench_json.py), #wrong 0; a corrupted element
+    # must show.
+    command -v python3 >/dev/null || { echo "SKIP: no python3" >&2; exit 77; }
+    run 4 alltoallv -b 64 -e 1M -f 4 -n 4 -w 1 -J "$T/v.json"
+    expect_rc 0
+    expect_out "# alltoallv: generated pattern, spread 1.000"
+    check_table alltoallv 4 64 1048576 4 factor -1 1
+    python3 "$HERE/test_bench_json.py" "$T/v.json" "$T/out" 4 0.75 --a2av 1 || fail "JSON (spread 1)"
+    NCCL_TESTS_ALLTOALLV_SPREAD=0 run 3 alltoallv -b 100 -e 4000 -i 1300 -d all -n 2 -w 1 -J "$T/v0.json"
+    expect_rc 0
+    check_table alltoallv 3 100 4000 1300 bytes -1 1
+    python3 "$HERE/test_bench_json.py" "$T/v0.json" "$T/out" 3 0.6666666666666666 --a2av 0 ||
+      fail "JSON (spread 0)"
+    printf '100 200 150 7\n50 100 75 7\n300 150 200 7\n1 1 1 1\n' >"$T/m.txt"
+    NCCL_TESTS_ALLTOALLV_MATRIX_FILE=$T/m.txt run 3 alltoallv -b 4K -e 4K -d double -n 2 -J "$T/vm.json"
+    expect_rc 0
+    check_table alltoallv 3 4096 4096 1048576 bytes -1 1
+    python3 "$HERE/test_bench_json.py" "$T/vm.json" "$T/out" 3 0.6666666666666666 --matrix "$T/m.txt" ||
+      fail "JSON (matrix)"
+    NCCL_TESTS_ALLTOALLV_MATRIX_FILE=$T/m.txt run 3 alltoallv -b 4K -e 8K
+    expect_rc 2
+    expect_err "give -b and -e the same value"
+    NCCL_TESTS_ALLTOALLV_MATRIX_FILE=$T/m.txt run 3 alltoallv -b 256 -e 256
+    expect_rc 2
+    expect_err "-e must be at least 624 bytes"
+    RR_PERF_CORRUPT=2 run 4 alltoallv -b 1K -e 4K -f 4 -n 2 -w 0
+    [ "$RC" != 0 ] || fail "exit status 0 with a corrupted result"
+    awk '!/^#/ { r++; w = $9 + $13; if ((r == 1) != (w == 1)) exit 1 }' "$T/out" ||
+      fail "#wrong not exactly 1 in the first row"
+    ;;
+  more_tools)
+    # nccl-tests' alltoall_perf, gather_perf, scatter_perf: 16-byte blocks per rank, roots.
+    sweep alltoall 3 8 1048576 8 factor 0
+    expect_out "# alltoall in place:"
+    sweep gather 3 8 1048576 8 factor 2
+    sweep scatter 4 100 20000 6000 bytes 1
+    ;;
   cycles)
     # -N 2: the sweep twice; -z 3: a barrier after each call, outside the time; -u 3: both
     # buffers 3 elements off their alignment.

@@ -16,12 +16,17 @@ bytes() {
   case $1 in *K) echo $(( ${1%K} * 1024 ));; *M) echo $(( ${1%M} * 1048576 ));; *) echo "$1";; esac
 }
 iters() { local n; n=$(bytes "$1"); if [ "$n" -ge 16777216 ]; then echo 5; elif [ "$n" -ge 1048576 ]; then echo 50; else echo 500; fi; }
-once() { # build np transport size -> out-of-place time in us
-  local build=$1 np=$2 tr=$3 s=$4 env=()
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+once() { # build np transport size -> out-of-place time in us, read from the tool's JSON
+  local build=$1 np=$2 tr=$3 s=$4 env=() json
   [ "$tr" = tcp ] && env=(RR_TRANSPORT=tcp)
+  # A new name for each run: -J never overwrites a file. (perf_json.py also reads the JSON
+  # of builds from before nccl-tests' document, so an older build A works.)
+  json=$(mktemp -u "$tmp/run.XXXXXXXX").json
   env "${env[@]}" timeout 300 "$build/bin/rrun" --standalone --nproc-per-node "$np" \
-    "$build/bin/all_reduce_perf" -b "$s" -e "$s" -n "$(iters "$s")" -w 5 -c 0 2>&1 |
-    awk '$1 ~ /^[0-9]+$/ && NF >= 12 { print $6; exit }'
+    "$build/bin/all_reduce_perf" -b "$s" -e "$s" -n "$(iters "$s")" -w 5 -c 0 -J "$json" \
+    >"$json.log" 2>&1 || { cat "$json.log" >&2; return 1; }
+  python3 "$here/perf_json.py" time "$json"
 }
 printf '%-4s %-4s %-6s %12s %12s %8s\n' np tr size "A us" "B us" "B/A"
 for np in $nps; do for tr in $transports; do for s in $sizes; do

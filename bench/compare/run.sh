@@ -178,6 +178,15 @@ launch() {
     rr-shm-unbound) cmd=("$RRUN" --standalone --nproc-per-node "$np" --bind-to none "$PERF" "${h[@]}" -a 3 -c 1);;
     *) log "unknown system $sys"; return 1;;
   esac
+  # ringreduce's tools write their figures as JSON too (-J, nccl-tests' document), which is
+  # read instead of their table; the files stay in json/ beside the results.
+  local json=
+  if [[ $sys == rr-* ]]; then
+    mkdir -p "$OUT/json"
+    json=$OUT/json/round$round.np$np.$sys.$b.json
+    rm -f "$json" # -J never overwrites: it would write $json.0 instead
+    cmd+=(-J "$json")
+  fi
   echo "## round $round np $np $sys $b..$e  load $(cut -d' ' -f1 /proc/loadavg)  $(date +%T)" >>"$runlog"
   echo "\$ ${cmd[*]//$root\//}" >>"$runlog"
   local b0 c0 t0 b1 c1 t1 other load
@@ -191,16 +200,14 @@ launch() {
   echo "other CPU during this launch: $other%" >>"$runlog"
   [ -n "${store:-}" ] && rm -rf "$store"
   if [[ $sys == rr-* ]]; then
-    # nccl-tests rows -> RESULT lines (out of place, and in place as <sys>-inplace)
-    out=$(awk -v s="$sys" -v np="$np" '
-      /^ *[0-9]+ +[0-9]+ +float/ {
-        f = 2 * (np - 1) / np
-        printf "RESULT %s %d %s %s %s %s\n", s, np, $1, $6, $8, $9
-        printf "RESULT %s-inplace %d %s %s %s %s\n", s, np, $1, $10, $12, $13
-        next }
-      /^# (Out of bounds|Avg bus)/ { next }
-      /^#/ { next }
-      { print }' <<<"$out")
+    # The JSON -> RESULT lines (out of place, and in place as <sys>-inplace); the table is
+    # left out of runs.log (the JSON has it all), anything else the run printed is kept.
+    local res=""
+    if [ -s "$json" ]; then
+      res=$(python3 "$root/bench/perf_json.py" results "$sys" "$np" "$json" 2>&1) || true
+    fi
+    out=$(awk '/^#/ || /^ *[0-9]+ +[0-9]+ / { next } { print }' <<<"$out")
+    out+=$'\n'"$res"
   fi
   grep -v '^RESULT' <<<"$out" | grep -v 'OMP_NUM_THREADS' >>"$runlog" || true
   grep '^RESULT' <<<"$out" | sed "s/\$/ $round $other $load/" >>"$results" || true

@@ -43,15 +43,18 @@ export RR_TRANSPORT=ib RR_DEBUG=INFO RR_DEBUG_SUBSYS=INIT
 export RR_DEBUG_FILE="$out/rr.%h.%p.log"
 # Every rank gets -J (the options must match: rank 0 alone writes the file).
 json=(-J "$out/all_reduce.json")
+rm -f "$out/all_reduce.json" # -J never overwrites: a rerun into $out would write .json.0
 "$bin/rrun" --nnodes 2 --node-rank "$node_rank" --nproc-per-node "$nproc" \
   --master-addr "$master" --master-port "$port" \
   "$bin/all_reduce_perf" -b "$minb" -e "$maxb" -f 2 -n 20 -w 5 -c 1 "${json[@]}" | tee "$out/node$node_rank.txt"
 [ "$node_rank" = 0 ] || exit 0
 
 # The link: "ib: using <dev> port <p> (<kind>, ..., MTU <m>, <rate> Gbit/s)" from each rank.
-python3 - "$out" <<'PY'
-import glob, json, re, sys
+python3 - "$out" "$(cd "$(dirname "$0")/.." && pwd)" <<'PY'
+import glob, re, sys
 out = sys.argv[1]
+sys.path.insert(0, sys.argv[2])
+import perf_json  # bench/perf_json.py: nccl-tests' JSON document
 rates, ports = [], set()
 for f in glob.glob(out + "/rr.*.log"):
     for line in open(f, errors="replace"):
@@ -61,18 +64,18 @@ for f in glob.glob(out + "/rr.*.log"):
             rates.append(float(m.group(5)))
         if "ib: not used" in line:
             print("a rank found no usable port:", line.strip())
-d = json.load(open(out + "/all_reduce.json"))
+d = perf_json.load(out + "/all_reduce.json")
 link = min(rates) / 8 if rates else 0.0  # GB/s, signalling rate of the slowest port
-rows = d["rows"]
+rows = d["results"]
 with open(out + "/summary.md", "w") as s:
-    s.write(f"# all_reduce over ib, {len(d['ranks'])} ranks\n\n")
+    s.write(f"# all_reduce over ib, {len(d['config']['devices'])} ranks\n\n")
     s.write(f"ports: {', '.join(sorted(ports)) or '?'}; link {link * 8:.1f} Gbit/s = {link:.2f} GB/s "
             "(signalling rate: data rate is lower by the line encoding, 64b/66b from FDR on)\n\n")
     s.write("| bytes | time out-of-place (us) | busbw (GB/s) | of link |\n|---|---|---|---|\n")
     for r in rows:
-        o = r.get("out_of_place", r)
-        bw = o.get("busbw_GBps", 0.0)
-        s.write(f"| {r.get('size')} | {o.get('time_us', 0):.1f} | {bw:.2f} | "
+        o = perf_json.half(r)
+        bw = o.busbw
+        s.write(f"| {r['size']} | {o.time_us:.1f} | {bw:.2f} | "
                 f"{(100 * bw / link) if link else 0:.0f}% |\n")
 print(open(out + "/summary.md").read())
 PY

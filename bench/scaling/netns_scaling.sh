@@ -208,6 +208,7 @@ for n in $hosts; do
     read -r b0 t0 < <(cpu_busy)
     s0=$(softirqd_ticks) w0=$(date +%s.%N)
     pids=()
+    rm -f "$out/raw/$tag.json" # -J never overwrites: a rerun into $out would write .json.0
     for ((i = 0; i < n; i++)); do
       # One host per namespace; RR_HOSTID and RR_TRANSPORT=tcp make sure no pair of ranks
       # takes shared memory although all run on this one machine.
@@ -238,16 +239,18 @@ for n in $hosts; do
       printf '%s\t%s\t-\t-\t-\t-\t-\t%s\t%s\t%s\n' "$n" "$algo" "$cpu" "$rcores" "$scores" >>"$results"
       continue
     fi
-    python3 - "$out/raw/$tag.json" "$n" "$algo" "$cpu" "$rcores" "$scores" >>"$results" <<'EOF' || rc=1
-import json, sys
-j = json.load(open(sys.argv[1]))
-r = j["rows"][-1]
-o, i = r["out_of_place"], r["in_place"]
-if o["wrong"] or i["wrong"] or j.get("status") != "OK":
-    sys.exit("wrong results in " + sys.argv[1])
-print("\t".join([sys.argv[2], sys.argv[3], str(r["size"]), "%.0f" % o["time_us"],
-                 "%.5f" % o["busbw_GBps"], "%.0f" % i["time_us"], "%.5f" % i["busbw_GBps"],
-                 sys.argv[4], sys.argv[5], sys.argv[6]]))
+    python3 - "$root/bench" "$out/raw/$tag.json" "$n" "$algo" "$cpu" "$rcores" "$scores" >>"$results" <<'EOF' || rc=1
+import sys
+sys.path.insert(0, sys.argv[1])
+import perf_json  # bench/perf_json.py: nccl-tests' JSON document
+a = sys.argv[2:]
+j = perf_json.load(a[0])
+r = j["results"][-1]
+o, i = perf_json.half(r), perf_json.half(r, True)
+if o.wrong or i.wrong or not perf_json.ok(j):
+    sys.exit("wrong results in " + a[0])
+print("\t".join([a[1], a[2], str(r["size"]), "%.0f" % o.time_us, "%.5f" % o.busbw,
+                 "%.0f" % i.time_us, "%.5f" % i.busbw, a[3], a[4], a[5]]))
 EOF
     tail -n 1 "$results" | awk -F'\t' '{printf "   busbw %s GB/s out of place, %s in place; machine CPU busy %s%%, ranks %s cores, ksoftirqd %s\n", $5, $7, $8, $9, $10}'
   done

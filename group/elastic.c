@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include "common/log.h"
@@ -207,20 +208,122 @@ static int rr__setup_msg(rr__comm *nc, int j, int64_t dl, char *text) {
   }
 }
 
-/* Accept one data socket for the pair, giving up when the peer's control socket says it
- * failed (it closed, or it sent an ABORT before going). */
-static int rr__accept_one(rr__comm *nc, int j, int lfd, int64_t dl, int *fd) {
-  rr__peer *p = &nc->peers[j];
-  for (;;) {
-    struct pollfd pf[2] = {{.fd = lfd, .events = POLLIN}, {.fd = p->ctrl_fd, .events = POLLIN}};
-    int64_t left = rr__ms_left(dl);
-    if (left == 0) return rr__set_error(RR_ETIMEDOUT, "timed out waiting for its data sockets");
-    int rc = poll(pf, 2, (int)RR__MIN(left, 1 << 30));
+/* Pending connections on a pair's data port read at once, and how long each may take to
+ * say its hello. The peer sends its hello right after connect() returns, so a second is
+ * generous even on a loaded machine; it only bounds how long a silent stranger holds a
+ * slot (never the pair: the others are read meanwhile). */
+#define RR__LANE_PENDING 16
+#define RR__LANE_HELLO_MS 1000
+#define RR__LANE_HELLO 12 /* the SETUP's nonce (8 bytes) and the socket's index (u32) */
+
+typedef struct rr__lane_conn {
+  int fd;
+  int64_t until; /* its hello is due by then */
+  size_t have;
+  uint8_t hello[RR__LANE_HELLO];
+} rr__lane_conn;
+
+/* Close a connection that is not one of the pair's (counted; the first few logged). */
+static void rr__lane_drop(rr__lane_conn *c, int peer, const char *why, int *dropped) {
+  if (++*dropped <= 3)
+    RR__LOG_WARN(RR__SUB_INIT, "shrink: closed a connection on the data port for rank %d: %s", peer,
+                 why);
+  close(c->fd);
+  c->fd = -1;
+}
+
+/* Accept the nd data sockets of a pair on lfd, the listener this rank opened for it: each
+ * must say the pair's hello (the nonce of this rank's SETUP and its index) first. Anyone
+ * who can reach the port can connect, and what comes first in the queue may be a stranger
+ * that says nothing: so every pending connection is read at once (one poll over the
+ * listener, the peer's control socket and all of them), each has RR__LANE_HELLO_MS to say
+ * its whole hello, and one that says something else, repeats an index, closes or stays
+ * silent is closed and logged. Strangers never decide the outcome: the pair fails only
+ * when the peer's control socket shows that it gave up, or at dl. fds[k] gets socket k
+ * (blocking, as the transport takes them). Self-contained: the listener, the hello and the
+ * deadline are all it knows of the shrink. */
+static int rr__accept_lanes(int lfd, int ctrl_fd, uint64_t nonce, int nd, int peer, int64_t dl,
+                            int *fds) {
+  rr__lane_conn pend[RR__LANE_PENDING];
+  struct pollfd pf[2 + RR__LANE_PENDING];
+  int np = 0, got = 0, dropped = 0, st = RR_OK;
+  while (got < nd) {
+    int64_t now = rr__now_ms(), wake = dl;
+    for (int i = np - 1; i >= 0; i--) /* silent past their time: out */
+      if (pend[i].until <= now) {
+        rr__lane_drop(&pend[i], peer, "it said no hello in time", &dropped);
+        pend[i] = pend[--np];
+      } else if (pend[i].until < wake) {
+        wake = pend[i].until;
+      }
+    if (now >= dl) {
+      st = rr__set_error(RR_ETIMEDOUT, "timed out waiting for its data sockets (%d of %d came%s)",
+                         got, nd, dropped ? "; connections from others were closed" : "");
+      break;
+    }
+    pf[0] = (struct pollfd){.fd = lfd, .events = POLLIN};
+    pf[1] = (struct pollfd){.fd = ctrl_fd, .events = POLLIN};
+    for (int i = 0; i < np; i++) pf[2 + i] = (struct pollfd){.fd = pend[i].fd, .events = POLLIN};
+    int rc = poll(pf, (nfds_t)(2 + np), (int)RR__MIN(RR__MAX(wake - now, 1), 1 << 30));
     if (rc < 0 && errno == EINTR) continue;
-    if (rc < 0) return rr__set_error(RR_ESYS, "poll: %s", strerror(errno));
-    if (pf[1].revents) return rr__set_error(RR_EPEER, "it gave up setting up its data sockets");
-    if (pf[0].revents) return rr__sock_accept(lfd, dl, fd, NULL);
+    if (rc < 0) {
+      st = rr__set_error(RR_ESYS, "poll: %s", strerror(errno));
+      break;
+    }
+    if (pf[1].revents) { /* the peer closed it, or sent an ABORT before going */
+      st = rr__set_error(RR_EPEER, "it gave up setting up its data sockets");
+      break;
+    }
+    for (int i = np - 1; i >= 0; i--) {
+      if (!pf[2 + i].revents) continue;
+      rr__lane_conn *c = &pend[i];
+      ssize_t r = recv(c->fd, c->hello + c->have, RR__LANE_HELLO - c->have, MSG_DONTWAIT);
+      if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) continue;
+      if (r <= 0) {
+        rr__lane_drop(c, peer, r == 0 ? "it closed before its hello" : strerror(errno), &dropped);
+      } else if ((c->have += (size_t)r) == RR__LANE_HELLO) {
+        uint64_t theirs;
+        uint32_t k;
+        memcpy(&theirs, c->hello, 8);
+        memcpy(&k, c->hello + 8, 4);
+        if (theirs != nonce || k >= (uint32_t)nd || fds[k] >= 0) {
+          rr__lane_drop(c, peer, "its hello is not the pair's", &dropped);
+        } else {
+          fds[k] = c->fd; /* ours from here (closed by the caller on any failure) */
+          c->fd = -1;
+          got++;
+          st = rr__sock_nonblock(fds[k], 0);
+        }
+      }
+      if (c->fd < 0) pend[i] = pend[--np];
+      if (st != RR_OK) break;
+    }
+    if (st != RR_OK) break;
+    if (!pf[0].revents) continue;
+    int fd = accept4(lfd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
+    if (fd < 0) {
+      if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR || errno == ECONNABORTED)
+        continue;
+      st = rr__set_error(RR_ESYS, "accept: %s", strerror(errno));
+      break;
+    }
+    if (np == RR__LANE_PENDING) { /* a flood: the one silent longest makes room */
+      int old = 0;
+      for (int i = 1; i < np; i++)
+        if (pend[i].until < pend[old].until) old = i;
+      rr__lane_drop(&pend[old], peer, "too many connections at once", &dropped);
+      pend[old] = pend[--np];
+    }
+    pend[np++] = (rr__lane_conn){.fd = fd, .until = rr__now_ms() + RR__LANE_HELLO_MS};
   }
+  /* Done (or failed): whoever still waits on the port is not the pair's. */
+  for (int i = 0; i < np; i++) close(pend[i].fd);
+  if (np > 0 || dropped > 3)
+    RR__LOG_WARN(RR__SUB_INIT,
+                 "shrink: %d connection(s) on the data port for rank %d were not the pair's "
+                 "(someone else can reach it): closed",
+                 np + dropped, peer);
+  return st;
 }
 
 /* The data lanes of the pair (this rank, new rank j), over the pair's old transport. The
@@ -250,25 +353,8 @@ static int rr__pair_lanes(rr__comm *nc, int j, int64_t dl) {
   RR__CHECK_GOTO(rr__comm_ctl_send(nc, j, RR__CTL_SETUP, 0, text, strlen(text)), st, done);
   RR__CHECK_GOTO(rr__setup_msg(nc, j, dl, text), st, done);
   if (nd > 0 && lower) {
-    for (int got = 0; got < nd;) {
-      int fd = -1;
-      uint8_t hello[12];
-      RR__CHECK_GOTO(rr__accept_one(nc, j, lfd, dl, &fd), st, done);
-      uint64_t theirs = 0;
-      uint32_t k = 0;
-      if (rr__sock_recv_all(fd, hello, sizeof hello, dl) == RR_OK) {
-        memcpy(&theirs, hello, 8);
-        memcpy(&k, hello + 8, 4);
-      }
-      if (theirs != nonce || k >= (uint32_t)nd || fds[k] >= 0) {
-        RR__LOG_WARN(RR__SUB_INIT, "shrink: refused a stranger on the port for rank %d",
-                     pi->global_rank);
-        close(fd);
-        continue;
-      }
-      fds[k] = fd;
-      got++;
-    }
+    RR__CHECK_GOTO(rr__accept_lanes(lfd, p->ctrl_fd, nonce, nd, pi->global_rank, dl, fds), st,
+                   done);
   } else if (nd > 0) {
     int port = 0;
     unsigned long long nn = 0;
@@ -282,7 +368,7 @@ static int rr__pair_lanes(rr__comm *nc, int j, int64_t dl) {
     rr__addr_set_port(&ta, port);
     for (int k = 0; k < nd; k++) {
       RR__CHECK_GOTO(rr__sock_connect(&ta, dl, &fds[k]), st, done);
-      uint8_t hello[12];
+      uint8_t hello[RR__LANE_HELLO];
       uint32_t kk = (uint32_t)k;
       memcpy(hello, &nonce, 8);
       memcpy(hello + 8, &kk, 4);

@@ -447,6 +447,12 @@ static int rr__shrunk_group(rr_pg *pg, const uint8_t *d, int64_t step_ms, rr_pg 
     rr__copy_error(why);
     return st;
   }
+  if (pg->rank == 0) { /* rank 0 of both: it keeps holding the growth's port (group/grow.c) */
+    np->grow_lfd = pg->grow_lfd;
+    np->grow_port = pg->grow_port;
+    np->grow_watch = pg->grow_watch;
+    pg->grow_lfd = -1;
+  }
   *out = np;
   return RR_OK;
 }

@@ -15,6 +15,19 @@
 /* Devices a group keeps a staging copy stream for (more: the call's own stream is used). */
 #define RR__CUDA_MAX_DEVICES 16
 
+/* What rank 0 remembers between rr_pg_grow_pending's looks at the growth's port
+ * (group/grow.c); all zero to start with. */
+#define RR__GROW_SEEN 32
+typedef struct rr__grow_watch {
+  int64_t retry_ms;             /* listening failed: not tried again before then */
+  int64_t listen_warned_ms;     /* when that was last said */
+  int64_t stranger_warned_ms;   /* when connections that were not knocks were last reported */
+  int strangers;                /* ... and how many came since */
+  uint64_t seen[RR__GROW_SEEN]; /* the proofs of the last knocks taken: one played again
+                                 * is refused */
+  unsigned nseen;
+} rr__grow_watch;
+
 struct rr_work {
   rr_pg *pg;
   rr__args args;
@@ -46,9 +59,12 @@ struct rr_pg {
   uint8_t token_key[16]; /* from RR_JOB_TOKEN; all zero without one */
   int have_token;
   rr__comm *comm;
-  /* rr_pg_grow_pending on rank 0 (group/grow.c): the growth's port, kept listening between
-   * growths so that a newcomer's connection shows it is waiting; -1 when none. */
+  /* Rank 0's listener on the growth's port (group/grow.c): opened by the first
+   * rr_pg_grow_pending or rr_pg_grow and held until the group is destroyed, or handed to the
+   * grown or shrunk group whose rank 0 this process is, so that nobody else can bind the
+   * port in between; the growth's store serves a duplicate of it. -1 when none. */
   int grow_lfd, grow_port;
+  rr__grow_watch grow_watch;
   atomic_int nchildren;
   int next_child;
   /* The live subgroups made from this group (rr_new_group), linked through next_kid, so

@@ -92,3 +92,16 @@ if(TARGET mlp_digits)
     endforeach()
   endforeach()
 endif()
+
+# Strangers on the job's ports (tests/test_stranger.c, issue 38 items 2 and 3): another
+# local process without the job token connects to the growth's port (no growth may start,
+# steps stay fast), squats it when it is let go (it must not be, and a port taken before the
+# group listens must not fail a healthy job), and holds a silent connection on every port
+# the ranks listen on while they shrink (every survivor gets the group within the timeout).
+# Needs no root (the same user can do all of it). About 1 s each.
+rr_core_test(test_stranger)
+foreach(s grow_knock grow_squat shrink)
+  add_test(NAME elastic_stranger_${s} COMMAND test_stranger ${s})
+  set_tests_properties(elastic_stranger_${s} PROPERTIES TIMEOUT 120 LABELS "core;elastic"
+    ENVIRONMENT "RR_TIMEOUT=3;RR_GRACE_PERIOD=2")
+endforeach()

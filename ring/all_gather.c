@@ -11,7 +11,7 @@
 #include <string.h>
 
 #include "cuda/cuda.h"
-#include "ring/coll.h"
+#include "ring/algo.h"
 
 int rr__all_gather_ring(rr__coll *c) {
   const int n = c->n, r = c->r, left = rr__left(r, n), right = rr__right(r, n);

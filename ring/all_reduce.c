@@ -35,7 +35,7 @@
  */
 #include <stdio.h>
 
-#include "ring/coll.h"
+#include "ring/algo.h"
 
 int rr__all_reduce_ring(rr__coll *c) {
   const int n = c->n, r = c->r, left = rr__left(r, n), right = rr__right(r, n);

@@ -22,7 +22,7 @@
  */
 #include <string.h>
 
-#include "ring/coll.h"
+#include "ring/algo.h"
 
 int rr__all_reduce_rd(rr__coll *c) {
   const int n = c->n, r = c->r;

@@ -20,7 +20,7 @@
  */
 #include <stdio.h>
 
-#include "ring/coll.h"
+#include "ring/algo.h"
 
 int rr__all_reduce_star(rr__coll *c) {
   const int n = c->n, r = c->r, root = 0;

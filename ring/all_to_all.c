@@ -34,7 +34,7 @@
 #include <string.h>
 
 #include "cuda/cuda.h"
-#include "ring/coll.h"
+#include "ring/algo.h"
 
 /* The blocks of one side of the exchange: per-rank arrays (all_to_allv), or `count`
  * elements per rank back to back (all_to_all). */

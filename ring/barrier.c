@@ -9,7 +9,7 @@
  */
 #include <stdio.h>
 
-#include "ring/coll.h"
+#include "ring/algo.h"
 
 int rr__barrier_dissem(rr__coll *c) {
   const int n = c->n, r = c->r;

@@ -16,7 +16,7 @@
 #include <string.h>
 
 #include "cuda/cuda.h"
-#include "ring/coll.h"
+#include "ring/algo.h"
 
 int rr__broadcast_chain(rr__coll *c) {
   const int n = c->n, r = c->r, root = c->a->root;

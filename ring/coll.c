@@ -1,281 +1,18 @@
-/* Running one call on this rank: number it, pick its algorithm, and give every algorithm
- * the primitives it shares: the call header sent ahead of the data and checked against our
- * own call (a mismatch names both calls), the completion notice of rooted collectives, and
- * the wait that polls, then sleeps until data, a peer's abort or the deadline. The group
- * (group/run.c) adds who failed and aborts the group when a call fails. */
-#include <sched.h>
+/* Running one call on this rank, the dispatcher above the algorithms: set up its context,
+ * number it and write its header (its kind's row, ring/kind.h), pick its algorithm and run
+ * it, describe it for logs and errors. The group (group/run.c) adds who failed and aborts
+ * the group when a call fails. What the algorithms share is below them, in the primitives
+ * (ring/prims.c, ring/pipe.c). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "common/log.h"
 #include "common/param.h"
 #include "common/status.h"
 #include "common/util.h"
-#include "cuda/cuda.h"
+#include "ring/algo.h"
 #include "ring/coll.h"
-
-/* Header sends still on the wire when a call ends would point into its stack frame, so
- * every header goes through this small table and the call waits for all of them. */
-#define RR__MAX_HDR_SENDS 64
-typedef struct rr__hdr_sends {
-  rr__req req[RR__MAX_HDR_SENDS];
-  uint8_t wire[RR__MAX_HDR_SENDS][RR__HDR_BYTES];
-  int peer[RR__MAX_HDR_SENDS];
-  int n;
-} rr__hdr_sends;
-
-/* What to add to a mismatch message. A hint names a setting only when the calls agree on
- * everything the user passed: different counts also pick different algorithms (recursive
- * doubling below RR_SMALL_BYTES, which sends no segment size), and then the counts, which
- * the message shows, are the cause. */
-static const char *rr__mismatch_hint(const rr__hdr *mine, const rr__hdr *theirs) {
-  int same_call = theirs->kind == mine->kind && theirs->count == mine->count &&
-                  theirs->dtype == mine->dtype && theirs->op == mine->op &&
-                  theirs->root == mine->root;
-  if (!same_call) return "";
-  if (theirs->algo != mine->algo) return " (RR_ALGO or RR_SMALL_BYTES differs between the ranks)";
-  if (theirs->seg_bytes != mine->seg_bytes)
-    return " (RR_SEG_BYTES differs between the ranks, or RR_IPC_SEG_BYTES on device buffers)";
-  return "";
-}
-
-/* Do two headers describe the same call? (`from` and `aux` are compared where they matter,
- * by the caller.) */
-static int rr__same_call(const rr__hdr *a, const rr__hdr *b) {
-  return a->kind == b->kind && a->seq == b->seq && a->count == b->count &&
-         a->dtype == b->dtype && a->op == b->op && a->algo == b->algo && a->root == b->root &&
-         a->seg_bytes == b->seg_bytes;
-}
-
-int rr__coll_pair_mismatch(rr__coll *c, int from, uint64_t sent, uint64_t expected) {
-  const char *dt = rr_dtype_name(c->a->dtype);
-  int me = rr__grank(c, c->r), g = rr__grank(c, from);
-  return rr__set_error(RR_EMISMATCH,
-                       "mismatched calls: all_to_allv #%llu: rank %d sends %llu x %s to rank %d "
-                       "(its sendcounts[%d]), but rank %d expects %llu x %s from rank %d (its "
-                       "recvcounts[%d])",
-                       (unsigned long long)c->hdr.seq, g, (unsigned long long)sent, dt, me, c->r,
-                       me, (unsigned long long)expected, dt, g, from);
-}
-
-/* `theirs` came from `from` and differs from `mine`: when the two are calls whose headers
- * carry one pair's count (all_to_allv) and differ in it alone, the message names the pair;
- * otherwise both calls. */
-static int rr__mismatch(rr__coll *c, int from, const rr__hdr *mine, const rr__hdr *theirs,
-                        const char *own_desc) {
-  /* A kind whose headers carry one pair's count (all_to_allv): only that count differs. */
-  if (mine->kind == theirs->kind && rr__kind(mine->kind)->in == RR__IO_DISPLS) {
-    rr__hdr same = *theirs;
-    same.count = mine->count;
-    if (rr__same_call(&same, mine))
-      return rr__coll_pair_mismatch(c, from, theirs->count, mine->count);
-  }
-  char b[160];
-  rr__hdr_describe(theirs, b, sizeof b);
-  /* A completion notice is something a peer sent at the end of its call, not a call. */
-  const char *verb = theirs->kind == RR__K_ACK ? "sent" : "called";
-  return rr__set_error(RR_EMISMATCH, "mismatched calls: rank %d called %s, but rank %d %s %s%s",
-                       rr__grank(c, c->r), own_desc, rr__grank(c, from), verb, b,
-                       rr__mismatch_hint(mine, theirs));
-}
-
-/* A header from a peer this call does not read from: the same call number must mean the
- * same call. (Point-to-point sends and later calls pass: they are read in their turn.) */
-static int rr__sniff_check(void *ctx, int peer, const uint8_t wire[RR__SNIFF_BYTES]) {
-  rr__coll *c = ctx;
-  int g = rr__grank(c, peer);
-  rr__hdr h;
-  if (rr__hdr_decode(wire, &h) != RR_OK) return rr__prefix_error(RR_EPROTO, "from rank %d", g);
-  if (rr__kind_has(h.kind, RR__KF_P2P) || h.seq != c->hdr.seq) return RR_OK;
-  /* Compare with the call as this peer should see it: a completion notice passes for the
-   * call it completes, and an all_to_allv header carries the count of its own pair (what
-   * the peer sends here), which may rightly differ from every other pair's. */
-  rr__hdr m = c->hdr;
-  if (rr__kind(m.kind)->in == RR__IO_DISPLS)
-    m.count = h.kind == RR__K_ACK ? h.count : c->a->recvcounts[peer];
-  if (h.kind == RR__K_ACK) m.kind = RR__K_ACK;
-  if (rr__same_call(&h, &m)) return RR_OK;
-  rr__hdr own = m;
-  own.kind = c->hdr.kind; /* this rank's call, not the notice it was compared as */
-  char a[160];
-  return rr__mismatch(c, peer, &m, &h, rr__hdr_describe(&own, a, sizeof a));
-}
-
-/* Adaptive spinning. A spin pays when the data comes within a few microseconds: sleeping
- * and being woken costs 10-20 us. A spin that finds nothing, or finds data only after
- * RR__SPIN_FAST_US (a slow link trickling packets in, a peer busy elsewhere, more ranks than
- * the cores we were told about), is a miss unless we yield the core meanwhile; after
- * RR__SPIN_MISSES misses in a row the next `backoff` waits sleep at once, and the backoff
- * doubles (up to RR__SPIN_SKIP_MAX) until a spin is a fast hit again. */
-#define RR__SPIN_FAST_US 20
-#define RR__SPIN_MISSES 4
-#define RR__SPIN_SKIP_MIN 64
-#define RR__SPIN_SKIP_MAX 4096
-
-/* Poll the lanes for up to spin_us; RR_OK with *hit set if bytes moved. */
-static int rr__spin(rr__comm *cm, int *hit) {
-  /* The clock is first read at the 16th poll: a small call's data is usually there before
-   * (an 8 B all_reduce at world 2 over shared memory takes about 0.3 us in all, and the
-   * precise clock's reads were 23% of a rank's samples in one: docs/performance.md). The
-   * spin's bounds then count from that poll, a few hundred ns late. */
-  int64_t start = 0, until = 0;
-  int slow = 0;
-  for (unsigned i = 1;; i++) {
-    size_t moved = 0;
-    RR__CHECK(rr__comm_progress(cm, &moved));
-    if (moved) break;
-    /* Ranks outnumber cores: the peer we wait for may need this one. */
-    if (cm->spin_yield) sched_yield();
-    /* The clock is read every 16 polls: on a VM a read costs about as much as a poll of a
-     * shared-memory lane. */
-    if (i % 16 == 0) {
-      int64_t now = rr__now_ns();
-      if (i == 16) start = now, until = now + (int64_t)cm->spin_us * 1000;
-      slow = !cm->spin_yield && now - start > RR__SPIN_FAST_US * 1000;
-      if (now >= until) {
-        *hit = 0;
-        goto miss;
-      }
-    }
-  }
-  *hit = 1;
-  if (!slow) {
-    cm->spin_miss = 0;
-    cm->spin_backoff = 0;
-    return RR_OK;
-  }
-miss:
-  if (++cm->spin_miss >= RR__SPIN_MISSES) {
-    cm->spin_miss = 0;
-    cm->spin_backoff = RR__MIN(RR__MAX(cm->spin_backoff * 2, RR__SPIN_SKIP_MIN), RR__SPIN_SKIP_MAX);
-    cm->spin_skip = cm->spin_backoff;
-  }
-  return RR_OK;
-}
-
-int rr__coll_is_p2p(const rr__coll *c) { return rr__kind_has(c->a->kind, RR__KF_P2P); }
-
-int rr__coll_block(rr__coll *c, int peer) {
-  /* Point-to-point calls have no group-wide number to compare against. */
-  int p2p = rr__coll_is_p2p(c);
-  rr__sniff sn = {.seq = c->hdr.seq, .check = rr__sniff_check, .ctx = c};
-  rr__comm *cm = c->cm;
-  /* Only a caller that blocks on this call spins; background work (async calls) sleeps
-   * and leaves the core to the caller's compute. */
-  if (cm->spin_us > 0 && c->may_spin) {
-    if (cm->spin_skip > 0) {
-      cm->spin_skip--;
-    } else {
-      int hit;
-      RR__CHECK(rr__spin(cm, &hit));
-      if (hit) return RR_OK;
-    }
-  }
-  int st = rr__comm_wait(c->cm, c->deadline_ms, p2p ? NULL : &sn);
-  /* An abort may carry RR_ETIMEDOUT too (rr_work_wait gave up); keep its own words. */
-  if (st != RR_ETIMEDOUT || rr__comm_abort_concerns(cm, !p2p, c->hdr.seq)) return st;
-  int g = peer >= 0 ? rr__grank(c, peer) : -1;
-  char seg[48] = "";
-  if (c->seg_total)
-    snprintf(seg, sizeof seg, " segment %zu/%zu from", c->seg_at, c->seg_total);
-  return rr__set_error(RR_ETIMEDOUT,
-                       "timed out after %.1f s waiting for%s rank %d (last byte from it %.1f s "
-                       "ago; is it stuck, or in a different call?)",
-                       (double)c->timeout_ms / 1000.0, seg, g,
-                       (double)rr__comm_idle_ms(c->cm, peer) / 1000.0);
-}
-
-int rr__coll_wait(rr__coll *c, rr__req *r, int peer) {
-  for (;;) {
-    size_t moved = 0;
-    RR__CHECK(rr__comm_progress(c->cm, &moved));
-    if (r->complete) return RR_OK;
-    if (!moved) RR__CHECK(rr__coll_block(c, peer));
-  }
-}
-
-static int rr__send_hdr_kind(rr__coll *c, int to, int kind) {
-  rr__hdr_sends *hs = c->sends;
-  if (hs->n == RR__MAX_HDR_SENDS) {
-    /* Recycle: wait for the oldest to leave. Only calls with many headers get here. */
-    for (int i = 0; i < hs->n; i++) RR__CHECK(rr__coll_wait(c, &hs->req[i], hs->peer[i]));
-    hs->n = 0;
-  }
-  int i = hs->n++;
-  rr__hdr h = c->hdr;
-  h.kind = (uint8_t)kind;
-  rr__hdr_encode(&h, hs->wire[i]);
-  memset(&hs->req[i], 0, sizeof hs->req[i]);
-  hs->req[i].buf = (char *)hs->wire[i];
-  hs->req[i].len = RR__HDR_BYTES;
-  hs->peer[i] = to;
-  /* Message 0: headers always travel on the first lane, ahead of the data. */
-  return rr__comm_isend(c->cm, to, 0, &hs->req[i]);
-}
-
-int rr__coll_send_hdr(rr__coll *c, int to) { return rr__send_hdr_kind(c, to, c->hdr.kind); }
-int rr__coll_send_ack(rr__coll *c, int to) { return rr__send_hdr_kind(c, to, RR__K_ACK); }
-
-/* This rank's call for a mismatch message: its header's description, but for a point to
- * point that receives, whose header (the sender's, as expected) would read as a send. */
-static const char *rr__describe_own(const rr__coll *c, const rr__hdr *h, char *buf, size_t n) {
-  const rr__kind_info *k = rr__kind(c->a->kind);
-  const int recv = (k->flags & RR__KF_P2P) && k->out != RR__IO_NONE;
-  if (recv && c->a->peer == RR__PEER_ANY)
-    snprintf(buf, n, "recv from any rank (%llu x %s; #%llu of its pair with rank %d)",
-             (unsigned long long)h->count, rr_dtype_name((rr_dtype)h->dtype),
-             (unsigned long long)h->seq, rr__grank(c, h->from));
-  else if (recv)
-    snprintf(buf, n, "recv #%llu of this pair (%llu x %s)", (unsigned long long)h->seq,
-             (unsigned long long)h->count, rr_dtype_name((rr_dtype)h->dtype));
-  else
-    rr__hdr_describe(h, buf, n);
-  return buf;
-}
-
-/* Compare a received header with this rank's call. */
-static int rr__check_hdr_kind(rr__coll *c, int from, const uint8_t *wire, int kind) {
-  int g = rr__grank(c, from);
-  rr__hdr h;
-  if (rr__hdr_decode(wire, &h) != RR_OK) return rr__prefix_error(RR_EPROTO, "from rank %d", g);
-  rr__hdr mine = c->hdr;
-  mine.kind = (uint8_t)kind;
-  if (rr__same_call(&h, &mine) && h.aux == mine.aux && h.from == from) return RR_OK;
-  /* Waiting for a completion notice, this rank is still in its own call, and a peer's call
-   * header read in the notice's place differs from that call: name the call, never the
-   * notice ("rank 0 called completion #0" was the message of a broadcast that met an
-   * all_reduce). */
-  rr__hdr own = mine;
-  own.kind = c->hdr.kind;
-  char a[160];
-  return rr__mismatch(c, from, &mine, &h, rr__describe_own(c, &own, a, sizeof a));
-}
-
-int rr__coll_post_hdr(rr__coll *c, int from, rr__req *r, uint8_t *wire) {
-  memset(r, 0, sizeof *r);
-  r->buf = (char *)wire;
-  r->len = RR__HDR_BYTES;
-  if (!c->where_fmt && !c->where[0])
-    RR__WHERE(c, "checking the call against rank %d",
-             rr__grank(c, from));
-  return rr__comm_irecv(c->cm, from, 0, r);
-}
-
-int rr__coll_check_hdr(rr__coll *c, int from, const uint8_t *wire) {
-  return rr__check_hdr_kind(c, from, wire, c->hdr.kind);
-}
-
-static int rr__recv_hdr_kind(rr__coll *c, int from, int kind) {
-  uint8_t wire[RR__HDR_BYTES];
-  rr__req r;
-  RR__CHECK(rr__coll_post_hdr(c, from, &r, wire));
-  RR__CHECK(rr__coll_wait(c, &r, from));
-  return rr__check_hdr_kind(c, from, wire, kind);
-}
-
-int rr__coll_recv_hdr(rr__coll *c, int from) { return rr__recv_hdr_kind(c, from, c->hdr.kind); }
-int rr__coll_recv_ack(rr__coll *c, int from) { return rr__recv_hdr_kind(c, from, RR__K_ACK); }
+#include "ring/trace.h"
 
 /* One rank: the result is the input (AVG over one rank divides by one). */
 static void rr__local_copy(rr__coll *c) {
@@ -373,15 +110,6 @@ void rr__coll_begin(rr__coll *c) {
   }
 }
 
-const char *rr__coll_where(rr__coll *c) {
-  if (c->where_fmt) {
-    snprintf(c->where, sizeof c->where, c->where_fmt, c->where_arg[0], c->where_arg[1],
-             c->where_arg[2]);
-    c->where_fmt = NULL;
-  }
-  return c->where;
-}
-
 /* One line naming the call, for logs and errors: built only when needed (a few hundred
  * nanoseconds of formatting on every small call otherwise). The kind's call column, or its
  * header's description; a receive from any rank says whether it has found its sender. */
@@ -438,46 +166,10 @@ int rr__coll_exec(rr__coll *c) {
   if (trace) rr__trace_begin(c);
   int st = rr__dispatch(c);
   /* Wait until our headers left: their buffers live in this frame. */
-  for (int i = 0; st == RR_OK && i < sends.n; i++)
-    st = rr__coll_wait(c, &sends.req[i], sends.peer[i]);
+  if (st == RR_OK) st = rr__coll_flush_hdrs(c);
   c->sends = NULL;
   if (st == RR_OK && coll) rr__comm_call_done(c->cm, c->hdr.seq);
   if (trace) rr__trace_end(c, st);
   return st;
 }
 
-/* Device scratch: grow-only, on the call's device. An outgrown or other device's scratch is
- * retired, not freed (cudaFree would wait for the whole device, the user's kernels included),
- * and taken back when a later call on its device fits in it; the group frees them all. */
-static int rr__coll_dev_scratch(rr__coll *c, size_t bytes, void **out) {
-  rr__coll_state *cs = c->cs;
-  const int device = c->dev->device;
-  const int same = cs->dev_scratch && cs->dev_scratch_device == device;
-  if (!same || bytes > cs->dev_scratch_bytes) {
-    size_t got = 0;
-    void *p = rr__cuda_unretire(&cs->cuda_retired, device, bytes, &got);
-    if (!p) RR__CHECK(rr__cuda_alloc_grown(&p, &got, same ? cs->dev_scratch_bytes : 0, bytes, 0));
-    rr__cuda_retire(&cs->cuda_retired, cs->dev_scratch, cs->dev_scratch_bytes,
-                    cs->dev_scratch_device);
-    cs->dev_scratch = p;
-    cs->dev_scratch_bytes = got;
-    cs->dev_scratch_device = device;
-  }
-  *out = cs->dev_scratch;
-  return RR_OK;
-}
-
-int rr__coll_scratch(rr__coll *c, size_t bytes, void **out) {
-  if (c->dev) return rr__coll_dev_scratch(c, bytes, out);
-  rr__coll_state *cs = c->cs;
-  if (bytes > cs->scratch_bytes) {
-    void *p = realloc(cs->scratch, bytes);
-    if (!p) return rr__set_error(RR_ENOMEM, "out of memory for %zu bytes of scratch", bytes);
-    cs->scratch = p;
-    cs->scratch_bytes = bytes;
-  }
-  *out = cs->scratch;
-  return RR_OK;
-}
-
-_Static_assert(RR__HDR_BYTES == RR__SNIFF_BYTES, "a waiting call peeks at exactly one header");

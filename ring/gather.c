@@ -16,6 +16,7 @@
  *
  * The block moves and the root's loop are ring/linear.h's, shared with scatter.c.
  */
+#include "ring/algo.h"
 #include "ring/linear.h"
 
 int rr__gather_linear(rr__coll *c) {

@@ -6,7 +6,7 @@
 #include <string.h>
 
 #include "common/util.h"
-#include "ring/coll.h"
+#include "ring/prims.h"
 
 const rr__kind_info rr__kind_table[RR__K_END] = {
 #define RR__KIND_ROW(K, nm, wnm, fl, i, o, ip, al, fn, dv, sq, ph, ds, cl)                   \

@@ -9,7 +9,7 @@
 #include <string.h>
 
 #include "cuda/cuda.h"
-#include "ring/coll.h"
+#include "ring/prims.h"
 
 enum { RR__FROM_ROOT = 0 /* scatter */, RR__TO_ROOT = 1 /* gather */ };
 

@@ -32,8 +32,9 @@
 #include "common/log.h"
 #include "common/status.h"
 #include "cuda/cuda.h"
-#include "ring/coll.h"
 #include "ring/op.h"
+#include "ring/prims.h"
+#include "ring/trace.h"
 
 #define RR__SEND_WIN 32
 #define RR__RECV_WIN 64 /* >= the largest RR_SLOTS */

@@ -13,7 +13,7 @@
  */
 #include <stdio.h>
 
-#include "ring/coll.h"
+#include "ring/algo.h"
 
 int rr__reduce_chain(rr__coll *c) {
   const int n = c->n, r = c->r, root = c->a->root;

@@ -18,6 +18,7 @@
  *
  * The block moves and the root's loop are ring/linear.h's, shared with gather.c.
  */
+#include "ring/algo.h"
 #include "ring/linear.h"
 
 int rr__scatter_linear(rr__coll *c) {

@@ -19,7 +19,7 @@
 #include <stdlib.h>
 
 #include "common/util.h"
-#include "ring/coll.h"
+#include "ring/algo.h"
 
 int rr__send_p2p(rr__coll *c) {
   const int peer = c->a->peer;

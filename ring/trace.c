@@ -40,7 +40,8 @@
 #include "common/log.h"
 #include "common/param.h"
 #include "common/util.h"
-#include "ring/coll.h"
+#include "ring/prims.h"
+#include "ring/trace.h"
 
 static int rr__trace_kind;
 static int rr__trace_fd = -1;

@@ -243,11 +243,14 @@ int rr_pg_grow(rr_pg *pg, const char *addr, int nnew, int64_t wait_ms, int flags
 
 /* Is a newcomer waiting to join at addr (NULL or "": $RR_GROW_ADDR)? Collective on every
  * member of pg, cheap (one broadcast of an int): the group's rank 0 keeps a listener on
- * addr's port from the first call until pg is destroyed (or rr_pg_grow takes it over), and
- * *waiting is 1 on every member when a newcomer's connection is queued on it, else 0. Meant
+ * addr's port from the first call until pg is destroyed (a grown or shrunk group whose rank
+ * 0 is the same process takes it over), and *waiting is 1 on every member when a newcomer
+ * has knocked there proving the job's token (RR_JOB_TOKEN), else 0: a stranger's connection
+ * is closed and costs nothing. A port that cannot be had (taken by another process) is
+ * never an error here: *waiting is 0 and a warning is logged (growing is optional). Meant
  * for a step boundary: when it says 1, every member calls rr_pg_grow(pg, addr, 1, ...) at
- * the same step. A newcomer's rr_pg_join waits on the queued connection (within its own
- * timeout) until the growth serves it. */
+ * the same step. A newcomer's rr_pg_join knocks, then waits on its connection (within its
+ * own timeout) until the growth serves it. docs/elastic.md, "The growth's port". */
 int rr_pg_grow_pending(rr_pg *pg, const char *addr, int *waiting);
 
 /* A newcomer's side of rr_pg_grow: connect to the growth's store at addr (NULL or "":

@@ -2,9 +2,13 @@
 // written to a second destination too (the ring's fused receive-reduce-copy).
 //
 // One kernel per (dtype, op), a template over the element type and an element functor from
-// cuda/reduce_elem.cuh (the same functions the host test compares with ring/op.c bit for
+// cuda/reduce_elem.cuh (the same functions the host tests compare with ring/op.c bit for
 // bit). Each thread reduces 16-byte vectors (4 in flight per loop trip, grid-stride) when
 // every pointer is 16-byte aligned, then the scalar tail; without alignment it is all scalar.
+// A vector is reduced element by element, or 32 bits at a time where that is cheaper:
+// float16 / bfloat16 convert two elements per instruction (sm_80+), int8 AVG adds four.
+// Integer AVG divides by a multiply-high with a magic number the launcher makes on the host
+// (no division, no double precision on the device).
 // The grid: one 16-byte vector (or element) per thread when the data is small, so a 256 KiB
 // segment already spreads over many SMs, and at most one full wave of resident blocks (the
 // SM count times what the occupancy calculator says fits on one SM, registers included;
@@ -25,19 +29,38 @@ namespace {
 constexpr int kThreads = 512;
 constexpr int kUnroll = 4;
 
-// The reduction of one element pair. `d` is AVG's divisor (unused otherwise).
-#define RR__FUNCTOR(name, T, D, expr)                                  \
-  struct name {                                                       \
-    D d;                                                              \
+// The reduction of one element pair. `d` is AVG's divisor (unused otherwise): the float
+// itself for the floating types, a magic multiplier for the integers (rre_div32/64, made in
+// avg_divisor below, on the host, once per launch).
+#define RR__FUNCTOR(name, T, D, expr)                                        \
+  struct name {                                                             \
+    D d;                                                                    \
+    static constexpr bool kWords = false;                                   \
     __device__ __forceinline__ T operator()(T x, T y) const { return expr; } \
   };
 
-#define RR__INT_FUNCTORS(tag, T, D)                            \
+// Functors that also reduce a whole 32-bit word of elements at once (`word`), which the
+// vector path then calls instead of the element function: float16 / bfloat16 (two elements,
+// converted by the paired instructions) and int8 AVG (four sums in one add). The scalar tail
+// takes one element at a time; the host test checks that both agree with ring/op.c.
+#define RR__WORD_FUNCTOR(name, T, D, expr, wexpr)                                      \
+  struct name {                                                                       \
+    D d;                                                                              \
+    static constexpr bool kWords = true;                                              \
+    __device__ __forceinline__ T operator()(T x, T y) const { return expr; }          \
+    __device__ __forceinline__ uint32_t word(uint32_t x, uint32_t y) const { return wexpr; } \
+  };
+
+#define RR__INT_AVG_FUNCTOR(tag, T, D) RR__FUNCTOR(tag##_avg, T, D, rre_##tag##_avgm(x, y, d))
+#define RR__INT8_AVG_FUNCTOR(tag, T, D) \
+  RR__WORD_FUNCTOR(tag##_avg, T, D, rre_##tag##_avgm(x, y, d), rre_##tag##x4_avgm(x, y, d))
+
+#define RR__INT_FUNCTORS(tag, T, D, AVG)                       \
   RR__FUNCTOR(tag##_sum, T, D, rre_##tag##_sum(x, y))          \
   RR__FUNCTOR(tag##_prod, T, D, rre_##tag##_prod(x, y))        \
   RR__FUNCTOR(tag##_min, T, D, rre_##tag##_min(x, y))          \
   RR__FUNCTOR(tag##_max, T, D, rre_##tag##_max(x, y))          \
-  RR__FUNCTOR(tag##_avg, T, D, rre_##tag##_avg(x, y, d))       \
+  AVG(tag, T, D)                                               \
   RR__FUNCTOR(tag##_band, T, D, rre_##tag##_band(x, y))        \
   RR__FUNCTOR(tag##_bor, T, D, rre_##tag##_bor(x, y))          \
   RR__FUNCTOR(tag##_bxor, T, D, rre_##tag##_bxor(x, y))
@@ -49,20 +72,50 @@ constexpr int kUnroll = 4;
   RR__FUNCTOR(tag##_max, T, D, rre_##tag##_max(x, y))          \
   RR__FUNCTOR(tag##_avg, T, D, rre_##tag##_avg(x, y, d))
 
-RR__INT_FUNCTORS(i8, int8_t, double)
-RR__INT_FUNCTORS(u8, uint8_t, double)
-RR__INT_FUNCTORS(i32, int32_t, double)
-RR__INT_FUNCTORS(i64, int64_t, int64_t)
-RR__FLT_FUNCTORS(f16, uint16_t, float)
-RR__FLT_FUNCTORS(bf16, uint16_t, float)
+#define RR__HALF_FUNCTOR(tag, op, ...) \
+  RR__WORD_FUNCTOR(tag##_##op, uint16_t, float, rre_##tag##_##op(x, y __VA_ARGS__), \
+                   rre_##tag##x2_##op(x, y __VA_ARGS__))
+#define RR__HALF_FUNCTORS(tag)   \
+  RR__HALF_FUNCTOR(tag, sum)     \
+  RR__HALF_FUNCTOR(tag, prod)    \
+  RR__HALF_FUNCTOR(tag, min)     \
+  RR__HALF_FUNCTOR(tag, max)     \
+  RR__HALF_FUNCTOR(tag, avg, , d)
+
+RR__INT_FUNCTORS(i8, int8_t, rre_div32, RR__INT8_AVG_FUNCTOR)
+RR__INT_FUNCTORS(u8, uint8_t, rre_div32, RR__INT_AVG_FUNCTOR)
+RR__INT_FUNCTORS(i32, int32_t, rre_div32, RR__INT_AVG_FUNCTOR)
+RR__INT_FUNCTORS(i64, int64_t, rre_div64, RR__INT_AVG_FUNCTOR)
+RR__HALF_FUNCTORS(f16)
+RR__HALF_FUNCTORS(bf16)
 RR__FLT_FUNCTORS(f32, float, float)
 RR__FLT_FUNCTORS(f64, double, double)
+
+// AVG's divisor as its functor holds it; d >= 2 (the launcher runs the sum for d <= 1).
+template <typename D> D avg_divisor(int d);
+template <> float avg_divisor<float>(int d) { return (float)d; }
+template <> double avg_divisor<double>(int d) { return (double)d; }
+template <> rre_div32 avg_divisor<rre_div32>(int d) { return rre_div32_make((uint32_t)d); }
+template <> rre_div64 avg_divisor<rre_div64>(int d) { return rre_div64_make((uint32_t)d); }
 
 template <typename T>
 union Vec {
   uint4 u;
+  uint32_t w[4];
   T e[16 / sizeof(T)];
 };
+
+// One 16-byte vector: x = x op y, by element, or by 32-bit words where the functor has them.
+template <typename T, typename Op>
+__device__ __forceinline__ void apply(Vec<T> &x, const Vec<T> &y, const Op &op) {
+  if constexpr (Op::kWords) {
+#pragma unroll
+    for (int w = 0; w < 4; w++) x.w[w] = op.word(x.w[w], y.w[w]);
+  } else {
+#pragma unroll
+    for (int e = 0; e < (int)(16 / sizeof(T)); e++) x.e[e] = op(x.e[e], y.e[e]);
+  }
+}
 
 template <typename T, typename Op>
 __global__ void __launch_bounds__(kThreads)
@@ -85,8 +138,7 @@ __global__ void __launch_bounds__(kThreads)
     }
 #pragma unroll
     for (int u = 0; u < kUnroll; u++) {
-#pragma unroll
-      for (int e = 0; e < E; e++) x[u].e[e] = op(x[u].e[e], y[u].e[e]);
+      apply(x[u], y[u], op);
       vd[i + u * stride] = x[u].u;
       if (vd2) vd2[i + u * stride] = x[u].u;
     }
@@ -95,8 +147,7 @@ __global__ void __launch_bounds__(kThreads)
     Vec<T> x, y;
     x.u = va[i];
     y.u = vb[i];
-#pragma unroll
-    for (int e = 0; e < E; e++) x.e[e] = op(x.e[e], y.e[e]);
+    apply(x, y, op);
     vd[i] = x.u;
     if (vd2) vd2[i] = x.u;
   }
@@ -177,39 +228,38 @@ cudaError_t launch(void *dst, void *dst2, const void *a, const void *b, size_t n
   return e;
 }
 
-template <typename T, typename Sum, typename Prod, typename Min, typename Max, typename Avg,
-          typename D>
+template <typename T, typename Sum, typename Prod, typename Min, typename Max, typename Avg>
 cudaError_t dispatch_common(int op, int avg_div, void *dst, void *dst2, const void *a,
                             const void *b, size_t n, cudaStream_t s, const char **what,
                             int *handled) {
   *handled = 1;
   switch (op) {
-    case RR_SUM: return launch<T>(dst, dst2, a, b, n, Sum{0}, s, what);
-    case RR_PROD: return launch<T>(dst, dst2, a, b, n, Prod{0}, s, what);
-    case RR_MIN: return launch<T>(dst, dst2, a, b, n, Min{0}, s, what);
-    case RR_MAX: return launch<T>(dst, dst2, a, b, n, Max{0}, s, what);
+    case RR_SUM: return launch<T>(dst, dst2, a, b, n, Sum{}, s, what);
+    case RR_PROD: return launch<T>(dst, dst2, a, b, n, Prod{}, s, what);
+    case RR_MIN: return launch<T>(dst, dst2, a, b, n, Min{}, s, what);
+    case RR_MAX: return launch<T>(dst, dst2, a, b, n, Max{}, s, what);
     case RR_AVG:
       // As op.c: a divisor of 0 or 1 leaves the sum as it is.
-      if (avg_div <= 1) return launch<T>(dst, dst2, a, b, n, Sum{0}, s, what);
-      return launch<T>(dst, dst2, a, b, n, Avg{(D)avg_div}, s, what);
+      if (avg_div <= 1) return launch<T>(dst, dst2, a, b, n, Sum{}, s, what);
+      return launch<T>(dst, dst2, a, b, n, Avg{avg_divisor<decltype(Avg::d)>(avg_div)}, s, what);
   }
   *handled = 0;
   return cudaSuccess;
 }
 
-#define RR__DISPATCH_FLT(tag, T, D)                                                          \
-  dispatch_common<T, tag##_sum, tag##_prod, tag##_min, tag##_max, tag##_avg, D>(          \
+#define RR__DISPATCH_FLT(tag, T)                                                  \
+  dispatch_common<T, tag##_sum, tag##_prod, tag##_min, tag##_max, tag##_avg>(    \
       op, avg_div, dst, dst2, a, b, n, s, what, &handled)
 
-#define RR__DISPATCH_INT(tag, T, D)                                                          \
+#define RR__DISPATCH_INT(tag, T)                                                             \
   [&]() -> cudaError_t {                                                                    \
-    cudaError_t r = RR__DISPATCH_FLT(tag, T, D);                                             \
+    cudaError_t r = RR__DISPATCH_FLT(tag, T);                                                \
     if (handled) return r;                                                                  \
     handled = 1;                                                                            \
     switch (op) {                                                                           \
-      case RR_BAND: return launch<T>(dst, dst2, a, b, n, tag##_band{0}, s, what);           \
-      case RR_BOR: return launch<T>(dst, dst2, a, b, n, tag##_bor{0}, s, what);             \
-      case RR_BXOR: return launch<T>(dst, dst2, a, b, n, tag##_bxor{0}, s, what);           \
+      case RR_BAND: return launch<T>(dst, dst2, a, b, n, tag##_band{}, s, what);           \
+      case RR_BOR: return launch<T>(dst, dst2, a, b, n, tag##_bor{}, s, what);             \
+      case RR_BXOR: return launch<T>(dst, dst2, a, b, n, tag##_bxor{}, s, what);           \
     }                                                                                       \
     handled = 0;                                                                            \
     return cudaSuccess;                                                                     \
@@ -226,14 +276,14 @@ extern "C" int rr__cuda_reduce_launch(void *dst, void *dst2, const void *a, cons
   *what = "";
   if (!rr__op_applies((rr_dtype)dtype, (rr_op)op)) return (int)cudaErrorInvalidValue;
   switch (dtype) {
-    case RR_INT8: e = RR__DISPATCH_INT(i8, int8_t, double); break;
-    case RR_UINT8: e = RR__DISPATCH_INT(u8, uint8_t, double); break;
-    case RR_INT32: e = RR__DISPATCH_INT(i32, int32_t, double); break;
-    case RR_INT64: e = RR__DISPATCH_INT(i64, int64_t, int64_t); break;
-    case RR_FLOAT16: e = RR__DISPATCH_FLT(f16, uint16_t, float); break;
-    case RR_BFLOAT16: e = RR__DISPATCH_FLT(bf16, uint16_t, float); break;
-    case RR_FLOAT32: e = RR__DISPATCH_FLT(f32, float, float); break;
-    case RR_FLOAT64: e = RR__DISPATCH_FLT(f64, double, double); break;
+    case RR_INT8: e = RR__DISPATCH_INT(i8, int8_t); break;
+    case RR_UINT8: e = RR__DISPATCH_INT(u8, uint8_t); break;
+    case RR_INT32: e = RR__DISPATCH_INT(i32, int32_t); break;
+    case RR_INT64: e = RR__DISPATCH_INT(i64, int64_t); break;
+    case RR_FLOAT16: e = RR__DISPATCH_FLT(f16, uint16_t); break;
+    case RR_BFLOAT16: e = RR__DISPATCH_FLT(bf16, uint16_t); break;
+    case RR_FLOAT32: e = RR__DISPATCH_FLT(f32, float); break;
+    case RR_FLOAT64: e = RR__DISPATCH_FLT(f64, double); break;
   }
   if (!handled) {
     *what = "reduce dispatch";

@@ -9,6 +9,24 @@ target_include_directories(test_cuda_elem PRIVATE ${CMAKE_SOURCE_DIR})
 add_test(NAME cuda_elem_vs_op COMMAND test_cuda_elem)
 set_tests_properties(cuda_elem_vs_op PROPERTIES LABELS "op;cuda_elem" TIMEOUT 120)
 
+# Where nvcc is: the device's float16 / bfloat16 conversions (cuda_fp16.h, cuda_bf16.h, their
+# host versions), run on the host. test_cuda_conv: against common/half.h for every 16-bit
+# input and every float rounding case (cuda_conv_all_floats: all 2^32 floats, label large);
+# test_cuda_elem_conv: test_cuda_elem.c again with the element functions converting that way.
+if(RR_HAVE_CUDA)
+  add_executable(test_cuda_conv ${RR_TEST_DIR}/test_cuda_conv.cu)
+  target_include_directories(test_cuda_conv PRIVATE ${CMAKE_SOURCE_DIR})
+  add_test(NAME cuda_conv_vs_half COMMAND test_cuda_conv)
+  set_tests_properties(cuda_conv_vs_half PROPERTIES LABELS "op;cuda_elem" TIMEOUT 120)
+  add_test(NAME cuda_conv_all_floats COMMAND test_cuda_conv --all)
+  set_tests_properties(cuda_conv_all_floats PROPERTIES LABELS "op;cuda_elem;large" TIMEOUT 900)
+  add_executable(test_cuda_elem_conv ${RR_TEST_DIR}/test_cuda_elem_conv.cu)
+  target_link_libraries(test_cuda_elem_conv PRIVATE ringreduce_internal)
+  target_include_directories(test_cuda_elem_conv PRIVATE ${CMAKE_SOURCE_DIR})
+  add_test(NAME cuda_elem_conv_vs_op COMMAND test_cuda_elem_conv)
+  set_tests_properties(cuda_elem_conv_vs_op PROPERTIES LABELS "op;cuda_elem" TIMEOUT 120)
+endif()
+
 # Toolkits before CUDA 12.5 lack cudaGetDriverEntryPointByVersion: cuda/real.c then takes
 # cudaGetDriverEntryPoint. That branch is compiled here too, forced, so a newer toolkit shows
 # it still builds (deprecated there: that warning alone is allowed). Only where nvcc is.

@@ -171,7 +171,7 @@ static int rr__validate(rr_pg *pg, rr__args *a, int root_or_peer, int *by_role) 
 }
 
 /* Check a call this rank built and queue it (or run it now). `a` holds the caller's
- * arguments; the stream is added here. */
+ * arguments; the group's record of the call (its path, stream and events) is made here. */
 static int rr__submit(rr_pg *pg, rr__args *a, int root_or_peer, rr_work **work, int async) {
   if (async && work) *work = NULL;
   if (!pg) return rr__set_error(RR_EINVAL, "%s: the process group is NULL", rr__api_name(a->kind));
@@ -189,10 +189,12 @@ static int rr__submit(rr_pg *pg, rr__args *a, int root_or_peer, rr_work **work, 
     if (by_role) rr__comm_abort(pg->comm, st, rr__error(), 1);
     return st;
   }
-  /* Where its buffers are decides how the call runs: looked at once, here (group/run.c).
-   * When CUDA cannot tell, the call is refused (never guessed host memory: the host would
-   * read device memory), and, as a refusal by role, the group aborted so no peer waits. */
-  st = rr__pg_path(pg, a);
+  /* Where its buffers are decides how the call runs: looked at once, here (group/run.c), and
+   * kept in the group's record of the call beside what the ring runs. When CUDA cannot
+   * tell, the call is refused (never guessed host memory: the host would read device
+   * memory), and, as a refusal by role, the group aborted so no peer waits. */
+  rr__pg_call call = {.a = *a};
+  st = rr__pg_path(pg, &call);
   if (st != RR_OK) {
     rr__prefix_error(st, "rank %d: %s", pg->global_ranks[pg->rank], rr__api_name(a->kind));
     rr__comm_abort(pg->comm, st, rr__error(), 1);
@@ -200,26 +202,26 @@ static int rr__submit(rr_pg *pg, rr__args *a, int root_or_peer, rr_work **work, 
   }
   /* The sender of a receive from any rank is found by peeking at host memory and sockets;
    * staging a device buffer around that is not done (nor tested on a GPU). */
-  if (a->kind == RR__K_RECV && a->peer == RR__PEER_ANY && a->path != RR__PATH_HOST)
+  if (a->kind == RR__K_RECV && a->peer == RR__PEER_ANY && call.path != RR__PATH_HOST)
     return rr__set_error(RR_EINVAL, "rank %d: recv from any rank: buf is CUDA device or managed "
                                     "memory; RR_ANY_SOURCE takes host buffers only (name the "
                                     "source, or receive into host memory)",
                          pg->global_ranks[pg->rank]);
-  if (a->path != RR__PATH_HOST) {
+  if (call.path != RR__PATH_HOST) {
     /* Device buffers: the call is ordered after its stream, taken now, with an event
      * (group/staging.c). Host calls have nothing to order. */
-    a->stream = rr__cuda_pg_stream(pg);
-    RR__CHECK(rr__cuda_pg_prepare(pg, a));
+    call.stream = rr__cuda_pg_stream(pg);
+    RR__CHECK(rr__cuda_pg_prepare(pg, &call));
   }
   if (async) {
-    st = rr__pg_submit(pg, a, work);
-    if (st != RR_OK) rr__cuda_pg_release(a); /* never queued: the events are still ours */
+    st = rr__pg_submit(pg, &call, work);
+    if (st != RR_OK) rr__cuda_pg_release(&call); /* never queued: the events are still ours */
     return st;
   }
-  st = rr__pg_submit(pg, a, NULL);
-  if (a->cuda_ready) { /* a managed buffer's call has cuda_ready alone */
-    if (st == RR_OK) st = rr__cuda_pg_finish(pg, a, 1);
-    rr__cuda_pg_release(a);
+  st = rr__pg_submit(pg, &call, NULL);
+  if (call.cuda_ready) { /* a managed buffer's call has cuda_ready alone */
+    if (st == RR_OK) st = rr__cuda_pg_finish(pg, &call, 1);
+    rr__cuda_pg_release(&call);
   }
   return st;
 }

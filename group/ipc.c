@@ -10,8 +10,8 @@
 #include "cuda/cuda.h"
 #include "group/pg.h"
 
-static const char *rr__ipc_how(const rr__args *a) {
-  return a->path == RR__PATH_PIPED ? "device buffer piped through pinned host memory"
+static const char *rr__ipc_how(const rr__pg_call *call) {
+  return call->path == RR__PATH_PIPED ? "device buffer piped through pinned host memory"
                                    : "device buffer through CUDA IPC";
 }
 
@@ -24,7 +24,8 @@ static const char *rr__ipc_how(const rr__args *a) {
  * root, a reduce's recvbuf, is not looked at: device -1). all_to_allv decides from the
  * rank's own sizes, not its count: a rank that moves nothing stays on the host path, and
  * sends and receives no segment either. */
-static int rr__pg_ring_on_device(const rr_pg *pg, const rr__args *a, int ipc) {
+static int rr__pg_ring_on_device(const rr_pg *pg, const rr__pg_call *call, int ipc) {
+  const rr__args *a = &call->a;
   const int dev = rr__kind(a->kind)->dev;
   if (dev == RR__DEV_HOST || (!ipc && dev != RR__DEV_PIPE) || pg->size < 2) return 0;
   if (pg->cs.algo != RR__ALGO_NONE && pg->cs.algo != RR__ALGO_RING) return 0;
@@ -32,9 +33,9 @@ static int rr__pg_ring_on_device(const rr_pg *pg, const rr__args *a, int ipc) {
   const rr__call_io io = rr__kind_io(a, pg->size, pg->rank);
   const int reads = io.reads && io.in > 0, writes = io.writes && io.out > 0;
   if (!reads && !writes) return 0;
-  if (reads && a->send_device < 0) return 0;
-  if (writes && a->recv_device < 0) return 0;
-  return !reads || !writes || a->send_device == a->recv_device;
+  if (reads && call->send_device < 0) return 0;
+  if (writes && call->recv_device < 0) return 0;
+  return !reads || !writes || call->send_device == call->recv_device;
 }
 
 /* Every rank decides alone, from what all ranks share: the call (kind, count), the group's
@@ -46,12 +47,13 @@ static int rr__pg_ring_on_device(const rr_pg *pg, const rr__args *a, int ipc) {
  * is RR__PATH_STAGED, which gets its events at submission (rr__cuda_pg_prepare) or fails
  * there. On by default: a peer killed mid-call leaves nothing on this rank's device that only
  * it could complete (transport/cuda_ipc.h; cudafake.ipc_kill_w3). */
-int rr__pg_ipc_call(const rr_pg *pg, const rr__args *a) {
+int rr__pg_ipc_call(const rr_pg *pg, const rr__pg_call *call) {
   const rr__params *p = rr__params_get();
-  if (!p->cuda_ipc || strcmp(p->transport, "auto") || !rr__pg_ring_on_device(pg, a, 1)) return 0;
+  if (!p->cuda_ipc || strcmp(p->transport, "auto") || !rr__pg_ring_on_device(pg, call, 1))
+    return 0;
   /* A segment must fit one device message on the lane to every peer (0 where a peer's
    * transport carries none). */
-  return rr__pg_ipc_seg(pg, a->kind) <= rr__comm_device_msg_max(pg->comm);
+  return rr__pg_ipc_seg(pg, call->a.kind) <= rr__comm_device_msg_max(pg->comm);
 }
 
 size_t rr__pg_ipc_seg(const rr_pg *pg, int kind) {
@@ -64,8 +66,9 @@ size_t rr__pg_ipc_seg(const rr_pg *pg, int kind) {
  * the same steps with the same bytes on the wire: unlike CUDA IPC's, that mix works. Every
  * rank decides alike from what all share (the call, RR_ALGO, RR_SMALL_BYTES, RR_TRACE,
  * RR_CUDA_PIPE: docs/env.md says to set them alike) and its own buffers. */
-int rr__pg_piped_call(const rr_pg *pg, const rr__args *a) {
-  if (!rr__params_get()->cuda_pipe || !rr__pg_ring_on_device(pg, a, 0)) return 0;
+int rr__pg_piped_call(const rr_pg *pg, const rr__pg_call *call) {
+  const rr__args *a = &call->a;
+  if (!rr__params_get()->cuda_pipe || !rr__pg_ring_on_device(pg, call, 0)) return 0;
   if (rr__kind_has(a->kind, RR__KF_CHOOSE) && pg->cs.algo == RR__ALGO_NONE &&
       a->count * rr_dtype_size(a->dtype) <= pg->cs.small_bytes)
     return 0;
@@ -75,22 +78,24 @@ int rr__pg_piped_call(const rr_pg *pg, const rr__args *a) {
 /* The ring runs on the group's copy stream for the device, which first waits for the call's
  * stream (cuda_ready); cuda_done is recorded behind the last of it, and nothing is waited
  * for here (rr__cuda_pg_finish does, as for the staged path). */
-int rr__pg_ipc_in(rr_pg *pg, const rr__args *a, rr__req_dev *dev, int *prev) {
-  int st = rr__cuda_set_device(a->device, prev);
+int rr__pg_ipc_in(rr_pg *pg, const rr__pg_call *call, rr__req_dev *dev, int *prev) {
+  const rr__args *a = &call->a;
+  int st = rr__cuda_set_device(call->device, prev);
   if (st != RR_OK)
-    return rr__cuda_pg_fail(pg, a, st, "selecting the buffers' device", rr__ipc_how(a));
+    return rr__cuda_pg_fail(pg, a, st, "selecting the buffers' device", rr__ipc_how(call));
   void *cs = NULL;
-  st = rr__cuda_pg_copy_stream(pg, a, a->device, &cs);
+  st = rr__cuda_pg_copy_stream(pg, call, call->device, &cs);
   if (st != RR_OK) {
     rr__cuda_restore_device(*prev);
-    return rr__cuda_pg_fail(pg, a, st, "ordering the call after its stream", rr__ipc_how(a));
+    return rr__cuda_pg_fail(pg, a, st, "ordering the call after its stream", rr__ipc_how(call));
   }
-  *dev = (rr__req_dev){.stream = cs, .device = a->device};
+  *dev = (rr__req_dev){.stream = cs, .device = call->device};
   return RR_OK;
 }
 
-int rr__pg_ipc_out(rr_pg *pg, const rr__args *a, const rr__req_dev *dev, int prev, int st) {
-  int rec = st == RR_OK ? rr__cuda_event_record(a->cuda_done, dev->stream) : RR_OK;
+int rr__pg_ipc_out(rr_pg *pg, const rr__pg_call *call, const rr__req_dev *dev, int prev, int st) {
+  const rr__args *a = &call->a;
+  int rec = st == RR_OK ? rr__cuda_event_record(call->cuda_done, dev->stream) : RR_OK;
   /* A failed call records no completion, so nothing would order its copies and kernels
    * still queued on the copy stream before what the caller does next with the buffers (DDP
    * reuses its buckets on the next group after a shrink): wait for them here. Bounded: no
@@ -103,6 +108,6 @@ int rr__pg_ipc_out(rr_pg *pg, const rr__args *a, const rr__req_dev *dev, int pre
   }
   rr__cuda_restore_device(prev);
   if (rec != RR_OK)
-    return rr__cuda_pg_fail(pg, a, rec, "marking the result's completion", rr__ipc_how(a));
+    return rr__cuda_pg_fail(pg, a, rec, "marking the result's completion", rr__ipc_how(call));
   return st;
 }

@@ -15,6 +15,40 @@
 /* Devices a group keeps a staging copy stream for (more: the call's own stream is used). */
 #define RR__CUDA_MAX_DEVICES 16
 
+/* How the group runs a call, decided once at submission (group/run.c, rr__pg_path) from one
+ * look at each buffer: host memory, read as it is (zero: the default); managed memory only
+ * (read as it is once the call's stream is synchronised); a device buffer, staged through
+ * pinned host memory; device buffers moved device to device over CUDA IPC, or piped through
+ * pinned host slots with the reductions on the GPU. */
+enum rr__path {
+  RR__PATH_HOST = 0,
+  RR__PATH_MANAGED,
+  RR__PATH_STAGED,
+  RR__PATH_IPC,
+  RR__PATH_PIPED,
+};
+
+/* A call as the group handles it: what the ring runs (a, which is all the ring ever sees)
+ * and what the group adds around it, from submission (group/api.c) through the queue
+ * (group/work.c) to its run (group/run.c) and the device paths (group/ipc.c,
+ * group/staging.c). */
+typedef struct rr__pg_call {
+  rr__args a;
+  int path; /* enum rr__path */
+  /* send_device / recv_device: the CUDA device of the range the call reads / writes, -1 when
+   * that is not device memory (host or managed, or nothing); device: the call's (its events',
+   * copies' and kernels'), the send buffer's if it has one, else the receive buffer's, -1 for
+   * none; for managed buffers, the caller's current device at submission (its events').
+   * Every CUDA call made for the call runs with this device current (group/staging.c). */
+  int device, send_device, recv_device;
+  void *stream; /* cudaStream_t the call is ordered after (device and managed buffers) */
+  /* Device buffers: events made at submission on the buffers' device. cuda_ready is
+   * recorded on the call's stream then; cuda_done after the result's copy back. NULL for
+   * host calls. */
+  void *cuda_ready, *cuda_done;
+  void *owned; /* a queued all_to_allv's copy of its counts and displacements (group/work.c) */
+} rr__pg_call;
+
 /* What rank 0 remembers between rr_pg_grow_pending's looks at the growth's port
  * (group/grow.c); all zero to start with. */
 #define RR__GROW_SEEN 32
@@ -30,16 +64,16 @@ typedef struct rr__grow_watch {
 
 struct rr_work {
   rr_pg *pg;
-  rr__args args;
-  int cuda_owned;  /* async: args' CUDA events are freed with the work */
-  int cuda_waited; /* rr_work_wait made the call's stream wait for args.cuda_done */
+  rr__pg_call call;
+  int cuda_owned;  /* async: the call's CUDA events are freed with the work */
+  int cuda_waited; /* rr_work_wait made the call's stream wait for call.cuda_done */
   struct rr_work *next; /* queue link */
   atomic_int refs;      /* the caller's handle + the queue */
   pthread_mutex_t mu;
   pthread_cond_t cv;
   int done;
   int status;
-  int source; /* a recv's sender (global rank), written by the ring through args.source */
+  int source; /* a recv's sender (global rank), written by the ring through call.a.source */
   char error[RR__ERRMSG_MAX];
 };
 
@@ -114,21 +148,21 @@ int rr__pg_run_worker(rr_pg *pg);
 
 /* Queue a validated call (work != NULL: async, the handle goes to *work) or run it now,
  * in issue order either way (group/work.c). */
-int rr__pg_submit(rr_pg *pg, const rr__args *a, rr_work **work);
+int rr__pg_submit(rr_pg *pg, const rr__pg_call *call, rr_work **work);
 /* The group's worker thread: runs queued calls until the group stops. */
 void *rr__pg_worker_main(void *arg);
 /* How a validated call runs (group/run.c): look at its buffers once and record its path
- * (enum rr__path) and devices in its arguments. At submission, before rr__cuda_pg_prepare.
+ * (enum rr__path) and devices in its record. At submission, before rr__cuda_pg_prepare.
  * RR_ECUDA (error set) when CUDA cannot tell where a buffer is. */
-int rr__pg_path(const rr_pg *pg, rr__args *a);
+int rr__pg_path(const rr_pg *pg, rr__pg_call *call);
 /* Run a validated call on the current thread along its path (group/run.c); sets the last
  * error on failure, and aborts the group (telling every peer why) when the call fails. */
-int rr__pg_run(rr_pg *pg, const rr__args *a, int64_t timeout_ms);
+int rr__pg_run(rr_pg *pg, const rr__pg_call *call, int64_t timeout_ms);
 
 /* Device buffers (group/staging.c): where the buffers the call reads and writes are
  * (RR__PATH_HOST, RR__PATH_MANAGED or RR__PATH_STAGED, and the devices), for rr__pg_path;
  * RR_ECUDA naming the buffer when CUDA cannot tell. */
-int rr__cuda_pg_buffers(const rr_pg *pg, rr__args *a);
+int rr__cuda_pg_buffers(const rr_pg *pg, rr__pg_call *call);
 /* A staged call, around the ring's run on the host copy: stage_in fills *h (the arguments
  * on host memory: pinned copies of the device buffers, managed memory as it is, after the
  * call's stream) and *sg; stage_out, given the ring's status, copies the result back. Each
@@ -141,14 +175,14 @@ typedef struct rr__stage {
   char *result;   /* the receive buffer's host copy; NULL: none to copy back */
   size_t out;     /* its bytes */
 } rr__stage;
-int rr__pg_stage_in(rr_pg *pg, const rr__args *a, rr__args *h, rr__stage *sg);
-int rr__pg_stage_out(rr_pg *pg, const rr__args *a, const rr__stage *sg, int st);
+int rr__pg_stage_in(rr_pg *pg, const rr__pg_call *call, rr__args *h, rr__stage *sg);
+int rr__pg_stage_out(rr_pg *pg, const rr__pg_call *call, const rr__stage *sg, int st);
 /* CUDA IPC (group/ipc.c): can a staged call run on its device buffers through the lanes'
- * device messages instead (every peer on shared memory, RR_TRANSPORT=auto, all_reduce,
- * reduce_scatter or all_gather)? Then ipc_in makes the buffers' device current and gives the
+ * device messages instead (every peer on shared memory, RR_TRANSPORT=auto, a kind whose dev
+ * column allows it, ring/kind.h)? Then ipc_in makes the buffers' device current and gives the
  * stream the ring runs on (*dev), ordered after the call's stream as the staged path is, and
  * ipc_out, given the ring's status, marks the result's completion. */
-int rr__pg_ipc_call(const rr_pg *pg, const rr__args *a);
+int rr__pg_ipc_call(const rr_pg *pg, const rr__pg_call *call);
 /* The segment size of a call of this kind through CUDA IPC: RR_IPC_SEG_BYTES for the ring
  * and chain kinds (every rank moves the same bytes, so every rank takes CUDA IPC or the call
  * fails), the group's RR_SEG_BYTES for the others (a rank of an all_to_allv with nothing to
@@ -157,14 +191,14 @@ int rr__pg_ipc_call(const rr_pg *pg, const rr__args *a);
 size_t rr__pg_ipc_seg(const rr_pg *pg, int kind);
 /* Not through CUDA IPC, but pipelined through pinned slots with the reductions on the GPU
  * (ring/pipe_dev.c)? Asked of a staged call that did not take IPC; run like IPC's. */
-int rr__pg_piped_call(const rr_pg *pg, const rr__args *a);
-int rr__pg_ipc_in(rr_pg *pg, const rr__args *a, rr__req_dev *dev, int *prev);
-int rr__pg_ipc_out(rr_pg *pg, const rr__args *a, const rr__req_dev *dev, int prev, int st);
+int rr__pg_piped_call(const rr_pg *pg, const rr__pg_call *call);
+int rr__pg_ipc_in(rr_pg *pg, const rr__pg_call *call, rr__req_dev *dev, int *prev);
+int rr__pg_ipc_out(rr_pg *pg, const rr__pg_call *call, const rr__req_dev *dev, int prev, int st);
 /* Shared by the device paths (group/staging.c): the stream their copies and kernels go on
  * (the group's own for the device, after cuda_ready; without events, the call's), and a
  * failure on a device path: its message names the rank, the call and `how` it ran, and the
  * group aborts. */
-int rr__cuda_pg_copy_stream(rr_pg *pg, const rr__args *a, int device, void **s);
+int rr__cuda_pg_copy_stream(rr_pg *pg, const rr__pg_call *call, int device, void **s);
 int rr__cuda_pg_fail(rr_pg *pg, const rr__args *a, int st, const char *what, const char *how);
 /* The group's CUDA stream (NULL: the legacy default stream), captured when a call is made. */
 void *rr__cuda_pg_stream(rr_pg *pg);
@@ -175,17 +209,17 @@ void rr__cuda_pg_free(rr_pg *pg);
 /* At submission, on the caller's thread: for a call with device buffers, make its events and
  * record cuda_ready on the call's stream (so the call starts after the work queued before
  * it, without blocking anyone). A failure aborts the group, as one inside a call would. */
-int rr__cuda_pg_prepare(rr_pg *pg, rr__args *a);
+int rr__cuda_pg_prepare(rr_pg *pg, rr__pg_call *call);
 /* After the call completed: blocking, wait for cuda_done on the host (the result is in the
  * buffer); else make the call's stream wait for it (later work on it sees the result). */
-int rr__cuda_pg_finish(const rr_pg *pg, const rr__args *a, int blocking);
+int rr__cuda_pg_finish(const rr_pg *pg, const rr__pg_call *call, int blocking);
 /* rr_work_test's question: 1 when the result's copy to the device completed (or there is
  * none), 0 while it runs, < 0 on a CUDA error. */
-int rr__cuda_pg_done(const rr__args *a);
+int rr__cuda_pg_done(const rr__pg_call *call);
 /* Destroy the call's events (after the call ran, or when it was never queued). Each of these
- * makes its CUDA calls on the call's device (a->device, recorded at submission), whatever the
- * calling thread's current device. */
-void rr__cuda_pg_release(rr__args *a);
+ * makes its CUDA calls on the call's device (call->device, recorded at submission), whatever
+ * the calling thread's current device. */
+void rr__cuda_pg_release(rr__pg_call *call);
 
 
 #endif /* RR__GROUP_PG_H_ */

@@ -1,6 +1,7 @@
 /* How a call of a group runs, and running it on the current thread. Its path is decided once,
  * at submission (rr__pg_path: host memory, managed memory, staged through pinned memory, or
- * device to device over CUDA IPC) and kept in its arguments; rr__pg_run is a switch over it.
+ * device to device over CUDA IPC, or piped) and kept in its record (group/pg.h, rr__pg_call);
+ * rr__pg_run is a switch over it.
  * The device paths prepare and finish around the ring (group/staging.c, group/ipc.c), which
  * this file alone runs. The ring (ring/coll.c) runs the algorithm; this file is what the group
  * adds around it: a look at the control sockets before starting, refusing calls on a group
@@ -68,40 +69,42 @@ static int rr__run_coll(rr_pg *pg, const rr__args *a, int64_t timeout_ms, const 
   return RR_OK;
 }
 
-int rr__pg_path(const rr_pg *pg, rr__args *a) {
-  a->path = RR__PATH_HOST;
-  a->device = a->send_device = a->recv_device = -1;
+int rr__pg_path(const rr_pg *pg, rr__pg_call *call) {
+  call->path = RR__PATH_HOST;
+  call->device = call->send_device = call->recv_device = -1;
   /* Without a CUDA driver every buffer is host memory: nothing to look at. */
   if (!rr__cuda_available()) return RR_OK;
-  RR__CHECK(rr__cuda_pg_buffers(pg, a));
-  if (a->path == RR__PATH_STAGED && rr__pg_ipc_call(pg, a)) a->path = RR__PATH_IPC;
-  else if (a->path == RR__PATH_STAGED && rr__pg_piped_call(pg, a)) a->path = RR__PATH_PIPED;
+  RR__CHECK(rr__cuda_pg_buffers(pg, call));
+  if (call->path == RR__PATH_STAGED && rr__pg_ipc_call(pg, call)) call->path = RR__PATH_IPC;
+  else if (call->path == RR__PATH_STAGED && rr__pg_piped_call(pg, call))
+    call->path = RR__PATH_PIPED;
   return RR_OK;
 }
 
 /* The ring on a host copy of the device buffers (or on managed memory, as it is). */
-static int rr__run_staged(rr_pg *pg, const rr__args *a, int64_t timeout_ms) {
+static int rr__run_staged(rr_pg *pg, const rr__pg_call *call, int64_t timeout_ms) {
   rr__args h;
   rr__stage sg;
-  RR__CHECK(rr__pg_stage_in(pg, a, &h, &sg));
-  return rr__pg_stage_out(pg, a, &sg, rr__run_coll(pg, &h, timeout_ms, NULL, 0));
+  RR__CHECK(rr__pg_stage_in(pg, call, &h, &sg));
+  return rr__pg_stage_out(pg, call, &sg, rr__run_coll(pg, &h, timeout_ms, NULL, 0));
 }
 
 /* CUDA IPC and piped: the ring on the device buffers, on the group's copy stream. */
-static int rr__run_device(rr_pg *pg, const rr__args *a, int64_t timeout_ms, int piped) {
+static int rr__run_device(rr_pg *pg, const rr__pg_call *call, int64_t timeout_ms, int piped) {
   rr__req_dev dev;
   int prev = -1;
-  RR__CHECK(rr__pg_ipc_in(pg, a, &dev, &prev));
-  return rr__pg_ipc_out(pg, a, &dev, prev, rr__run_coll(pg, a, timeout_ms, &dev, piped));
+  RR__CHECK(rr__pg_ipc_in(pg, call, &dev, &prev));
+  return rr__pg_ipc_out(pg, call, &dev, prev,
+                        rr__run_coll(pg, &call->a, timeout_ms, &dev, piped));
 }
 
-int rr__pg_run(rr_pg *pg, const rr__args *a, int64_t timeout_ms) {
-  switch (a->path) {
+int rr__pg_run(rr_pg *pg, const rr__pg_call *call, int64_t timeout_ms) {
+  switch (call->path) {
     case RR__PATH_MANAGED:
-    case RR__PATH_STAGED: return rr__run_staged(pg, a, timeout_ms);
-    case RR__PATH_IPC: return rr__run_device(pg, a, timeout_ms, 0);
-    case RR__PATH_PIPED: return rr__run_device(pg, a, timeout_ms, 1);
+    case RR__PATH_STAGED: return rr__run_staged(pg, call, timeout_ms);
+    case RR__PATH_IPC: return rr__run_device(pg, call, timeout_ms, 0);
+    case RR__PATH_PIPED: return rr__run_device(pg, call, timeout_ms, 1);
     case RR__PATH_HOST:
-    default: return rr__run_coll(pg, a, timeout_ms, NULL, 0);
+    default: return rr__run_coll(pg, &call->a, timeout_ms, NULL, 0);
   }
 }

@@ -2,8 +2,8 @@
  * bookkeeping every device path shares (the call's events, the group's copy streams).
  *
  * Where a call's buffers are is looked at once, at submission (rr__cuda_pg_buffers, for
- * group/run.c's rr__pg_path), and recorded in its arguments; group/run.c then runs a call
- * whose path is RR__PATH_STAGED or RR__PATH_MANAGED between rr__pg_stage_in and
+ * group/run.c's rr__pg_path), and kept in its record (rr__pg_call); group/run.c then runs
+ * a call whose path is RR__PATH_STAGED or RR__PATH_MANAGED between rr__pg_stage_in and
  * rr__pg_stage_out. Host calls never pass through this file after that look. Without a CUDA
  * table, or with CUDA but no driver, the look is one flag read per buffer.
  *
@@ -160,60 +160,62 @@ static int rr__stage_fail(rr_pg *pg, const rr__args *a, int st, const char *what
 /* Device memory counts as the device it is on; managed memory (which the host reads as it
  * is, but only once the stream's kernels have written it) as a reason to synchronise. A
  * buffer the call does not read or write is not looked at. */
-int rr__cuda_pg_buffers(const rr_pg *pg, rr__args *a) {
+int rr__cuda_pg_buffers(const rr_pg *pg, rr__pg_call *call) {
+  const rr__args *a = &call->a;
   size_t in, out;
   int reads, writes, gaps;
   rr__io(pg, a, &in, &out, &reads, &writes, &gaps);
-  a->send_device = a->recv_device = -1;
-  int stype = in > 0 ? rr__cuda_ptr_type(a->sendbuf, &a->send_device) : RR__CUDA_MEM_HOST;
+  call->send_device = call->recv_device = -1;
+  int stype = in > 0 ? rr__cuda_ptr_type(a->sendbuf, &call->send_device) : RR__CUDA_MEM_HOST;
   if (stype == RR__CUDA_MEM_ERROR) return rr__prefix_error(RR_ECUDA, "sendbuf");
-  int rtype = out > 0 ? rr__cuda_ptr_type(a->recvbuf, &a->recv_device) : RR__CUDA_MEM_HOST;
+  int rtype = out > 0 ? rr__cuda_ptr_type(a->recvbuf, &call->recv_device) : RR__CUDA_MEM_HOST;
   if (rtype == RR__CUDA_MEM_ERROR) return rr__prefix_error(RR_ECUDA, "recvbuf");
-  a->device = a->send_device >= 0 ? a->send_device : a->recv_device;
+  call->device = call->send_device >= 0 ? call->send_device : call->recv_device;
   int managed = stype == RR__CUDA_MEM_MANAGED || rtype == RR__CUDA_MEM_MANAGED;
-  a->path = a->device >= 0 ? RR__PATH_STAGED : managed ? RR__PATH_MANAGED : RR__PATH_HOST;
+  call->path = call->device >= 0 ? RR__PATH_STAGED : managed ? RR__PATH_MANAGED : RR__PATH_HOST;
   return RR_OK;
 }
 
-/* Every CUDA call made for a call runs on the call's device (a->device, recorded at
+/* Every CUDA call made for a call runs on the call's device (call->device, recorded at
  * submission), set around it and restored after (rr__cuda_set_device: where the thread's
  * previous device has a context): the thread making it may never have chosen a device (the
  * group's worker, torch's futures thread, whoever frees the work), and there the runtime
  * would take NULL for device 0's legacy stream and create a context on device 0 first
  * (docs/cuda.md, "Devices and threads"). */
-void rr__cuda_pg_release(rr__args *a) {
-  if (!a->cuda_ready && !a->cuda_done) return;
+void rr__cuda_pg_release(rr__pg_call *call) {
+  if (!call->cuda_ready && !call->cuda_done) return;
   int prev = -1;
   /* Destroyed whether or not the device could be made current (they are this call's), and
    * without touching the thread's error text: a failed call's is still to be read. */
   char saved[RR__ERRMSG_MAX];
   snprintf(saved, sizeof saved, "%s", rr__error());
-  if (rr__cuda_set_device(a->device, &prev) != RR_OK) rr__copy_error(saved);
-  rr__cuda_event_destroy(a->cuda_ready);
-  rr__cuda_event_destroy(a->cuda_done);
+  if (rr__cuda_set_device(call->device, &prev) != RR_OK) rr__copy_error(saved);
+  rr__cuda_event_destroy(call->cuda_ready);
+  rr__cuda_event_destroy(call->cuda_done);
   rr__cuda_restore_device(prev);
-  a->cuda_ready = a->cuda_done = NULL;
+  call->cuda_ready = call->cuda_done = NULL;
 }
 
-int rr__cuda_pg_prepare(rr_pg *pg, rr__args *a) {
-  a->cuda_ready = a->cuda_done = NULL;
-  int device = a->device;
+int rr__cuda_pg_prepare(rr_pg *pg, rr__pg_call *call) {
+  const rr__args *a = &call->a;
+  call->cuda_ready = call->cuda_done = NULL;
+  int device = call->device;
   if (!rr__cuda_available()) return RR_OK;
   /* Managed memory belongs to no device: its call's event goes on the caller's current
    * device, the one its stream is taken to be on (torch: the current stream of the current
    * device). */
-  const int managed = a->path == RR__PATH_MANAGED;
+  const int managed = call->path == RR__PATH_MANAGED;
   if (managed && rr__cuda_get_device(&device) != RR_OK)
     return rr__stage_fail(pg, a, RR_ECUDA, "finding the current CUDA device (managed buffer)");
   if (device < 0) return RR_OK;
-  a->device = device; /* every later CUDA call for this call runs there (rr__cuda_pg_release) */
+  call->device = device; /* every later CUDA call for this call runs there (rr__cuda_pg_release) */
   /* Events belong to a device, and cudaEventRecord wants the stream's: the buffers'. */
   int prev = -1, capturing = 0;
   int st = rr__cuda_set_device(device, &prev);
   /* A stream capturing a CUDA graph runs nothing now: the copies, the wait for them and the
    * peers' part of the call cannot be replayed with the graph, and the group's streams would
    * be pulled into the user's capture and break it. Refused before anything is queued. */
-  if (st == RR_OK) st = rr__cuda_stream_capturing(a->stream, &capturing);
+  if (st == RR_OK) st = rr__cuda_stream_capturing(call->stream, &capturing);
   if (st == RR_OK && capturing) {
     rr__cuda_restore_device(prev);
     rr__set_error(RR_EINVAL,
@@ -221,16 +223,16 @@ int rr__cuda_pg_prepare(rr_pg *pg, rr__args *a) {
                   "ringreduce calls cannot be captured; make the call outside the capture "
                   "(torch: outside torch.cuda.graph)");
     return rr__cuda_pg_fail(pg, a, RR_EINVAL, "refused",
-                            a->path == RR__PATH_IPC ? "device buffer through CUDA IPC"
+                            call->path == RR__PATH_IPC ? "device buffer through CUDA IPC"
                                                     : "device buffer staged through host memory");
   }
-  if (st == RR_OK) st = rr__cuda_event_create(&a->cuda_ready);
+  if (st == RR_OK) st = rr__cuda_event_create(&call->cuda_ready);
   /* A managed buffer's result is written by the host: nothing on a stream to wait for. */
-  if (st == RR_OK && !managed) st = rr__cuda_event_create(&a->cuda_done);
-  if (st == RR_OK) st = rr__cuda_event_record(a->cuda_ready, a->stream);
+  if (st == RR_OK && !managed) st = rr__cuda_event_create(&call->cuda_done);
+  if (st == RR_OK) st = rr__cuda_event_record(call->cuda_ready, call->stream);
   rr__cuda_restore_device(prev);
   if (st != RR_OK) {
-    rr__cuda_pg_release(a);
+    rr__cuda_pg_release(call);
     char what[96];
     snprintf(what, sizeof what, "ordering the call after its stream (CUDA device %d)", device);
     return rr__stage_fail(pg, a, st, what);
@@ -238,14 +240,14 @@ int rr__cuda_pg_prepare(rr_pg *pg, rr__args *a) {
   return RR_OK;
 }
 
-int rr__cuda_pg_finish(const rr_pg *pg, const rr__args *a, int blocking) {
-  if (!a->cuda_done) return RR_OK;
+int rr__cuda_pg_finish(const rr_pg *pg, const rr__pg_call *call, int blocking) {
+  if (!call->cuda_done) return RR_OK;
   /* On the call's device: the NULL stream there is the one the call was ordered after. */
   int prev = -1;
-  int st = rr__cuda_set_device(a->device, &prev);
+  int st = rr__cuda_set_device(call->device, &prev);
   if (st == RR_OK) {
-    st = blocking ? rr__cuda_event_sync(a->cuda_done)
-                  : rr__cuda_stream_wait_event(a->stream, a->cuda_done);
+    st = blocking ? rr__cuda_event_sync(call->cuda_done)
+                  : rr__cuda_stream_wait_event(call->stream, call->cuda_done);
     rr__cuda_restore_device(prev);
   }
   if (st != RR_OK)
@@ -255,40 +257,41 @@ int rr__cuda_pg_finish(const rr_pg *pg, const rr__args *a, int blocking) {
   return st;
 }
 
-int rr__cuda_pg_done(const rr__args *a) {
-  if (!a->cuda_done) return 1;
+int rr__cuda_pg_done(const rr__pg_call *call) {
+  if (!call->cuda_done) return 1;
   int prev = -1;
-  int st = rr__cuda_set_device(a->device, &prev);
+  int st = rr__cuda_set_device(call->device, &prev);
   if (st != RR_OK) return st;
-  int d = rr__cuda_event_done(a->cuda_done);
+  int d = rr__cuda_event_done(call->cuda_done);
   rr__cuda_restore_device(prev);
   return d;
 }
 
 /* The stream the staging copies go on: the group's own for the device (made once), which
  * waits for the call's stream through cuda_ready; without events, the call's stream. */
-int rr__cuda_pg_copy_stream(rr_pg *pg, const rr__args *a, int device, void **s) {
-  *s = a->stream;
-  if (!a->cuda_ready || device >= RR__CUDA_MAX_DEVICES) return RR_OK;
+int rr__cuda_pg_copy_stream(rr_pg *pg, const rr__pg_call *call, int device, void **s) {
+  *s = call->stream;
+  if (!call->cuda_ready || device >= RR__CUDA_MAX_DEVICES) return RR_OK;
   if (!pg->cuda_copy[device]) RR__CHECK(rr__cuda_stream_create(&pg->cuda_copy[device]));
   *s = pg->cuda_copy[device];
-  return rr__cuda_stream_wait_event(*s, a->cuda_ready);
+  return rr__cuda_stream_wait_event(*s, call->cuda_ready);
 }
 
-int rr__pg_stage_in(rr_pg *pg, const rr__args *a, rr__args *h, rr__stage *sg) {
+int rr__pg_stage_in(rr_pg *pg, const rr__pg_call *call, rr__args *h, rr__stage *sg) {
+  const rr__args *a = &call->a;
   *h = *a;
   *sg = (rr__stage){.prev = -1};
-  if (a->path == RR__PATH_MANAGED) {
+  if (call->path == RR__PATH_MANAGED) {
     /* Managed memory: the host reads and writes it directly, once the work queued on the
      * call's stream before the call (a kernel writing it) is done: the event recorded at
      * submission, not the stream, whose work queued after the call (a kernel waiting for
      * the result) must not be waited for here, nor run before the host read the buffer.
      * Kernels queued after the call's wait (or a blocking call) see the host's writes. */
     int prev = -1;
-    int st = rr__cuda_set_device(a->device, &prev);
+    int st = rr__cuda_set_device(call->device, &prev);
     if (st != RR_OK)
       return rr__stage_fail(pg, a, st, "selecting the call's device (managed buffer)");
-    st = a->cuda_ready ? rr__cuda_event_sync(a->cuda_ready) : rr__cuda_stream_sync(a->stream);
+    st = call->cuda_ready ? rr__cuda_event_sync(call->cuda_ready) : rr__cuda_stream_sync(call->stream);
     rr__cuda_restore_device(prev);
     if (st != RR_OK) return rr__stage_fail(pg, a, st, "waiting for the stream (managed buffer)");
     return RR_OK;
@@ -296,13 +299,13 @@ int rr__pg_stage_in(rr_pg *pg, const rr__args *a, rr__args *h, rr__stage *sg) {
   size_t in, out;
   int reads, writes, gaps;
   rr__io(pg, a, &in, &out, &reads, &writes, &gaps);
-  int sdev = a->send_device >= 0, rdev = a->recv_device >= 0;
-  if (sdev && rdev && a->send_device != a->recv_device) {
+  int sdev = call->send_device >= 0, rdev = call->recv_device >= 0;
+  if (sdev && rdev && call->send_device != call->recv_device) {
     rr__set_error(RR_EINVAL, "sendbuf is on CUDA device %d but recvbuf on device %d",
-                  a->send_device, a->recv_device);
+                  call->send_device, call->recv_device);
     return rr__stage_fail(pg, a, RR_EINVAL, "checking buffers");
   }
-  int device = a->device;
+  int device = call->device;
 
   /* Lay out the host copy: one range when one device buffer's send and receive ranges
    * overlap (in place), else a send area and a receive area. */
@@ -326,7 +329,7 @@ int rr__pg_stage_in(rr_pg *pg, const rr__args *a, rr__args *h, rr__stage *sg) {
   int st = rr__cuda_set_device(device, &prev);
   if (st != RR_OK) return rr__stage_fail(pg, a, st, "selecting the buffers' device");
   void *cs = NULL;
-  st = rr__cuda_pg_copy_stream(pg, a, device, &cs);
+  st = rr__cuda_pg_copy_stream(pg, call, device, &cs);
   if (st == RR_OK) st = rr__host_idle(pg);
   if (st != RR_OK) {
     rr__cuda_restore_device(prev);
@@ -371,15 +374,16 @@ int rr__pg_stage_in(rr_pg *pg, const rr__args *a, rr__args *h, rr__stage *sg) {
   return RR_OK;
 }
 
-int rr__pg_stage_out(rr_pg *pg, const rr__args *a, const rr__stage *sg, int st) {
+int rr__pg_stage_out(rr_pg *pg, const rr__pg_call *call, const rr__stage *sg, int st) {
+  const rr__args *a = &call->a;
   if (!sg->staged) return st;
   const char *what = NULL;
-  if (st == RR_OK && sg->result && a->cuda_done) {
+  if (st == RR_OK && sg->result && call->cuda_done) {
     /* Not waited for here: cuda_done tells the caller (rr__cuda_pg_finish), and the next
      * call waits before it writes the pinned buffer again (rr__host_idle). */
     st = rr__cuda_memcpy_async(a->recvbuf, sg->result, sg->out, sg->stream);
     if (st == RR_OK) pg->cuda_host_busy = sg->stream;
-    if (st == RR_OK) st = rr__cuda_event_record(a->cuda_done, sg->stream);
+    if (st == RR_OK) st = rr__cuda_event_record(call->cuda_done, sg->stream);
     if (st != RR_OK) what = "copying the result to the device";
   } else if (st == RR_OK && sg->result) {
     st = rr__cuda_memcpy_sync(a->recvbuf, sg->result, sg->out, sg->stream);

@@ -21,10 +21,10 @@ static int64_t rr__call_timeout(rr_pg *pg) {
 static void rr__work_unref(rr_work *w) {
   if (atomic_fetch_sub(&w->refs, 1) != 1) return;
   /* An async call's events are its work's: nothing uses them once the work is gone. */
-  if (w->cuda_owned) rr__cuda_pg_release(&w->args);
+  if (w->cuda_owned) rr__cuda_pg_release(&w->call);
   pthread_mutex_destroy(&w->mu);
   pthread_cond_destroy(&w->cv);
-  free(w->args.owned);
+  free(w->call.owned);
   free(w);
 }
 
@@ -32,7 +32,7 @@ static void rr__work_unref(rr_work *w) {
  * all_to_allv), so the work takes a copy of the per-rank counts and displacements and
  * frees it with itself. Calls that run at once read the caller's arrays. */
 static int rr__work_own_counts(rr_work *w, int size) {
-  rr__args *a = &w->args;
+  rr__args *a = &w->call.a;
   if (a->kind != RR__K_ALL_TO_ALLV) return RR_OK;
   const size_t n = (size_t)size;
   size_t *p = rr__calloc(4 * n, sizeof *p);
@@ -43,7 +43,7 @@ static int rr__work_own_counts(rr_work *w, int size) {
   a->sdispls = p + n;
   a->recvcounts = p + 2 * n;
   a->rdispls = p + 3 * n;
-  a->owned = p;
+  w->call.owned = p;
   return RR_OK;
 }
 
@@ -70,7 +70,7 @@ void *rr__pg_worker_main(void *arg) {
     pthread_mutex_unlock(&pg->mu);
 
     rr__clear_error();
-    int st = rr__pg_run(pg, &w->args, rr__call_timeout(pg));
+    int st = rr__pg_run(pg, &w->call, rr__call_timeout(pg));
     rr__work_finish(w, st);
     rr__work_unref(w); /* the queue's reference */
 
@@ -82,17 +82,17 @@ void *rr__pg_worker_main(void *arg) {
   return NULL;
 }
 
-static int rr__enqueue(rr_pg *pg, const rr__args *a, rr_work **out, int async) {
+static int rr__enqueue(rr_pg *pg, const rr__pg_call *call, rr_work **out, int async) {
   rr_work *w = rr__calloc(1, sizeof *w);
   if (!w) return RR_ENOMEM;
   w->pg = pg;
-  w->args = *a;
+  w->call = *call;
   w->cuda_owned = async; /* a blocking call keeps its events (group/api.c) */
-  w->args.owned = NULL;
+  w->call.owned = NULL;
   /* The caller's int may be gone when a queued call runs: the sender goes into the work,
    * and a blocking caller copies it out (rr__pg_submit). */
   w->source = -1;
-  w->args.source = &w->source;
+  w->call.a.source = &w->source;
   if (rr__work_own_counts(w, pg->size) != RR_OK) {
     free(w);
     return RR_ENOMEM;
@@ -122,15 +122,15 @@ static int rr__enqueue(rr_pg *pg, const rr__args *a, rr_work **out, int async) {
   return RR_OK;
 }
 
-int rr__pg_submit(rr_pg *pg, const rr__args *a, rr_work **work) {
-  if (work) return rr__enqueue(pg, a, work, 1);
+int rr__pg_submit(rr_pg *pg, const rr__pg_call *call, rr_work **work) {
+  if (work) return rr__enqueue(pg, call, work, 1);
   pthread_mutex_lock(&pg->mu);
   if (!pg->busy && !pg->qhead && !pg->stop) {
     pg->busy = 1;
     pthread_mutex_unlock(&pg->mu);
     rr__clear_error();
     pg->inline_call = 1;
-    int st = rr__pg_run(pg, a, rr__call_timeout(pg));
+    int st = rr__pg_run(pg, call, rr__call_timeout(pg));
     pg->inline_call = 0;
     char saved[RR__ERRMSG_MAX];
     if (st < 0) snprintf(saved, sizeof saved, "%s", rr__error());
@@ -145,9 +145,9 @@ int rr__pg_submit(rr_pg *pg, const rr__args *a, rr_work **work) {
   }
   pthread_mutex_unlock(&pg->mu);
   rr_work *w;
-  RR__CHECK(rr__enqueue(pg, a, &w, 0));
+  RR__CHECK(rr__enqueue(pg, call, &w, 0));
   int st = rr_work_wait(w, 0);
-  if (a->source) *a->source = w->source; /* the wait saw `done` under w->mu: written */
+  if (call->a.source) *call->a.source = w->source; /* the wait saw `done` under w->mu */
   rr_work_free(w);
   return st;
 }
@@ -171,7 +171,7 @@ static void rr__work_run_here(rr_work *w) {
 
   rr__clear_error();
   pg->inline_call = 1;
-  int st = rr__pg_run(pg, &w->args, rr__call_timeout(pg));
+  int st = rr__pg_run(pg, &w->call, rr__call_timeout(pg));
   pg->inline_call = 0;
   rr__work_finish(w, st);
   rr__work_unref(w); /* the queue's reference */
@@ -203,7 +203,7 @@ int rr_work_wait(rr_work *w, int64_t timeout_ms) {
       pthread_mutex_unlock(&w->mu);
       char reason[256];
       snprintf(reason, sizeof reason, "rank %d: rr_work_wait gave up on %s after %lld ms",
-               w->pg->global_ranks[w->pg->rank], rr__kind_name(w->args.kind),
+               w->pg->global_ranks[w->pg->rank], rr__kind_name(w->call.a.kind),
                (long long)timeout_ms);
       rr__comm_abort(w->pg->comm, RR_ETIMEDOUT, reason, 1);
       pthread_mutex_lock(&w->mu);
@@ -217,9 +217,9 @@ int rr_work_wait(rr_work *w, int64_t timeout_ms) {
   /* Device buffers: the caller's stream waits for the copy back (once), so its later work
    * sees the result without the host waiting for the copy. On the call's device, whatever
    * this thread's (group/staging.c). */
-  if (st == RR_OK && w->args.cuda_done && !w->cuda_waited) {
+  if (st == RR_OK && w->call.cuda_done && !w->cuda_waited) {
     w->cuda_waited = 1;
-    st = rr__cuda_pg_finish(w->pg, &w->args, 0);
+    st = rr__cuda_pg_finish(w->pg, &w->call, 0);
   }
   return st;
 }
@@ -232,8 +232,8 @@ int rr_work_test(rr_work *w) {
   pthread_mutex_unlock(&w->mu);
   /* Device buffers: complete once the copy back is, so that a caller who saw completion
    * here (and may never call rr_work_wait) finds the result in the buffer. */
-  if (st == RR_OK && w->args.cuda_done) {
-    int d = rr__cuda_pg_done(&w->args); /* on the call's device, as every CUDA call for it */
+  if (st == RR_OK && w->call.cuda_done) {
+    int d = rr__cuda_pg_done(&w->call); /* on the call's device, as every CUDA call for it */
     if (d == 0) return RR_INPROGRESS;
     if (d < 0) return d;
   }
@@ -253,7 +253,7 @@ int rr_work_source(const rr_work *w) {
   if (!w) return -1;
   rr_work *m = (rr_work *)w; /* the lock protects `done`; the source never changes after it */
   pthread_mutex_lock(&m->mu);
-  int src = m->done && m->status == RR_OK && m->args.kind == RR__K_RECV ? m->source : -1;
+  int src = m->done && m->status == RR_OK && m->call.a.kind == RR__K_RECV ? m->source : -1;
   pthread_mutex_unlock(&m->mu);
   return src;
 }

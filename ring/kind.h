@@ -111,7 +111,7 @@ enum rr__seq_form { RR__SEQ_GROUP, RR__SEQ_SENT, RR__SEQ_RECVD, RR__SEQ_HALVES }
  *   wire_name: the call as its header describes it, in mismatch messages and traces
  *   in, out:   RR__IO_<in>, RR__IO_<out>;  inplace: RR__INPLACE_<inplace>
  *   algo:      RR__ALGO_<algo>, the one its header names (with RR__KF_CHOOSE, the default)
- *   run:       the algorithm (ring/<file>.c, declared in ring/coll.h); ring/coll.c runs it
+ *   run:       the algorithm (ring/<file>.c, declared in ring/algo.h); ring/coll.c runs it
  *   dev:       RR__DEV_<dev>;  seq: RR__SEQ_<seq>
  *   phase:     what a trace calls its steps (a step may name its own: rr__step.phase)
  *   desc:      its header in words, for mismatch messages and logs (ring/hdr.c): {kind},

@@ -19,7 +19,9 @@
 #include "ringreduce/ringreduce.h"
 #include "transport/comm.h"
 
-/* What a call asked for, validated at submission (group/api.c). Ranks are group ranks. */
+/* What a call asked for, validated at submission (group/api.c). Ranks are group ranks. The
+ * group keeps what it alone needs around a call (how it runs, its CUDA stream and events) in
+ * its own call record (group/pg.h, rr__pg_call). */
 typedef struct rr__args {
   int kind; /* enum rr__kind; RR__K_SEND is a send, RR__K_RECV a recv */
   const void *sendbuf;
@@ -34,34 +36,14 @@ typedef struct rr__args {
   int src;  /* the source of a sendrecv */
   size_t recvcount; /* of a sendrecv; all_to_allv: the total received (messages only) */
   /* all_to_allv: [size] each, in elements, indexed by group rank. A call that runs at once
-   * reads the caller's arrays; a queued one may outlive them, so its work points these
-   * into `owned`, a copy it frees with itself (group/work.c). */
+   * reads the caller's arrays; a queued one may outlive them, so its work points these at
+   * a copy of its own (group/work.c). */
   const size_t *sendcounts, *sdispls, *recvcounts, *rdispls;
-  void *owned;
   /* recv: where the global rank of the sender goes once the receive succeeded (NULL: nobody
    * asks). The caller's int for a blocking call, the work's for a queued one: the ring never
    * writes into the args themselves, which are const there. */
   int *source;
-  void *stream;     /* the group's: cudaStream_t of the call (device buffers; ring/ ignores it) */
-  /* Device buffers (group/staging.c; ring/ ignores them): events made at submission on the
-   * buffers' device. cuda_ready is recorded on the call's stream then; cuda_done after the
-   * result's copy back. NULL for host calls. */
-  void *cuda_ready, *cuda_done;
-  /* How the group runs the call, decided once at submission (group/run.c, rr__pg_path) from
-   * one look at each buffer: rr__path. ring/ ignores these. send_device / recv_device: the
-   * CUDA device of the range the call reads / writes, -1 when that is not device memory (host
-   * or managed, or nothing); device: the call's (its events', copies' and kernels'), the send
-   * buffer's if it has one, else the receive buffer's, -1 for none; for managed buffers, the
-   * caller's current device at submission (its events'). Every CUDA call made for the call
-   * runs with this device current (group/staging.c). */
-  int path;
-  int device, send_device, recv_device;
 } rr__args;
-
-/* Where a call's bytes are: host memory, read as it is (zero: the default); managed memory
- * only (read as it is once the call's stream is synchronised); a device buffer, staged
- * through pinned host memory; device buffers moved device to device over CUDA IPC. */
-enum rr__path { RR__PATH_HOST = 0, RR__PATH_MANAGED, RR__PATH_STAGED, RR__PATH_IPC, RR__PATH_PIPED };
 
 /* rr__args.peer of a recv from any rank (RR_ANY_SOURCE): not -1, which means "no peer". */
 #define RR__PEER_ANY (-2)

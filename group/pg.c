@@ -116,12 +116,23 @@ int rr__pg_new(int size, rr_pg **out) {
   return RR_OK;
 }
 
-/* Connect the group and start its worker. */
-static int rr__pg_start(rr_pg *pg, int64_t deadline_ms) {
+/* Whether rrun's notices (rendezvous/notice.h) can be in the world's store: rrun writes them
+ * to the TCP store at MASTER_ADDR:MASTER_PORT, which is only ever a world's own (env://); a
+ * caller's store (torch's) may hold several worlds whose rank numbers are not the job's, and
+ * nobody writes them into a file store. */
+static int rr__pg_notices(const rr_pg *world) {
+  return world->own_store && rr_store_port(world->store) > 0;
+}
+
+/* Connect the group and start its worker. gen >= 0: the world's own setup, by this rank's
+ * generation (rr__rank_gen), which takes its seat in the rendezvous; -1: a subgroup. */
+static int rr__pg_start(rr_pg *pg, int64_t deadline_ms, int gen) {
+  int notices = rr__pg_notices(pg->world);
   rr__boot b = {.store = pg->store, .group_id = pg->id, .rank = pg->rank, .size = pg->size,
                 .global_ranks = pg->global_ranks, .hint = pg->have_hint ? &pg->hint : NULL,
                 .deadline_ms = deadline_ms, .timeout_ms = pg->timeout_ms,
-                .token_key = pg->have_token ? pg->token_key : NULL};
+                .token_key = pg->have_token ? pg->token_key : NULL, .notices = notices,
+                .seat = notices && gen >= 0, .gen = gen};
   RR__CHECK(rr__bootstrap(&b, &pg->comm));
   return rr__pg_run_worker(pg);
 }
@@ -151,19 +162,55 @@ static void rr__pg_name_world(rr_pg *pg, const char *key) {
            (unsigned long long)rr__siphash(fixed, key, strlen(key)));
 }
 
+/* Which process of its rank this one is: RR_RANK_GENERATION, set by rrun --replace on a
+ * replacement that takes a dead rank's place before the group formed (1 for the first, ...);
+ * 0 when unset. Only for a world on its own store, the one rrun writes its notices to. */
+static int rr__rank_gen(int *gen) {
+  const char *v = getenv("RR_RANK_GENERATION");
+  *gen = 0;
+  if (!v || !*v) return RR_OK;
+  char *end;
+  errno = 0;
+  long g = strtol(v, &end, 10);
+  if (*end || errno || g < 0 || g > 1000000)
+    return rr__set_error(RR_EENV, "RR_RANK_GENERATION='%s' is not an integer in 0..1000000", v);
+  *gen = (int)g;
+  return RR_OK;
+}
+
 /* Catch launch mistakes that would otherwise look like hangs: two processes claiming one
- * rank, or ranks that disagree on the world size. */
-static int rr__check_world(rr_pg *pg, const rr__init_info *in) {
+ * rank, or ranks that disagree on the world size. A replacement (generation gen > 0) claims
+ * the rank anew, under a key of its generation, and only with rrun's word in the store that
+ * the process before it died before joining the rendezvous and that it takes its place (a
+ * notice carrying the job token): so two live processes with one RANK are still refused,
+ * whatever RR_RANK_GENERATION they were given. */
+static int rr__check_world(rr_pg *pg, const rr__init_info *in, int gen) {
   char key[96], wkey[96];
   int64_t claims = 0;
-  snprintf(key, sizeof key, "rr/%s/claim/%d", pg->id, in->rank);
+  if (gen == 0)
+    snprintf(key, sizeof key, "rr/%s/claim/%d", pg->id, in->rank);
+  else
+    snprintf(key, sizeof key, "rr/%s/claim/%d.%d", pg->id, in->rank, gen);
   snprintf(wkey, sizeof wkey, "rr/%s/world_size", pg->id);
   RR__CHECK(rr_store_add(pg->store, key, 1, &claims));
   if (claims > 1)
     return rr__set_error(RR_EINVAL,
                          "rank %d was claimed by %lld processes (two processes with the same "
-                         "RANK, or a stale rendezvous file from an earlier run)",
-                         in->rank, (long long)claims);
+                         "RANK%s, or a stale rendezvous file from an earlier run)",
+                         in->rank, (long long)claims, gen ? " and RR_RANK_GENERATION" : "");
+  if (gen > 0) {
+    rr__dead_notice dn;
+    int got = rr__dead_notice_read(pg->store, pg->have_token ? pg->token_key : NULL, in->rank,
+                                   &dn);
+    if (got < 0) return got;
+    if (got != 1 || dn.gen != gen - 1 || !dn.inplace)
+      return rr__set_error(RR_EINVAL,
+                           "RR_RANK_GENERATION=%d, but the store holds no word from rrun (with "
+                           "this job's token) that rank %d's generation %d died before joining "
+                           "the rendezvous and that this process takes its place%s",
+                           gen, in->rank, gen - 1,
+                           got == 1 ? " (its latest notice is about another generation)" : "");
+  }
   char ws[32];
   int len = snprintf(ws, sizeof ws, "%d", in->world_size);
   if (in->rank == 0) return rr_store_set(pg->store, wkey, ws, (size_t)len);
@@ -278,8 +325,10 @@ static int rr__init(rr_pg **out, const rr_pg_options *opt, rr_store *store) {
     rr__prefix_error(st, "rendezvous store");
     goto fail;
   }
-  if (!alone) RR__CHECK_GOTO(rr__check_world(pg, &in), st, fail);
-  RR__CHECK_GOTO(rr__pg_start(pg, deadline), st, fail);
+  int gen = 0;
+  if (rr__pg_notices(pg)) RR__CHECK_GOTO(rr__rank_gen(&gen), st, fail);
+  if (!alone) RR__CHECK_GOTO(rr__check_world(pg, &in, gen), st, fail);
+  RR__CHECK_GOTO(rr__pg_start(pg, deadline, gen), st, fail);
   RR__LOG_INFO(RR__SUB_INIT, "rank %d of %d ready (rank and size from %s)", in.rank, in.world_size,
           in.source);
   *out = pg;
@@ -291,7 +340,7 @@ fail:
       /* Serving the store: the ranks waiting on it hear why, not a reset (rrun_fd_exhaustion:
        * rank 0 out of descriptors, rank 1's "connection reset" printed first). */
       char why[RR__ERRMSG_MAX + 64];
-      snprintf(why, sizeof why, "the process serving it failed: %s", rr__error());
+      snprintf(why, sizeof why, RR__STORE_HOST_FAILED "%s", rr__error());
       rr__store_goodbye(pg->store, why, st);
       rr_store_free(pg->store);
     }
@@ -380,7 +429,7 @@ int rr_new_group(rr_pg *parent, const int *ranks, int nranks, int64_t timeout_ms
     rr__pg_free(pg);
     return rr__set_error(RR_EINVAL, "rank %d: new_group: groups nested too deeply", me);
   }
-  st = rr__pg_start(pg, rr__deadline(pg->timeout_ms));
+  st = rr__pg_start(pg, rr__deadline(pg->timeout_ms), -1);
   if (st != RR_OK) {
     rr__prefix_error(st, "rank %d: new_group %s", me, pg->id);
     rr__pg_free(pg);

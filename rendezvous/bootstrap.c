@@ -2,7 +2,9 @@
  *
  * 1. Listen on the chosen interface (RR_SOCKET_IFNAME) and publish who we are under
  *    rr/<group>/peer/<rank>: address, host identity, pid, sockets wanted.
- * 2. Wait for every member's record; on timeout, name the ranks that never arrived.
+ * 2. Wait for every member's record; on timeout, name the ranks that never arrived. Under
+ *    rrun, a member that died before it got here is named at once instead (its launcher's
+ *    notice, rendezvous/notice.h), unless rrun started a replacement in its place.
  * 3. For every pair pick the transport (first in priority order that can_connect) and
  *    open 1 control socket + what the transport asks for. The higher rank connects, the
  *    lower accepts: all connects complete against the listen backlog, so no rank waits on
@@ -29,6 +31,7 @@
 #include "common/siphash.h"
 #include "common/status.h"
 #include "common/util.h"
+#include "rendezvous/notice.h"
 
 #define RR__MAX_PENDING 64 /* half-open greetings kept at once; more are dropped */
 
@@ -88,6 +91,30 @@ static int rr__publish(const rr__boot *b, const rr__peer_info *me) {
   return rr_store_set(b->store, key, val, (size_t)len);
 }
 
+/* The world's setup, right before this rank publishes its record: its seat
+ * (rendezvous/notice.h). Past this point rrun no longer lets a replacement take its place in
+ * this rendezvous; before it, a sum other than 1 means that rrun already reported this
+ * process dead (a launcher that watched another process than this one: a wrapper script it
+ * started, say), or that a second process of the same rank and generation got here first. */
+static int rr__take_seat(const rr__boot *b) {
+  char key[48];
+  int me = b->global_ranks[b->rank];
+  snprintf(key, sizeof key, RR__NOTICE_SEAT_KEY, me, b->gen);
+  int64_t sum = 0;
+  RR__CHECK(rr_store_add(b->store, key, 1, &sum));
+  if (sum == 1) return RR_OK;
+  if (sum > RR__SEAT_DECLARED)
+    return rr__set_error(RR_ESTATE,
+                         "rrun has already reported the process of rank %d (generation %d) dead "
+                         "before it joined the rendezvous (did rrun start a wrapper that started "
+                         "this process?); not joining in its name",
+                         me, b->gen);
+  return rr__set_error(RR_EINVAL,
+                       "rank %d (generation %d) reached the rendezvous in %lld processes (two "
+                       "processes with the same RANK)",
+                       me, b->gen, (long long)sum);
+}
+
 static int rr__parse_info(const rr__boot *b, int rank, const char *s, size_t len,
                           rr__peer_info *p) {
   char buf[512];
@@ -145,6 +172,94 @@ static int rr__check_modes(const rr__boot *b, const rr__peer_info *infos) {
   return RR_OK;
 }
 
+int rr__dead_notice_read(rr_store *store, const uint8_t *token_key, int rank,
+                         rr__dead_notice *out) {
+  char key[48], buf[RR__NOTICE_MAX];
+  snprintf(key, sizeof key, RR__NOTICE_DEAD_KEY, rank);
+  const char *k = key;
+  int exists = 0;
+  RR__CHECK(rr_store_check(store, &k, 1, &exists));
+  if (!exists) return 0;
+  void *v = NULL;
+  size_t len = 0;
+  RR__CHECK(rr_store_get(store, key, &v, &len));
+  int ok = len < sizeof buf;
+  if (ok) {
+    memcpy(buf, v, len);
+    buf[len] = '\0';
+  }
+  free(v);
+  char *m = ok ? strstr(buf, " mac=") : NULL;
+  uint64_t mac = 0;
+  if (m) {
+    *m = '\0';
+    if (sscanf(m + 5, "%16" SCNx64, &mac) != 1) mac = 0;
+  }
+  int pos = -1;
+  memset(out, 0, sizeof *out);
+  ok = m && sscanf(buf, "gen=%d seat=%d inplace=%d how=%n", &out->gen, &out->seat, &out->inplace,
+                   &pos) == 3 && pos > 0;
+  if (ok && token_key) ok = mac == rr__notice_mac(token_key, rank, buf);
+  if (!ok) return 2;
+  snprintf(out->how, sizeof out->how, "%s", buf + pos);
+  for (char *c = out->how; *c; c++) /* the launcher's words, never its bytes */
+    if (*c < 0x20 || *c > 0x7e) *c = '?';
+  return 1;
+}
+
+/* What a setup step that waits for members remembers between its looks at rrun's notices. */
+typedef struct rr__watch {
+  int warned;     /* a notice without the token was reported */
+  int replaced;   /* a replacement in a dead member's place was reported */
+  int store_gone; /* the store closed: no more notices to read */
+} rr__watch;
+
+/* Has rrun said that member p died with nobody in its place? Then RR_EPEER with the error
+ * naming it (`when`: "before joining the rendezvous", ...), else RR_OK. A store that fails
+ * while the records are awaited (!mesh) is not the cause of anything: the wait goes on and
+ * meets that failure itself (rr__gather names who was missing). While connections are awaited
+ * (mesh), a store that ended with the serving rank's goodbye from a failed init (group/pg.c)
+ * is the cause: the group's rank 0 gave up on this setup, often on that same death, and took
+ * the notice with the store. One that closed otherwise (rank 0 may be through its own setup
+ * and gone on: over TCP it does not wait for the others' last connections) only ends the
+ * looks: the wait goes on as without rrun. */
+static int rr__member_dead(const rr__boot *b, int p, const char *when, int mesh, rr__watch *w) {
+  if (!b->notices || w->store_gone) return RR_OK;
+  rr__dead_notice dn;
+  char saved[RR__ERRMSG_MAX];
+  snprintf(saved, sizeof saved, "%s", rr__error());
+  int got = rr__dead_notice_read(b->store, b->token_key, b->global_ranks[p], &dn);
+  if (got < 0 && mesh && strstr(rr__error(), RR__STORE_HOST_FAILED))
+    return rr__prefix_error(got, "waiting for rank %d's connections", b->global_ranks[p]);
+  if (got < 0) {
+    w->store_gone = mesh;
+    rr__copy_error(saved);
+  }
+  if (got == 2 && !w->warned) {
+    w->warned = 1;
+    RR__LOG_WARN(RR__SUB_INIT,
+                 "group %s: ignoring a notice in the store that rank %d died: it does not carry "
+                 "this job's token (written by someone without RR_JOB_TOKEN?) or is malformed",
+                 b->group_id, b->global_ranks[p]);
+  }
+  if (got != 1) return RR_OK;
+  if (dn.inplace) {
+    /* Its replacement joins this very rendezvous (it never published a record, the seat
+     * says, so there is nothing stale to read): keep waiting, within the same deadline. */
+    if (!w->replaced)
+      RR__LOG_INFO(RR__SUB_INIT, "group %s: rank %d (generation %d) died %s (%s); rrun started "
+                   "a replacement in its place", b->group_id, b->global_ranks[p], dn.gen, when,
+                   dn.how);
+    w->replaced = 1;
+    return RR_OK;
+  }
+  return rr__set_error(RR_EPEER, "rank %d died %s (%s, rrun says)", b->global_ranks[p], when,
+                       dn.how);
+}
+
+/* How long a wait for other ranks goes between looks at rrun's notices. */
+#define RR__NOTICE_POLL_MS 200
+
 /* Wait for all records; on timeout say exactly who is missing. */
 static int rr__gather(const rr__boot *b, rr__peer_info *infos) {
   char **keys = rr__calloc((size_t)b->size, sizeof *keys);
@@ -159,9 +274,12 @@ static int rr__gather(const rr__boot *b, rr__peer_info *infos) {
    * 0, which gives up at the same moment we do) is surely still there to answer. */
   char missing[512] = "";
   int nmiss = b->size, checked = 0;
+  rr__watch watch = {0};
+  int64_t slice = b->notices ? RR__NOTICE_POLL_MS : 500;
   while (st == RR_OK) {
     int64_t left = rr__ms_left(b->deadline_ms);
-    st = rr_store_wait(b->store, (const char *const *)keys, b->size, RR__MAX(RR__MIN(left, 500), 1));
+    st = rr_store_wait(b->store, (const char *const *)keys, b->size,
+                       RR__MAX(RR__MIN(left, slice), 1));
     if (st != RR_OK && st != RR_ETIMEDOUT && checked && nmiss > 0) {
       if (rr__ms_left(b->deadline_ms) < 2000)
         /* Rank 0, holding the store, gave up a moment before us: still say who was missing. */
@@ -179,7 +297,7 @@ static int rr__gather(const rr__boot *b, rr__peer_info *infos) {
     }
     if (st != RR_ETIMEDOUT) break;
     size_t o = 0;
-    int miss = 0;
+    int miss = 0, dead = RR_OK;
     for (int i = 0; i < b->size; i++) {
       int exists = 0;
       if (rr_store_check(b->store, (const char *const *)&keys[i], 1, &exists) != RR_OK) break;
@@ -188,8 +306,16 @@ static int rr__gather(const rr__boot *b, rr__peer_info *infos) {
           o += (size_t)snprintf(missing + o, sizeof missing - o, "%s%d", miss ? ", " : "",
                                 b->global_ranks[i]);
         miss++;
+        /* A member that will never come: rrun saw it die (it cannot have published since,
+         * dead), and said so in the store. */
+        if (dead == RR_OK)
+          dead = rr__member_dead(b, i, "before joining the rendezvous", 0, &watch);
       }
       if (i == b->size - 1) nmiss = miss, checked = 1;
+    }
+    if (dead != RR_OK) {
+      st = dead;
+      break;
     }
     if (rr__ms_left(b->deadline_ms) > 0) {
       st = RR_OK;
@@ -298,15 +424,37 @@ static void rr__tell_peers(const rr__boot *b, rr__mesh *m, rr__comm *cm, int st)
   }
 }
 
+/* Connect to member p's published address. A member that published its record listens
+ * from before that, so a refused connection means it is gone; rr__sock_connect retries it to
+ * the deadline all the same (a general rule of connecting), so under rrun it is given the
+ * deadline in slices, and between them rrun's notices say whether the member died. */
+static int rr__connect_member(const rr__boot *b, int p, const rr__addr *to, int *fd,
+                              rr__watch *watch) {
+  int64_t start = rr__now_ms();
+  for (int slices = 1;; slices++) {
+    int64_t until = b->notices ? RR__MIN(b->deadline_ms, rr__now_ms() + RR__NOTICE_POLL_MS)
+                               : b->deadline_ms;
+    int st = rr__sock_connect(to, until, fd);
+    if (st != RR_ETIMEDOUT || until >= b->deadline_ms) {
+      if (st != RR_OK && slices > 1)
+        rr__prefix_error(st, "%.1f s in all, the last try", (double)(rr__now_ms() - start) / 1e3);
+      return st;
+    }
+    RR__CHECK(rr__member_dead(b, p, "during the group's set-up, after joining the rendezvous", 1,
+                              watch));
+  }
+}
+
 /* Connect every socket to each lower rank and send its greeting. */
 static int rr__connect_lower(rr__mesh *m) {
   const rr__boot *b = m->b;
+  rr__watch watch = {0};
   for (int p = 0; p < b->rank; p++) {
     rr__addr to;
     RR__CHECK(rr__addr_parse(m->infos[p].addr, &to));
     for (int k = 0; k < m->nsock[p]; k++) {
       int fd;
-      int st = rr__sock_connect(&to, b->deadline_ms, &fd);
+      int st = rr__connect_member(b, p, &to, &fd, &watch);
       if (st != RR_OK)
         return rr__prefix_error(st, "connecting to rank %d", b->global_ranks[p]);
       m->fds[p][k] = fd;
@@ -429,17 +577,31 @@ static int rr__accept_higher(rr__mesh *m, int lfd) {
   for (int p = b->rank + 1; p < b->size; p++) expected += m->nsock[p];
   rr__pending pend[RR__MAX_PENDING];
   int npend = 0, st = RR_OK;
+  rr__watch watch = {0};
   struct pollfd pfd[RR__MAX_PENDING + 1];
   while (expected > 0) {
     int n = 0;
     pfd[n++] = (struct pollfd){.fd = lfd, .events = POLLIN};
     for (int i = 0; i < npend; i++) pfd[n++] = (struct pollfd){.fd = pend[i].fd, .events = POLLIN};
     int64_t left = rr__ms_left(b->deadline_ms);
-    int rc = poll(pfd, (nfds_t)n, (int)RR__MIN(left, 1 << 30));
+    /* Under rrun, look at its notices between slices: a higher rank that published its
+     * record and then died would otherwise be waited for until the deadline. */
+    int rc = poll(pfd, (nfds_t)n, (int)RR__MIN(left, b->notices ? RR__NOTICE_POLL_MS : 1 << 30));
     if (rc < 0 && errno == EINTR) continue;
     if (rc < 0) {
       st = rr__set_error(RR_ESYS, "poll: %s", strerror(errno));
       break;
+    }
+    if (rc == 0 && rr__ms_left(b->deadline_ms) > 0) {
+      for (int p = b->rank + 1; p < b->size && st == RR_OK; p++)
+        for (int k = 0; k < m->nsock[p]; k++)
+          if (m->fds[p][k] < 0) {
+            st = rr__member_dead(b, p, "during the group's set-up, after joining the rendezvous",
+                                 1, &watch);
+            break;
+          }
+      if (st != RR_OK) break;
+      continue;
     }
     if (rc == 0) {
       char who[256] = "";
@@ -615,6 +777,7 @@ int rr__bootstrap(const rr__boot *b, rr__comm **out) {
   rr__addr_str(&bound, me.addr, sizeof me.addr);
   RR__LOG_INFO(RR__SUB_INIT, "group %s rank %d/%d listening on %s (%s), host %s", b->group_id,
           b->rank, size, me.addr, ifname, me.hostid);
+  if (b->seat) RR__CHECK_GOTO(rr__take_seat(b), st, done);
   RR__CHECK_GOTO(rr__publish(b, &me), st, done);
 
   /* 2. Everyone's records. */

@@ -6,12 +6,14 @@
  * Design. One thread and one poll() loop. The signals rrun cares about (SIGCHLD and the four it
  * forwards) stay blocked and are read from a signalfd, so nothing runs in a signal handler and
  * no SIGCHLD can slip between a check and a wait. rrun does not link libringreduce: it only
- * manages processes, so it keeps working whatever state the library is in.
+ * manages processes, so it keeps working whatever state the library is in (the one thing it
+ * says to the job, a worker's death, it says in the store's wire protocol itself).
  *
  * This file readies the process (standard descriptors, signals, the environment every worker
  * shares) and hands it to the job loop. The command line is read in rrun_flags.c; workers are
  * started, watched, stopped and restarted in rrun_workers.c; rrun's messages and the --tee
- * prefixing of worker output live in rrun_output.c; rrun.h has what they share.
+ * prefixing of worker output live in rrun_output.c; under --keep-going, rrun_notice.c tells
+ * the job's rendezvous about deaths; rrun.h has what they share.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -238,7 +240,11 @@ static int setup(launcher *L, const options *o) {
     rr__say("out of memory for %d workers", o->nproc);
     return -1;
   }
-  return setup_env(L);
+  if (setup_env(L) != 0) return -1;
+  /* Deaths are told to the rendezvous only where the others run on (rrun_notice.c): without
+   * --keep-going the first death stops the whole group. */
+  if (o->keep_going) rr__notice_setup(L);
+  return 0;
 }
 
 static void teardown(launcher *L) {
@@ -246,6 +252,8 @@ static void teardown(launcher *L) {
   free(L->w);
   free(L->pfd);
   free(L->pwatch);
+  free(L->nt.pending);
+  free(L->nt.give_up_at);
 }
 
 int main(int argc, char **argv) {

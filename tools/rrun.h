@@ -71,11 +71,27 @@ typedef struct {
   bool signalled; /* rrun sent it a signal: its death is not a failure of its own */
   bool failed;    /* exited non-zero or was killed while nobody asked it to stop */
   bool joiner;    /* a replacement: started with RR_GROW_JOIN=1 (rr_pg_join) */
+  int gen;        /* which process of its rank: 0 the first, g + 1 one started in place of g
+                   * before the group formed (RR_RANK_GENERATION, rrun_notice.c) */
   int status;     /* wait status, once reaped */
   char prefix[RRUN_PREFIX_MAX];
   size_t prefix_len;
   stream out[2]; /* [0] stdout, [1] stderr */
 } worker;
+
+/* rrun_notice.c: what rrun tells the job's rendezvous store about deaths. */
+typedef struct {
+  bool ready;        /* the store's address is known (MASTER_ADDR, MASTER_PORT) */
+  bool gone;         /* what answers there is not this job's store: no more tries this attempt */
+  char host[256], port[16];
+  unsigned char key[16]; /* the job token's key (all zeros without one) */
+  double patience_ms;    /* how long a death stays worth telling: the rendezvous's timeout */
+  double retry_at;       /* CLOCK_MONOTONIC ms of the next try of the first pending death */
+  int *pending;          /* worker slots whose death is still to be told, oldest first */
+  double *give_up_at;    /* ... and when each stops being worth telling */
+  int npending;
+  pid_t tomb_pid; /* the process answering at the store's address for a dead rank 0, or 0 */
+} rr__notifier;
 
 typedef struct {
   const options *opt;
@@ -104,6 +120,7 @@ typedef struct {
   int signal_in;     /* first signal rrun received, 0 if none */
   bool launch_error; /* rrun itself could not start a worker */
   int keeper_fd;     /* rrun's end of the keeper's socket (rrun_keeper.c), -1: none */
+  rr__notifier nt;
 } launcher;
 
 /* rrun_flags.c. Exits (2, with a message) on any mistake, and for --help and --version. */
@@ -134,6 +151,30 @@ int rr__set_env(const char *name, const char *value);
 int rr__set_env_int(const char *name, long value);
 /* Runs the group, restarting it as --max-restarts allows; returns rrun's exit code. */
 int rr__run_job(launcher *L);
+/* "exit code 3" or "killed by signal SIGKILL (9)", for a wait status. */
+void rr__describe_status(int status, char *buf, size_t size);
+/* --replace, once it is known how the dead worker w is to be replaced: in its place before
+ * the group formed (inplace), or as a newcomer joining the running group; nothing when the
+ * replacements are used up or nobody is left running. */
+void rr__replace_dead(launcher *L, const worker *w, bool inplace);
+
+/* rrun_notice.c: telling the job's rendezvous that a worker died (issue 38 item 6; the design
+ * is at the top of the file). Setup reads the store's address and the token from rrun's
+ * environment, once the job's is set. */
+void rr__notice_setup(launcher *L);
+void rr__notice_attempt(launcher *L);     /* before a group's attempt starts */
+void rr__notice_attempt_end(launcher *L); /* after its last worker is reaped */
+/* The failed worker w (not rank 0, not a newcomer) is told about, now or once the store is up;
+ * rr__replace_dead follows in either case. */
+void rr__notice_death(launcher *L, worker *w);
+/* Rank 0 (w) ended, and its store with it: pending deaths are given up (and replaced as
+ * newcomers). stand_in (it failed while others run on): a process of rrun's answers at the
+ * store's address in its place, so that a rank arriving late fails at once, naming rank 0's
+ * death, instead of retrying until its timeout. */
+void rr__notice_rank0_gone(launcher *L, const worker *w, bool stand_in);
+/* For poll(): ms until a pending death is tried again (-1: none); then the retry. */
+int rr__notice_timeout_ms(const launcher *L);
+void rr__notice_retry(launcher *L);
 
 /* rrun_keeper.c: the process that kills the workers' process groups when rrun ends, even by
  * SIGKILL. Start it before the first worker; watch each worker's group as it starts (before

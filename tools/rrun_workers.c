@@ -43,8 +43,7 @@ static const char *sig_name(int sig) {
   return NULL;
 }
 
-/* "exit code 3" or "killed by signal SIGKILL (9)", for a wait status. */
-static void describe_status(int status, char *buf, size_t size) {
+void rr__describe_status(int status, char *buf, size_t size) {
   if (WIFEXITED(status)) {
     snprintf(buf, size, "exit code %d", WEXITSTATUS(status));
     return;
@@ -293,6 +292,13 @@ static enum spawn_result spawn_worker(launcher *L, worker *w) {
     if (!w->joiner) rr__say("unsetenv RR_GROW_JOIN: %s", strerror(errno));
     goto out;
   }
+  /* A replacement in a dead rank's place says which process of the rank it is: the library
+   * claims the rank anew with it, and only with rrun's notice in the store (rrun_notice.c). */
+  if (w->gen > 0 ? rr__set_env_int("RR_RANK_GENERATION", w->gen)
+                 : unsetenv("RR_RANK_GENERATION") != 0) {
+    if (w->gen == 0) rr__say("unsetenv RR_RANK_GENERATION: %s", strerror(errno));
+    goto out;
+  }
   pid_t parent = getpid();
   pid_t pid = fork();
   if (pid < 0) {
@@ -397,18 +403,48 @@ static worker *find_worker(launcher *L, pid_t pid) {
   return NULL;
 }
 
-/* --replace: a new worker in the next slot, in the dead one's place (its rank and local
- * rank, for the environment and the output prefix), told to join the running group. A
+/* --replace: a new worker in the next slot, with the dead one's rank and local rank (for the
+ * environment and the output prefix). inplace: the dead one never joined the rendezvous, and
+ * the replacement takes its place there before the group is formed (a plain init, as the
+ * next generation of its rank); else it joins the running group (RR_GROW_JOIN=1). A
  * replacement that cannot start is a failure of its own, reaped as one. */
-static void start_replacement(launcher *L, const worker *dead) {
+static void start_replacement(launcher *L, const worker *dead, bool inplace) {
   worker *w = &L->w[L->nw++];
-  *w = (worker){.local_rank = dead->local_rank, .rank = dead->rank, .joiner = true};
+  *w = (worker){.local_rank = dead->local_rank, .rank = dead->rank, .joiner = !inplace,
+                .gen = inplace ? dead->gen + 1 : 0};
   w->prefix_len = (size_t)snprintf(w->prefix, sizeof w->prefix, "[rank%d]: ", w->rank);
   for (int s = 0; s < 2; s++) w->out[s] = (stream){.fd = -1, .target = s + 1};
   L->replaced++;
-  rr__say("--replace: starting a replacement for rank %d (RR_GROW_JOIN=1; %d of %d)", dead->rank,
-          L->replaced, L->opt->replace);
+  if (inplace)
+    rr__say("--replace: starting a replacement for rank %d in its place (it died before "
+            "joining the rendezvous; RR_RANK_GENERATION=%d; %d of %d)", dead->rank, w->gen,
+            L->replaced, L->opt->replace);
+  else
+    rr__say("--replace: starting a replacement for rank %d (RR_GROW_JOIN=1; %d of %d)",
+            dead->rank, L->replaced, L->opt->replace);
   if (spawn_worker(L, w) == SPAWN_ERROR) rr__say("--replace: the replacement did not start");
+}
+
+void rr__replace_dead(launcher *L, const worker *w, bool inplace) {
+  if (L->replaced < L->opt->replace && L->live > 0 && !L->stopping)
+    start_replacement(L, w, inplace);
+}
+
+/* Newcomers started by --replace with nobody left to join: every other worker of this node
+ * failed (a death before the group formed takes the others' setup with it), so no group will
+ * ever grow to take them in, and each would wait for one until its own timeout. Only on a
+ * single node: elsewhere the group may live on other nodes. A worker that exited 0 may have
+ * left a running group behind (a newcomer may have joined it), so only failures count. */
+static void stop_orphaned_newcomers(launcher *L) {
+  if (L->opt->nnodes != 1 || L->stopping || L->live == 0) return;
+  for (int i = 0; i < L->nw; i++) {
+    const worker *w = &L->w[i];
+    /* A member still running, or one that exited 0 (or was stopped by rrun). */
+    if (!w->joiner && (w->alive || (w->pid > 0 && !w->failed))) return;
+  }
+  rr__say("--replace: every other worker failed, so no group is left for the %d replacement(s) "
+          "to join; stopping them", L->live);
+  stop_group(L, SIGTERM);
 }
 
 /* Collects every exited worker. A worker that dies unasked fails the group. */
@@ -423,6 +459,10 @@ static void reap(launcher *L) {
       if (errno != ECHILD) rr__say("waitpid: %s", strerror(errno));
       break;
     }
+    if (pid == L->nt.tomb_pid) { /* rank 0's stand-in (rrun_notice.c) stopped by itself */
+      L->nt.tomb_pid = 0;
+      continue;
+    }
     worker *w = find_worker(L, pid);
     if (!w) continue; /* rrun starts no other children */
     w->alive = false;
@@ -432,18 +472,35 @@ static void reap(launcher *L) {
     /* Its last lines come out before any message about it. */
     for (int s = 0; s < 2; s++) rr__stream_read(L, w, &w->out[s], true);
     bool ok = WIFEXITED(status) && WEXITSTATUS(status) == 0;
-    if (ok || w->signalled) continue;
+    /* Rank 0 serves the job's store (env://): whatever its end, the store is gone. */
+    bool store_host = L->opt->keep_going && w->rank == 0 && !w->joiner;
+    if (ok || w->signalled) {
+      if (store_host) rr__notice_rank0_gone(L, w, false);
+      continue;
+    }
     w->failed = true;
     new_failure = true;
     if (L->first_failed < 0) L->first_failed = (int)(w - L->w);
     char how[96];
-    describe_status(status, how, sizeof how);
+    rr__describe_status(status, how, sizeof how);
     rr__say("rank %d (local rank %d, pid %d) failed: %s", w->rank, w->local_rank, (int)pid, how);
     if (L->opt->keep_going && L->live > 0 && !L->stopping) {
       rr__say("--keep-going: %d other worker(s) keep running", L->live);
-      if (L->replaced < L->opt->replace) start_replacement(L, w);
+      /* The others may still wait for it in the rendezvous: tell them (rrun_notice.c), then
+       * replace it. Rank 0's store died with it; a newcomer has no seat in that store. */
+      if (store_host) {
+        rr__notice_rank0_gone(L, w, true);
+        rr__replace_dead(L, w, false);
+      } else if (w->joiner) {
+        rr__replace_dead(L, w, false);
+      } else {
+        rr__notice_death(L, w);
+      }
+    } else if (store_host) {
+      rr__notice_rank0_gone(L, w, false);
     }
   }
+  if (L->opt->keep_going) stop_orphaned_newcomers(L);
   if (new_failure && !L->stopping && !L->opt->keep_going) {
     int n = count_alive(L);
     if (n > 0) {
@@ -500,6 +557,8 @@ static void poll_once(launcher *L) {
     double left = L->deadline - now_s();
     timeout = left <= 0 ? 0 : (int)ceil(left * 1000);
   }
+  int tell = rr__notice_timeout_ms(L);
+  if (tell >= 0 && (timeout < 0 || tell < timeout)) timeout = tell;
   int ready = RRUN_SYS(poll(L->pfd, n, timeout));
   if (ready < 0) {
     rr__say("poll: %s", strerror(errno));
@@ -510,6 +569,7 @@ static void poll_once(launcher *L) {
   }
   if (L->pfd[0].revents) handle_signals(L);
   check_deadline(L);
+  rr__notice_retry(L);
 }
 
 /* ------------------------------------------------------------------------------------------
@@ -526,7 +586,7 @@ static void print_summary(const launcher *L) {
     const worker *w = &L->w[i];
     if (!w->failed) continue;
     char how[96];
-    describe_status(w->status, how, sizeof how);
+    rr__describe_status(w->status, how, sizeof how);
     rr__say("  rank %d (local rank %d, pid %d): %s%s", w->rank, w->local_rank, (int)w->pid, how,
             i == L->first_failed ? " (first failure)" : "");
   }
@@ -547,6 +607,7 @@ static void run_group(launcher *L) {
     w->prefix_len = (size_t)snprintf(w->prefix, sizeof w->prefix, "[rank%d]: ", w->rank);
     for (int s = 0; s < 2; s++) w->out[s] = (stream){.fd = -1, .target = s + 1};
   }
+  rr__notice_attempt(L);
   if (rr__set_env_int("TORCHELASTIC_RESTART_COUNT", L->restart) != 0) {
     L->launch_error = true;
     return;
@@ -569,6 +630,7 @@ static void run_group(launcher *L) {
     break;
   }
   while (L->live > 0) poll_once(L);
+  rr__notice_attempt_end(L);
   /* Whatever is still in the pipes; a pipe still open now is held by a process the worker
    * left behind, which rrun does not wait for. */
   for (int i = 0; i < L->nw; i++) {

@@ -1,20 +1,24 @@
 #!/usr/bin/env bash
 # Tests of the rrun launcher (tools/rrun*.c), one case per run so CTest times each one alone:
 #
-#   bash tests/test_rrun.sh RRUN HELPER CASE [ALLREDUCE]
+#   bash tests/test_rrun.sh RRUN HELPER CASE [ALLREDUCE [SETUP_DEATH FORGE]]
 #
 # The workers are tests/helpers/rrun_helper.c (see its top comment for the actions it takes
 # and the env.R.A / pid.R.A / sig.R.A files it writes), and for two_nodes_local ALLREDUCE,
-# tests/helpers/rrun_allreduce.c, which joins the job and checks an all-reduce.
+# tests/helpers/rrun_allreduce.c, which joins the job and checks an all-reduce; the
+# setup_death cases run SETUP_DEATH, tests/helpers/rrun_setup_death.c, and FORGE,
+# tests/helpers/rrun_notice_forge.c.
 # Exit 0 pass, 1 fail, 77 skip.
 # (About 900 lines: one case per launcher behaviour, each small, sharing the helpers at
 # the top; splitting them over files would repeat those helpers or add a sourced library.)
 set -u
 
-RRUN=${1:?usage: test_rrun.sh RRUN HELPER CASE [ALLREDUCE]}
+RRUN=${1:?usage: test_rrun.sh RRUN HELPER CASE [ALLREDUCE [SETUP_DEATH FORGE]]}
 HELPER=${2:?}
 CASE=${3:?}
 ALLREDUCE=${4:-}
+SETUP_DEATH=${5:-}
+FORGE=${6:-}
 [ -x "$RRUN" ] || { echo "rrun not built: $RRUN" >&2; exit 1; }
 [ -x "$HELPER" ] || { echo "helper not built: $HELPER (build target rrun_helper)" >&2; exit 1; }
 T=$(mktemp -d "${TMPDIR:-/tmp}/rrun-test.XXXXXX") || exit 1
@@ -24,7 +28,7 @@ trap 'rm -rf "$T"' EXIT
 unset RANK LOCAL_RANK WORLD_SIZE LOCAL_WORLD_SIZE GROUP_RANK ROLE_RANK GROUP_WORLD_SIZE \
   ROLE_WORLD_SIZE MASTER_ADDR MASTER_PORT TORCHELASTIC_RUN_ID TORCHELASTIC_RESTART_COUNT \
   TORCHELASTIC_MAX_RESTARTS OMP_NUM_THREADS RR_JOB_TOKEN RR_GRACE_PERIOD RR_SPIN_YIELD \
-  RR_BIND_TO RR_HOST_CPUS
+  RR_BIND_TO RR_HOST_CPUS RR_GROW_ADDR RR_GROW_JOIN RR_RANK_GENERATION
 
 fail() {
   echo "FAIL($CASE): $*" >&2
@@ -882,6 +886,123 @@ rank $((2 * n + 1)) of 4: all_reduce ok, RR_JOB_TOKEN $tok"
       fi
     done
   done
+}
+
+# A death during the group's set-up (issue 38 item 6): under --keep-going, rank DEAD of 4 dies
+# (SIGKILL) 300 ms after it started, while the others wait in the rendezvous. RR_TIMEOUT=20:
+# before rrun told the rendezvous they waited all of it ("timed out after 20.0 s waiting for
+# rank 3 to join the rendezvous (3 of 4 arrived)"). Now every other rank must fail within
+# seconds with a message naming the dead rank and how it died.
+setup_death_run() { # DEAD WHEN REPLACE
+  [ -n "$SETUP_DEATH" ] && [ -x "$SETUP_DEATH" ] ||
+    fail "rrun_setup_death not given or not built: '$SETUP_DEATH' (5th argument)"
+  export RR_TIMEOUT=20
+  local -a rep=()
+  [ "$3" = 0 ] || rep=(--replace "$3")
+  rr --nproc-per-node 4 --keep-going "${rep[@]}" --master-port "$(job_port)" \
+    "$SETUP_DEATH" "$1" 300 "$2"
+  expect_faster 5000
+  expect_no_err "timed out"
+  expect_err "rrun: rank $1 (local rank $1, pid "
+}
+expect_ranks_name() { # DEAD TEXT: every rank but DEAD failed its init with TEXT in its error
+  local r
+  for r in 0 1 2 3; do
+    [ "$r" = "$1" ] && continue
+    grep -F "rank $r: rr_init_process_group: " "$T/err" | grep -qF "$2" ||
+      fail "rank $r does not say '$2': $(grep -F "rank $r: " "$T/err")"
+  done
+}
+
+# Rank 3 dies before it calls init. With --replace 1 the replacement takes its place before
+# the group is formed (RR_RANK_GENERATION=1) and the job's all-reduce is exact.
+case_setup_death() {
+  local r want=""
+  setup_death_run 3 before 0
+  expect_rc 1
+  expect_ranks_name 3 "rank 3 died before joining the rendezvous (killed by signal SIGKILL (9), rrun says)"
+  setup_death_run 3 before 1
+  expect_rc 0
+  expect_err "rrun: --replace: starting a replacement for rank 3 in its place"
+  for r in 0 1 2 3; do
+    want+="rank $r of 4: all_reduce ok (generation $([ "$r" = 3 ] && echo 1 || echo 0))"$'\n'
+  done
+  [ "$(sort "$T/out")" = "${want%$'\n'}" ] || fail "output is '$(cat "$T/out")', expected '$want'"
+}
+
+# Rank 0, which serves the store, dies before it does: rrun answers at the store's address in
+# its place, so the others, retrying to connect, hear why instead of retrying until their
+# timeout. No replacement can take a store's place; with --replace 1 the newcomer started
+# for rank 0 has nobody left to join once the others failed, and is stopped.
+case_setup_death_rank0() {
+  setup_death_run 0 before 0
+  expect_rc 1
+  expect_ranks_name 0 "rank 0, which served it, died (killed by signal SIGKILL (9), rrun says)"
+  setup_death_run 0 before 1
+  expect_rc 1
+  expect_err "rrun: --replace: starting a replacement for rank 0 (RR_GROW_JOIN=1; 1 of 1)"
+  expect_err "rrun: --replace: every other worker failed, so no group is left for the 1 replacement(s) to join; stopping them"
+}
+
+# Rank 3 dies after its record is in the store, at its first connection to another rank: the
+# others wait for its connections (they used to until RR_TIMEOUT) and now fail naming it.
+# It had taken its seat, so no replacement takes its place: with --replace 1 the newcomer is
+# stopped as above. Over TCP and shared memory.
+case_setup_death_published() {
+  local t
+  for t in tcp auto; do
+    CASE="setup_death_published RR_TRANSPORT=$t"
+    export RR_TRANSPORT=$t
+    setup_death_run 3 published 0
+    expect_rc 1
+    expect_ranks_name 3 "rank 3 died during the group's set-up, after joining the rendezvous (killed by signal SIGKILL (9), rrun says)"
+  done
+  setup_death_run 3 published 1
+  expect_rc 1
+  expect_err "rrun: --replace: starting a replacement for rank 3 (RR_GROW_JOIN=1; 1 of 1)"
+  expect_err "no group is left for the 1 replacement(s) to join; stopping them"
+  unset RR_TRANSPORT
+}
+
+# Only the job token makes a notice rrun's word. Rank 0 of 2 started by hand waits for rank 1;
+# a notice that rank 1 died, MAC'd with another token, is ignored (rank 0 times out as
+# without it, and warns), and a process claiming to be rank 1's replacement
+# (RR_RANK_GENERATION=1) without rrun's word is refused at once. With the job's token the
+# same notice ends rank 0's wait at once.
+case_setup_death_forged() {
+  [ -n "$FORGE" ] && [ -x "$FORGE" ] ||
+    fail "rrun_notice_forge not given or not built: '$FORGE' (6th argument)"
+  local p0 rc1 t0
+  export MASTER_ADDR=127.0.0.1 MASTER_PORT WORLD_SIZE=2 RR_TIMEOUT=1.5 \
+    RR_JOB_TOKEN=00112233445566778899aabbccddeeff
+  MASTER_PORT=$(job_port)
+  t0=$(now_ms)
+  RANK=0 "$SETUP_DEATH" 9 0 >"$T/out" 2>"$T/err" &
+  p0=$!
+  "$FORGE" 1 not-the-job-token "killed by a forger" || fail "the forger's notice was not written"
+  RANK=1 RR_RANK_GENERATION=1 "$SETUP_DEATH" 9 0 >/dev/null 2>"$T/err1"
+  rc1=$?
+  wait $p0
+  RC=$?
+  ELAPSED=$(($(now_ms) - t0))
+  expect_rc 1
+  expect_slower 1400
+  expect_err "timed out after 1.5 s waiting for rank 1 to join the rendezvous (1 of 2 arrived)"
+  expect_err "ignoring a notice in the store that rank 1 died: it does not carry this job's token"
+  [ "$rc1" = 1 ] && grep -qF "RR_RANK_GENERATION=1, but the store holds no word from rrun" \
+    "$T/err1" || fail "a replacement without rrun's word: exit $rc1, $(cat "$T/err1")"
+  # The same notice with the job's token: rrun's word, believed at once.
+  MASTER_PORT=$(job_port)
+  t0=$(now_ms)
+  RANK=0 "$SETUP_DEATH" 9 0 >"$T/out" 2>"$T/err" &
+  p0=$!
+  "$FORGE" 1 "$RR_JOB_TOKEN" "killed by a test" || fail "the genuine notice was not written"
+  wait $p0
+  RC=$?
+  ELAPSED=$(($(now_ms) - t0))
+  expect_rc 1
+  expect_faster 1400
+  expect_err "rank 1 died before joining the rendezvous (killed by a test, rrun says)"
 }
 
 fn="case_$CASE"

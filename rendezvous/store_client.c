@@ -12,6 +12,7 @@
 #include <inttypes.h>
 #include <pthread.h>
 #include <stdatomic.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -20,6 +21,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "common/fork.h"
 #include "common/log.h"
 #include "common/status.h"
 #include "common/util.h"
@@ -46,7 +48,35 @@ typedef struct rr__tcp_store {
   char lost_msg[RR__ERRMSG_MAX];
   char goodbye[1025]; /* rr__store_goodbye: what the server leaves its clients when freed */
   int goodbye_status;
+  rr__fork_hook fork; /* rr__store_forked */
 } rr__tcp_store;
+
+/* fork() without exec (common/fork.h). The pool's lock is held across the fork, so the child
+ * sees every slot as it was. The pool's connections are shared with the parent, and two
+ * processes writing requests on one connection would garble each other's: the child closes
+ * its copies and frees every slot (a request under way belonged to a thread of the parent),
+ * so a store call in the child opens a connection of its own. The server, when this process
+ * served the store, stays with the parent (store_server.c's hook closes the child's copies of
+ * its descriptors): the child forgets it and never stops it. */
+static rr__tcp_store *rr__tcp_of_hook(rr__fork_hook *h) {
+  return (rr__tcp_store *)(void *)((char *)h - offsetof(rr__tcp_store, fork));
+}
+static void rr__tcp_fork_prepare(rr__fork_hook *h) {
+  pthread_mutex_lock(&rr__tcp_of_hook(h)->lock);
+}
+static void rr__tcp_fork_parent(rr__fork_hook *h) {
+  pthread_mutex_unlock(&rr__tcp_of_hook(h)->lock);
+}
+static void rr__store_forked(rr__fork_hook *h) {
+  rr__tcp_store *s = rr__tcp_of_hook(h);
+  for (int i = 0; i < RR__POOL_MAX; i++) {
+    if (s->fd[i] >= 0) close(s->fd[i]);
+    s->fd[i] = -1;
+    s->busy[i] = 0;
+  }
+  s->srv = NULL;
+  pthread_mutex_unlock(&s->lock);
+}
 
 /* One handshake request (a single argument) and the header of its reply. */
 static int rr__tcp_hs(rr__tcp_store *s, int fd, uint8_t op, int64_t num, const uint8_t *arg,
@@ -474,6 +504,7 @@ static int rr__tcp_port(const rr_store *st) {
 
 static void rr__tcp_free(rr_store *st) {
   rr__tcp_store *s = RR__TCP(st);
+  rr__fork_unwatch(&s->fork);
   for (int i = 0; i < RR__POOL_MAX; i++)
     if (s->fd[i] >= 0) close(s->fd[i]);
   if (s->srv && s->goodbye[0]) rr__srv_stop_because(s->srv, s->goodbye, s->goodbye_status);
@@ -561,6 +592,11 @@ static int rr__store_tcp_make(const char *host, int port, int is_master, int lfd
     rr__token_key(token, s->key);
     s->have_key = 1;
   }
+  s->fork.prepare = rr__tcp_fork_prepare;
+  s->fork.parent = rr__tcp_fork_parent;
+  s->fork.child = rr__store_forked;
+  rc = rr__fork_watch(&s->fork);
+  if (rc != RR_OK) goto fail;
   rc = rr__addr_resolve(host, port, &s->addr);
   if (rc != RR_OK) {
     rr__prefix_error(rc, "cannot reach the rendezvous store at %s:%d", host, port);

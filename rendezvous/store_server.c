@@ -22,6 +22,7 @@
 #include <pthread.h>
 #include <signal.h>
 #include <stdarg.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -32,6 +33,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "common/fork.h"
 #include "common/log.h"
 #include "common/status.h"
 #include "common/util.h"
@@ -105,7 +107,21 @@ struct rr__server {
   char failure[256];     /* why the store gave up (rr__srv_failure), once `failed` is set */
   atomic_int failed;
   int64_t failed_at; /* when the server began to wind down after failing (0: serving) */
+  rr__fork_hook fork; /* rr__srv_forked */
 };
+
+/* In a child forked without exec (common/fork.h): the server thread stayed in the parent;
+ * let go of its listener, its eventfd and every connection it accepted, so the child keeps
+ * none of them open. The connections are found by their port, not in conns, which the
+ * thread may have been changing at the fork. rr__srv_stop in the child then finds no
+ * eventfd and leaves the server be (nothing to join). */
+static void rr__srv_forked(rr__fork_hook *h) {
+  rr__server *srv = (rr__server *)(void *)((char *)h - offsetof(rr__server, fork));
+  if (srv->lfd >= 0) close(srv->lfd);
+  if (srv->wakefd >= 0) close(srv->wakefd);
+  srv->lfd = srv->wakefd = -1;
+  (void)rr__sock_close_port_forked(srv->port); /* -1 without /proc: nothing more to do */
+}
 
 /* Close a client; `abort`: with a reset, dropping whatever the kernel still queues for it
  * (a client that broke the rules gets no more of the server's memory or time). */
@@ -716,6 +732,7 @@ static void *rr__srv_main(void *arg) {
 
 static void rr__srv_destroy(rr__server *srv) {
   if (!srv) return;
+  rr__fork_unwatch(&srv->fork);
   for (size_t i = 0; i < srv->nconns; i++) {
     rr__srv_close(srv->conns[i], 0);
     free(srv->conns[i]);
@@ -772,6 +789,8 @@ int rr__srv_start(const rr__addr *bind_addr, int64_t idle_ms, const char *token,
     rc = RR_ENOMEM;
     goto fail;
   }
+  srv->fork.child = rr__srv_forked;
+  RR__CHECK_GOTO(rr__fork_watch(&srv->fork), rc, fail);
   /* Signals are for the application's threads, not this one. */
   sigset_t all, old;
   sigfillset(&all);

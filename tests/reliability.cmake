@@ -99,3 +99,19 @@ foreach(s sniff_abort sniff_dead)
   add_test(NAME rel_comm_cause_${s} COMMAND test_rel_comm ${s})
   set_tests_properties(rel_comm_cause_${s} PROPERTIES TIMEOUT 60 LABELS "core;reliability")
 endforeach()
+
+# ---- a rank that forks without exec (issue 38 item 5; tests/test_fork.c) ----
+# kill: rank 1 forks a sleeping child, then is killed: the survivors must name it within 5 s
+# (RR_TIMEOUT=15; a child holding its sockets made them wait all of it), over shared memory
+# and over TCP. kill_clone: the child made by a raw clone() that runs no fork hook and keeps
+# the sockets; ranks on one host see the process exit (pidfd). child_call: collectives in a
+# forked child fail at once naming the fork; the parent's group goes on. store: a store
+# master's forked child does not keep the server's connections.
+rr_rel_test(test_fork)
+foreach(s kill kill_clone child_call store)
+  add_test(NAME rel_fork_${s} COMMAND test_fork ${s})
+  set_tests_properties(rel_fork_${s} PROPERTIES TIMEOUT 90 LABELS "core;reliability")
+endforeach()
+add_test(NAME rel_fork_kill_tcp COMMAND test_fork kill)
+set_tests_properties(rel_fork_kill_tcp PROPERTIES TIMEOUT 90 LABELS "core;reliability"
+  ENVIRONMENT "RR_TRANSPORT=tcp")

@@ -3,11 +3,13 @@
 #include <ctype.h>
 #include <errno.h>
 #include <poll.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include "common/bytes.h"
@@ -42,6 +44,56 @@ int rr__ctl_decode(const uint8_t in[RR__CTL_FIXED], rr__ctl *c) {
   return RR_OK;
 }
 
+/* ---- forked children ---- */
+
+static rr__comm *rr__comm_of_hook(rr__fork_hook *h) {
+  return (rr__comm *)(void *)((char *)h - offsetof(rr__comm, fork));
+}
+
+/* Hold the abort lock across fork(), so the child sees every control socket either open or
+ * closed, never half way (rr__ctl_close changes them under it). */
+static void rr__comm_fork_prepare(rr__fork_hook *h) {
+  pthread_mutex_lock(&rr__comm_of_hook(h)->abort_mu);
+}
+
+static void rr__comm_fork_parent(rr__fork_hook *h) {
+  pthread_mutex_unlock(&rr__comm_of_hook(h)->abort_mu);
+}
+
+/* In a child forked without exec: let go of every descriptor of the group, so that the
+ * parent's death closes its connections as if the child did not exist, and fail every later
+ * call here with the reason. Nothing is sent: the peers' connections are the parent's. */
+static void rr__comm_fork_child(rr__fork_hook *h) {
+  rr__comm *cm = rr__comm_of_hook(h);
+  if (!cm->forked) {
+    for (int i = 0; i < cm->size; i++) {
+      rr__peer *p = &cm->peers[i];
+      if (p->ctrl_fd >= 0) close(p->ctrl_fd);
+      if (p->pid_fd >= 0) close(p->pid_fd);
+      p->ctrl_fd = p->pid_fd = -1;
+      for (int l = 0; l < p->nlanes; l++) {
+        if (!p->lane[l]) continue;
+        if (p->lane[l]->tp == &rr__tcp_transport) rr__tcp_forked(p->lane[l]);
+        else if (p->lane[l]->tp == &rr__shm_transport) rr__shm_forked(p->lane[l]);
+      }
+    }
+    if (cm->wake_fd >= 0) close(cm->wake_fd);
+    cm->wake_fd = -1;
+    cm->forked = 1;
+    cm->no_bye = 1;
+    cm->abort_status = RR_ESTATE;
+    snprintf(cm->abort_reason, sizeof cm->abort_reason,
+             "this process (pid %d) was forked without exec from rank %d's process (pid %d) "
+             "after the group was made: a forked child cannot use its parent's groups (their "
+             "connections stay with the parent); make groups in the child itself",
+             (int)getpid(), cm->global_rank, (int)getppid());
+    atomic_store(&cm->abort_from, 0);
+    atomic_store(&cm->halt, 1);
+    atomic_store(&cm->aborted, 1);
+  }
+  pthread_mutex_unlock(&cm->abort_mu);
+}
+
 int rr__comm_new(int rank, int size, int global_rank, rr__comm **out) {
   rr__comm *cm = rr__calloc(1, sizeof *cm);
   if (!cm) return RR_ENOMEM;
@@ -52,17 +104,29 @@ int rr__comm_new(int rank, int size, int global_rank, rr__comm **out) {
   pthread_mutex_init(&cm->abort_mu, NULL);
   cm->peers = rr__calloc((size_t)size, sizeof *cm->peers);
   cm->active = rr__calloc((size_t)size * RR__MAX_LANES, sizeof *cm->active);
-  cm->pfds = rr__calloc((size_t)size * (RR__MAX_LANES + 2) + 1, sizeof *cm->pfds);
+  /* A wait polls every busy lane, and per peer a sniffed lane, a control socket and a
+   * pidfd; then the eventfd. */
+  cm->pfds = rr__calloc((size_t)size * (RR__MAX_LANES + 3) + 1, sizeof *cm->pfds);
   if (!cm->peers || !cm->active || !cm->pfds) {
     rr__comm_free(cm);
     return RR_ENOMEM;
   }
-  for (int i = 0; i < size; i++) cm->peers[i].ctrl_fd = -1;
+  for (int i = 0; i < size; i++) cm->peers[i].ctrl_fd = cm->peers[i].pid_fd = -1;
   cm->wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
   if (cm->wake_fd < 0) {
     int e = errno;
     rr__comm_free(cm);
     return rr__set_error(RR_ESYS, "eventfd: %s", strerror(e));
+  }
+  cm->fork.prepare = rr__comm_fork_prepare;
+  cm->fork.parent = rr__comm_fork_parent;
+  cm->fork.child = rr__comm_fork_child;
+  int st = rr__fork_watch(&cm->fork);
+  if (st != RR_OK) {
+    char why[RR__ERRMSG_MAX];
+    snprintf(why, sizeof why, "%s", rr__error());
+    rr__comm_free(cm);
+    return rr__set_error(st, "%s", why);
   }
   *out = cm;
   return RR_OK;
@@ -130,8 +194,10 @@ int rr__ctl_read_abort(int fd, int64_t deadline_ms, int *status, char *text, siz
 
 void rr__comm_free(rr__comm *cm) {
   if (!cm) return;
+  rr__fork_unwatch(&cm->fork);
   for (int i = 0; cm->peers && i < cm->size; i++) {
     rr__peer *p = &cm->peers[i];
+    if (p->pid_fd >= 0) close(p->pid_fd);
     if (p->ctrl_fd >= 0) {
       /* After an abort, repeat its cause first: a peer that has not heard it from its
        * origin yet must not take our leaving for the reason. Then a goodbye, so our closing
@@ -163,6 +229,10 @@ void rr__comm_free(rr__comm *cm) {
 static int rr__abort_set(rr__comm *cm, int status, const char *reason, int tell_peers,
                          uint64_t from) {
   pthread_mutex_lock(&cm->abort_mu);
+  if (cm->forked) { /* a forked child's copy: its reason stands, and nobody is to be told */
+    pthread_mutex_unlock(&cm->abort_mu);
+    return status;
+  }
   int first = !atomic_load(&cm->aborted);
   /* A revoke (rr_pg_revoke) replaces any earlier abort, once: calls then fail as revoked,
    * and the failure that led to it stays in the text. Being once, the forwarding below
@@ -186,7 +256,7 @@ static int rr__abort_set(rr__comm *cm, int status, const char *reason, int tell_
     if (tell_peers == 1) atomic_store(&cm->halt, 1);
     RR__LOG_WARN(RR__SUB_COLL, "group aborted: %s", reason);
     uint64_t one = 1;
-    if (write(cm->wake_fd, &one, sizeof one) < 0 && errno != EAGAIN)
+    if (cm->wake_fd >= 0 && write(cm->wake_fd, &one, sizeof one) < 0 && errno != EAGAIN)
       RR__LOG_WARN(RR__SUB_COLL, "eventfd write: %s", strerror(errno));
     /* Peers fail from the first collective this rank did not finish on (a revoke passed
      * on keeps the number its origin gave). */
@@ -210,7 +280,7 @@ static int rr__abort_set(rr__comm *cm, int status, const char *reason, int tell_
     atomic_store(&cm->abort_from, from);
     RR__LOG_WARN(RR__SUB_COLL, "group aborted from an earlier call: %s", reason);
     uint64_t one = 1;
-    if (write(cm->wake_fd, &one, sizeof one) < 0 && errno != EAGAIN)
+    if (cm->wake_fd >= 0 && write(cm->wake_fd, &one, sizeof one) < 0 && errno != EAGAIN)
       RR__LOG_WARN(RR__SUB_COLL, "eventfd write: %s", strerror(errno));
   }
   pthread_mutex_unlock(&cm->abort_mu);
@@ -370,15 +440,82 @@ garbage: {
 }
 
 /* A peer vanished without a word: abort, and tell everyone why we stop, so that when we
- * exit in turn nobody blames us. */
+ * exit in turn nobody blames us. Its process may have exited while its control socket is
+ * still open (its pidfd said so first): some other process holds the socket then, most
+ * likely one it forked without exec, and the message says so. */
 static int rr__lost(rr__comm *cm, int i) {
+  const rr__peer *p = &cm->peers[i];
   char reason[RR__ERRMSG_MAX];
-  snprintf(reason, sizeof reason,
-           "lost rank %d: its connection closed without a goodbye (the process exited, "
-           "crashed or was killed)",
-           cm->peers[i].info.global_rank);
+  if (p->exited && p->ctrl_fd >= 0)
+    snprintf(reason, sizeof reason,
+             "lost rank %d: its process (pid %d) exited, without a goodbye; its connections "
+             "are still held open by another process (one it forked without exec?)",
+             p->info.global_rank, p->info.pid);
+  else
+    snprintf(reason, sizeof reason,
+             "lost rank %d: its connection closed without a goodbye (the process exited, "
+             "crashed or was killed)",
+             p->info.global_rank);
   rr__comm_abort(cm, RR_EPEER, reason, 1);
   return rr__comm_check(cm);
+}
+
+/* Ranks on this host are watched by their process too, not only by their sockets: a process
+ * that forked a child without exec (and that child bypassed the C library's fork, so the
+ * fork hook above never ran in it) leaves its sockets open when it dies, and its peers would
+ * wait out RR_TIMEOUT. A pidfd (Linux 5.3) becomes readable when the process exits.
+ *
+ * Only where the recorded pid is surely the peer's in this process's pid namespace: over
+ * shared memory, whose setup checked with SO_PEERCRED that the process on the other end is
+ * that pid (the kernel reports it in the reader's namespace). A TCP peer on this host may be
+ * in another pid namespace (a container sharing the network), where the same number names
+ * some unrelated process here; its record does not say, so it is watched by its sockets
+ * alone. The pidfd is opened the first time the comm waits, after the setup: had the peer
+ * died in between and its pid been reused, the watch would follow a stranger, but the peer
+ * is dead then and its sockets (or the stranger's exit) still report it.
+ *
+ * Where pidfd_open is missing (ENOSYS: Linux before 5.3) or refused (a seccomp filter), or
+ * the process is already gone (ESRCH: its sockets will say so), nothing is watched. */
+static void rr__watch_pids(rr__comm *cm) {
+  if (cm->pids_watched || cm->forked) return;
+  cm->pids_watched = 1;
+#ifdef SYS_pidfd_open
+  const int me = (int)getpid();
+  for (int i = 0; i < cm->size; i++) {
+    rr__peer *p = &cm->peers[i];
+    if (i == cm->rank || p->tp != &rr__shm_transport || p->info.pid <= 0 || p->info.pid == me)
+      continue;
+    /* close-on-exec always (pidfd_open(2)) */
+    int fd = (int)syscall(SYS_pidfd_open, (pid_t)p->info.pid, 0u);
+    if (fd < 0) {
+      RR__LOG_INFO(RR__SUB_NET, "not watching rank %d's process (pid %d): pidfd_open: %s",
+                   p->info.global_rank, p->info.pid, strerror(errno));
+      continue;
+    }
+    pthread_mutex_lock(&cm->abort_mu); /* the fork hook reads it under the lock */
+    p->pid_fd = fd;
+    pthread_mutex_unlock(&cm->abort_mu);
+  }
+#endif
+}
+
+/* Peer i's pidfd is readable: its process exited. A process's descriptors are closed before
+ * it counts as exited, so whatever it sent is here by now: read its control socket first (a
+ * goodbye makes the exit an orderly leave, an ABORT is the cause). RR_OK with *lost set when
+ * it left without a word; the ABORT's status when it sent one. Not when an abort already
+ * concerns the running call: its cause is known, and what the peer sent after it (a revoke,
+ * say) is for a later call to hear, as it would be without the pidfd. */
+static int rr__pid_exited(rr__comm *cm, int i, int *lost) {
+  rr__peer *p = &cm->peers[i];
+  pthread_mutex_lock(&cm->abort_mu);
+  if (p->pid_fd >= 0) close(p->pid_fd);
+  p->pid_fd = -1;
+  pthread_mutex_unlock(&cm->abort_mu);
+  p->exited = 1;
+  int closed = 0;
+  if (p->ctrl_fd >= 0 && !rr__abort_now(cm)) RR__CHECK(rr__read_ctl_msgs(cm, i, &closed));
+  *lost = !p->said_bye;
+  return RR_OK;
 }
 
 /* A link failed (its error set). Any peer may have said why the group is going down (an
@@ -437,8 +574,8 @@ static int rr__ctl_watched(const rr__peer *p) {
   return !(RR__CTL_IS_SHRINK(c.type) && p->ctl_have == RR__CTL_FIXED + c.len);
 }
 
-/* Has the peer left (a goodbye) or lost its control socket? It sends nothing more. */
-static int rr__peer_gone(const rr__peer *p) { return p->said_bye || p->ctrl_fd < 0; }
+/* Has the peer left (a goodbye), lost its control socket or exited? It sends nothing more. */
+static int rr__peer_gone(const rr__peer *p) { return p->said_bye || p->ctrl_fd < 0 || p->exited; }
 
 /* Should a waiting call watch the lane of this peer's message 0 (where its headers come) for
  * a header nobody asked for? */
@@ -451,7 +588,24 @@ static rr__conn *rr__sniffable(rr__comm *cm, int i, const rr__sniff *sn) {
   return l0->tp->peek ? l0 : NULL;
 }
 
+/* Fill pfd with the pidfds of the peers watched by their process (rr__watch_pids); returns
+ * how many. */
+static int rr__pidfds(rr__comm *cm, struct pollfd *pfd) {
+  int n = 0;
+  for (int i = 0; i < cm->size; i++) {
+    if (cm->peers[i].pid_fd < 0) continue;
+    pfd[n].fd = cm->peers[i].pid_fd;
+    pfd[n].events = POLLIN;
+    pfd[n].revents = 0;
+    n++;
+  }
+  return n;
+}
+
 int rr__comm_wait(rr__comm *cm, int64_t deadline_ms, const rr__sniff *sn) {
+  /* A forked child's copy has nothing to wait on (its descriptors are closed). */
+  if (cm->forked) return rr__comm_check(cm);
+  rr__watch_pids(cm);
   int n = 0;
   for (int i = 0; i < cm->nactive; i++)
     n += cm->active[i]->tp->pollfd(cm->active[i], &cm->pfds[n]);
@@ -468,6 +622,8 @@ int rr__comm_wait(rr__comm *cm, int64_t deadline_ms, const rr__sniff *sn) {
     cm->pfds[n].revents = 0;
     n++;
   }
+  int first_pid = n;
+  n += rr__pidfds(cm, &cm->pfds[n]);
   cm->pfds[n].fd = cm->wake_fd;
   cm->pfds[n].events = POLLIN;
   cm->pfds[n].revents = 0;
@@ -514,6 +670,13 @@ int rr__comm_wait(rr__comm *cm, int64_t deadline_ms, const rr__sniff *sn) {
     if (cm->pfds[k++].revents) RR__CHECK(rr__read_ctl_msgs(cm, i, &gone));
     if (gone && lost < 0) lost = i;
   }
+  /* Then the processes that exited (reading a control socket leaves the pidfds as polled). */
+  for (int k = first_pid, i = 0; i < cm->size; i++) {
+    if (cm->peers[i].pid_fd < 0) continue;
+    int gone = 0;
+    if (cm->pfds[k++].revents) RR__CHECK(rr__pid_exited(cm, i, &gone));
+    if (gone && lost < 0) lost = i;
+  }
   /* A peer that vanished fails this call, unless an abort that concerns it explains why
    * (a peer's abort for a later call does not: this call may be waiting for the dead). */
   if (lost >= 0 && !rr__abort_now(cm)) return rr__lost(cm, lost);
@@ -521,6 +684,7 @@ int rr__comm_wait(rr__comm *cm, int64_t deadline_ms, const rr__sniff *sn) {
 }
 
 void rr__comm_poll_ctl(rr__comm *cm) {
+  rr__watch_pids(cm);
   int n = 0;
   for (int i = 0; i < cm->size; i++) {
     if (!rr__ctl_watched(&cm->peers[i])) continue;
@@ -529,12 +693,20 @@ void rr__comm_poll_ctl(rr__comm *cm) {
     cm->pfds[n].revents = 0;
     n++;
   }
+  int first_pid = n;
+  n += rr__pidfds(cm, &cm->pfds[n]);
   if (n == 0 || poll(cm->pfds, (nfds_t)n, 0) <= 0) return;
   int lost = -1;
   for (int k = 0, i = 0; i < cm->size; i++) {
     if (!rr__ctl_watched(&cm->peers[i])) continue;
     int gone = 0;
     if (cm->pfds[k++].revents) (void)rr__read_ctl_msgs(cm, i, &gone);
+    if (gone && lost < 0) lost = i;
+  }
+  for (int k = first_pid, i = 0; i < cm->size; i++) {
+    if (cm->peers[i].pid_fd < 0) continue;
+    int gone = 0;
+    if (cm->pfds[k++].revents && rr__pid_exited(cm, i, &gone) != RR_OK) gone = 0;
     if (gone && lost < 0) lost = i;
   }
   if (lost >= 0 && !rr__abort_now(cm)) (void)rr__lost(cm, lost);
@@ -606,6 +778,8 @@ static int rr__ctl_fill(rr__peer *p) {
 
 int rr__comm_ctl_next(rr__comm *cm, const uint8_t *watch, int64_t deadline_ms, int *from,
                       rr__ctl *c, uint8_t *data) {
+  if (cm->forked) return rr__comm_check(cm);
+  rr__watch_pids(cm);
   for (;;) {
     int n = 0, again = 0;
     for (int i = 0; i < cm->size; i++) {
@@ -614,6 +788,16 @@ int rr__comm_ctl_next(rr__comm *cm, const uint8_t *watch, int64_t deadline_ms, i
       *from = i;
       int f = p->ctrl_fd < 0 ? -1 : rr__ctl_fill(p);
       if (f == RR_EPROTO) return rr__prefix_error(f, "from rank %d", p->info.global_rank);
+      if (f == 0 && p->exited) {
+        /* Its process exited and left nothing more: another process holds the socket. */
+        rr__ctl_close(cm, p);
+        return rr__set_error(RR_EPEER,
+                             "lost rank %d: its process (pid %d) exited%s; its connections "
+                             "are still held open by another process (one it forked without "
+                             "exec?)",
+                             p->info.global_rank, p->info.pid,
+                             p->said_bye ? " after a goodbye" : ", without a goodbye");
+      }
       if (f < 0) {
         rr__ctl_close(cm, p);
         return rr__set_error(RR_EPEER, "lost rank %d: its connection closed%s",
@@ -639,11 +823,30 @@ int rr__comm_ctl_next(rr__comm *cm, const uint8_t *watch, int64_t deadline_ms, i
       n++;
     }
     if (again) continue;
+    int first_pid = n;
+    for (int i = 0; i < cm->size; i++) {
+      if (!watch[i] || cm->peers[i].pid_fd < 0) continue;
+      cm->pfds[n].fd = cm->peers[i].pid_fd;
+      cm->pfds[n].events = POLLIN;
+      cm->pfds[n].revents = 0;
+      n++;
+    }
     int64_t left = rr__ms_left(deadline_ms);
     if (left == 0 || n == 0) return rr__set_error(RR_ETIMEDOUT, "timed out");
     int rc;
     do rc = poll(cm->pfds, (nfds_t)n, (int)RR__MIN(left, 1 << 30));
     while (rc < 0 && errno == EINTR);
     if (rc < 0) return rr__set_error(RR_ESYS, "poll: %s", strerror(errno));
+    /* An exited process: the next round reads what it left, then reports it. */
+    for (int k = first_pid, i = 0; i < cm->size; i++) {
+      rr__peer *p = &cm->peers[i];
+      if (!watch[i] || p->pid_fd < 0) continue;
+      if (!cm->pfds[k++].revents) continue;
+      pthread_mutex_lock(&cm->abort_mu);
+      close(p->pid_fd);
+      p->pid_fd = -1;
+      pthread_mutex_unlock(&cm->abort_mu);
+      p->exited = 1;
+    }
   }
 }

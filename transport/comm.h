@@ -13,6 +13,7 @@
 #include <stdatomic.h>
 #include <stdint.h>
 
+#include "common/fork.h"
 #include "common/status.h"
 #include "transport/transport.h"
 
@@ -77,6 +78,11 @@ typedef struct rr__peer {
   uint8_t active[RR__MAX_LANES]; /* lane[i] is listed in the comm's active lanes */
   int ctrl_fd; /* -1 once closed */
   int said_bye;
+  /* A peer on this host whose pid is known to be its own (rr__watch_pids): a pidfd that
+   * becomes readable when its process exits, even while a process it forked still holds its
+   * sockets open. -1: not watched. */
+  int pid_fd;
+  int exited; /* its pidfd said so */
   uint8_t ctl_buf[RR__CTL_FIXED + RR__CTL_TEXT_MAX];
   size_t ctl_have;
   uint64_t sniffed; /* seq + 1 of the call that already looked at this peer's next header */
@@ -117,6 +123,10 @@ typedef struct rr__comm {
   void *on_revoke_ctx;
   uint64_t cur_seq;            /* the call running now (rr__comm_new_call) ... */
   int cur_coll;                /* ... and whether it is a collective */
+  int pids_watched;            /* rr__watch_pids ran */
+  /* fork() without exec: the child closes this comm's descriptors and marks it (common/fork.h). */
+  rr__fork_hook fork;
+  int forked; /* this process is a child forked after the comm was made */
 } rr__comm;
 
 /* Allocate the comm for a group of `size` (peers filled in by the bootstrap). */
@@ -158,6 +168,14 @@ int64_t rr__comm_idle_ms(const rr__comm *cm, int peer);
 /* The largest message in device memory that the lanes to every peer carry (the smallest of
  * their transports' device_msg_max); 0 when some peer's transport carries none. */
 size_t rr__comm_device_msg_max(const rr__comm *cm);
+
+/* A lane in a forked child (rr__comm's fork hook): close its descriptors without telling
+ * the peer (close(), never shutdown(): the parent shares them), set them to -1, drop what
+ * belongs to the parent (its mappings, its device state) without freeing it. The lane may
+ * then only be closed. One per transport that has lanes of its own; the transport table
+ * has no entry for it, so the comm calls them by transport. */
+void rr__tcp_forked(rr__conn *c);
+void rr__shm_forked(rr__conn *c);
 
 /* Abort the group: the first reason is kept, waiting calls wake up. A local abort
  * (tell_peers) also stops transfers at once and sends every peer an ABORT with the

@@ -406,3 +406,22 @@ void rr__shm_close(rr__conn *base) {
   if (c->sock >= 0) close(c->sock);
   free(c);
 }
+
+/* comm.h: a forked child lets go of the lane. Its socket is closed, so that the parent's
+ * death shows its peer an end of file as if the child did not exist; the mapping is
+ * unmapped, so that nothing in the child can write into the rings the parent and its peer
+ * still use; the CUDA IPC state is the parent's (CUDA does not survive fork) and is left
+ * alone, not freed. rr__shm_close then frees only the lane itself. */
+void rr__shm_forked(rr__conn *base) {
+  rr__shm_conn *c = (rr__shm_conn *)base;
+  if (c->sock >= 0) close(c->sock);
+  c->sock = -1;
+  c->dead = 1;
+  if (c->map) munmap(c->map, c->map_len);
+  c->map = NULL;
+  c->tx = c->rx = NULL;
+  c->tx_desc = c->rx_desc = NULL;
+  c->tx_data = c->rx_data = NULL;
+  c->ipc_mine = c->ipc_theirs = NULL;
+  c->ipc = NULL;
+}

@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include "common/log.h"
@@ -398,4 +399,57 @@ int rr__sock_recv_all(int fd, void *buf, size_t n, int64_t deadline_ms) {
     return rr__set_error(RR_ESYS, "recv: %s", strerror(errno));
   }
   return RR_OK;
+}
+
+/* One pass over /proc/self/fd: the descriptors of TCP sockets bound to `port`, up to max of
+ * them. Descriptors are closed after the listing, not during it: the directory changes as
+ * they close. */
+static int rr__sockets_on_port(int dfd, int port, int *fds, int max) {
+  char buf[4096];
+  int n = 0;
+  if (lseek(dfd, 0, SEEK_SET) != 0) return -1;
+  for (;;) {
+    long got = syscall(SYS_getdents64, dfd, buf, sizeof buf);
+    if (got < 0 && errno == EINTR) continue;
+    if (got <= 0) return got < 0 ? -1 : n;
+    for (long off = 0; off < got;) {
+      /* struct linux_dirent64: ino (8), off (8), reclen (2), type (1), name */
+      unsigned short reclen;
+      memcpy(&reclen, buf + off + 16, sizeof reclen);
+      const char *name = buf + off + 19;
+      off += reclen;
+      char *end;
+      long fd = strtol(name, &end, 10);
+      if (*end || end == name || fd < 0 || fd == dfd) continue;
+      rr__addr a;
+      memset(&a, 0, sizeof a);
+      a.len = sizeof a.ss;
+      int type = 0;
+      socklen_t tl = sizeof type;
+      /* ENOTSOCK for files and pipes: not ours to look at. */
+      if (getsockname((int)fd, (struct sockaddr *)&a.ss, &a.len) != 0 ||
+          (a.ss.ss_family != AF_INET && a.ss.ss_family != AF_INET6) ||
+          rr__addr_port(&a) != port ||
+          getsockopt((int)fd, SOL_SOCKET, SO_TYPE, &type, &tl) != 0 || type != SOCK_STREAM)
+        continue;
+      if (n < max) fds[n++] = (int)fd;
+    }
+  }
+}
+
+int rr__sock_close_port_forked(int port) {
+  if (port <= 0) return 0;
+  int dfd = open("/proc/self/fd", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dfd < 0) return -1;
+  int closed = 0;
+  for (;;) { /* until a pass finds none: more than one pass's worth are closed in turns */
+    int fds[256];
+    int n = rr__sockets_on_port(dfd, port, fds, (int)RR__ARRAY_SIZE(fds));
+    if (n < 0 && closed == 0) closed = -1;
+    if (n <= 0) break;
+    for (int i = 0; i < n; i++) close(fds[i]);
+    closed += n;
+  }
+  close(dfd);
+  return closed;
 }

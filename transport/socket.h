@@ -63,4 +63,12 @@ int rr__sock_recv_all(int fd, void *buf, size_t n, int64_t deadline_ms);
 /* Wait for `events` on fd until deadline_ms: RR_OK, RR_ETIMEDOUT or RR_ESYS. */
 int rr__sock_wait(int fd, short events, int64_t deadline_ms);
 
+/* In a child forked without exec (common/fork.h): close every TCP socket of this process
+ * whose local port is `port`: a server's listener there and every connection it accepted,
+ * which the child inherited and must not keep open. Found through /proc/self/fd, not through
+ * the server's own records, which its thread (absent in the child) may have been changing
+ * at the fork. Uses system calls only (no allocation, no lock). Returns how many it closed,
+ * or -1 when /proc cannot be read (nothing closed then). */
+int rr__sock_close_port_forked(int port);
+
 #endif /* RR__TRANSPORT_SOCKET_H_ */

@@ -19,6 +19,7 @@
 #include "common/param.h"
 #include "common/status.h"
 #include "common/util.h"
+#include "transport/comm.h"
 #include "transport/queue.h"
 #include "transport/socket.h"
 #include "transport/transport.h"
@@ -146,6 +147,13 @@ static void rr__tcp_close(rr__conn *base) {
   rr__tcp_conn *c = (rr__tcp_conn *)base;
   if (c->fd >= 0) close(c->fd);
   free(c);
+}
+
+/* comm.h: a forked child lets go of the lane's socket (the parent keeps using its own). */
+void rr__tcp_forked(rr__conn *base) {
+  rr__tcp_conn *c = (rr__tcp_conn *)base;
+  if (c->fd >= 0) close(c->fd);
+  c->fd = -1;
 }
 
 static int rr__tcp_can_connect(const rr__peer_info *self, const rr__peer_info *peer) {

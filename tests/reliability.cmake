@@ -106,9 +106,10 @@ endforeach()
 # and over TCP. kill_clone: the child made by a raw clone() that runs no fork hook and keeps
 # the sockets; ranks on one host see the process exit (pidfd). child_call: collectives in a
 # forked child fail at once naming the fork; the parent's group goes on. store: a store
-# master's forked child does not keep the server's connections.
+# master's forked child does not keep the server's connections. bye: a goodbye says whether
+# the group was destroyed or freed as the process exited.
 rr_rel_test(test_fork)
-foreach(s kill kill_clone child_call store)
+foreach(s kill kill_clone child_call store bye)
   add_test(NAME rel_fork_${s} COMMAND test_fork ${s})
   set_tests_properties(rel_fork_${s} PROPERTIES TIMEOUT 90 LABELS "core;reliability")
 endforeach()

@@ -19,6 +19,9 @@
  *                         timeout (the child must not hold the server's connections). The
  *                         child inherits no socket, and its own store calls work over a
  *                         connection of their own.
+ *   test_fork bye         a rank whose group is freed by an exit handler, and one that
+ *                         destroys it, while the other rank still needs it: the message says
+ *                         which (the goodbye's reason).
  *
  * The children a test forks are killed at its end (their pids in a scratch directory). */
 #include <dirent.h>
@@ -298,9 +301,42 @@ static int store_case(void) {
   return t_exits_ok(2, codes, sigs, "store");
 }
 
+/* ---- bye ---- */
+
+static rr_pg *bye_pg;
+static void free_at_exit(void) { (void)rr_destroy_process_group(bye_pg); }
+
+static int bye_rank(int rank, void *arg) {
+  int at_exit = *(int *)arg;
+  /* Registered before the group exists, as a program's cleanup usually is: it runs after the
+   * library's own exit handler, so the goodbye says the process is ending. */
+  if (rank == 1 && at_exit) T_CHECK(atexit(free_at_exit) == 0, "atexit");
+  T_OK(rr_init_process_group(&bye_pg, NULL));
+  T_OK(rr_barrier(bye_pg));
+  if (rank == 1) {
+    if (!at_exit) {
+      T_OK(rr_destroy_process_group(bye_pg));
+      sleep(1); /* the process lives on: only the group went */
+    }
+    fflush(NULL);
+    exit(0); /* not _exit: the exit handlers run */
+  }
+  float x[1000] = {0};
+  int st = rr_all_reduce(bye_pg, x, x, 1000, RR_FLOAT32, RR_SUM); /* rank 1 never joins */
+  const char *e = rr_last_error();
+  printf("rank 0 (%s): %s\n", at_exit ? "freed at exit" : "destroyed", e);
+  T_CHECK(st == RR_EPEER, "status %s: %s", rr_status_name(st), e);
+  if (at_exit)
+    T_HAS(e, "rank 1 exited without destroying its process group first");
+  else
+    T_HAS(e, "rank 1 destroyed its process group while this call still needed it");
+  (void)rr_destroy_process_group(bye_pg);
+  return 0;
+}
+
 int main(int argc, char **argv) {
   if (argc != 2) {
-    fprintf(stderr, "usage: test_fork kill|kill_clone|child_call|store\n");
+    fprintf(stderr, "usage: test_fork kill|kill_clone|child_call|store|bye\n");
     return 2;
   }
   t_rank = -1;
@@ -310,6 +346,11 @@ int main(int argc, char **argv) {
   if (!strcmp(s, "kill_clone")) return kill_case(1);
   if (!strcmp(s, "child_call")) return t_run_all(2, child_call_rank, NULL, 40, s);
   if (!strcmp(s, "store")) return store_case();
+  if (!strcmp(s, "bye")) {
+    int at_exit = 1, destroyed = 0;
+    return t_run_all(2, bye_rank, &at_exit, 40, "bye at exit") |
+           t_run_all(2, bye_rank, &destroyed, 40, "bye destroyed");
+  }
   fprintf(stderr, "unknown scenario %s\n", s);
   return 2;
 }

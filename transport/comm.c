@@ -44,7 +44,22 @@ int rr__ctl_decode(const uint8_t in[RR__CTL_FIXED], rr__ctl *c) {
   return RR_OK;
 }
 
-/* ---- forked children ---- */
+/* ---- the process exiting, and forked children ---- */
+
+static atomic_int rr__exiting_now;
+
+void rr__comm_exiting(void) { atomic_store(&rr__exiting_now, 1); }
+
+/* Exit handlers run in the reverse order of their registration: this one, registered when
+ * the first group of the process is made, runs before the handlers registered earlier and
+ * before the destructors of C++ objects built earlier, so a group those free says goodbye
+ * as "exiting". A handler registered after it runs first, and its goodbye says "destroyed". */
+static pthread_once_t rr__exit_once = PTHREAD_ONCE_INIT;
+static void rr__exit_handler(void) { rr__comm_exiting(); }
+static void rr__exit_install(void) {
+  if (atexit(rr__exit_handler) != 0)
+    RR__LOG_INFO(RR__SUB_INIT, "atexit failed: goodbyes at exit will not say so");
+}
 
 static rr__comm *rr__comm_of_hook(rr__fork_hook *h) {
   return (rr__comm *)(void *)((char *)h - offsetof(rr__comm, fork));
@@ -128,6 +143,7 @@ int rr__comm_new(int rank, int size, int global_rank, rr__comm **out) {
     rr__comm_free(cm);
     return rr__set_error(st, "%s", why);
   }
+  pthread_once(&rr__exit_once, rr__exit_install);
   *out = cm;
   return RR_OK;
 }
@@ -195,6 +211,7 @@ int rr__ctl_read_abort(int fd, int64_t deadline_ms, int *status, char *text, siz
 void rr__comm_free(rr__comm *cm) {
   if (!cm) return;
   rr__fork_unwatch(&cm->fork);
+  uint64_t why = atomic_load(&rr__exiting_now) ? RR__BYE_EXITING : RR__BYE_DESTROYED;
   for (int i = 0; cm->peers && i < cm->size; i++) {
     rr__peer *p = &cm->peers[i];
     if (p->pid_fd >= 0) close(p->pid_fd);
@@ -208,7 +225,7 @@ void rr__comm_free(rr__comm *cm) {
                      from ? from : atomic_load(&cm->unfinished),
                      cm->abort_reason);
       }
-      if (!cm->no_bye) rr__send_ctl(p->ctrl_fd, RR__CTL_BYE, cm->global_rank, 0, 0, NULL);
+      if (!cm->no_bye) rr__send_ctl(p->ctrl_fd, RR__CTL_BYE, cm->global_rank, 0, why, NULL);
       close(p->ctrl_fd);
     }
     for (int l = 0; l < p->nlanes; l++)
@@ -374,6 +391,24 @@ static void rr__ctl_close(rr__comm *cm, rr__peer *p) {
   pthread_mutex_unlock(&cm->abort_mu);
 }
 
+/* A goodbye: the peer leaves; its seq says why (any value this build does not know, from a
+ * later one, reads as "does not say"). */
+static void rr__take_bye(rr__peer *p, const rr__ctl *c) {
+  p->said_bye = 1;
+  p->bye_why = c->seq <= RR__BYE_EXITING ? (uint32_t)c->seq : RR__BYE_UNKNOWN;
+}
+
+/* What a peer's goodbye says it did, for messages: "rank 3 <this>". */
+static const char *rr__bye_text(const rr__peer *p) {
+  switch (p->bye_why) {
+    case RR__BYE_DESTROYED: return "destroyed its process group";
+    case RR__BYE_EXITING:
+      return "exited without destroying its process group first (the group was freed as the "
+             "process ended)";
+    default: return "left its process group (it destroyed the group, or its process exited)";
+  }
+}
+
 /* Read what is waiting on a peer's control socket; a complete ABORT becomes this group's
  * error. An unannounced close sets *lost (the caller decides, after reading every socket,
  * whether some peer's ABORT already explains it). */
@@ -392,7 +427,7 @@ static int rr__read_ctl_msgs(rr__comm *cm, int i, int *lost) {
       if (RR__CTL_IS_SHRINK(c.type)) return RR_OK;
       p->ctl_have = 0;
       if (c.type == RR__CTL_BYE) {
-        p->said_bye = 1;
+        rr__take_bye(p, &c);
         continue;
       }
       char text[RR__CTL_TEXT_MAX + 1];
@@ -537,8 +572,8 @@ static int rr__lane_error(rr__comm *cm, rr__conn *c, int st) {
   rr__peer *p = &cm->peers[c->peer];
   if (st == RR_EPEER && rr__abort_is_cause(cm)) return rr__comm_check(cm);
   if (st == RR_EPEER && p->said_bye)
-    rr__prefix_error(st, "rank %d destroyed its process group while this call still needed it",
-                     p->info.global_rank);
+    rr__prefix_error(st, "rank %d %s while this call still needed it", p->info.global_rank,
+                     rr__bye_text(p));
   char reason[RR__ERRMSG_MAX];
   snprintf(reason, sizeof reason, "%s", rr__error());
   /* Peers may be blocked on us; tell them why we stop. */
@@ -800,11 +835,16 @@ int rr__comm_ctl_next(rr__comm *cm, const uint8_t *watch, int64_t deadline_ms, i
       }
       if (f < 0) {
         rr__ctl_close(cm, p);
-        return rr__set_error(RR_EPEER, "lost rank %d: its connection closed%s",
-                             p->info.global_rank,
-                             p->said_bye ? " after a goodbye (it destroyed the group)"
-                                         : " without a goodbye (the process exited, crashed "
-                                           "or was killed)");
+        if (p->said_bye)
+          return rr__set_error(RR_EPEER, "lost rank %d: its connection closed after a goodbye (%s)",
+                               p->info.global_rank,
+                               p->bye_why == RR__BYE_DESTROYED ? "it destroyed the group"
+                               : p->bye_why == RR__BYE_EXITING
+                                   ? "its process exited without destroying the group first"
+                                   : "it destroyed the group, or its process exited");
+        return rr__set_error(RR_EPEER, "lost rank %d: its connection closed without a goodbye "
+                             "(the process exited, crashed or was killed)",
+                             p->info.global_rank);
       }
       if (f == 1) {
         RR__CHECK(rr__ctl_decode(p->ctl_buf, c));
@@ -813,7 +853,7 @@ int rr__comm_ctl_next(rr__comm *cm, const uint8_t *watch, int64_t deadline_ms, i
           memcpy(data, p->ctl_buf + RR__CTL_FIXED, c->len);
           return RR_OK;
         }
-        if (c->type == RR__CTL_BYE) p->said_bye = 1;
+        if (c->type == RR__CTL_BYE) rr__take_bye(p, c);
         again = 1; /* an ABORT or a goodbye: the group is revoked already; read on */
         continue;
       }

@@ -21,13 +21,22 @@
  * and BYE, an orderly leave, so that the socket closing next is not taken for a crash.
  * An ABORT names the first collective its sender did not finish: it finished every earlier
  * one, so a peer still in an earlier collective completes it and fails from that one on
- * (every rank fails in the same call). */
+ * (every rank fails in the same call). A BYE's seq says why the group went (enum
+ * rr__bye_why), so that a peer still in a call that needed it can tell the user. */
 enum rr__ctl_type { RR__CTL_ABORT = 1, RR__CTL_BYE = 2,
                    /* rr_pg_shrink's agreement and the new group's lanes (group/elastic.c):
                     * seq carries the agreement's epoch, the text its data. */
                    RR__CTL_VOTE = 3, RR__CTL_DECIDE = 4, RR__CTL_ACK = 5, RR__CTL_COMMIT = 6,
                    RR__CTL_OUT = 7, RR__CTL_SETUP = 8 };
 #define RR__CTL_IS_SHRINK(t) ((t) >= RR__CTL_VOTE && (t) <= RR__CTL_SETUP)
+/* Why a BYE was sent, in its seq. Builds before the reason sent 0 there and ignore the field,
+ * so old and new builds still understand each other's goodbyes: no new wire version. */
+enum rr__bye_why {
+  RR__BYE_UNKNOWN = 0,   /* a build that does not say */
+  RR__BYE_DESTROYED = 1, /* the program destroyed the group (rr_destroy_process_group) */
+  RR__BYE_EXITING = 2    /* freed while the process exits (rr__comm_exiting): the program
+                          * ended without destroying it, and an exit hook freed it */
+};
 #define RR__CTL_FIXED 28
 #define RR__CTL_TEXT_MAX 1024
 typedef struct rr__ctl {
@@ -78,6 +87,7 @@ typedef struct rr__peer {
   uint8_t active[RR__MAX_LANES]; /* lane[i] is listed in the comm's active lanes */
   int ctrl_fd; /* -1 once closed */
   int said_bye;
+  uint32_t bye_why; /* its goodbye's enum rr__bye_why */
   /* A peer on this host whose pid is known to be its own (rr__watch_pids): a pidfd that
    * becomes readable when its process exits, even while a process it forked still holds its
    * sockets open. -1: not watched. */
@@ -168,6 +178,11 @@ int64_t rr__comm_idle_ms(const rr__comm *cm, int peer);
 /* The largest message in device memory that the lanes to every peer carry (the smallest of
  * their transports' device_msg_max); 0 when some peer's transport carries none. */
 size_t rr__comm_device_msg_max(const rr__comm *cm);
+
+/* The process is exiting: goodbyes sent from now on say so (RR__BYE_EXITING). Called by
+ * the library's own exit handler, and by a language binding whose exit hooks free groups
+ * before the C library's run (Python frees them before it calls exit()). */
+void rr__comm_exiting(void);
 
 /* A lane in a forked child (rr__comm's fork hook): close its descriptors without telling
  * the peer (close(), never shutdown(): the parent shares them), set them to -1, drop what

@@ -168,3 +168,8 @@ rr_torch_test(suite_subgroups_w4 300 ${rr_py}/torch_suite.py --backend ringreduc
 # from the script's checkpoint, exact (torch 2.x hands attempt 1 the first attempt's store:
 # the backend's group key carries the attempt).
 rr_torch_test(restart_torchrun 300 ${rr_py}/torch_restart.py)
+# Issue 38 item 5: DataLoader workers forked from each of 3 ranks (busy loading) while rank 1
+# is killed: the others must name it within 3 s (their timeout is 15 s, which a worker holding
+# its sockets made them wait out); a child forked from rank 0 that calls all_reduce on the
+# inherited group fails at once naming the fork, and the group goes on in the parent.
+rr_torch_test(fork_dataloader 120 ${rr_py}/torch_fork.py)

@@ -10,7 +10,9 @@ no torch: it runs on the machine that writes the page, after the GPU is given ba
 
 Ratios (issue 24's targets):
   kernel / memcpy   reduce_kernel_perf's own ratio column (traffic rate of dst = a + b
-                    against a device-to-device cudaMemcpy, same run, same buffers)
+                    against a device-to-device cudaMemcpy, same run, same buffers); for
+                    float32 sum by size, and for every dtype x op at 256 MiB (issue 39.4:
+                    >= 90% each)
   IPC vs HBM bound  n ranks sharing one GPU move at least about 5(n-1)S bytes through its
                     memory per all_reduce of S bytes (issue 24's figure: in the
                     reduce-scatter alone, each of a rank's n-1 steps copies a chunk of S/n
@@ -66,6 +68,40 @@ def kernel_rows(lines):
     return rows
 
 
+def kernel_ops(lines):
+    """reduce_kernel_perf -d all -o all rows: [(dtype, op, ratio %)] in the order printed."""
+    rows = []
+    for line in lines:
+        f = line.split()
+        if len(f) == 8 and f[0].isdigit():
+            rows.append((f[1], f[2], float(f[7])))
+    return rows
+
+
+def print_kernel_ops(rows, target=90.0):
+    """One row per dtype, one column per op: the kernel's traffic rate as a percentage of the
+    same run's device-to-device copy, then the ones under the target."""
+    ops = []
+    for _, op, _ in rows:
+        if op not in ops:
+            ops.append(op)
+    dtypes = []
+    for dt, _, _ in rows:
+        if dt not in dtypes:
+            dtypes.append(dt)
+    cell = {(dt, op): r for dt, op, r in rows}
+    print("Every kernel at 256 MiB, % of the same run's cudaMemcpy D2D traffic rate "
+          f"(target >= {target:.0f}% each; AVG divides by 4):\n")
+    print("| dtype | " + " | ".join(ops) + " |")
+    print("|---|" + "---:|" * len(ops))
+    for dt in dtypes:
+        cells = [f"{cell[(dt, op)]:.1f}" if (dt, op) in cell else "-" for op in ops]
+        print(f"| {dt} | " + " | ".join(cells) + " |")
+    low = [f"{dt} {op} {r:.1f}%" for dt, op, r in rows if r < target]
+    print(f"\nUnder {target:.0f}%: " + (", ".join(low) if low else "none") +
+          f" ({len(rows) - len(low)} of {len(rows)} kernels at or above).\n")
+
+
 def find(secs, words):
     for title, lines in secs.items():
         if all(w in title for w in words):
@@ -114,7 +150,7 @@ def main():
         print("No figures (quick-b's perf piece did not run or had no GPU).")
         return
     print("## Figures (ratios against baselines of the same run)\n")
-    k = kernel_rows(find(secs, ["reduce kernel"]))
+    k = kernel_rows(find(secs, ["reduce kernel vs"]))
     if k:
         print("| size | kernel GB/s | memcpy GB/s | kernel / memcpy | target |")
         print("|---:|---:|---:|---:|---|")
@@ -122,6 +158,9 @@ def main():
             target = ">= 90%" if s >= 16 << 20 else (">= 70%" if s >= 1 << 20 else "")
             print(f"| {fmt_size(s)} | {kg:.0f} | {cg:.0f} | {r:.1f}% | {target} |")
         print()
+    kops = kernel_ops(find(secs, ["every dtype x op kernel"]))
+    if kops:
+        print_kernel_ops(kops)
     ipc = perf_rows(find(secs, ["CUDA IPC"]))
     staged = perf_rows(find(secs, ["staged"]))
     piped = perf_rows(find(secs, ["piped through pinned slots over shm"]))

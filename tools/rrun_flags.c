@@ -99,7 +99,9 @@ static void print_help(void) {
       "                       survive it: rr_pg_shrink); see the exit status below\n"
       "  --replace N          with --keep-going: for each worker that dies, start a replacement\n"
       "                       (up to N in all) with RR_GROW_JOIN=1, which joins the running\n"
-      "                       group (rr_pg_join); sets RR_GROW_ADDR when unset (one node)\n"
+      "                       group (rr_pg_join); sets RR_GROW_ADDR when unset (one node).\n"
+      "                       One that died before it joined the rendezvous is replaced in\n"
+      "                       its place instead (same RANK, RR_RANK_GENERATION=1, ...)\n"
       "  --bind-to WHAT       where workers run, among the C CPUs rrun may run on (default\n"
       "                       slice, or $RR_BIND_TO): slice: each of the n workers of this\n"
       "                       node its own share (whole cores while n <= cores, one CPU each\n"
@@ -144,7 +146,13 @@ static void print_help(void) {
       "a death survived), or, when none did, 128 + the signal of the first worker killed. A\n"
       "worker that cannot be started stops the others. --max-restarts then restarts the\n"
       "whole group only when that status is not 0. With --replace a replacement that exits 0\n"
-      "counts as a worker that exited 0, and a failed one as a failure.\n";
+      "counts as a worker that exited 0, and a failed one as a failure.\n"
+      "\n"
+      "With --keep-going rrun also tells the job's rendezvous store (the library's, at\n"
+      "MASTER_ADDR:MASTER_PORT, proving RR_JOB_TOKEN) that a worker died, so that ranks still\n"
+      "waiting for it in the rendezvous fail at once naming it instead of at RR_TIMEOUT; for a\n"
+      "dead rank 0, whose store died with it, rrun answers at that address in its place.\n"
+      "See docs/elastic.md, \"A death before the group is formed\".\n";
   if (rr__write_all(STDOUT_FILENO, text, sizeof text - 1) != 0) exit(1);
 }
 

@@ -23,8 +23,7 @@ static int rr__run_coll(rr_pg *pg, const rr__args *a, int64_t timeout_ms, const 
   rr__coll c;
   rr__coll_init(&c, &pg->cs, pg->comm, a, pg->rank, pg->size, timeout_ms);
   c.may_spin = pg->inline_call;
-  c.dev = dev;
-  c.piped = piped;
+  if (dev) rr__coll_on_device(&c, dev, piped);
   /* The ring and chain kinds through CUDA IPC take larger segments than host lanes do:
    * each segment passes between two processes' device work, which cost about 50 us per
    * hand-off on the first GPU run whatever the size (docs/gpu-runs/2026-11-27-h200.md). */

@@ -8,21 +8,15 @@
  * Cost: n-1 steps of S/n bytes (S = the whole output): (n-1)/n * S / bandwidth.
  */
 #include <stdio.h>
-#include <string.h>
 
-#include "cuda/cuda.h"
 #include "ring/algo.h"
 
 int rr__all_gather_ring(rr__coll *c) {
   const int n = c->n, r = c->r, left = rr__left(r, n), right = rr__right(r, n);
   const size_t count = c->a->count, blk = count * c->esize;
   char *dst = c->a->recvbuf;
-  if (blk && c->a->sendbuf != dst + (size_t)r * blk) {
-    if (c->dev) /* device buffers (CUDA IPC): in order with the steps on the call's stream */
-      RR__CHECK(rr__cuda_memcpy_async(dst + (size_t)r * blk, c->a->sendbuf, blk, c->dev->stream));
-    else
-      memcpy(dst + (size_t)r * blk, c->a->sendbuf, blk);
-  }
+  /* Our own block, unless it is there already (in place). */
+  if (blk) RR__CHECK(rr__coll_copy(c, dst + (size_t)r * blk, c->a->sendbuf, blk));
 
   RR__CHECK(rr__coll_send_hdr(c, right));
   RR__CHECK(rr__coll_recv_hdr(c, left));

@@ -20,7 +20,6 @@
  * Each swap is a whole step (ring/pipe.c): the buffer goes as one message behind the call
  * header, and the partner's lands in the group's scratch before it is combined with ours.
  */
-#include <string.h>
 
 #include "ring/algo.h"
 
@@ -30,7 +29,7 @@ int rr__all_reduce_rd(rr__coll *c) {
   char *buf = c->a->recvbuf;
   void *tmp;
   RR__CHECK(rr__coll_scratch(c, bytes, &tmp));
-  if (bytes && buf != c->a->sendbuf) memcpy(buf, c->a->sendbuf, bytes);
+  RR__CHECK(rr__coll_copy(c, buf, c->a->sendbuf, bytes));
 
   int p = 1;
   while (p * 2 <= n) p *= 2;

@@ -31,9 +31,7 @@
  * checked all of its pairs.
  */
 #include <stdio.h>
-#include <string.h>
 
-#include "cuda/cuda.h"
 #include "ring/algo.h"
 
 /* The blocks of one side of the exchange: per-rank arrays (all_to_allv), or `count`
@@ -61,9 +59,7 @@ static int rr__pairwise(rr__coll *c, const rr__blocks *sb, const rr__blocks *rb)
   if (own != rr__blk_count(rb, r)) return rr__coll_pair_mismatch(c, r, own, rr__blk_count(rb, r));
   char *own_dst = dst + rr__blk_off(rb, r) * es;
   const char *own_src = src + rr__blk_off(sb, r) * es;
-  /* Device buffers (CUDA IPC): on the call's stream, in order with the steps after it. */
-  if (own && c->dev) RR__CHECK(rr__cuda_memcpy_async(own_dst, own_src, own * es, c->dev->stream));
-  else if (own) memcpy(own_dst, own_src, own * es);
+  RR__CHECK(rr__coll_copy(c, own_dst, own_src, own * es));
 
   for (int s = 1; s < n; s++) {
     const int to = rr__mod(r + s, n), from = rr__mod(r - s, n);

@@ -13,9 +13,7 @@
  * return, so a mismatched call fails on every rank, the root included.
  */
 #include <stdio.h>
-#include <string.h>
 
-#include "cuda/cuda.h"
 #include "ring/algo.h"
 
 int rr__broadcast_chain(rr__coll *c) {
@@ -28,12 +26,7 @@ int rr__broadcast_chain(rr__coll *c) {
   RR__WHERE(c, "broadcast chain from rank %d, position %d/%d",
            rr__grank(c, root), pos, n - 1);
   if (pos == 0) {
-    if (count && c->a->sendbuf != dst) {
-      if (c->dev) /* device buffers (CUDA IPC): in order with the step on the call's stream */
-        RR__CHECK(rr__cuda_memcpy_async(dst, c->a->sendbuf, count * c->esize, c->dev->stream));
-      else
-        memcpy(dst, c->a->sendbuf, count * c->esize);
-    }
+    RR__CHECK(rr__coll_copy(c, dst, c->a->sendbuf, count * c->esize)); /* none in place */
     RR__CHECK(rr__coll_send_hdr(c, right));
     rr__step st = rr__step_send(right, dst, count);
     st.schunk = 0;

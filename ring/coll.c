@@ -15,11 +15,10 @@
 #include "ring/trace.h"
 
 /* One rank: the result is the input (AVG over one rank divides by one). */
-static void rr__local_copy(rr__coll *c) {
+static int rr__local_copy(rr__coll *c) {
   const rr__args *a = c->a;
-  size_t bytes = a->count * c->esize;
-  if (bytes == 0 || !a->recvbuf) return;
-  if (a->recvbuf != a->sendbuf) memmove(a->recvbuf, a->sendbuf, bytes);
+  if (!a->recvbuf) return RR_OK;
+  return rr__coll_copy(c, a->recvbuf, a->sendbuf, a->count * c->esize);
 }
 
 void rr__coll_state_setup(rr__coll_state *cs) {
@@ -52,7 +51,9 @@ static const struct {
  * RR_SMALL_BYTES, else the row's. */
 static int rr__choose(rr__coll *c, const rr__kind_info *k) {
   size_t bytes = c->a->count * c->esize;
-  if (c->dev) return k->algo; /* the device path runs pipelined steps only */
+  /* Recursive doubling takes whole steps, which only some memories run (device buffers
+   * run pipelined steps only). */
+  if (!(c->mem->caps & RR__MEM_WHOLE)) return k->algo;
   if (c->cs->algo != RR__ALGO_NONE) return c->cs->algo;
   return bytes <= c->cs->small_bytes ? RR__ALGO_RD : k->algo;
 }
@@ -63,10 +64,7 @@ static int rr__dispatch(rr__coll *c) {
   int (*run)(rr__coll *) = a->kind >= 0 && a->kind < RR__K_END ? rr__kind_run[a->kind] : NULL;
   if (!run) return rr__set_error(RR_EINVAL, "internal: unknown call kind %d", a->kind);
   /* all_to_allv places its one block by displacement: its algorithm handles one rank. */
-  if (c->n == 1 && !(k->flags & RR__KF_SOLO)) {
-    rr__local_copy(c);
-    return RR_OK;
-  }
+  if (c->n == 1 && !(k->flags & RR__KF_SOLO)) return rr__local_copy(c);
   for (size_t i = 0; i < RR__ARRAY_SIZE(rr__kind_algos); i++)
     if (rr__kind_algos[i].kind == a->kind && rr__kind_algos[i].algo == c->hdr.algo)
       return rr__kind_algos[i].run(c);
@@ -154,6 +152,12 @@ void rr__coll_init(rr__coll *c, rr__coll_state *cs, rr__comm *cm, const rr__args
   c->timeout_ms = timeout_ms;
   c->deadline_ms = rr__deadline_coarse(timeout_ms);
   c->any_src = -1;
+  c->mem = &rr__mem_host;
+}
+
+void rr__coll_on_device(rr__coll *c, const rr__req_dev *dev, int piped) {
+  c->dev = dev;
+  c->mem = piped ? &rr__mem_piped : &rr__mem_ipc;
 }
 
 int rr__coll_exec(rr__coll *c) {

@@ -6,6 +6,7 @@
 #ifndef RR__RING_COLL_H_
 #define RR__RING_COLL_H_
 
+#include "ring/mem.h"
 #include "ring/prims.h"
 
 /* Fill in the tunables of a group's state (segment size, slots, algorithm, trace), so that a
@@ -26,9 +27,9 @@ int rr__coll_exec(rr__coll *c);
 /* One line naming the call, for logs and errors. Returns desc. */
 const char *rr__coll_describe(const rr__coll *c, char *desc, size_t n);
 
-/* The piped device path's pinned slots (ring/pipe_dev.c): free the group's (waits for the
- * device first), and count the segments it handed to the device in this process (tests). */
-void rr__piped_free(rr__coll_state *cs);
-uint64_t rr__piped_segments(void);
+/* The call runs on device buffers (ring/mem.h, ring/pipe_dev.c), on dev's device and stream:
+ * over lanes that carry device messages (CUDA IPC), or, piped, through pinned host slots.
+ * Before rr__coll_begin (the algorithm a call chooses depends on it). */
+void rr__coll_on_device(rr__coll *c, const rr__req_dev *dev, int piped);
 
 #endif /* RR__RING_COLL_H_ */

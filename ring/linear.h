@@ -6,9 +6,7 @@
 #define RR__RING_LINEAR_H_
 
 #include <stdio.h>
-#include <string.h>
 
-#include "cuda/cuda.h"
 #include "ring/prims.h"
 
 enum { RR__FROM_ROOT = 0 /* scatter */, RR__TO_ROOT = 1 /* gather */ };
@@ -41,9 +39,7 @@ static inline int rr__linear_root(rr__coll *c, int to_root) {
   if (blk) {
     char *dst = (char *)c->a->recvbuf + (to_root ? (size_t)r * blk : 0);
     const char *src = (const char *)c->a->sendbuf + (to_root ? 0 : (size_t)r * blk);
-    /* Device buffers (CUDA IPC): on the call's stream, in order with the steps around it. */
-    if (dst != src && c->dev) RR__CHECK(rr__cuda_memcpy_async(dst, src, blk, c->dev->stream));
-    else if (dst != src) memcpy(dst, src, blk);
+    RR__CHECK(rr__coll_copy(c, dst, src, blk)); /* none in place */
   }
   for (int k = 1; k < n; k++) {
     const int q = rr__mod(r + k, n);

@@ -6,19 +6,25 @@
  * 0 is the call header's, which goes both ways on the first lane; numbering segments from 1
  * keeps the first segment of every step off it, so with one-way TCP lanes no data shares a
  * socket with the other direction's (before, a step of one segment, an all-reduce of 64 KiB
- * to 256 KiB at world 2, sent all its data both ways on one socket). While segment k is being reduced, the
- * segments after it are already on the wire (the sender keeps up to SEND_WIN segments
- * queued, the receiver has up to `slots` receive buffers posted), which is the overlap of
- * reduction and transfer the ring relies on.
+ * to 256 KiB at world 2, sent all its data both ways on one socket). While segment k is
+ * being reduced, the segments after it are already on the wire (the sender keeps up to
+ * RR__PIPE_SEND_WIN segments queued, the receiver has up to `slots` receive buffers posted),
+ * which is the overlap of reduction and transfer the ring relies on.
  *
  * Received segments are processed in order. They land either straight in the destination
  * (a copy costs nothing: the socket writes there), or in a staging slot from which they are
  * reduced into the destination, or, in a chain, reduced in the slot and forwarded from it.
  *
+ * This loop is the same for every memory the bytes may live in. What differs is the call's
+ * memory's (ring/mem.h): where a segment is staged before it goes (host memory is sent as it
+ * is; a device buffer piped through pinned slots is first copied off the device), where a
+ * receive lands, what is done once it arrived, and how to wait when nothing moves. Host
+ * memory's hooks are at the end of this file, the device's in ring/pipe_dev.c.
+ *
  * A whole step (recursive doubling) sends each buffer as one message behind the call header
  * and reduces once the partner's buffer arrived: recursive doubling runs on small buffers,
  * where cutting would only add messages, and its partner changes every round, so every
- * message carries the header.
+ * message carries the header. Only host memory runs it.
  *
  * Either returns when all its sends and receives are complete, so the next step may
  * overwrite anything this one was sending.
@@ -27,31 +33,19 @@
  * a small reduction's operands in rr__pipe_reduce, the one place they exist: a slot is
  * reused, the transport's memory released, a chain's result overwritten by the next
  * segment. Off, it costs a branch per step and one per reduced segment. */
+#include <stddef.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "common/log.h"
 #include "common/status.h"
-#include "cuda/cuda.h"
+#include "common/util.h"
+#include "ring/mem.h"
 #include "ring/op.h"
 #include "ring/prims.h"
 #include "ring/trace.h"
 
-#define RR__SEND_WIN 32
-#define RR__RECV_WIN 64 /* >= the largest RR_SLOTS */
-
-/* One reduction of a step (a segment, or a whole buffer): dst = own (op) got, or got (op)
- * own. It runs wherever the received bytes are: in the step's loop (a staging slot, the
- * landing buffer), or inside the transport straight out of its memory (shared memory). */
-typedef struct rr__red {
-  const rr__coll *c;
-  char *dst;
-  const char *own;
-  size_t off; /* bytes into the step's received chunk */
-  int avg_div, got_first;
-  rr__trace_cap *tap; /* the trace keeps this step's operands (NULL: not) */
-  int status;         /* device: the kernel launch's */
-} rr__red;
-
+/* A host reduction of a step, handing its operands to the trace when it keeps them. */
 static void rr__pipe_reduce(const rr__red *x, const void *got, size_t len) {
   const rr__coll *c = x->c;
   if (x->tap) rr__trace_got(x->tap, x->off, got, len);
@@ -60,127 +54,86 @@ static void rr__pipe_reduce(const rr__red *x, const void *got, size_t len) {
   if (x->tap) rr__trace_made(x->tap, x->off, x->dst, len);
 }
 
-static void rr__reduce_in_place(rr__req *r, const void *data, size_t len) {
-  rr__pipe_reduce(r->ctx, data, len);
-}
-
-/* Device buffers (CUDA IPC): the segment sits in this rank's device slot; the kernel reads it
- * there, on the call's stream (the sender published the slot once its copy had completed). */
-static void rr__reduce_on_device(rr__req *r, const void *data, size_t len) {
-  rr__red *x = r->ctx;
-  const rr__coll *c = x->c;
-  x->status = rr__cuda_reduce(x->dst, NULL, x->own, data, len / c->esize, c->a->dtype, c->a->op,
-                              x->avg_div, c->dev->stream);
-}
-
 static size_t rr__nseg(size_t count, size_t seg) { return (count + seg - 1) / seg; }
 
 static int rr__pipe_segments(rr__coll *c, const rr__step *st, rr__trace_cap *tap) {
-  if (c->piped) return rr__pipe_piped(c, st); /* device buffers, host lanes: pipe_dev.c */
+  const rr__mem *m = c->mem;
   const size_t es = c->esize, seg = c->seg;
-  const size_t nsend = st->to >= 0 ? rr__nseg(st->scount, seg) : 0;
-  const size_t nrecv = st->from >= 0 ? rr__nseg(st->rcount, seg) : 0;
+  /* The request arrays (most of the 15 KiB) are filled as segments are posted: clearing
+   * them for every step would cost a small call more than its sends. */
+  rr__pipe p;
+  memset(&p, 0, offsetof(rr__pipe, sreq));
+  p.c = c, p.st = st, p.es = es, p.seg = seg, p.tap = tap;
+  p.nsend = st->to >= 0 ? rr__nseg(st->scount, seg) : 0;
+  p.nrecv = st->from >= 0 ? rr__nseg(st->rcount, seg) : 0;
   /* Reductions go through staging slots; plain receives land in place. A chain forwards
    * each segment once it arrived: from its destination, or from the slot it was reduced in. */
-  const int slotted = st->kind == RR__STEP_REDUCE || st->kind == RR__STEP_FWD_REDUCE;
-  const int forward = st->kind == RR__STEP_FWD_COPY || st->kind == RR__STEP_FWD_REDUCE;
-  const int fwd_from_slot = st->kind == RR__STEP_FWD_REDUCE;
-  const size_t nslots = (size_t)c->cs->nslots, slot_bytes = c->seg_bytes;
-  char *staging = c->cs->staging;
-  const size_t rwin = slotted ? nslots : RR__RECV_WIN;
-  rr__req sreq[RR__SEND_WIN], rreq[RR__RECV_WIN];
-  rr__red red[RR__RECV_WIN];
-  size_t sp = 0, sd = 0; /* sends posted, sends done */
-  size_t rp = 0, rd = 0; /* receives posted, receives processed */
-
-  if (forward && (st->scount != st->rcount || st->to < 0 || st->from < 0))
+  p.slotted = st->kind == RR__STEP_REDUCE || st->kind == RR__STEP_FWD_REDUCE;
+  p.forward = st->kind == RR__STEP_FWD_COPY || st->kind == RR__STEP_FWD_REDUCE;
+  p.fwd_from_slot = st->kind == RR__STEP_FWD_REDUCE;
+  p.p2p = rr__kind_has(c->a->kind, RR__KF_P2P);
+  p.nslots = (size_t)c->cs->nslots;
+  p.slot_bytes = c->seg_bytes;
+  if (p.forward && (st->scount != st->rcount || st->to < 0 || st->from < 0))
     return rr__set_error(RR_EINVAL, "internal: a forwarding step needs equal sizes");
-  const rr__req_dev *dev = c->dev;
-  /* Point to point: the lane may copy across memories (transport.h, rr__req.p2p). */
-  const int p2p = rr__kind_has(c->a->kind, RR__KF_P2P);
-  /* Device steps (CUDA IPC) reduce out of the transport's device slot, where the segment
-   * arrived. A reduce chain's middle link has no destination: its slots are a landing area of
-   * the same shape in the device scratch, where the kernel writes own (op) received and the
-   * forward's copy reads it, both on the call's stream. Stream order alone does not keep a
-   * landing slot: the copy of segment k is queued only when the next rank frees a slot, which
-   * may be after the kernel of segment k + nslots was launched. So a landing slot is reused
-   * only once the send from it completed (the receive window below), and a device send
-   * completes only once its copy did. */
-  if (dev && fwd_from_slot) {
-    void *area = NULL;
-    RR__CHECK(rr__coll_scratch(c, nslots * slot_bytes, &area));
-    staging = area;
-  } else if (dev && slotted && !st->rbuf) {
-    return rr__set_error(RR_EINVAL, "internal: a device reduction without a destination");
-  }
+  RR__CHECK(m->begin(&p));
 
   for (;;) {
     int busy = 0;
-    /* Queue sends: all of them may go at once, except that a chain forwards segment k only
+    /* Stage sends: all of them may go at once, except that a chain forwards segment k only
      * after it arrived. */
-    while (sp < nsend && sp - sd < RR__SEND_WIN && (!forward || sp < rd)) {
-      size_t off = sp * seg, n = RR__MIN(seg, st->scount - off);
-      rr__req *r = &sreq[sp % RR__SEND_WIN];
+    while (p.sq < p.nsend && p.sq - p.sd < p.swin && (!p.forward || p.sq < p.rd)) {
+      size_t k = p.sq, off = k * seg, n = RR__MIN(seg, st->scount - off);
+      const char *src = p.fwd_from_slot ? p.slots + (k % p.nslots) * p.slot_bytes
+                        : p.forward     ? (const char *)st->rbuf + off * es
+                                        : (const char *)st->sbuf + off * es;
+      rr__req *r = &p.sreq[k % RR__PIPE_WIN];
       memset(r, 0, sizeof *r);
-      if (fwd_from_slot)
-        r->buf = staging + (sp % nslots) * slot_bytes;
-      else if (forward)
-        r->buf = (char *)st->rbuf + off * es;
-      else
-        r->buf = (char *)st->sbuf + off * es;
-      r->len = n * es;
-      r->dev = dev;
-      r->p2p = p2p;
-      RR__CHECK(rr__comm_isend(c->cm, st->to, rr__seg_msg(sp), r));
-      sp++;
+      r->p2p = p.p2p;
+      RR__CHECK(m->send_stage(&p, k, r, src, n * es));
+      p.sq++;
+    }
+    /* Post the staged sends, in order, as each becomes ready. */
+    while (p.sp < p.sq) {
+      int ready = m->send_ready ? m->send_ready(&p, p.sp) : 1;
+      if (ready < 0) return ready;
+      if (!ready) break;
+      RR__CHECK(rr__comm_isend(c->cm, st->to, rr__seg_msg(p.sp), &p.sreq[p.sp % RR__PIPE_WIN]));
+      p.sp++;
     }
     /* Post receives while slots are free: a slot is free once the segment that used it
      * was reduced (or, when forwarding from the slot, sent on). */
-    while (rp < nrecv && rp - rd < rwin &&
-           (!fwd_from_slot || rp < nslots || sd > rp - nslots)) {
-      size_t off = rp * seg, n = RR__MIN(seg, st->rcount - off);
-      rr__req *r = &rreq[rp % RR__RECV_WIN];
+    while (p.rp < p.nrecv && p.rp - p.rd < p.rwin &&
+           (!p.fwd_from_slot || p.rp < p.nslots || p.sd > p.rp - p.nslots)) {
+      size_t k = p.rp, off = k * seg, n = RR__MIN(seg, st->rcount - off);
+      rr__req *r = &p.rreq[k % RR__PIPE_WIN];
+      rr__red *x = &p.red[k % RR__PIPE_WIN];
       memset(r, 0, sizeof *r);
-      r->buf = slotted && (!dev || fwd_from_slot) ? staging + (rp % nslots) * slot_bytes
-                                                  : (char *)st->rbuf + off * es;
       r->len = n * es;
-      r->dev = dev;
-      r->p2p = p2p;
-      if (slotted) {
-        rr__red *x = &red[rp % RR__RECV_WIN];
-        *x = (rr__red){c, st->rbuf ? (char *)st->rbuf + off * es : r->buf,
-                       (const char *)st->own + off * es, off * es, st->avg_div, st->got_first,
-                       tap, RR_OK};
-        /* The transport may reduce in place; a device one must (into the landing slot, when
-         * forwarding from one: the kernel reads the transport's slot, writes ours). */
-        if (st->rbuf || dev) {
-          r->consume = dev ? rr__reduce_on_device : rr__reduce_in_place; /* device: must */
-          r->ctx = x;
-        }
-      }
-      RR__CHECK(rr__comm_irecv(c->cm, st->from, rr__seg_msg(rp), r));
-      rp++;
+      r->p2p = p.p2p;
+      *x = (rr__red){c, st->rbuf ? (char *)st->rbuf + off * es : NULL,
+                     (const char *)st->own + off * es, off * es, st->avg_div, st->got_first,
+                     tap, RR_OK};
+      int ready = m->recv_post(&p, k, r, x);
+      if (ready < 0) return ready;
+      if (!ready) break;
+      RR__CHECK(rr__comm_irecv(c->cm, st->from, rr__seg_msg(k), r));
+      p.rp++;
     }
     size_t moved = 0;
     RR__CHECK(rr__comm_progress(c->cm, &moved));
-    while (rd < rp && rreq[rd % RR__RECV_WIN].complete) {
-      const rr__req *r = &rreq[rd % RR__RECV_WIN];
-      if (slotted && dev) {
-        if (!r->consumed)
-          return rr__set_error(RR_EINVAL, "internal: a device segment was not reduced");
-        RR__CHECK(red[rd % RR__RECV_WIN].status);
-      } else if (slotted && !r->consumed) {
-        rr__pipe_reduce(&red[rd % RR__RECV_WIN], r->buf, r->len);
-      }
-      rd++;
+    while (p.rd < p.rp && p.rreq[p.rd % RR__PIPE_WIN].complete) {
+      const size_t i = p.rd % RR__PIPE_WIN;
+      RR__CHECK(m->recv_done(&p, p.rd, &p.rreq[i], &p.red[i]));
+      p.rd++;
       busy = 1;
     }
-    while (sd < sp && sreq[sd % RR__SEND_WIN].complete) sd++, busy = 1;
-    if (sd == nsend && rd == nrecv) break;
+    while (p.sd < p.sp && p.sreq[p.sd % RR__PIPE_WIN].complete) p.sd++, busy = 1;
+    if (p.sd == p.nsend && p.rd == p.nrecv) break;
     if (!moved && !busy) {
-      c->seg_at = (rd < nrecv ? rd : sd) + 1;
-      c->seg_total = rd < nrecv ? nrecv : nsend;
-      RR__CHECK(rr__coll_block(c, rd < nrecv ? st->from : st->to));
+      c->seg_at = (p.rd < p.nrecv ? p.rd : p.sd) + 1;
+      c->seg_total = p.rd < p.nrecv ? p.nrecv : p.nsend;
+      RR__CHECK(m->idle(&p, p.rd < p.nrecv ? st->from : st->to));
     }
   }
   c->seg_total = 0;
@@ -191,7 +144,8 @@ static int rr__pipe_segments(rr__coll *c, const rr__step *st, rr__trace_cap *tap
  * received header is checked before the data is used. */
 static int rr__pipe_whole(rr__coll *c, const rr__step *st, rr__trace_cap *tap) {
   const int reduce = st->kind == RR__STEP_REDUCE;
-  if (c->dev || (!reduce && st->kind != RR__STEP_COPY) || (st->to >= 0 && st->from >= 0 && !reduce))
+  if (!(c->mem->caps & RR__MEM_WHOLE) || (!reduce && st->kind != RR__STEP_COPY) ||
+      (st->to >= 0 && st->from >= 0 && !reduce))
     return rr__set_error(RR_EINVAL, "internal: not a whole step");
   rr__req sr = {.buf = (char *)st->sbuf, .len = st->scount * c->esize}, hr;
   rr__req rq = {.buf = reduce ? st->land : st->rbuf, .len = st->rcount * c->esize};
@@ -234,3 +188,84 @@ int rr__pipe_step(rr__coll *c, const rr__step *st) {
                                                                           : "");
   return RR_OK;
 }
+
+/* ---- host memory ---- */
+
+static int rr__host_copy(const rr__coll *c, void *dst, const void *src, size_t bytes) {
+  if (dst != src) memmove(dst, src, bytes);
+  return RR_OK;
+}
+
+static int rr__host_reduce(const rr__coll *c, void *dst, const void *a, const void *b, size_t n,
+                           int avg_div) {
+  rr__reduce(dst, a, b, n, c->a->dtype, c->a->op, avg_div);
+  return RR_OK;
+}
+
+static int rr__host_scratch(rr__coll *c, size_t bytes, void **out) {
+  rr__coll_state *cs = c->cs;
+  if (bytes > cs->scratch_bytes) {
+    void *p = realloc(cs->scratch, bytes);
+    if (!p) return rr__set_error(RR_ENOMEM, "out of memory for %zu bytes of scratch", bytes);
+    cs->scratch = p;
+    cs->scratch_bytes = bytes;
+  }
+  *out = cs->scratch;
+  return RR_OK;
+}
+
+/* Slotted steps receive into the group's staging slots. */
+static int rr__host_begin(rr__pipe *p) {
+  p->slots = p->c->cs->staging;
+  p->swin = RR__PIPE_SEND_WIN;
+  p->rwin = p->slotted ? p->nslots : RR__PIPE_WIN;
+  return RR_OK;
+}
+
+/* Host bytes go on the wire as they are. */
+static int rr__host_send_stage(rr__pipe *p, size_t k, rr__req *r, const char *src, size_t len) {
+  r->buf = (char *)src;
+  r->len = len;
+  return RR_OK;
+}
+
+/* A transport whose bytes sit in memory of its own (shared memory) reduces straight out of
+ * it into the destination (rr__req.consume). */
+static void rr__reduce_in_place(rr__req *r, const void *data, size_t len) {
+  rr__pipe_reduce(r->ctx, data, len);
+}
+
+static int rr__host_recv_post(rr__pipe *p, size_t k, rr__req *r, rr__red *x) {
+  if (!p->slotted) {
+    r->buf = x->dst;
+    return 1;
+  }
+  r->buf = p->slots + (k % p->nslots) * p->slot_bytes;
+  if (!x->dst) { /* a chain's middle link: reduced in the slot, and sent on from it */
+    x->dst = r->buf;
+  } else {
+    r->consume = rr__reduce_in_place; /* the transport may reduce in place */
+    r->ctx = x;
+  }
+  return 1;
+}
+
+static int rr__host_recv_done(rr__pipe *p, size_t k, rr__req *r, rr__red *x) {
+  if (p->slotted && !r->consumed) rr__pipe_reduce(x, r->buf, r->len);
+  return RR_OK;
+}
+
+static int rr__host_idle(rr__pipe *p, int peer) { return rr__coll_block(p->c, peer); }
+
+const rr__mem rr__mem_host = {
+    .name = "host memory",
+    .caps = RR__MEM_HOST | RR__MEM_WHOLE,
+    .copy = rr__host_copy,
+    .reduce = rr__host_reduce,
+    .scratch = rr__host_scratch,
+    .begin = rr__host_begin,
+    .send_stage = rr__host_send_stage,
+    .recv_post = rr__host_recv_post,
+    .recv_done = rr__host_recv_done,
+    .idle = rr__host_idle,
+};

@@ -1,10 +1,25 @@
-/* A pipelined step on device buffers over lanes that carry host memory only (TCP, verbs,
- * shared memory without CUDA IPC): the "piped" path of docs/cuda.md.
+/* The step's device side (ring/mem.h): the two memories of a call on CUDA device buffers,
+ * which the group chooses (group/run.c, rr__coll_on_device), as hooks around the one segment
+ * loop of ring/pipe.c. In both, every copy and kernel of the call goes on its stream
+ * (rr__coll.dev), in order, and the host never waits for the device except for its own
+ * work's events; scratch is device memory on the call's device.
  *
- * The staged path copies a whole device buffer to the host, runs the collective there (the
- * host reduces) and copies the result back: three passes one after the other, and the GPU's
- * kernels unused. Here every segment takes its own way through pinned host slots, and the
- * stages of different segments overlap:
+ * CUDA IPC (rr__mem_ipc): the lanes carry device messages (transport/cuda_ipc.c). A segment
+ * is sent from where it is, and a received one is reduced by a kernel straight out of the
+ * transport's device slot (the sender published the slot once its copy had completed). A
+ * reduce chain's middle link has no destination: its slots are a landing area of the same
+ * shape in the device scratch, where the kernel writes own (op) received and the forward's
+ * copy reads it, both on the call's stream. Stream order alone does not keep a landing slot:
+ * the copy of segment k is queued only when the next rank frees a slot, which may be after
+ * the kernel of segment k + nslots was launched. So a landing slot is reused only once the
+ * send from it completed (ring/pipe.c's receive window), and a device send completes only
+ * once its copy did (transport/transport.h, rr__req_dev).
+ *
+ * Piped (rr__mem_piped): the lanes carry host memory only (TCP, verbs, shared memory without
+ * CUDA IPC), the "piped" path of docs/cuda.md. The staged path copies a whole device buffer
+ * to the host, runs the collective there (the host reduces) and copies the result back:
+ * three passes one after the other, and the GPU's kernels unused. Here every segment takes
+ * its own way through pinned host slots, and the stages of different segments overlap:
  *
  *   send k     device -> pinned send slot (a copy on the call's stream, event sent[j]);
  *              once that event completed, the slot goes on the wire
@@ -19,21 +34,119 @@
  * A receive slot is busy from the moment its bytes are handed to the stream until its event
  * completes, across steps and calls (the copy reading it may still be queued when the call
  * returns): a receive is posted into it only after that. Send slots are free again once
- * their send completed (every send completes before the step returns).
- *
- * Only the steps the ring algorithms use run here (send, receive, receive-reduce into a
- * destination); chain steps and whole steps stay on the host path, and group/ipc.c sends
- * other calls through the staged path. */
+ * their send completed (every send completes before the step returns). Only the steps the
+ * ring algorithms use run piped (send, receive, receive-reduce into a destination); group/ipc.c
+ * sends other calls through the staged path (the dev column of ring/kind.h). */
 #include <sched.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "common/status.h"
 #include "common/util.h"
 #include "cuda/cuda.h"
-#include "ring/coll.h"
+#include "ring/mem.h"
 
-#define RR__PIPED_MAX_SLOTS 64 /* >= the largest RR_SLOTS */
+/* ---- what both device memories share ---- */
+
+static int rr__dev_copy(const rr__coll *c, void *dst, const void *src, size_t bytes) {
+  return dst == src ? RR_OK : rr__cuda_memcpy_async(dst, src, bytes, c->dev->stream);
+}
+
+static int rr__dev_reduce(const rr__coll *c, void *dst, const void *a, const void *b, size_t n,
+                          int avg_div) {
+  return rr__cuda_reduce(dst, NULL, a, b, n, c->a->dtype, c->a->op, avg_div, c->dev->stream);
+}
+
+/* Device scratch: grow-only, on the call's device. An outgrown or other device's scratch is
+ * retired, not freed (cudaFree would wait for the whole device, the user's kernels included),
+ * and taken back when a later call on its device fits in it; the group frees them all. */
+static int rr__dev_scratch(rr__coll *c, size_t bytes, void **out) {
+  rr__coll_state *cs = c->cs;
+  const int device = c->dev->device;
+  const int same = cs->dev_scratch && cs->dev_scratch_device == device;
+  if (!same || bytes > cs->dev_scratch_bytes) {
+    size_t got = 0;
+    void *p = rr__cuda_unretire(&cs->cuda_retired, device, bytes, &got);
+    if (!p) RR__CHECK(rr__cuda_alloc_grown(&p, &got, same ? cs->dev_scratch_bytes : 0, bytes, 0));
+    rr__cuda_retire(&cs->cuda_retired, cs->dev_scratch, cs->dev_scratch_bytes,
+                    cs->dev_scratch_device);
+    cs->dev_scratch = p;
+    cs->dev_scratch_bytes = got;
+    cs->dev_scratch_device = device;
+  }
+  *out = cs->dev_scratch;
+  return RR_OK;
+}
+
+/* ---- CUDA IPC: device messages on the lanes ---- */
+
+static int rr__ipc_begin(rr__pipe *p) {
+  p->swin = RR__PIPE_SEND_WIN;
+  p->rwin = p->slotted ? p->nslots : RR__PIPE_WIN;
+  if (p->fwd_from_slot) {
+    void *area = NULL;
+    RR__CHECK(rr__coll_scratch(p->c, p->nslots * p->slot_bytes, &area));
+    p->slots = area;
+  } else if (p->slotted && !p->st->rbuf) {
+    return rr__set_error(RR_EINVAL, "internal: a device reduction without a destination");
+  }
+  return RR_OK;
+}
+
+static int rr__ipc_send_stage(rr__pipe *p, size_t k, rr__req *r, const char *src, size_t len) {
+  r->buf = (char *)src;
+  r->len = len;
+  r->dev = p->c->dev;
+  return RR_OK;
+}
+
+/* The segment sits in this rank's device slot; the kernel reads it there, on the call's
+ * stream. */
+static void rr__reduce_on_device(rr__req *r, const void *data, size_t len) {
+  rr__red *x = r->ctx;
+  const rr__coll *c = x->c;
+  x->status = rr__coll_reduce(c, x->dst, x->got_first ? data : x->own,
+                              x->got_first ? x->own : data, len / c->esize, x->avg_div);
+}
+
+/* A device transport must reduce as it receives (into the landing slot, when forwarding
+ * from one: the kernel reads the transport's slot, writes ours). */
+static int rr__ipc_recv_post(rr__pipe *p, size_t k, rr__req *r, rr__red *x) {
+  r->dev = p->c->dev;
+  r->buf = p->fwd_from_slot ? p->slots + (k % p->nslots) * p->slot_bytes : x->dst;
+  if (p->slotted) {
+    if (!x->dst) x->dst = r->buf;
+    r->consume = rr__reduce_on_device;
+    r->ctx = x;
+  }
+  return 1;
+}
+
+static int rr__ipc_recv_done(rr__pipe *p, size_t k, rr__req *r, rr__red *x) {
+  if (!p->slotted) return RR_OK;
+  if (!r->consumed) return rr__set_error(RR_EINVAL, "internal: a device segment was not reduced");
+  return x->status;
+}
+
+static int rr__ipc_idle(rr__pipe *p, int peer) { return rr__coll_block(p->c, peer); }
+
+const rr__mem rr__mem_ipc = {
+    .name = "device memory over CUDA IPC",
+    .caps = 0,
+    .copy = rr__dev_copy,
+    .reduce = rr__dev_reduce,
+    .scratch = rr__dev_scratch,
+    .begin = rr__ipc_begin,
+    .send_stage = rr__ipc_send_stage,
+    .recv_post = rr__ipc_recv_post,
+    .recv_done = rr__ipc_recv_done,
+    .idle = rr__ipc_idle,
+};
+
+/* ---- piped: pinned host slots on host lanes ---- */
+
+#define RR__PIPED_MAX_SLOTS RR__PIPE_WIN /* >= the largest RR_SLOTS */
 
 struct rr__piped {
   int device;
@@ -50,7 +163,7 @@ static atomic_ullong rr__piped_nseg;
 uint64_t rr__piped_segments(void) { return atomic_load(&rr__piped_nseg); }
 
 void rr__piped_free(rr__coll_state *cs) {
-  rr__piped *p = cs->piped;
+  struct rr__piped *p = cs->piped;
   if (!p) return;
   /* On the slots' device, whatever the caller's thread has current (a destroy may run on a
    * thread that never chose one). cudaFree waits for the device; the events go after it, as
@@ -72,9 +185,9 @@ void rr__piped_free(rr__coll_state *cs) {
 /* The group's slots for the call's device, made at its first piped call. A call on another
  * device (or with other slot sizes) replaces them: cudaFree and cudaFreeHost wait for the
  * device, so the old slots' work is done first. */
-static int rr__piped_get(rr__coll *c, rr__piped **out) {
+static int rr__piped_get(rr__coll *c, struct rr__piped **out) {
   rr__coll_state *cs = c->cs;
-  rr__piped *p = cs->piped;
+  struct rr__piped *p = cs->piped;
   if (p && p->device == c->dev->device && p->slot == cs->seg_bytes && p->nslots == cs->nslots) {
     *out = p;
     return RR_OK;
@@ -106,14 +219,80 @@ static int rr__piped_get(rr__coll *c, rr__piped **out) {
   return RR_OK;
 }
 
-/* Nothing moved on the sockets. With device work of ours pending, the host polls its events
- * (yielding the core) and still watches the group: an abort ends the wait, and so does the
- * deadline. With none pending, it sleeps on the sockets as every step does. */
-static int rr__piped_idle(rr__coll *c, int peer, int device_pending, int64_t *ctl_ms) {
-  if (!device_pending) return rr__coll_block(c, peer);
+static int rr__piped_begin(rr__pipe *p) {
+  const rr__step *st = p->st;
+  const int reduce = st->kind == RR__STEP_REDUCE;
+  if ((!reduce && st->kind != RR__STEP_COPY) || (reduce && !st->rbuf))
+    return rr__set_error(RR_EINVAL, "internal: the piped device path runs no chain steps");
+  struct rr__piped *pp = NULL;
+  RR__CHECK(rr__piped_get(p->c, &pp));
+  p->mine = pp;
+  p->swin = p->rwin = (size_t)pp->nslots;
+  return RR_OK;
+}
+
+/* Copy the segment off the device into its send slot; it goes once the copy is done. */
+static int rr__piped_send_stage(rr__pipe *p, size_t k, rr__req *r, const char *src, size_t len) {
+  struct rr__piped *pp = p->mine;
+  const size_t j = k % (size_t)pp->nslots;
+  r->buf = pp->hsend + j * pp->slot;
+  r->len = len;
+  RR__CHECK(rr__coll_copy(p->c, r->buf, src, len));
+  return rr__cuda_event_record(pp->sent[j], p->c->dev->stream);
+}
+
+static int rr__piped_send_ready(rr__pipe *p, size_t k) {
+  struct rr__piped *pp = p->mine;
+  return rr__cuda_event_done(pp->sent[k % (size_t)pp->nslots]);
+}
+
+/* Into a receive slot the device has finished reading. */
+static int rr__piped_recv_post(rr__pipe *p, size_t k, rr__req *r, rr__red *x) {
+  struct rr__piped *pp = p->mine;
+  const size_t j = k % (size_t)pp->nslots;
+  if (pp->rbusy[j]) {
+    int done = rr__cuda_event_done(pp->recv[j]);
+    if (done <= 0) return done;
+    pp->rbusy[j] = 0;
+  }
+  r->buf = pp->hrecv + j * pp->slot;
+  return 1;
+}
+
+/* Hand the arrived segment to the device: onto a landing slot and reduced into the
+ * destination, or copied straight there. */
+static int rr__piped_recv_done(rr__pipe *p, size_t k, rr__req *r, rr__red *x) {
+  struct rr__piped *pp = p->mine;
+  const size_t j = k % (size_t)pp->nslots;
+  const rr__coll *c = p->c;
+  if (p->slotted) {
+    char *land = pp->land + j * pp->slot;
+    RR__CHECK(rr__coll_copy(c, land, r->buf, r->len));
+    RR__CHECK(rr__coll_reduce(c, x->dst, x->got_first ? land : x->own,
+                              x->got_first ? x->own : land, r->len / c->esize, x->avg_div));
+  } else {
+    RR__CHECK(rr__coll_copy(c, x->dst, r->buf, r->len));
+  }
+  RR__CHECK(rr__cuda_event_record(pp->recv[j], c->dev->stream));
+  pp->rbusy[j] = 1;
+  atomic_fetch_add_explicit(&rr__piped_nseg, 1, memory_order_relaxed);
+  return RR_OK;
+}
+
+/* Nothing moved on the sockets. With device work of ours pending (a send's copy off the
+ * device, or the next receive slot's last reading), the host polls its events (yielding the
+ * core) and still watches the group: an abort ends the wait, and so does the deadline.
+ * With none pending, it sleeps on the sockets as every step does. */
+static int rr__piped_idle(rr__pipe *p, int peer) {
+  struct rr__piped *pp = p->mine;
+  const size_t ns = (size_t)pp->nslots;
+  rr__coll *c = p->c;
+  const int pending = p->sp < p->sq || (p->rp < p->nrecv && p->rp - p->rd < ns &&
+                                        pp->rbusy[p->rp % ns]);
+  if (!pending) return rr__coll_block(c, peer);
   int64_t now = rr__now_ms();
-  if (now != *ctl_ms) {
-    *ctl_ms = now;
+  if (now != p->ctl_ms) {
+    p->ctl_ms = now;
     rr__comm_poll_ctl(c->cm);
     if (rr__comm_abort_concerns(c->cm, 1, c->hdr.seq)) return rr__comm_check(c->cm);
     if (now >= c->deadline_ms)
@@ -126,97 +305,16 @@ static int rr__piped_idle(rr__coll *c, int peer, int device_pending, int64_t *ct
   return RR_OK;
 }
 
-static size_t rr__nseg(size_t count, size_t seg) { return (count + seg - 1) / seg; }
-
-int rr__pipe_piped(rr__coll *c, const rr__step *st) {
-  const size_t es = c->esize, seg = c->seg;
-  const int reduce = st->kind == RR__STEP_REDUCE;
-  if ((!reduce && st->kind != RR__STEP_COPY) || (reduce && !st->rbuf))
-    return rr__set_error(RR_EINVAL, "internal: the piped device path runs no chain steps");
-  rr__piped *p = NULL;
-  RR__CHECK(rr__piped_get(c, &p));
-  void *const stream = c->dev->stream;
-  const size_t ns = (size_t)p->nslots;
-  const size_t nsend = st->to >= 0 ? rr__nseg(st->scount, seg) : 0;
-  const size_t nrecv = st->from >= 0 ? rr__nseg(st->rcount, seg) : 0;
-  rr__req sreq[RR__PIPED_MAX_SLOTS], rreq[RR__PIPED_MAX_SLOTS];
-  size_t sq = 0, sp = 0, sd = 0; /* sends: copied off the device (queued), posted, done */
-  size_t rp = 0, rd = 0;         /* receives: posted, handed to the device */
-  int64_t ctl_ms = 0;
-
-  for (;;) {
-    int busy = 0;
-    /* Copy segments off the device while send slots are free. */
-    while (sq < nsend && sq - sd < ns) {
-      size_t off = sq * seg, n = RR__MIN(seg, st->scount - off), j = sq % ns;
-      RR__CHECK(rr__cuda_memcpy_async(p->hsend + j * p->slot, (const char *)st->sbuf + off * es,
-                                      n * es, stream));
-      RR__CHECK(rr__cuda_event_record(p->sent[j], stream));
-      sq++;
-    }
-    /* Post the sends whose copies are done, in order. */
-    while (sp < sq) {
-      size_t j = sp % ns;
-      int done = rr__cuda_event_done(p->sent[j]);
-      if (done < 0) return done;
-      if (!done) break;
-      size_t off = sp * seg, n = RR__MIN(seg, st->scount - off);
-      rr__req *r = &sreq[j];
-      memset(r, 0, sizeof *r);
-      r->buf = p->hsend + j * p->slot;
-      r->len = n * es;
-      RR__CHECK(rr__comm_isend(c->cm, st->to, rr__seg_msg(sp), r));
-      sp++;
-    }
-    /* Post receives into slots the device has finished reading. */
-    while (rp < nrecv && rp - rd < ns) {
-      size_t j = rp % ns;
-      if (p->rbusy[j]) {
-        int done = rr__cuda_event_done(p->recv[j]);
-        if (done < 0) return done;
-        if (!done) break;
-        p->rbusy[j] = 0;
-      }
-      size_t off = rp * seg, n = RR__MIN(seg, st->rcount - off);
-      rr__req *r = &rreq[j];
-      memset(r, 0, sizeof *r);
-      r->buf = p->hrecv + j * p->slot;
-      r->len = n * es;
-      RR__CHECK(rr__comm_irecv(c->cm, st->from, rr__seg_msg(rp), r));
-      rp++;
-    }
-    size_t moved = 0;
-    RR__CHECK(rr__comm_progress(c->cm, &moved));
-    /* Hand arrived segments to the device, in order. */
-    while (rd < rp && rreq[rd % ns].complete) {
-      size_t j = rd % ns, off = rd * seg, len = rreq[j].len;
-      char *dst = (char *)st->rbuf + off * es;
-      if (reduce) {
-        char *land = p->land + j * p->slot;
-        const char *own = (const char *)st->own + off * es;
-        RR__CHECK(rr__cuda_memcpy_async(land, p->hrecv + j * p->slot, len, stream));
-        RR__CHECK(rr__cuda_reduce(dst, NULL, st->got_first ? land : own,
-                                  st->got_first ? own : land, len / es, c->a->dtype, c->a->op,
-                                  st->avg_div, stream));
-      } else {
-        RR__CHECK(rr__cuda_memcpy_async(dst, p->hrecv + j * p->slot, len, stream));
-      }
-      RR__CHECK(rr__cuda_event_record(p->recv[j], stream));
-      p->rbusy[j] = 1;
-      atomic_fetch_add_explicit(&rr__piped_nseg, 1, memory_order_relaxed);
-      rd++;
-      busy = 1;
-    }
-    while (sd < sp && sreq[sd % ns].complete) sd++, busy = 1;
-    if (sd == nsend && rd == nrecv) break;
-    if (!moved && !busy) {
-      /* Device work we wait for: a send's copy off the device, or a slot's last reading. */
-      int pending = sp < sq || (rp < nrecv && rp - rd < ns && p->rbusy[rp % ns]);
-      c->seg_at = (rd < nrecv ? rd : sd) + 1;
-      c->seg_total = rd < nrecv ? nrecv : nsend;
-      RR__CHECK(rr__piped_idle(c, rd < nrecv ? st->from : st->to, pending, &ctl_ms));
-    }
-  }
-  c->seg_total = 0;
-  return RR_OK;
-}
+const rr__mem rr__mem_piped = {
+    .name = "device memory piped through pinned host slots",
+    .caps = 0,
+    .copy = rr__dev_copy,
+    .reduce = rr__dev_reduce,
+    .scratch = rr__dev_scratch,
+    .begin = rr__piped_begin,
+    .send_stage = rr__piped_send_stage,
+    .send_ready = rr__piped_send_ready,
+    .recv_post = rr__piped_recv_post,
+    .recv_done = rr__piped_recv_done,
+    .idle = rr__piped_idle,
+};

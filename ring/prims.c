@@ -10,7 +10,7 @@
 
 #include "common/status.h"
 #include "common/util.h"
-#include "cuda/cuda.h"
+#include "ring/mem.h"
 #include "ring/prims.h"
 
 /* What to add to a mismatch message. A hint names a setting only when the calls agree on
@@ -278,38 +278,16 @@ const char *rr__coll_where(rr__coll *c) {
   return c->where;
 }
 
-/* Device scratch: grow-only, on the call's device. An outgrown or other device's scratch is
- * retired, not freed (cudaFree would wait for the whole device, the user's kernels included),
- * and taken back when a later call on its device fits in it; the group frees them all. */
-static int rr__coll_dev_scratch(rr__coll *c, size_t bytes, void **out) {
-  rr__coll_state *cs = c->cs;
-  const int device = c->dev->device;
-  const int same = cs->dev_scratch && cs->dev_scratch_device == device;
-  if (!same || bytes > cs->dev_scratch_bytes) {
-    size_t got = 0;
-    void *p = rr__cuda_unretire(&cs->cuda_retired, device, bytes, &got);
-    if (!p) RR__CHECK(rr__cuda_alloc_grown(&p, &got, same ? cs->dev_scratch_bytes : 0, bytes, 0));
-    rr__cuda_retire(&cs->cuda_retired, cs->dev_scratch, cs->dev_scratch_bytes,
-                    cs->dev_scratch_device);
-    cs->dev_scratch = p;
-    cs->dev_scratch_bytes = got;
-    cs->dev_scratch_device = device;
-  }
-  *out = cs->dev_scratch;
-  return RR_OK;
-}
-
+/* The call's memory does these (ring/mem.h): host memory and device buffers alike. */
 int rr__coll_scratch(rr__coll *c, size_t bytes, void **out) {
-  if (c->dev) return rr__coll_dev_scratch(c, bytes, out);
-  rr__coll_state *cs = c->cs;
-  if (bytes > cs->scratch_bytes) {
-    void *p = realloc(cs->scratch, bytes);
-    if (!p) return rr__set_error(RR_ENOMEM, "out of memory for %zu bytes of scratch", bytes);
-    cs->scratch = p;
-    cs->scratch_bytes = bytes;
-  }
-  *out = cs->scratch;
-  return RR_OK;
+  return c->mem->scratch(c, bytes, out);
+}
+int rr__coll_copy(const rr__coll *c, void *dst, const void *src, size_t bytes) {
+  return bytes ? c->mem->copy(c, dst, src, bytes) : RR_OK;
+}
+int rr__coll_reduce(const rr__coll *c, void *dst, const void *a, const void *b, size_t n,
+                    int avg_div) {
+  return c->mem->reduce(c, dst, a, b, n, avg_div);
 }
 
 _Static_assert(RR__HDR_BYTES == RR__SNIFF_BYTES, "a waiting call peeks at exactly one header");

@@ -109,15 +109,11 @@ typedef struct rr__coll {
   struct rr__hdr_sends *sends; /* header messages of this call still to be flushed */
   int trace_step;              /* RR_TRACE: steps of this call traced so far */
   int64_t trace_t0;            /* RR_TRACE file: the call's start on the wall clock */
-  /* Device buffers moved through CUDA IPC (group/run.c sets it, for group/ipc.c; NULL: host):
-   * segments travel as device messages, reductions run as kernels on dev->stream, and an
-   * algorithm's local copies go on that stream too. Every collective but point to point runs
-   * so (group/ipc.c: the dev column of ring/kind.h); a reduce chain's middle link lands in the device scratch
-   * (pipe.c). */
+  /* Where the call's bytes live (ring/mem.h): host memory unless the group said otherwise
+   * (rr__coll_on_device), and for device buffers, their device and the CUDA stream every
+   * copy and kernel of the call goes on. Only the memory's own code reads dev. */
+  const struct rr__mem *mem;
   const rr__req_dev *dev;
-  /* With dev: the lanes carry host memory only, so each segment goes through pinned host
-   * slots and the reductions still run as kernels on dev->stream (ring/pipe_dev.c). */
-  int piped;
 } rr__coll;
 
 /* The global rank of group rank r, for messages and traces. */
@@ -134,9 +130,18 @@ static inline int rr__coll_is_p2p(const rr__coll *c) {
 }
 /* The text of the latest RR__WHERE ("" if none). */
 const char *rr__coll_where(rr__coll *c);
-/* Grow the group's scratch buffer to at least `bytes`: host memory, or device memory on the
- * call's device when the call runs on device buffers (c->dev). */
+
+/* ---- the call's memory (ring/mem.h), whatever it is ---- */
+
+/* The group's grow-only scratch buffer, at least `bytes`, in the call's memory. */
 int rr__coll_scratch(rr__coll *c, size_t bytes, void **out);
+/* Copy `bytes` (the regions may overlap), in order with the call's other work on its memory:
+ * on the host at once, on a device queued on the call's stream. */
+int rr__coll_copy(const rr__coll *c, void *dst, const void *src, size_t bytes);
+/* dst[i] = a[i] (op) b[i] for i < n elements of the call's dtype and op (AVG divides by
+ * avg_div when > 0), in order likewise (ring/op.c's loops, or cuda/'s kernel). */
+int rr__coll_reduce(const rr__coll *c, void *dst, const void *a, const void *b, size_t n,
+                    int avg_div);
 
 /* Record where the call is: a format with up to three int arguments. Formatting it on every
  * step would cost more than a small call's whole bookkeeping, so only the format and the
@@ -291,10 +296,5 @@ static inline rr__step rr__step_whole_reduce(int to, int from, void *buf, void *
 /* Execute a step; returns when all its sends and receives completed, so the next step may
  * overwrite anything this one was sending. */
 int rr__pipe_step(rr__coll *c, const rr__step *st);
-
-/* ---- the piped device path (ring/pipe_dev.c) ---- */
-typedef struct rr__piped rr__piped;
-/* A pipelined step of a call with c->piped (rr__pipe_step sends it here). */
-int rr__pipe_piped(rr__coll *c, const rr__step *st);
 
 #endif /* RR__RING_PRIMS_H_ */

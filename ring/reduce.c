@@ -8,7 +8,7 @@
  *   4 ranks, root 0:   1 sends x1  ->  2 sends x1+x2  ->  3 sends x1+x2+x3  ->  0: all four
  *
  * Partial sums pass through staging slots (device buffers over CUDA IPC: landing slots in
- * the device scratch, ring/pipe.c), so non-root ranks need no output buffer. The
+ * the device scratch, ring/pipe_dev.c), so non-root ranks need no output buffer. The
  * root checks the last header of the chain and then tells every rank the call is complete.
  */
 #include <stdio.h>

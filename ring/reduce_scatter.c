@@ -14,7 +14,6 @@
  * read at the last step), so both come from the group's scratch buffer.
  */
 #include <stdio.h>
-#include <string.h>
 
 #include "ring/algo.h"
 

@@ -40,6 +40,7 @@
 #include "common/log.h"
 #include "common/param.h"
 #include "common/util.h"
+#include "ring/mem.h"
 #include "ring/prims.h"
 #include "ring/trace.h"
 
@@ -324,8 +325,9 @@ rr__trace_cap *rr__trace_step_begin(rr__coll *c, const rr__step *st, rr__trace_c
   const int reduce = st->kind == RR__STEP_REDUCE || st->kind == RR__STEP_FWD_REDUCE;
   cap->t0_ns = rr__trace_clock();
   /* Device buffers are not read here (the trace would have to copy them back). */
-  cap->keep = !c->dev && reduce && st->own && st->rcount <= RR__TRACE_CAPTURE;
-  cap->has_sent = !c->dev && st->to >= 0 && st->sbuf && st->scount <= RR__TRACE_CAPTURE;
+  const int host = (c->mem->caps & RR__MEM_HOST) != 0;
+  cap->keep = host && reduce && st->own && st->rcount <= RR__TRACE_CAPTURE;
+  cap->has_sent = host && st->to >= 0 && st->sbuf && st->scount <= RR__TRACE_CAPTURE;
   if (cap->keep) memcpy(cap->own, st->own, st->rcount * es);
   if (cap->has_sent) memcpy(cap->sent, st->sbuf, st->scount * es);
   return cap->keep ? cap : NULL;

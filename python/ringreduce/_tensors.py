@@ -101,11 +101,83 @@ def _move_view(t):
     return (t.reshape(-1), d) if d is not None else (_bytes(t), _lib.UINT8)
 
 
-def _one(tensors, what):
+def _listed(tensors):
+    """A call's tensors as a list: torch's bindings take one tensor wherever they take a list
+    of them (pg.allreduce(t), pg.broadcast(t, root=...))."""
+    return [tensors] if isinstance(tensors, torch.Tensor) else list(tensors)
+
+
+def _one(tensors, what, arg="tensors"):
+    """The one tensor of a call that takes one per process (a tensor, or a list of one)."""
+    if isinstance(tensors, torch.Tensor):
+        return tensors
     if len(tensors) != 1:
-        raise RuntimeError(f"ringreduce: {what}: one tensor per call (got {len(tensors)}); "
-                           "several per process is the multi-device API, not supported")
+        raise RuntimeError(f"ringreduce: {what}: requires a single-element tensor list ({arg} "
+                           f"has {len(tensors)}): one tensor per process (only all_reduce, "
+                           "broadcast and all_gather take several, as gloo)")
     return tensors[0]
+
+
+def _positional(what, values, *given):
+    """torch's keywords of a call (op, root, timeout: `given`, in the binding's order) where
+    their leading values came positionally, in the options object's place."""
+    if len(values) > len(given):
+        raise TypeError(f"ringreduce: {what}: {len(values)} positional values for "
+                        f"{len(given)} keywords")
+    return tuple(values) + tuple(given[len(values):])
+
+
+def _bad(what, text):
+    """The error of a call refused for its arguments, before anything is sent."""
+    return RuntimeError(f"ringreduce: {what}: {text}")
+
+
+def _root(what, root, size, arg):
+    """A root rank that names a rank of the group."""
+    if not isinstance(root, int) or not 0 <= root < size:
+        raise _bad(what, f"invalid root rank {root} ({arg}): a group of {size} has ranks 0 to "
+                         f"{size - 1}")
+    return root
+
+
+def _alike(what, tensors, arg):
+    """Every tensor of a list like the first: one dtype, one shape."""
+    ref = tensors[0]
+    for i, t in enumerate(tensors):
+        if t.dtype != ref.dtype:
+            raise _bad(what, f"invalid tensor type: {arg}[{i}] is {t.dtype}, not {ref.dtype}")
+        if t.shape != ref.shape:
+            raise _bad(what, f"invalid tensor size: {arg}[{i}] has shape {list(t.shape)}, not "
+                             f"{list(ref.shape)}")
+
+
+# Several tensors of one process reduced into one before the call (all_reduce of a list):
+# the library op -> an in-place torch op on the running result.
+_LOCAL = {
+    _lib.SUM: torch.Tensor.add_, _lib.AVG: torch.Tensor.add_, _lib.PROD: torch.Tensor.mul_,
+    _lib.MIN: lambda a, b: torch.minimum(a, b, out=a),
+    _lib.MAX: lambda a, b: torch.maximum(a, b, out=a),
+    _lib.BAND: torch.Tensor.bitwise_and_, _lib.BOR: torch.Tensor.bitwise_or_,
+    _lib.BXOR: torch.Tensor.bitwise_xor_,
+}
+
+
+def _local_reduce(tensors, op):
+    """A new contiguous tensor holding this process's tensors reduced by the library op `op`
+    (AVG sums them: the library divides by the world size), in list order."""
+    out = tensors[0].clone(memory_format=torch.contiguous_format)
+    step = _LOCAL[op]
+    for t in tensors[1:]:
+        step(out, t)
+    return out
+
+
+def _write_back(finish):
+    """Run a call's copy of its result into the caller's tensors as the library writes into
+    them: a raw write, unseen by autograd, allowed into inference tensors (made under
+    torch.inference_mode(), which the thread that completes the call is not in)."""
+    with torch.inference_mode():
+        finish()
 
 
 def _overlaps(t):

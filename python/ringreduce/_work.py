@@ -11,7 +11,7 @@ import torch
 import torch.distributed as dist
 
 from . import _lib
-from ._tensors import _on_stream
+from ._tensors import _on_stream, _write_back
 
 
 def _timeout_ms(timeout):
@@ -75,7 +75,7 @@ class _Call:
                 # A copy-out that fails (torch refusing the copy) fails this call only: the
                 # group and every later call go on.
                 try:
-                    self.finish()
+                    _write_back(self.finish)
                 except Exception as e:  # noqa: BLE001
                     self.error = RuntimeError(f"ringreduce: {self.what}: copying the result "
                                               f"into the caller's tensor failed: {e}")
@@ -311,8 +311,16 @@ class Work(dist._Work):
         return self._batch.error() if self.is_completed() else None
 
     def result(self):
+        """The output tensors, as torch's C++ Work::result gives them: one list (a call
+        whose outputs are a list of lists, all_gather of several tensors, answers through
+        get_future() only, as gloo's does)."""
         self.wait()
-        return self._result
+        r = self._result
+        if r and isinstance(r[0], (list, tuple)):
+            raise RuntimeError("ringreduce: work result does not support list of lists (the "
+                               "outputs of all_gather of several tensors, all_gather_coalesced): "
+                               "use .get_future() and value()")
+        return r
 
     def get_future(self):
         source = torch.futures.Future(devices=self._devices)

@@ -11,6 +11,11 @@ torch (docs/torch.md says why, with measurements). It holds no algorithm: each c
 torch's tensors and options onto one asynchronous call of the C library (a few for the
 coalesced forms) and returns a Work that waits for them (ringreduce/_work.py).
 
+The group object also takes every form torch's ProcessGroup bindings take, as libraries and
+torch's c10d tests call it directly (pg.allreduce(t), op=/root=/timeout= keywords, the flat
+gather/scatter forms, several tensors where gloo takes them), checks its arguments before
+anything is sent, and gives futures the values torch's C++ groups give.
+
 Every spelling torch has used for a collective is served: 2.x's all_gather_single,
 reduce_scatter_single, all_to_all_single, gather_single and their _coalesced forms, and
 the _allgather_base, _reduce_scatter_base, alltoall_base, *_into_tensor_coalesced names
@@ -22,8 +27,9 @@ process group keeps them referenced until then. Non-contiguous tensors are copie
 contiguous ones and back. Errors raise RuntimeError with the library's sentence (which
 rank, which call, why).
 
-(Just over 800 lines: one class, the ProcessGroup torch calls, whose methods are one map
-from torch's names to the library's calls; split, the map would be read in two files.)"""
+(About 1,050 lines: one class, the ProcessGroup torch calls, whose methods are one map
+from torch's names and call forms to the library's calls, each with its argument checks;
+split, the map would be read in two files.)"""
 
 import collections
 import ctypes
@@ -39,15 +45,33 @@ from . import _lib
 from ._elastic import ElasticMixin, errored, grow, grow_pending, join, revoke, shrink  # noqa: F401
 from ._p2p import _P2P, _p2p_order
 from ._store import StoreBridge
-from ._tensors import (_CPU, _SPARSE_CHECKED, _caller_waits, _contiguous, _move_view,  # noqa: F401
-                       _issuing_stream, _one, _op, _ptr, _reduce_view, _stream_ordered,
-                       _writable)
+from ._tensors import (_CPU, _SPARSE_CHECKED, _SUM, _alike, _bad, _caller_waits,  # noqa: F401
+                       _contiguous, _issuing_stream, _listed, _local_reduce, _move_view, _one,
+                       _op, _positional, _ptr, _reduce_view, _root, _stream_ordered, _writable,
+                       _write_back)
 from ._work import Batch, Work, _Call, _Completer, _timeout_ms, call_error
 
 BACKEND = "ringreduce"
 _KEEP = 256  # completed works nobody waited for, kept in case a C++ caller still asks
 
 _DONE = Batch([], "a finished call")  # the batch of every call that ran on the caller's thread
+
+
+# What stands in an options object's place in torch's keyword forms of a call, given
+# positionally: a root (int), an op (ReduceOp; 2.x's members are RedOpType), a timeout.
+_KEYWORD = (int, datetime.timedelta, dist.ReduceOp, type(dist.ReduceOp.SUM))
+
+
+def _timed(work, opts, timeout):
+    """A call's own time limit, torch's timeout= (or its options' timeout, where set: torch
+    leaves it negative), as that work's wait limit; a wait past it fails the group, as any
+    timeout in this library."""
+    if work._batch is _DONE:
+        return work  # ran on the caller's thread: nothing left to wait for
+    t = getattr(opts, "timeout", None) if opts is not None else timeout
+    if t is not None and t.total_seconds() > 0:
+        work._default_timeout = t
+    return work
 
 
 def _release(pg_handle, bridge, completer, abort=False):
@@ -222,7 +246,7 @@ class ProcessGroupRingreduce(ElasticMixin, dist.ProcessGroup):
             if st < 0:
                 raise self._failed(st, call_error(st, _lib.error_text(), what))
             if finish is not None:
-                finish()
+                _write_back(finish)
             # Done already: nothing to keep alive (torch holds it while it waits).
             return Work(_DONE, result, self._completer, device)
         self._cuda_stream(device, what)
@@ -335,32 +359,71 @@ class ProcessGroupRingreduce(ElasticMixin, dist.ProcessGroup):
         return work
 
     # ---- collectives --------------------------------------------------------------------
+    #
+    # Each takes every form torch's ProcessGroup bindings take: the options object, or
+    # torch's keywords in its place (op=, root=, timeout=, also positionally), and one
+    # tensor wherever a list of them goes. Arguments are checked before anything is sent,
+    # gloo's checks with gloo's words for them, naming the argument. A work's result and
+    # future value are what torch's C++ groups give: the list of output tensors (one list
+    # for all_gather and gather of one input, as gloo; the list of lists for several).
 
-    def allreduce(self, tensors, opts=None):
+    def allreduce(self, tensors, opts=None, *args, op=None, timeout=None):
         what = "all_reduce"
-        t = _one(tensors, what)
-        op_in = opts.reduceOp if opts is not None else dist.ReduceOp.SUM
-        if t.is_sparse:
-            return self._sparse_allreduce(t, op_in, tensors)
-        dev = self._check_device([t], what)
-        op = _op(op_in, t, what)
-        buf, back = _contiguous(t, what)
-        r, d = _reduce_view(buf, what)
-        return self._start(what, _lib.all_reduce_async, (_ptr(r), _ptr(r), r.numel(), d, op),
-                           (t, buf), tensors, back, dev,
-                           sync=_caller_waits(opts, 1))
+        if isinstance(opts, _KEYWORD):  # allreduce(tensor, op, timeout)
+            (op, timeout), opts = _positional(what, (opts,) + args, op, timeout), None
+        op_in = opts.reduceOp if opts is not None else (_SUM if op is None else op)
+        ts = [tensors] if isinstance(tensors, torch.Tensor) else tensors
+        if len(ts) == 1 and not ts[0].is_sparse:  # the common case
+            t = ts[0]
+            dev = self._check_device(ts, what)
+            op = _op(op_in, t, what)
+            buf, back = _contiguous(t, what)
+            r, d = _reduce_view(buf, what)
+            return _timed(self._start(what, _lib.all_reduce_async,
+                                      (_ptr(r), _ptr(r), r.numel(), d, op), (t, buf), ts, back,
+                                      dev, sync=_caller_waits(opts, 1)), opts, timeout)
+        ts = list(ts)
+        if not ts:
+            raise _bad(what, "requires non-empty tensor list (tensors)")
+        if any(t.is_sparse for t in ts):
+            return self._sparse_allreduce(ts, op_in)  # all sparse, or refused there
+        # Several tensors of this process (gloo's multi-input form): every one of them gets
+        # the reduction of all of them on every rank, reduced here first, then as one.
+        _alike(what, ts, "tensors")
+        dev = self._check_device(ts, what)
+        op = _op(op_in, ts[0], what)
+        for t in ts:
+            _writable(t, what)
+        flat = _local_reduce(ts, op)
+        r, d = _reduce_view(flat, what)
+
+        def back():
+            for t in ts:
+                t.copy_(flat)
+        return _timed(self._start(what, _lib.all_reduce_async,
+                                  (_ptr(r), _ptr(r), r.numel(), d, op), (ts, flat), ts, back,
+                                  dev, sync=_caller_waits(opts, 1)), opts, timeout)
 
     def allreduce_coalesced(self, tensors, opts=None):
         what = "all_reduce_coalesced"
+        tensors = _listed(tensors)
         if not tensors:
-            raise RuntimeError(f"ringreduce: {what}: no tensors")
-        dev = self._check_device(tensors, what)
-        for t in tensors[1:]:
+            raise _bad(what, "requires non-empty tensor list (tensors)")
+        for i, t in enumerate(tensors):
+            if t.layout != tensors[0].layout:
+                raise _bad(what, f"invalid tensor layout at index {i}: tensors[{i}] is "
+                                 f"{t.layout}, tensors[0] {tensors[0].layout}")
+        for i, t in enumerate(tensors):
             if t.dtype != tensors[0].dtype:
-                raise RuntimeError(f"ringreduce: {what}: tensors of one dtype only")
+                raise _bad(what, f"tensors must all have the same type: tensors[{i}] is "
+                                 f"{t.dtype}, tensors[0] {tensors[0].dtype}")
+        if tensors[0].layout != torch.strided:
+            raise _bad(what, f"unsupported layout {tensors[0].layout}: dense tensors only "
+                             "(all_reduce takes a sparse tensor)")
+        dev = self._check_device(tensors, what)
         for t in tensors:
             _writable(t, what)
-        op = _op(opts.reduceOp if opts is not None else dist.ReduceOp.SUM, tensors[0], what)
+        op = _op(opts.reduceOp if opts is not None else _SUM, tensors[0], what)
         flat = torch.cat([t.reshape(-1) for t in tensors])
         r, d = _reduce_view(flat, what)
 
@@ -374,12 +437,24 @@ class ProcessGroupRingreduce(ElasticMixin, dist.ProcessGroup):
                            (tensors, flat), tensors, back, dev,
                            sync=_caller_waits(opts, 1))
 
-    def _sparse_allreduce(self, t, op_in, tensors):
+    def _sparse_allreduce(self, tensors, op_in):
         """A sparse COO all_reduce, as gloo does it: every rank's indices and values gathered,
-        then summed locally (the same sum, in the same order, on every rank). SUM only."""
+        then summed locally (the same sum, in the same order, on every rank). SUM only.
+        Several tensors of this process are summed here first; each gets the result."""
         what = "all_reduce (sparse)"
+        for i, x in enumerate(tensors):
+            if x.layout != tensors[0].layout:
+                raise _bad(what, f"invalid tensor layout: tensors[{i}] is {x.layout}, "
+                                 f"tensors[0] {tensors[0].layout}: all sparse or all dense")
+            if x.shape != tensors[0].shape:
+                raise _bad(what, f"invalid tensor size: tensors[{i}] has shape "
+                                 f"{list(x.shape)}, not {list(tensors[0].shape)}")
         if op_in != dist.ReduceOp.SUM:
-            raise RuntimeError(f"ringreduce: {what}: only SUM is defined for sparse tensors")
+            raise _bad(what, f"unsupported reduction operation {op_in} (op): only SUM is "
+                             "defined for sparse tensors")
+        t = tensors[0]
+        for x in tensors[1:]:
+            t = t + x
         self._check_device([t.coalesce().values()], what)
         c = t.coalesce()
         idx, val = c.indices().contiguous(), c.values().contiguous()
@@ -399,34 +474,70 @@ class ProcessGroupRingreduce(ElasticMixin, dist.ProcessGroup):
         parts_v = [gv[r][:int(counts[r])] for r in range(n)]
         total = torch.sparse_coo_tensor(torch.cat(parts_i, 1), torch.cat(parts_v), t.shape,
                                         dtype=t.dtype, **_SPARSE_CHECKED).coalesce()
-        t.copy_(total)
-        return self._wrap(Batch([], what), tensors)
+        for x in tensors:
+            x.copy_(total)
+        return self._wrap(Batch([], what), list(tensors))
 
-    def broadcast(self, tensors, opts=None):
+    def broadcast(self, tensors, opts=None, *args, root=None, timeout=None):
         what = "broadcast"
-        t = _one(tensors, what)
-        dev = self._check_device([t], what)
-        root = opts.rootRank if opts is not None else 0
+        if isinstance(opts, _KEYWORD):  # broadcast(tensor, root, timeout)
+            (root, timeout), opts = _positional(what, (opts,) + args, root, timeout), None
+        ts = _listed(tensors)
+        if opts is not None:
+            root = _root(what, opts.rootRank, self._size, "opts.rootRank")
+            at = opts.rootTensor
+        else:
+            root, at = _root(what, 0 if root is None else root, self._size, "root"), 0
+        if not 0 <= at < len(ts):
+            raise _bad(what, f"invalid root tensor {at} (opts.rootTensor): the call has "
+                             f"{len(ts)} tensor(s)")
+        t = ts[at]
+        if len(ts) > 1:
+            _alike(what, ts, "tensors")
+        dev = self._check_device(ts, what)
         buf, back = _contiguous(t, what)
-        b, d = _move_view(buf)
-        return self._start(what, _lib.broadcast_async,
-                           (_ptr(b), _ptr(b), b.numel(), d, self._lr(root)),
-                           (t, buf), tensors, back, dev,
-                           sync=_caller_waits(opts, 1))
+        if len(ts) > 1:
+            # gloo's multi-input form: the root's tensors[rootTensor] into every tensor.
+            others = [x for x in ts if x is not t]
+            for x in others:
+                _writable(x, what)
 
-    def reduce(self, tensors, opts=None):
+            own = back
+
+            def back():
+                if own is not None:
+                    own()
+                for x in others:
+                    x.copy_(buf.view_as(x))
+        b, d = _move_view(buf)
+        return _timed(self._start(what, _lib.broadcast_async,
+                                  (_ptr(b), _ptr(b), b.numel(), d, self._lr(root)),
+                                  (ts, buf), ts, back, dev, sync=_caller_waits(opts, 1)),
+                      opts, timeout)
+
+    def reduce(self, tensors, opts=None, *args, root=None, op=None, timeout=None):
         what = "reduce"
+        if isinstance(opts, _KEYWORD):  # reduce(tensor, root, op, timeout)
+            (root, op, timeout), opts = _positional(what, (opts,) + args, root, op, timeout), None
+        if opts is not None:
+            root = _root(what, opts.rootRank, self._size, "opts.rootRank")
+            if opts.rootTensor != 0:
+                raise _bad(what, f"invalid root tensor {opts.rootTensor} (opts.rootTensor): "
+                                 "one tensor per call, index 0")
+            op_in = opts.reduceOp
+        else:
+            root = _root(what, 0 if root is None else root, self._size, "root")
+            op_in = _SUM if op is None else op
         t = _one(tensors, what)
         dev = self._check_device([t], what)
-        root = opts.rootRank if opts is not None else 0
-        op = _op(opts.reduceOp if opts is not None else dist.ReduceOp.SUM, t, what)
+        op = _op(op_in, t, what)
         buf, back = _contiguous(t, what)
         r, d = _reduce_view(buf, what)
         # torch reduces in place: the root's tensor gets the result, the others keep theirs.
-        return self._start(what, _lib.reduce_async,
-                           (_ptr(r), _ptr(r), r.numel(), d, op, self._lr(root)),
-                           (t, buf), tensors, back if self._rank == root else None, dev,
-                           sync=_caller_waits(opts, 1))
+        return _timed(self._start(what, _lib.reduce_async,
+                                  (_ptr(r), _ptr(r), r.numel(), d, op, self._lr(root)),
+                                  (t, buf), [t], back if self._rank == root else None, dev,
+                                  sync=_caller_waits(opts, 1)), opts, timeout)
 
     def _allgather_call(self, out, inp, what):
         """(fn, args, keep, copy-back) of an all_gather of `inp` into the flat `out`."""
@@ -459,46 +570,81 @@ class ProcessGroupRingreduce(ElasticMixin, dist.ProcessGroup):
 
     allgather_into_tensor_coalesced = all_gather_single_coalesced  # the name before 2.x's
 
-    def allgather(self, output_tensors, input_tensors, opts=None):
+    def allgather(self, output_tensors, input_tensors, opts=None, timeout=None):
         what = "all_gather"
-        inp = _one(input_tensors, what).contiguous()
-        outs = _one(output_tensors, what)
-        if len(outs) != self._size:
-            raise RuntimeError(f"ringreduce: {what}: {len(outs)} output tensors for a group of "
-                               f"{self._size}")
-        dev = self._check_device([inp] + list(outs), what)
-        for o in outs:
-            if o.numel() != inp.numel() or o.dtype != inp.dtype:
-                raise RuntimeError(f"ringreduce: {what}: every output must be like the input "
-                                   f"({inp.numel()} x {inp.dtype})")
+        if isinstance(opts, datetime.timedelta):
+            timeout, opts = opts, None  # allgather(outputs, tensor, timeout)
+        if isinstance(input_tensors, torch.Tensor):
+            # allgather(outputs, tensor): one flat list of outputs, the future's value.
+            ins, out_lists = [input_tensors], [list(output_tensors)]
+        else:
+            ins, out_lists = list(input_tensors), [list(o) for o in output_tensors]
+        n, k = self._size, len(ins)
+        if not ins:
+            raise _bad(what, "requires non-empty input tensor list (input_tensors)")
+        if len(out_lists) != k:
+            raise _bad(what, f"requires input/output tensor lists to have the same length "
+                             f"({len(out_lists)} output lists for {k} inputs)")
+        for j, outs in enumerate(out_lists):
+            if len(outs) != n * k:
+                raise _bad(what, f"invalid output tensor list: output_tensors[{j}] has "
+                                 f"{len(outs)} tensors, not {n * k} (world size x inputs)")
+        _alike(what, ins, "input_tensors")
+        for j, outs in enumerate(out_lists):
+            for i, o in enumerate(outs):
+                if o.dtype != ins[0].dtype:
+                    raise _bad(what, f"invalid tensor type: output_tensors[{j}][{i}] is "
+                                     f"{o.dtype}, the input {ins[0].dtype}")
+                if o.numel() != ins[0].numel():
+                    raise _bad(what, f"invalid tensor size: output_tensors[{j}][{i}] has "
+                                     f"{o.numel()} elements, the input {ins[0].numel()}")
+        every = [o for outs in out_lists for o in outs]
+        dev = self._check_device(ins + every, what)
+        for o in every:
             _writable(o, what)
-        flat = torch.empty(self._size * inp.numel(), dtype=inp.dtype, device=inp.device)
+        inp = ins[0].contiguous() if k == 1 else torch.cat([i.reshape(-1) for i in ins])
+        m = ins[0].numel()  # the elements of one input; rank r's input i is block r * k + i
+        flat = torch.empty(n * k * m, dtype=inp.dtype, device=inp.device)
         (ib, d), (fb, _) = _move_view(inp), _move_view(flat)
 
         def back():
-            for i, o in enumerate(outs):
-                o.copy_(flat[i * inp.numel():(i + 1) * inp.numel()].view_as(o))
-        return self._start(what, _lib.all_gather_async, (_ptr(ib), _ptr(fb), ib.numel(), d),
-                           (inp, flat, outs), output_tensors, back, dev,
-                           sync=_caller_waits(opts, 1))
+            for outs in out_lists:
+                for b, o in enumerate(outs):
+                    o.copy_(flat[b * m:(b + 1) * m].view_as(o))
+        value = out_lists[0] if k == 1 else out_lists
+        return _timed(self._start(what, _lib.all_gather_async,
+                                  (_ptr(ib), _ptr(fb), ib.numel(), d), (inp, flat, every), value,
+                                  back, dev, sync=_caller_waits(opts, 1)), opts, timeout)
 
     def allgather_coalesced(self, output_lists, input_list, opts=None):
         """output_lists[r][i] gets rank r's input_list[i]: one all_gather per input."""
         what = "all_gather_coalesced"
         n = self._size
-        if len(output_lists) != n or any(len(o) != len(input_list) for o in output_lists):
-            raise RuntimeError(f"ringreduce: {what}: needs {n} output lists of "
-                               f"{len(input_list)} tensors each")
+        if not input_list:
+            raise _bad(what, "requires non-empty input tensor list (input_list)")
+        if len(output_lists) != n:
+            raise _bad(what, f"output lists should be equal to world size: output_lists has "
+                             f"{len(output_lists)}, the group {n} ranks")
+        for r, ol in enumerate(output_lists):
+            if len(ol) != len(input_list):
+                raise _bad(what, f"invalid output size: output_lists[{r}] has {len(ol)} "
+                                 f"tensors, input_list {len(input_list)}")
+        for i, inp in enumerate(input_list):
+            for r in range(n):
+                o = output_lists[r][i]
+                if o.dtype != inp.dtype:
+                    raise _bad(what, f"invalid tensor type at index {i}: output_lists[{r}][{i}] "
+                                     f"is {o.dtype}, input_list[{i}] {inp.dtype}")
+                if o.numel() != inp.numel():
+                    raise _bad(what, f"invalid size of output tensor at index {i}: "
+                                     f"output_lists[{r}][{i}] has {o.numel()} elements, "
+                                     f"input_list[{i}] {inp.numel()}")
+                _writable(o, what)
         dev = self._check_device(list(input_list) + [o for ol in output_lists for o in ol], what)
         calls = []
         for i, inp in enumerate(input_list):
             inp = inp.contiguous()
             outs = [output_lists[r][i] for r in range(n)]
-            for o in outs:
-                if o.numel() != inp.numel() or o.dtype != inp.dtype:
-                    raise RuntimeError(f"ringreduce: {what}: output {i} of every rank must be "
-                                       f"like input {i} ({inp.numel()} x {inp.dtype})")
-                _writable(o, what)
             flat = torch.empty(n * inp.numel(), dtype=inp.dtype, device=inp.device)
 
             def back(flat=flat, outs=outs, m=inp.numel()):
@@ -525,7 +671,7 @@ class ProcessGroupRingreduce(ElasticMixin, dist.ProcessGroup):
         what = "reduce_scatter_tensor"
         dev = self._check_device([output, input], what)
         fn, args, keep, back = self._reduce_scatter_call(
-            output, input, opts.reduceOp if opts is not None else dist.ReduceOp.SUM, what)
+            output, input, opts.reduceOp if opts is not None else _SUM, what)
         return self._start(what, fn, args, keep, [output], back, dev,
                            sync=_caller_waits(opts, 1))
 
@@ -538,48 +684,73 @@ class ProcessGroupRingreduce(ElasticMixin, dist.ProcessGroup):
         if not inputs:
             return self._wrap(Batch([], what), [])
         dev = self._check_device(list(outputs) + list(inputs), what)
-        op_in = opts.reduceOp if opts is not None else dist.ReduceOp.SUM
+        op_in = opts.reduceOp if opts is not None else _SUM
         calls = [self._reduce_scatter_call(o, i, op_in, what) for o, i in zip(outputs, inputs)]
         return self._start_many(what, calls, list(outputs), dev)
 
     reduce_scatter_tensor_coalesced = reduce_scatter_single_coalesced  # the name before 2.x's
 
-    def reduce_scatter(self, output_tensors, input_tensors, opts=None):
+    def reduce_scatter(self, output_tensors, input_tensors, opts=None, *args, op=None,
+                       timeout=None):
+        """Rank r's output gets the reduction of every rank's input r. The inputs may differ
+        in size, each like its rank's output (torch 2.x's uneven reduce_scatter): then one
+        reduce per rank, to that rank."""
         what = "reduce_scatter"
-        out = _one(output_tensors, what)
-        ins = _one(input_tensors, what)
+        if isinstance(opts, _KEYWORD):  # (output, inputs, op, timeout)
+            (op, timeout), opts = _positional(what, (opts,) + args, op, timeout), None
+        op_in = opts.reduceOp if opts is not None else (_SUM if op is None else op)
+        if isinstance(output_tensors, torch.Tensor):  # reduce_scatter(output, inputs)
+            out, ins = output_tensors, list(input_tensors)
+        else:
+            out = _one(output_tensors, what, "output_tensors")
+            ins = list(_one(input_tensors, what, "input_tensors"))
         if len(ins) != self._size:
-            raise RuntimeError(f"ringreduce: {what}: {len(ins)} input tensors for a group of "
-                               f"{self._size}")
-        dev = self._check_device([out] + list(ins), what)
-        for i in ins:
-            if i.numel() != out.numel() or i.dtype != out.dtype:
-                raise RuntimeError(f"ringreduce: {what}: every input must be like the output "
-                                   f"({out.numel()} x {out.dtype})")
-        flat = torch.cat([i.reshape(-1) for i in ins]) if ins else out.new_empty(0)
-        fn, args, keep, back = self._reduce_scatter_call(
-            out, flat, opts.reduceOp if opts is not None else dist.ReduceOp.SUM, what)
-        return self._start(what, fn, args, keep, output_tensors, back, dev,
-                           sync=_caller_waits(opts, 1))
+            raise _bad(what, f"invalid input tensor list: {len(ins)} input tensors for a group "
+                             f"of {self._size}")
+        for r, i in enumerate(ins):
+            if i.dtype != out.dtype:
+                raise _bad(what, f"invalid tensor type: input {r} is {i.dtype}, the output "
+                                 f"{out.dtype}")
+        dev = self._check_device([out] + ins, what)
+        if all(i.numel() == out.numel() for i in ins):
+            flat = torch.cat([i.reshape(-1) for i in ins]) if ins else out.new_empty(0)
+            fn, args, keep, back = self._reduce_scatter_call(out, flat, op_in, what)
+            return _timed(self._start(what, fn, args, keep, [out], back, dev,
+                                      sync=_caller_waits(opts, 1)), opts, timeout)
+        if ins[self._rank].numel() != out.numel():
+            raise _bad(what, f"invalid tensor size: the output has {out.numel()} elements, "
+                             f"input {self._rank} (this rank's) {ins[self._rank].numel()}: "
+                             "each input is like its rank's output")
+        op = _op(op_in, out, what)
+        o, back = _contiguous(out, what)
+        ob, d = _reduce_view(o, what)
+        calls = []
+        for r, i in enumerate(ins):
+            ib, _ = _reduce_view(i.contiguous(), what)
+            mine = r == self._rank
+            calls.append((_lib.reduce_async, (_ptr(ib), _ptr(ob) if mine else None, ib.numel(),
+                                              d, op, self._lr(r)),
+                          (i, ib, out, o) if mine else (i, ib), back if mine else None))
+        return _timed(self._start_many(what, calls, [out], dev), opts, timeout)
 
-    def barrier(self, opts=None):
+    def barrier(self, opts=None, timeout=None):
         what = "barrier"
+        if isinstance(opts, datetime.timedelta):
+            timeout, opts = opts, None  # barrier(timeout)
         self._live(what)
         work = self._start(what, _lib.barrier_async, (), None, [], sync=_caller_waits(opts, 1))
         # torch 2.x's barrier(timeout=...): this call's own limit (unset: negative).
-        t = getattr(opts, "timeout", None)
-        if t is not None and t.total_seconds() > 0:
-            work._default_timeout = t
-        return work
+        return _timed(work, opts, timeout)
 
-    def monitored_barrier(self, opts=None, wait_all_ranks=False):
+    def monitored_barrier(self, timeout=None, wait_all_ranks=False):
         """gloo's monitored barrier: every rank reports to rank 0, which names the ranks that
         did not arrive within the timeout (the first, or all with wait_all_ranks), then
         releases the others. A rank that misses the deadline fails the group, as any timeout
         does in this library (rr_work_wait). Uses the group's messages (tags are not sent,
         so it must not interleave with the caller's own sends to or receives from rank 0)."""
         import time
-        timeout = opts if hasattr(opts, "total_seconds") else getattr(opts, "timeout", None)
+        if not hasattr(timeout, "total_seconds"):  # an options object (BarrierOptions)
+            timeout = getattr(timeout, "timeout", None)
         ms = int(timeout.total_seconds() * 1000) if timeout is not None else 30 * 60 * 1000
         self._live("monitored_barrier")
         token = torch.zeros(1, dtype=torch.uint8)
@@ -637,33 +808,57 @@ class ProcessGroupRingreduce(ElasticMixin, dist.ProcessGroup):
         work._rank_of = self._group_rank  # the library names the sender by its global rank
         return work
 
-    def gather(self, output_tensors, input_tensors, opts=None):
+    def gather(self, output_tensors, input_tensors, opts=None, *args, root=None, timeout=None):
         what = "gather"
-        inp = _one(input_tensors, what).contiguous()
-        root = opts.rootRank if opts is not None else 0
-        dev = self._check_device([inp], what)
-        outs = output_tensors[0] if self._rank == root else []
-        if self._rank == root:
-            if len(output_tensors) != 1 or len(outs) != self._size:
-                raise RuntimeError(f"ringreduce: {what}: the root needs one list of {self._size} "
-                                   "output tensors")
-            for o in outs:
-                if o.numel() != inp.numel() or o.dtype != inp.dtype:
-                    raise RuntimeError(f"ringreduce: {what}: every output must be like the "
-                                       f"input ({inp.numel()} x {inp.dtype})")
-                _writable(o, what)
-            flat = torch.empty(self._size * inp.numel(), dtype=inp.dtype, device=inp.device)
-
-            def back():
-                for i, o in enumerate(outs):
-                    o.copy_(flat[i * inp.numel():(i + 1) * inp.numel()].view_as(o))
+        if isinstance(opts, _KEYWORD):  # (outputs, tensor, root, timeout)
+            (root, timeout), opts = _positional(what, (opts,) + args, root, timeout), None
+        root = _root(what, opts.rootRank if opts is not None else (root or 0), self._size,
+                     "opts.rootRank" if opts is not None else "root")
+        if isinstance(input_tensors, torch.Tensor):
+            # gather(outputs, tensor, root): one flat list of outputs, empty off the root.
+            ins = [input_tensors]
+            out_lists = [list(output_tensors)] if self._rank == root or output_tensors else []
         else:
-            flat, back = None, None
+            ins, out_lists = list(input_tensors), [list(o) for o in output_tensors]
+        if len(ins) != 1:
+            raise _bad(what, f"requires a single-element input tensor list (input_tensors has "
+                             f"{len(ins)})")
+        inp = ins[0].contiguous()
+        dev = self._check_device([inp], what)
+        if self._rank != root:
+            if out_lists:
+                raise _bad(what, f"requires empty output on non-root (output_tensors: rank "
+                                 f"{self._rank} is not the root, {root})")
+            ib, d = _move_view(inp)
+            return _timed(self._start(what, _lib.gather_async,
+                                      (_ptr(ib), None, ib.numel(), d, self._lr(root)), (inp,),
+                                      [], None, dev, sync=_caller_waits(opts, 1)), opts, timeout)
+        if len(out_lists) != 1:
+            raise _bad(what, f"requires a single-element output list at the root "
+                             f"(output_tensors has {len(out_lists)})")
+        outs = out_lists[0]
+        if len(outs) != self._size:
+            raise _bad(what, f"Incorrect output list size {len(outs)}. Output list size should "
+                             f"be {self._size} (output_tensors[0]: one tensor per rank)")
+        for i, o in enumerate(outs):
+            if o.dtype != inp.dtype:
+                raise _bad(what, f"invalid tensor type: output_tensors[0][{i}] is {o.dtype}, "
+                                 f"the input {inp.dtype}")
+            if o.numel() != inp.numel():
+                raise _bad(what, f"invalid tensor size: output_tensors[0][{i}] has "
+                                 f"{o.numel()} elements, the input {inp.numel()}")
+            _writable(o, what)
+        self._check_device([inp] + outs, what)
+        flat = torch.empty(self._size * inp.numel(), dtype=inp.dtype, device=inp.device)
+
+        def back():
+            for i, o in enumerate(outs):
+                o.copy_(flat[i * inp.numel():(i + 1) * inp.numel()].view_as(o))
         ib, d = _move_view(inp)
-        return self._start(what, _lib.gather_async,
-                           (_ptr(ib), _ptr(flat) if flat is not None else None, ib.numel(), d,
-                            self._lr(root)), (inp, flat, outs), output_tensors, back, dev,
-                           sync=_caller_waits(opts, 1))
+        return _timed(self._start(what, _lib.gather_async,
+                                  (_ptr(ib), _ptr(flat), ib.numel(), d, self._lr(root)),
+                                  (inp, flat, outs), outs, back, dev, sync=_caller_waits(opts, 1)),
+                      opts, timeout)
 
     def gather_single(self, output, input, opts=None):
         """torch 2.x's gather into one flat tensor on the root (gather_into_tensor)."""
@@ -683,28 +878,51 @@ class ProcessGroupRingreduce(ElasticMixin, dist.ProcessGroup):
                             self._lr(root)), (output, out, inp), [output], back, dev,
                            sync=_caller_waits(opts, 1))
 
-    def scatter(self, output_tensors, input_tensors, opts=None):
+    def scatter(self, output_tensors, input_tensors, opts=None, *args, root=None, timeout=None):
         what = "scatter"
-        out = _one(output_tensors, what)
-        root = opts.rootRank if opts is not None else 0
+        if isinstance(opts, _KEYWORD):  # (output, inputs, root, timeout)
+            (root, timeout), opts = _positional(what, (opts,) + args, root, timeout), None
+        root = _root(what, opts.rootRank if opts is not None else (root or 0), self._size,
+                     "opts.rootRank" if opts is not None else "root")
+        if isinstance(output_tensors, torch.Tensor):
+            # scatter(output, inputs, root): one flat list of inputs, empty off the root.
+            outs = [output_tensors]
+            in_lists = [list(input_tensors)] if self._rank == root or input_tensors else []
+        else:
+            outs, in_lists = list(output_tensors), [list(i) for i in input_tensors]
+        if len(outs) != 1:
+            raise _bad(what, f"requires a single-element output tensor list (output_tensors "
+                             f"has {len(outs)})")
+        out = outs[0]
         dev = self._check_device([out], what)
         if self._rank == root:
-            if len(input_tensors) != 1 or len(input_tensors[0]) != self._size:
-                raise RuntimeError(f"ringreduce: {what}: the root needs one list of {self._size} "
-                                   "input tensors")
-            for i in input_tensors[0]:
-                if i.numel() != out.numel() or i.dtype != out.dtype:
-                    raise RuntimeError(f"ringreduce: {what}: every input must be like the "
-                                       f"output ({out.numel()} x {out.dtype})")
-            flat = torch.cat([i.reshape(-1) for i in input_tensors[0]])
+            if len(in_lists) != 1:
+                raise _bad(what, f"requires a single-element input list at the root "
+                                 f"(input_tensors has {len(in_lists)})")
+            ins = in_lists[0]
+            if len(ins) != self._size:
+                raise _bad(what, f"Incorrect input list size {len(ins)}. Input list size should "
+                                 f"be {self._size} (input_tensors[0]: one tensor per rank)")
+            for i, x in enumerate(ins):
+                if x.dtype != out.dtype:
+                    raise _bad(what, f"invalid tensor type: input_tensors[0][{i}] is {x.dtype}, "
+                                     f"the output {out.dtype}")
+                if x.numel() != out.numel():
+                    raise _bad(what, f"invalid tensor size: input_tensors[0][{i}] has "
+                                     f"{x.numel()} elements, the output {out.numel()}")
+            self._check_device([out] + ins, what)
+            flat = torch.cat([x.reshape(-1) for x in ins])
         else:
+            if in_lists:
+                raise _bad(what, f"requires empty input on non-root (input_tensors: rank "
+                                 f"{self._rank} is not the root, {root})")
             flat = None
         o, back = _contiguous(out, what)
         ob, d = _move_view(o)
-        return self._start(what, _lib.scatter_async,
-                           (_ptr(flat) if flat is not None else None, _ptr(ob), ob.numel(), d,
-                            self._lr(root)), (flat, o, out), output_tensors, back, dev,
-                           sync=_caller_waits(opts, 1))
+        return _timed(self._start(what, _lib.scatter_async,
+                                  (_ptr(flat) if flat is not None else None, _ptr(ob), ob.numel(),
+                                   d, self._lr(root)), (flat, o, out), [out], back, dev,
+                                  sync=_caller_waits(opts, 1)), opts, timeout)
 
     def _alltoallv(self, what, out, inp, out_counts, in_counts, back, keep, result, dev):
         """All-to-all with per-rank counts in elements of out's dtype (in bytes when the
@@ -719,8 +937,11 @@ class ProcessGroupRingreduce(ElasticMixin, dist.ProcessGroup):
         return self._start(what, _lib.all_to_allv_async, (_ptr(ib), sc, sd, _ptr(ob), rc, rd, d),
                            keep + (sc, rc, sd, rd, ob, ib), result, back, dev)
 
-    def alltoall_base(self, output, input, output_split_sizes, input_split_sizes, opts=None):
+    def alltoall_base(self, output, input, output_split_sizes, input_split_sizes, opts=None,
+                      timeout=None):
         what = "all_to_all_single"
+        if isinstance(opts, datetime.timedelta):
+            timeout, opts = opts, None  # alltoall_base(output, input, splits, splits, timeout)
         dev = self._check_device([output, input], what)
         if output.dtype != input.dtype:
             raise RuntimeError(f"ringreduce: {what}: input {input.dtype}, output {output.dtype}")
@@ -732,9 +953,10 @@ class ProcessGroupRingreduce(ElasticMixin, dist.ProcessGroup):
                 raise RuntimeError(f"ringreduce: {what}: {inp.numel()} elements do not split "
                                    f"evenly over {n} ranks")
             (ib, d), (ob, _) = _move_view(inp), _move_view(out)
-            return self._start(what, _lib.all_to_all_async, (_ptr(ib), _ptr(ob), ib.numel() // n, d),
-                               (output, out, inp), [output], back, dev,
-                           sync=_caller_waits(opts, 1))
+            return _timed(self._start(what, _lib.all_to_all_async,
+                                      (_ptr(ib), _ptr(ob), ib.numel() // n, d), (output, out, inp),
+                                      [output], back, dev, sync=_caller_waits(opts, 1)),
+                          opts, timeout)
 
         # Splits are along the first dimension: rows of size numel / shape[0].
         def counts(t, splits):
@@ -748,9 +970,9 @@ class ProcessGroupRingreduce(ElasticMixin, dist.ProcessGroup):
                                    f"{t.shape[0]} rows over {n} ranks")
             row = t.numel() // t.shape[0] if t.shape[0] else 0
             return [s * row for s in splits]
-        return self._alltoallv(what, out, inp, counts(out, output_split_sizes),
-                               counts(inp, input_split_sizes), back, (output, out, inp),
-                               [output], dev)
+        return _timed(self._alltoallv(what, out, inp, counts(out, output_split_sizes),
+                                      counts(inp, input_split_sizes), back, (output, out, inp),
+                                      [output], dev), opts, timeout)
 
     def all_to_all_single(self, output, input, output_split_sizes=None, input_split_sizes=None,
                           opts=None):

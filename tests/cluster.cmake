@@ -1,14 +1,19 @@
 # Issue 41, items 1 and 2: jobs across simulated hosts (network namespaces with their own
 # addresses and host names, tests/netns_cluster.sh) started the way clusters start them:
 # under a real Slurm (Debian's slurmctld, slurmd and munge; RR_DEPS_SLURM=1 bash
-# tools/deps.sh installs them). Root only: each test exits 77 saying why where namespaces,
-# Slurm or torch are missing. Label netns, so the sanitizer stages leave them out
-# (tests/run.sh), and cluster. Each stops itself, cleaning up, before its TIMEOUT.
+# tools/deps.sh installs them) and under torchrun --nnodes 2. Root only: each test exits 77
+# saying why where namespaces, Slurm or torch are missing. Label netns, so the sanitizer
+# stages leave them out (tests/run.sh), and cluster. Each stops itself, cleaning up, before
+# its TIMEOUT. CPU (daemons and tasks included) about 155 s together: docs/cluster.md.
 #
 #   netns_slurm_c              srun -N 2 --ntasks-per-node 2 of all_reduce_perf (#wrong 0),
 #                              mlp_digits (equal to rrun's) and a killed task (named)
 #   torch{1,2}.netns_slurm     a torch script with init_process_group("ringreduce") under
 #                              srun: exact sums, a killed task named
+#   torch{1,2}.netns_tutorial  examples/torch_digits.py under torchrun --nnodes 2
+#                              --nproc_per_node 2, gloo against ringreduce by sumorder's rule
+#   torch{1,2}.netns_restart   torch_restart.py's workers under torchrun --nnodes 2
+#                              --max_restarts 1: a worker dies, both hosts resume exact
 add_test(NAME netns_slurm_c COMMAND bash ${RR_TEST_DIR}/netns_slurm.sh c $<TARGET_FILE_DIR:rrun>)
 set_tests_properties(netns_slurm_c PROPERTIES LABELS "netns;cluster" TIMEOUT 180
   SKIP_RETURN_CODE 77)
@@ -18,7 +23,8 @@ set_tests_properties(netns_slurm_c PROPERTIES LABELS "netns;cluster" TIMEOUT 180
 # this file: registered at the end of the folder.
 function(rr_cluster_torch_tests)
   foreach(v 1 2)
-    foreach(t slurm:netns_slurm.sh:torch:300)
+    foreach(t slurm:netns_slurm.sh:torch:300 tutorial:netns_torchrun.sh:tutorial:600
+              restart:netns_torchrun.sh:restart:600)
       string(REPLACE ":" ";" t ${t})
       list(GET t 0 name)
       list(GET t 1 script)

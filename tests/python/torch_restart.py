@@ -10,9 +10,11 @@ failed "rank 0 was claimed by 2 processes" on torch 2.15.
     <python> tests/python/torch_restart.py            (the driver: runs torchrun)
     torchrun ... torch_restart.py worker CKPT STEPS DIE_AT   (each worker)
 
-The driver checks: torchrun exits 0; attempt 0 ran on every rank until the death; attempt 1
-resumed at the step of the last checkpoint, on every rank; every rank's final weights equal
-the exact sum of every rank's gradients over every step (integers in float64, exact)."""
+The driver checks (check()): torchrun exits 0; attempt 0 ran on every rank until the death;
+attempt 1 resumed at the step of the last checkpoint, on every rank; every rank's final
+weights equal the exact sum of every rank's gradients over every step (integers in float64,
+exact). The last rank dies. tests/python/torch_hosts.py runs the same workers under one
+torchrun per simulated host (--nnodes 2) and makes the same checks."""
 
 import os
 import re
@@ -50,11 +52,36 @@ def worker(ckpt, steps, die_at):
             torch.save({"step": step, "w": w}, ckpt + ".tmp")
             os.replace(ckpt + ".tmp", ckpt)
         dist.barrier()  # the checkpoint is written before anyone goes on
-        if attempt == 0 and step == die_at and rank == WORLD - 1:
+        if attempt == 0 and step == die_at and rank == dist.get_world_size() - 1:
             os._exit(3)  # dies as a crash would: no goodbye, no destroy
     torch.save(w, f"{ckpt}.final{rank}")
     print(f"@@ rank {rank} attempt {attempt} done at step {step}", flush=True)
     dist.destroy_process_group()
+
+
+def check(out, returncode, ckpt, world=WORLD, what="torchrun"):
+    """(the workers' lines, what is wrong) from torchrun's output (every node's, joined),
+    exit status and the workers' files next to CKPT."""
+    import torch
+    # The ranks' lines may interleave (torchrun tees both into one stream).
+    lines = re.findall(r"@@ (rank \d+ attempt \d+ (?:starts|done) at step \d+)", out)
+    bad = []
+    if returncode != 0:
+        bad.append(f"{what} exited {returncode}")
+    for r in range(world):
+        if f"rank {r} attempt 0 starts at step 0" not in lines:
+            bad.append(f"rank {r} never started attempt 0")
+        if f"rank {r} attempt 1 starts at step {DIE_AT}" not in lines:
+            bad.append(f"rank {r} did not resume attempt 1 at step {DIE_AT}")
+        if f"rank {r} attempt 1 done at step {STEPS}" not in lines:
+            bad.append(f"rank {r} did not finish attempt 1")
+            continue
+        w = torch.load(f"{ckpt}.final{r}")
+        want = sum(grad(torch, q, s) for s in range(STEPS) for q in range(world))
+        if not torch.equal(w, want):
+            bad.append(f"rank {r}: final weights differ from the exact sum in "
+                       f"{(w != want).sum().item()} of 257 elements")
+    return lines, bad
 
 
 def main():
@@ -75,25 +102,8 @@ def main():
         env = dict(os.environ, RR_TIMEOUT="30")
         p = subprocess.run(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                            text=True, timeout=200)
-        # The ranks' lines may interleave (torchrun tees both into one stream).
-        lines = re.findall(r"@@ (rank \d+ attempt \d+ (?:starts|done) at step \d+)", p.stdout)
+        lines, bad = check(p.stdout, p.returncode, ckpt)
         print("\n".join(lines))
-        bad = []
-        if p.returncode != 0:
-            bad.append(f"torchrun exited {p.returncode}")
-        for r in range(WORLD):
-            if f"rank {r} attempt 0 starts at step 0" not in lines:
-                bad.append(f"rank {r} never started attempt 0")
-            if f"rank {r} attempt 1 starts at step {DIE_AT}" not in lines:
-                bad.append(f"rank {r} did not resume attempt 1 at step {DIE_AT}")
-            if f"rank {r} attempt 1 done at step {STEPS}" not in lines:
-                bad.append(f"rank {r} did not finish attempt 1")
-                continue
-            w = torch.load(f"{ckpt}.final{r}")
-            want = sum(grad(torch, q, s) for s in range(STEPS) for q in range(WORLD))
-            if not torch.equal(w, want):
-                bad.append(f"rank {r}: final weights differ from the exact sum in "
-                           f"{(w != want).sum().item()} of 257 elements")
         if bad:
             print(p.stdout[-6000:])
             print("FAILED: " + "; ".join(bad))

@@ -173,3 +173,10 @@ rr_torch_test(restart_torchrun 300 ${rr_py}/torch_restart.py)
 # its sockets made them wait out); a child forked from rank 0 that calls all_reduce on the
 # inherited group fails at once naming the fork, and the group goes on in the parent.
 rr_torch_test(fork_dataloader 120 ${rr_py}/torch_fork.py)
+# Issue 44: the process group object's own API, as torch's c10d tests and libraries holding a
+# group call it: every call form of torch's bindings (one tensor for a list, op=/root=/timeout=),
+# future values and result(), copies into inference tensors, uneven reduce_scatter, argument
+# checks; each against a ProcessGroupGloo made in the same job (tests/python/torch_pg_object.py).
+# torch's own test_c10d_gloo.py, which found these, is not shipped with torch: run it by hand
+# with tests/python/torch_c10d_gloo.py (docs/torch.md).
+rr_torch_test(pg_object_w3 120 ${rr_py}/torch_pg_object.py 3)

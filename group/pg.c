@@ -3,6 +3,7 @@
  * group/work.c (queue and worker), group/run.c (its path, and running one), group/staging.c
  * and group/ipc.c (device buffers). */
 #include <errno.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -66,6 +67,8 @@ static void rr__pg_on_revoke(void *ctx, const char *reason) {
   pthread_mutex_unlock(&pg->kids_mu);
 }
 
+void rr_process_exiting(void) { rr__comm_exiting(); }
+
 int rr_pg_revoke(rr_pg *pg) {
   if (!pg) return rr__set_error(RR_EINVAL, "rr_pg_revoke: NULL group");
   char reason[128];
@@ -75,10 +78,32 @@ int rr_pg_revoke(rr_pg *pg) {
   return RR_OK;
 }
 
+/* In a child forked without exec: the growth's port stays the parent's (a child holding the
+ * listener would keep it bound after the parent is gone). Only the forking thread exists
+ * here, and a parent thread may have held the group's locks at the fork: nothing here waits. */
+static void rr__pg_fork_child(rr__fork_hook *h) {
+  rr_pg *pg = (rr_pg *)((char *)h - offsetof(rr_pg, fork));
+  if (pg->grow_lfd >= 0) close(pg->grow_lfd);
+  pg->grow_lfd = -1;
+  pg->forked = 1;
+}
+
 void rr__pg_free(rr_pg *pg) {
   if (!pg) return;
+  rr__fork_unwatch(&pg->fork);
   if (pg->comm) rr__comm_free(pg->comm);
   if (pg->grow_lfd >= 0) close(pg->grow_lfd);
+  if (pg->forked) {
+    /* The child's copy: CUDA cannot be used after a fork, and the locks may have been held
+     * by a thread of the parent; they are left as they are (the memory is freed). */
+    free(pg->global_ranks);
+    free(pg->cs.p2p_sent);
+    free(pg->cs.p2p_recvd);
+    free(pg->cs.staging);
+    free(pg->cs.scratch);
+    free(pg);
+    return;
+  }
   rr__cuda_pg_free(pg);
   pthread_mutex_destroy(&pg->mu);
   pthread_cond_destroy(&pg->cv);
@@ -100,6 +125,8 @@ int rr__pg_new(int size, rr_pg **out) {
   pg->size = size;
   pg->device = -1;
   pg->grow_lfd = -1;
+  pg->fork.child = rr__pg_fork_child;
+  (void)rr__fork_watch(&pg->fork); /* without it, a forked child keeps the port: no worse */
   pg->global_ranks = rr__calloc((size_t)size, sizeof *pg->global_ranks);
   pg->cs.global_ranks = pg->global_ranks;
   pg->cs.p2p_sent = rr__calloc((size_t)size, sizeof *pg->cs.p2p_sent);
@@ -460,6 +487,22 @@ int rr_new_group(rr_pg *parent, const int *ranks, int nranks, int64_t timeout_ms
 int rr_destroy_process_group(rr_pg *pg) {
   if (!pg) return rr__set_error(RR_EINVAL, "destroy_process_group: NULL group");
   int me = pg->global_ranks[pg->rank];
+  if (pg->forked) {
+    /* A forked child's copy (a DataLoader worker's finalizers run this as it exits): its
+     * worker thread never existed here, so there is nothing to stop or join; free it and
+     * leave the parent's group alone. Its subgroups are the child's copies too. */
+    if (pg->parent) {
+      for (rr_pg **k = &pg->parent->kids; *k; k = &(*k)->next_kid)
+        if (*k == pg) {
+          *k = pg->next_kid;
+          break;
+        }
+      atomic_fetch_sub(&pg->parent->nchildren, 1);
+    }
+    if (pg->world == pg && pg->own_store) rr_store_free(pg->store);
+    rr__pg_free(pg);
+    return RR_OK;
+  }
   int kids = atomic_load(&pg->nchildren);
   if (kids > 0)
     return rr__set_error(RR_ESTATE, "rank %d: destroy_process_group: destroy its %d subgroup(s) first",

@@ -7,6 +7,7 @@
 #include <stdatomic.h>
 #include <stdint.h>
 
+#include "common/fork.h"
 #include "rendezvous/bootstrap.h"
 #include "ring/coll.h"
 #include "ringreduce/ringreduce.h"
@@ -98,6 +99,11 @@ struct rr_pg {
    * grown or shrunk group whose rank 0 this process is, so that nobody else can bind the
    * port in between; the growth's store serves a duplicate of it. -1 when none. */
   int grow_lfd, grow_port;
+  /* In a child forked without exec (common/fork.h): the growth's listener is closed there at
+   * once, and destroying the group frees the child's copy without touching the threads and
+   * locks that stayed in the parent. */
+  rr__fork_hook fork;
+  int forked;
   rr__grow_watch grow_watch;
   atomic_int nchildren;
   int next_child;

@@ -76,7 +76,7 @@ endforeach()
 rr_torch_test(suite_w2 900 ${rr_py}/torch_suite.py --backend both)
 # Failures as a torch user meets them: a killed rank, mismatched calls, a refused dtype,
 # and 20 init/destroy rounds that must give back every descriptor and thread.
-foreach(case kill9 mismatch dtype lifecycle)
+foreach(case kill9 mismatch dtype lifecycle exit)
   rr_torch_test(faults_${case} 240 ${rr_py}/torch_faults.py ${case})
 endforeach()
 # Issue 26 item 5: a random rank (rank 0, the store's host, included) killed by SIGKILL; the

@@ -197,6 +197,14 @@ int rr_cuda_built(void);
  * rank). rr_destroy_process_group afterwards does not block. */
 int rr_abort(rr_pg *pg);
 
+/* Say that this process is exiting: a group freed from here on (a framework's exit hooks
+ * destroying what the program left) tells its peers that its process exited without
+ * destroying it, instead of that it was destroyed, so that a peer still in a call with it
+ * reads what happened. The library's own exit handler does the same, but frameworks whose
+ * exit hooks run before it (Python's finalizers; the torch backend calls this from its
+ * atexit hook) need to say it first. Harmless to call more than once. */
+void rr_process_exiting(void);
+
 /* Revoke the group after a failure (a dead peer, a timeout), from any thread, as ULFM's
  * MPIX_Comm_revoke and NCCL's ncclCommRevoke: the running call and every pending and later
  * call on it fail promptly with RR_EREVOKED, here and on every peer that can still be reached

@@ -103,6 +103,7 @@ version = _proto("rr_version", ctypes.c_char_p)
 init_process_group_on_store = _proto("rr_init_process_group_on_store", _i, ctypes.POINTER(c_pg),
                                      ctypes.POINTER(PgOptions), c_store)
 destroy_process_group = _proto("rr_destroy_process_group", _i, c_pg)
+process_exiting = _proto("rr_process_exiting", None)
 abort = _proto("rr_abort", _i, c_pg)
 pg_revoke = _proto("rr_pg_revoke", _i, c_pg)
 pg_shrink = _proto("rr_pg_shrink", _i, c_pg, _i, ctypes.POINTER(c_pg))

@@ -74,6 +74,27 @@ def _timed(work, opts, timeout):
     return work
 
 
+_EXIT_HOOKED = []
+
+
+def _say_exiting_first():
+    """Once, after the first group's finalizer: an exit hook that tells the library the
+    process is exiting, so that a group the program never destroyed, freed by its finalizer
+    at exit, tells its peers "exited without destroying" and not "destroyed". atexit runs
+    its hooks last in, first out, and weakref's own exit hook (which runs the finalizers) was
+    registered when the first finalizer was made: this one, registered after it, runs first."""
+    if not _EXIT_HOOKED:
+        _EXIT_HOOKED.append(True)
+        import atexit
+
+        def exiting():
+            try:
+                _lib.process_exiting()
+            except RuntimeError:  # a library older than rr_process_exiting: nothing to say
+                pass
+        atexit.register(exiting)
+
+
 def _release(pg_handle, bridge, completer, abort=False):
     """Destroy the library group (waiting for its calls, or failing them at once after an
     abort), then the store bridge; once."""
@@ -124,6 +145,7 @@ class ProcessGroupRingreduce(ElasticMixin, dist.ProcessGroup):
             raise RuntimeError(f"ringreduce: {msg}")
         # Freed when torch drops the group (1.13) or calls shutdown() (2.x), and at exit.
         self._finalizer = weakref.finalize(self, _release, self._pg, self._bridge, self._completer)
+        _say_exiting_first()
 
     # ---- what torch asks of a group ------------------------------------------------------
 

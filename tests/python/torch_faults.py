@@ -12,6 +12,9 @@
              works afterwards.
   lifecycle  20 rounds of init_process_group / collectives / destroy_process_group: the
              process ends with the descriptors and threads it started with.
+  exit       rank 1's script ends without destroy_process_group while rank 0 waits for it in
+             an all_reduce: rank 0's error says rank 1 exited without destroying its group
+             (its finalizer freed the group at exit), not that it destroyed it.
 
 Each rank is its own process (not mp.spawn: a rank dies on purpose); each writes what it saw
 to a file that the parent checks. Exit 0, 1 or 77."""
@@ -83,6 +86,15 @@ def rank_main(case, rank, world, out):
                     fut.wait()
                 else:
                     dist.broadcast(t, 0)
+            elif case == "exit":
+                dist.barrier()
+                if rank == 1:  # the script simply ends: no destroy, a normal interpreter exit
+                    with open(out, "w") as f:
+                        json.dump(result, f)
+                    sys.exit(0)
+                time.sleep(0.5)
+                t0 = time.monotonic()
+                dist.all_reduce(torch.ones(10))
             elif case == "dtype":
                 try:
                     dist.all_reduce(torch.zeros(3, dtype=torch.int16))
@@ -110,7 +122,7 @@ def rank_main(case, rank, world, out):
 
 def main():
     case = sys.argv[1]
-    world = {"kill9": 4, "mismatch": 3, "dtype": 2, "lifecycle": 2}[case]
+    world = {"kill9": 4, "mismatch": 3, "dtype": 2, "lifecycle": 2, "exit": 2}[case]
     with tempfile.TemporaryDirectory() as tmp:
         env = dict(os.environ, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(common.free_port()))
         procs = [subprocess.Popen([sys.executable, __file__, "--rank", case, str(r), str(world),
@@ -138,6 +150,11 @@ def main():
                 bad.append(f"rank {r}: {res.get(r)}")
         if "mismatched calls" not in res.get(0, {}).get("chained", ""):
             bad.append(f"rank 0: a callback chained to the failed future did not fail: {res.get(0)}")
+    elif case == "exit":
+        e = res.get(0, {}).get("error", "")
+        if "rank 1 exited without destroying its process group" not in e or \
+                res[0].get("seconds", 99) > 10:
+            bad.append(f"rank 0: {res.get(0)}")
     elif case == "dtype":
         for r in range(world):
             x = res.get(r, {})

@@ -209,7 +209,7 @@ static int rr__submit(rr_pg *pg, rr__args *a, int root_or_peer, rr_work **work, 
                          pg->global_ranks[pg->rank]);
   if (call.path != RR__PATH_HOST) {
     /* Device buffers: the call is ordered after its stream, taken now, with an event
-     * (group/staging.c). Host calls have nothing to order. */
+     * (group/device.c). Host calls have nothing to order. */
     call.stream = rr__cuda_pg_stream(pg);
     RR__CHECK(rr__cuda_pg_prepare(pg, &call));
   }

@@ -2,7 +2,7 @@
  * which calls take this path, decided once at submission (rr__pg_ipc_call, asked by
  * group/run.c's rr__pg_path), and what running one adds around the ring (rr__pg_ipc_in and
  * rr__pg_ipc_out, around group/run.c's run of the ring on the device buffers themselves).
- * The events and copy streams are group/staging.c's, shared with the staged path. */
+ * The events and copy streams are group/device.c's, shared with the staged path. */
 #include <string.h>
 
 #include "common/param.h"

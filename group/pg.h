@@ -40,7 +40,7 @@ typedef struct rr__pg_call {
    * that is not device memory (host or managed, or nothing); device: the call's (its events',
    * copies' and kernels'), the send buffer's if it has one, else the receive buffer's, -1 for
    * none; for managed buffers, the caller's current device at submission (its events').
-   * Every CUDA call made for the call runs with this device current (group/staging.c). */
+   * Every CUDA call made for the call runs with this device current (group/device.c). */
   int device, send_device, recv_device;
   void *stream; /* cudaStream_t the call is ordered after (device and managed buffers) */
   /* Device buffers: events made at submission on the buffers' device. cuda_ready is
@@ -127,16 +127,32 @@ struct rr_pg {
   int inline_call;     /* the running call's caller blocks on it (it may spin) */
   int64_t ctl_seen_ms; /* when the control sockets were last looked at before a call */
 
-  /* CUDA (group/staging.c): pinned host memory that device buffers are staged through
-   * (grow-only, freed with the group), and the stream rr_pg_set_cuda_stream gave. */
+  /* CUDA (group/device.c, group/staging.c): pinned host memory that device buffers are
+   * staged through (grow-only, freed with the group), and the stream rr_pg_set_cuda_stream
+   * gave. */
   void *cuda_host;
   size_t cuda_host_bytes;
   _Atomic(void *) cuda_stream;
-  /* The staging copies' own streams, one per device (made on first use), and the one whose
-   * copy back from cuda_host may still be running. */
+  /* The device paths' own copy streams, one per device (made on first use), and the one
+   * whose copy back from cuda_host may still be running. */
   void *cuda_copy[RR__CUDA_MAX_DEVICES];
   void *cuda_host_busy;
 };
+
+/* What a call reads and writes on this rank, in bytes from each buffer's start (ring/kind.c,
+ * as rr__validate checks them); 0 on a side whose buffer is NULL. *gaps is set when the call
+ * writes only parts of [recvbuf, recvbuf + out): an all_to_allv's blocks need not tile its
+ * recvbuf. For the device paths (group/device.c, group/staging.c). */
+static inline void rr__pg_call_io(const rr_pg *pg, const rr__args *a, size_t *in, size_t *out,
+                                  int *reads, int *writes, int *gaps) {
+  const size_t es = rr_dtype_size(a->dtype);
+  const rr__call_io io = rr__kind_io(a, pg->size, pg->rank);
+  *reads = io.reads;
+  *writes = io.writes;
+  *gaps = io.gaps;
+  *in = a->sendbuf ? io.in * es : 0;
+  *out = a->recvbuf ? io.out * es : 0;
+}
 
 /* The group rank of a global rank, -1 when it is not a member (rr_get_group_rank). */
 static inline int rr__pg_group_rank(const rr_pg *pg, int global_rank) {
@@ -165,11 +181,11 @@ int rr__pg_path(const rr_pg *pg, rr__pg_call *call);
  * error on failure, and aborts the group (telling every peer why) when the call fails. */
 int rr__pg_run(rr_pg *pg, const rr__pg_call *call, int64_t timeout_ms);
 
-/* Device buffers (group/staging.c): where the buffers the call reads and writes are
+/* Device buffers (group/device.c): where the buffers the call reads and writes are
  * (RR__PATH_HOST, RR__PATH_MANAGED or RR__PATH_STAGED, and the devices), for rr__pg_path;
  * RR_ECUDA naming the buffer when CUDA cannot tell. */
 int rr__cuda_pg_buffers(const rr_pg *pg, rr__pg_call *call);
-/* A staged call, around the ring's run on the host copy: stage_in fills *h (the arguments
+/* A staged call (group/staging.c), around the ring's run on the host copy: stage_in fills *h (the arguments
  * on host memory: pinned copies of the device buffers, managed memory as it is, after the
  * call's stream) and *sg; stage_out, given the ring's status, copies the result back. Each
  * fails as a failure inside the call does (the group aborts); on a failed stage_in there is
@@ -200,7 +216,7 @@ size_t rr__pg_ipc_seg(const rr_pg *pg, int kind);
 int rr__pg_piped_call(const rr_pg *pg, const rr__pg_call *call);
 int rr__pg_ipc_in(rr_pg *pg, const rr__pg_call *call, rr__req_dev *dev, int *prev);
 int rr__pg_ipc_out(rr_pg *pg, const rr__pg_call *call, const rr__req_dev *dev, int prev, int st);
-/* Shared by the device paths (group/staging.c): the stream their copies and kernels go on
+/* Shared by the device paths (group/device.c): the stream their copies and kernels go on
  * (the group's own for the device, after cuda_ready; without events, the call's), and a
  * failure on a device path: its message names the rank, the call and `how` it ran, and the
  * group aborts. */

@@ -216,7 +216,7 @@ int rr_work_wait(rr_work *w, int64_t timeout_ms) {
   if (timed_out && st < 0) st = RR_ETIMEDOUT;
   /* Device buffers: the caller's stream waits for the copy back (once), so its later work
    * sees the result without the host waiting for the copy. On the call's device, whatever
-   * this thread's (group/staging.c). */
+   * this thread's (group/device.c). */
   if (st == RR_OK && w->call.cuda_done && !w->cuda_waited) {
     w->cuda_waited = 1;
     st = rr__cuda_pg_finish(w->pg, &w->call, 0);

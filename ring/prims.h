@@ -73,7 +73,7 @@ typedef struct rr__coll_state {
   void *scratch; /* grow-only, for partial chunks (reduce_scatter) and recursive doubling */
   size_t scratch_bytes;
   /* The same in device memory, for calls on device buffers (CUDA IPC; freed by the group,
-   * group/staging.c), on dev_scratch_device. */
+   * group/device.c), on dev_scratch_device. */
   void *dev_scratch;
   size_t dev_scratch_bytes;
   int dev_scratch_device;

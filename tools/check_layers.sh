@@ -102,6 +102,7 @@ group: work.c
 group: run.c
 group: ipc.c
 group: staging.c
+group: device.c
 ORDER
 }
 

@@ -59,6 +59,25 @@ static void rr__hostid(char *out, size_t n) {
     if (*p == ' ') *p = '_';
 }
 
+/* This process's pid namespace, as rr__peer_info.pidns: the boot id (namespace inodes are
+ * numbered per boot) and the namespace's link, e.g. "9a1e...:pid:[4026531836]"; "?" when
+ * either cannot be read (then no peer's pid is trusted to name its process here). */
+static void rr__pidns(char *out, size_t n) {
+  char boot[64] = "", ns[64] = "";
+  FILE *f = fopen("/proc/sys/kernel/random/boot_id", "r");
+  if (f) {
+    if (!fgets(boot, sizeof boot, f)) boot[0] = '\0';
+    fclose(f);
+    boot[strcspn(boot, "\n")] = '\0';
+  }
+  ssize_t l = readlink("/proc/self/ns/pid", ns, sizeof ns - 1);
+  ns[l > 0 ? l : 0] = '\0';
+  if (!boot[0] || !ns[0] || strchr(boot, ' ') || strchr(ns, ' '))
+    snprintf(out, n, "?");
+  else
+    snprintf(out, n, "%s:%s", boot, ns);
+}
+
 /* A MAC keyed with the job token over a context string (what is proved, and in which
  * group, setup and socket), so that a proof is worth nothing anywhere else; 0 without a
  * token, never 0 with one. */
@@ -83,9 +102,10 @@ static int rr__publish(const rr__boot *b, const rr__peer_info *me) {
   char key[96], val[512];
   snprintf(key, sizeof key, "rr/%s/peer/%d", b->group_id, b->rank);
   int len = snprintf(val, sizeof val,
-                     "global=%d pid=%d nsocks=%d mode=%s nonce=%016" PRIx64 " ib=%d addr=%s host=%s",
+                     "global=%d pid=%d nsocks=%d mode=%s nonce=%016" PRIx64 " ib=%d addr=%s host=%s"
+                     " pidns=%s",
                      me->global_rank, me->pid, me->nsocks, me->mode, me->nonce, me->ib, me->addr,
-                     me->hostid);
+                     me->hostid, me->pidns);
   uint64_t mac = rr__mac(b, "rr-record-v1/%s/%d/%s", b->group_id, b->rank, val);
   len += snprintf(val + len, sizeof val - (size_t)len, " mac=%016" PRIx64, mac);
   return rr_store_set(b->store, key, val, (size_t)len);
@@ -142,6 +162,9 @@ static int rr__parse_info(const rr__boot *b, int rank, const char *s, size_t len
                    "host=%127s",
                    &p->global_rank, &p->pid, &p->nsocks, p->mode, &p->nonce, &p->ib, p->addr,
                    p->hostid);
+  /* The pid namespace came later: a record without it is an older build's (unknown). */
+  const char *ns = strstr(buf, " pidns=");
+  if (!ns || sscanf(ns, " pidns=%95s", p->pidns) != 1) snprintf(p->pidns, sizeof p->pidns, "?");
   if (got != 8 || p->nsocks < 1 || p->nsocks > RR__MAX_LANES || (p->ib != 0 && p->ib != 1) ||
       p->global_rank != b->global_ranks[rank])
     return rr__set_error(RR_EPROTO, "malformed record of rank %d in the store: '%s'",
@@ -753,6 +776,7 @@ int rr__bootstrap(const rr__boot *b, rr__comm **out) {
   rr__peer_info me = {.global_rank = b->global_ranks[b->rank], .pid = (int)getpid(),
                       .nsocks = (int)prm->nsocks};
   rr__hostid(me.hostid, sizeof me.hostid);
+  rr__pidns(me.pidns, sizeof me.pidns);
   snprintf(me.mode, sizeof me.mode, "%s", prm->transport);
   rr__transport_publish(&me);
   if (size == 1) {

@@ -116,3 +116,8 @@ endforeach()
 add_test(NAME rel_fork_kill_tcp COMMAND test_fork kill)
 set_tests_properties(rel_fork_kill_tcp PROPERTIES TIMEOUT 90 LABELS "core;reliability"
   ENVIRONMENT "RR_TRANSPORT=tcp")
+# kill_clone over TCP: the survivors on this host watch the victim's process too, its record
+# naming their pid namespace.
+add_test(NAME rel_fork_kill_clone_tcp COMMAND test_fork kill_clone)
+set_tests_properties(rel_fork_kill_clone_tcp PROPERTIES TIMEOUT 90 LABELS "core;reliability"
+  ENVIRONMENT "RR_TRANSPORT=tcp")

@@ -502,10 +502,12 @@ static int rr__lost(rr__comm *cm, int i) {
  *
  * Only where the recorded pid is surely the peer's in this process's pid namespace: over
  * shared memory, whose setup checked with SO_PEERCRED that the process on the other end is
- * that pid (the kernel reports it in the reader's namespace). A TCP peer on this host may be
- * in another pid namespace (a container sharing the network), where the same number names
- * some unrelated process here; its record does not say, so it is watched by its sockets
- * alone. The pidfd is opened the first time the comm waits, after the setup: had the peer
+ * that pid (the kernel reports it in the reader's namespace); and over any other transport
+ * when its record (MAC'd with the job token, when there is one) names our pid namespace on
+ * this boot. A peer in another pid namespace (a container sharing the network), where the
+ * same number names some unrelated process here, or one whose record does not say (an older
+ * build), is watched by its sockets alone. The pidfd is opened the first time the comm
+ * waits, after the setup: had the peer
  * died in between and its pid been reused, the watch would follow a stranger, but the peer
  * is dead then and its sockets (or the stranger's exit) still report it.
  *
@@ -518,7 +520,10 @@ static void rr__watch_pids(rr__comm *cm) {
   const int me = (int)getpid();
   for (int i = 0; i < cm->size; i++) {
     rr__peer *p = &cm->peers[i];
-    if (i == cm->rank || p->tp != &rr__shm_transport || p->info.pid <= 0 || p->info.pid == me)
+    const char *mine = cm->peers[cm->rank].info.pidns;
+    int same_ns = mine[0] && strcmp(mine, "?") != 0 && !strcmp(p->info.pidns, mine);
+    if (i == cm->rank || (p->tp != &rr__shm_transport && !same_ns) || p->info.pid <= 0 ||
+        p->info.pid == me)
       continue;
     /* close-on-exec always (pidfd_open(2)) */
     int fd = (int)syscall(SYS_pidfd_open, (pid_t)p->info.pid, 0u);

@@ -65,6 +65,10 @@ typedef struct rr__peer_info {
   char mode[8];               /* its RR_TRANSPORT: every rank must choose by the same rule */
   uint64_t nonce;             /* fresh per group setup: greetings to it are bound to it */
   int ib;                     /* 1: an InfiniBand port is up here (transport/ib) */
+  /* Its pid namespace: the boot id and /proc/self/ns/pid's link, or "?" when unknown. Equal
+   * to ours: its pid means the same process here, so it can be watched by a pidfd
+   * (transport/comm.c) whatever transport the pair uses. */
+  char pidns[96];
 } rr__peer_info;
 
 struct rr__transport;

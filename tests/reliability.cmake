@@ -121,3 +121,8 @@ set_tests_properties(rel_fork_kill_tcp PROPERTIES TIMEOUT 90 LABELS "core;reliab
 add_test(NAME rel_fork_kill_clone_tcp COMMAND test_fork kill_clone)
 set_tests_properties(rel_fork_kill_clone_tcp PROPERTIES TIMEOUT 90 LABELS "core;reliability"
   ENVIRONMENT "RR_TRANSPORT=tcp")
+# A rank killed between its shared-memory hello and its connect: the lower rank sees it on the
+# control socket at once (tests/test_shm_death.c; before: RR_TIMEOUT on the listener).
+rr_rel_test(test_shm_death)
+add_test(NAME rel_shm_setup_death COMMAND test_shm_death)
+set_tests_properties(rel_shm_setup_death PROPERTIES TIMEOUT 60 LABELS "core;reliability")

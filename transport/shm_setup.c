@@ -17,6 +17,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -271,6 +272,51 @@ static int rr__shm_check_hello(const rr__shm_hello *h, const rr__peer_info *peer
   return RR_OK;
 }
 
+/* The lower rank's wait for the peer on its abstract socket, watching the pair's control
+ * socket too: a peer that dies (or gives up and says so) between its hello and its connect
+ * is seen at once, not at the deadline. Anyone on the host can see the socket's name, so a
+ * connection is kept only from the peer's process (SO_PEERCRED); others are refused and
+ * logged, and the wait goes on. */
+static int rr__shm_accept_peer(int lfd, int ctrl_fd, const rr__peer_info *peer,
+                               int64_t deadline_ms, int *sock) {
+  for (;;) {
+    struct pollfd pf[2] = {{.fd = lfd, .events = POLLIN}, {.fd = ctrl_fd, .events = POLLIN}};
+    int64_t left = deadline_ms - rr__now_ms();
+    if (left <= 0)
+      return rr__set_error(RR_ETIMEDOUT, "timed out waiting for rank %d to connect to its "
+                           "shared memory", peer->global_rank);
+    int rc = poll(pf, 2, (int)RR__MIN(left, 1000));
+    if (rc < 0 && errno == EINTR) continue;
+    if (rc < 0) return rr__set_error(RR_ESYS, "poll: %s", strerror(errno));
+    if (pf[1].revents) {
+      /* Nothing is due on the control socket before the connect: an ABORT (the bootstrap
+       * reads and reports it) or the connection closing (the peer died). */
+      char b;
+      ssize_t n = recv(ctrl_fd, &b, 1, MSG_PEEK | MSG_DONTWAIT);
+      if (n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR))
+        return rr__set_error(RR_EPEER, "lost rank %d during the shared-memory setup: its "
+                             "connection closed (the process exited, crashed or was killed)",
+                             peer->global_rank);
+      if (n > 0)
+        return rr__set_error(RR_EPEER, "rank %d gave up during the shared-memory setup",
+                             peer->global_rank);
+    }
+    if (!(pf[0].revents & POLLIN)) continue;
+    int fd = accept4(lfd, NULL, NULL, SOCK_CLOEXEC);
+    if (fd < 0) {
+      if (errno == EINTR || errno == EAGAIN || errno == ECONNABORTED) continue;
+      return rr__set_error(RR_ESYS, "accept: %s", strerror(errno));
+    }
+    if (rr__shm_check_peer(fd, peer) == RR_OK) {
+      *sock = fd;
+      return RR_OK;
+    }
+    RR__LOG_WARN(RR__SUB_INIT, "shm: refused a stranger on the socket for rank %d: %s",
+                 peer->global_rank, rr__error());
+    close(fd);
+  }
+}
+
 int rr__shm_connect(const rr__peer_info *self, const rr__peer_info *peer, int peer_rank,
                     const int *fds, int nfds, int ctrl_fd, int64_t deadline_ms, rr__conn **conns,
                     int max_lanes, int *nlanes) {
@@ -329,15 +375,7 @@ int rr__shm_connect(const rr__peer_info *self, const rr__peer_info *peer, int pe
 
   if (lower) {
     RR__CHECK_GOTO(rr__shm_create(c, self, peer, l.total, &memfd), st, fail);
-    /* Anyone on the host can see the name: accept until the right process shows up. */
-    for (;;) {
-      RR__CHECK_GOTO(rr__sock_accept(lfd, deadline_ms, &sock, NULL), st, fail);
-      if (rr__shm_check_peer(sock, peer) == RR_OK) break;
-      RR__LOG_WARN(RR__SUB_INIT, "shm: refused a stranger on the socket for rank %d: %s",
-              peer->global_rank, rr__error());
-      close(sock);
-      sock = -1;
-    }
+    RR__CHECK_GOTO(rr__shm_accept_peer(lfd, ctrl_fd, peer, deadline_ms, &sock), st, fail);
     close(lfd);
     lfd = -1;
     RR__CHECK_GOTO(rr__shm_send_fd(sock, memfd, &offer, deadline_ms), st, fail);

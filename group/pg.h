@@ -185,11 +185,11 @@ int rr__pg_run(rr_pg *pg, const rr__pg_call *call, int64_t timeout_ms);
  * (RR__PATH_HOST, RR__PATH_MANAGED or RR__PATH_STAGED, and the devices), for rr__pg_path;
  * RR_ECUDA naming the buffer when CUDA cannot tell. */
 int rr__cuda_pg_buffers(const rr_pg *pg, rr__pg_call *call);
-/* A staged call (group/staging.c), around the ring's run on the host copy: stage_in fills *h (the arguments
- * on host memory: pinned copies of the device buffers, managed memory as it is, after the
- * call's stream) and *sg; stage_out, given the ring's status, copies the result back. Each
- * fails as a failure inside the call does (the group aborts); on a failed stage_in there is
- * nothing to run and nothing to finish. */
+/* A staged call (group/staging.c), around the ring's run on the host copy: stage_in fills
+ * *h (the arguments on host memory: pinned copies of the device buffers, managed memory as
+ * it is, after the call's stream) and *sg; stage_out, given the ring's status, copies the
+ * result back. Each fails as a failure inside the call does (the group aborts); on a failed
+ * stage_in there is nothing to run and nothing to finish. */
 typedef struct rr__stage {
   int staged;     /* device buffers were copied: stage_out has work */
   int prev;       /* the device to make current again */

@@ -2,11 +2,11 @@
  * at submission (rr__pg_path: host memory, managed memory, staged through pinned memory, or
  * device to device over CUDA IPC, or piped) and kept in its record (group/pg.h, rr__pg_call);
  * rr__pg_run is a switch over it. The device paths prepare and finish around the ring
- * (group/staging.c, group/ipc.c), which this file alone runs. The ring (ring/coll.c) runs the algorithm; this file is what the group
- * adds around it: a look at the control sockets before starting, refusing calls on a group
- * that already failed, and turning any failure into one sentence that names this rank, the
- * call, the place in the algorithm and the cause, then aborting the group so no peer waits
- * for us in vain. */
+ * (group/staging.c, group/ipc.c), which this file alone runs. The ring (ring/coll.c) runs
+ * the algorithm; this file is what the group adds around it: a look at the control sockets
+ * before starting, refusing calls on a group that already failed, and turning any failure
+ * into one sentence that names this rank, the call, the place in the algorithm and the
+ * cause, then aborting the group so no peer waits for us in vain. */
 #include <stdio.h>
 
 #include "common/log.h"

@@ -63,7 +63,8 @@ int rr__pg_stage_in(rr_pg *pg, const rr__pg_call *call, rr__args *h, rr__stage *
     int st = rr__cuda_set_device(call->device, &prev);
     if (st != RR_OK)
       return rr__stage_fail(pg, a, st, "selecting the call's device (managed buffer)");
-    st = call->cuda_ready ? rr__cuda_event_sync(call->cuda_ready) : rr__cuda_stream_sync(call->stream);
+    st = call->cuda_ready ? rr__cuda_event_sync(call->cuda_ready)
+                          : rr__cuda_stream_sync(call->stream);
     rr__cuda_restore_device(prev);
     if (st != RR_OK) return rr__stage_fail(pg, a, st, "waiting for the stream (managed buffer)");
     return RR_OK;

@@ -549,16 +549,12 @@ static int rr__file_greeting(rr__mesh *m, rr__pending *pd) {
   return RR_OK;
 }
 
-/* This rank's setup failed (st, the error set) while a higher rank's connection waited for
- * its answer: finish reading its greeting (briefly), answer it with the failure and then
- * the reason as an ABORT, so that the connecting rank reports the cause (rr__read_replies)
- * instead of a reset connection. A greeting that does not check out gets nothing. */
-static void rr__answer_failure(rr__mesh *m, rr__pending *pd, int st, const char *why) {
+/* A complete greeting to a rank whose setup failed: when it is an authentic one from a higher
+ * rank of this group, answer it with the failure (the reply's status and proof, then an ABORT
+ * with the reason), so that the caller learns why at once instead of at its deadline. */
+static void rr__answer_failure(rr__mesh *m, rr__pending *pd, int st, const char *why,
+                               int64_t until) {
   const rr__boot *b = m->b;
-  int64_t soon = RR__MIN(b->deadline_ms, rr__now_ms() + 200);
-  if (rr__sock_recv_all(pd->fd, pd->buf + pd->have, RR__HELLO_BYTES - pd->have, soon) != RR_OK)
-    return;
-  pd->have = RR__HELLO_BYTES;
   rr__hello h;
   if (rr__hello_decode(pd->buf, &h) != RR_OK || strcmp(h.group, b->group_id) != 0 ||
       h.to != b->rank || h.from <= b->rank || h.from >= b->size ||
@@ -568,7 +564,7 @@ static void rr__answer_failure(rr__mesh *m, rr__pending *pd, int st, const char 
   rr__put_u32(reply, RR__HELLO_OK);
   rr__put_u32(reply + 4, (uint32_t)st);
   rr__put_u64(reply + 8, rr__reply_proof(m, &h, st));
-  if (rr__sock_send_all(pd->fd, reply, sizeof reply, soon) != RR_OK) return;
+  if (rr__sock_send_all(pd->fd, reply, sizeof reply, until) != RR_OK) return;
   rr__ctl_send_abort(pd->fd, b->global_ranks[b->rank], st, 0, why);
   shutdown(pd->fd, SHUT_WR);
 }
@@ -576,20 +572,58 @@ static void rr__answer_failure(rr__mesh *m, rr__pending *pd, int st, const char 
 /* This rank's setup failed (st, the error set): give the reason (rr__answer_failure) to
  * the npend connections half way through their greeting, and, lfd >= 0, to those still in
  * the listen backlog (called once this rank's other descriptors are closed and accept()
- * can work again). Answering may fail; the error text stays this rank's failure. */
+ * can work again). All of them at once, within one short deadline (200 ms): a stranger that
+ * never completes its greeting costs that much in all, not that much each (64 silent
+ * connections made a failing rank report 8 s late when they were read one after another).
+ * Answering may fail; the error text stays this rank's failure. */
+#define RR__ANSWER_MAX (RR__MAX_PENDING + 256)
 static void rr__answer_pending(rr__mesh *m, rr__pending *pend, int npend, int lfd, int st) {
   char saved[RR__ERRMSG_MAX], why[RR__ERRMSG_MAX + 16];
   snprintf(saved, sizeof saved, "%s", rr__error());
   snprintf(why, sizeof why, "rank %d: %s", m->b->global_ranks[m->b->rank], saved);
-  for (int i = 0; i < npend; i++) rr__answer_failure(m, &pend[i], st, why);
+  rr__pending *all[RR__ANSWER_MAX], *accepted = NULL;
+  int n = 0, nacc = 0;
+  for (int i = 0; i < npend && n < RR__ANSWER_MAX; i++) all[n++] = &pend[i];
   /* accept() must not wait for a next one */
-  if (lfd >= 0 && rr__sock_nonblock(lfd, 1) == RR_OK)
-    for (int n = 0; n < 256; n++) {
-      rr__pending pd = {.fd = accept4(lfd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK)};
-      if (pd.fd < 0) break;
-      rr__answer_failure(m, &pd, st, why);
-      close(pd.fd);
+  if (lfd >= 0 && rr__sock_nonblock(lfd, 1) == RR_OK &&
+      (accepted = rr__calloc(RR__ANSWER_MAX - (size_t)n, sizeof *accepted)) != NULL)
+    while (n < RR__ANSWER_MAX) {
+      int fd = accept4(lfd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
+      if (fd < 0) break;
+      accepted[nacc] = (rr__pending){.fd = fd};
+      all[n++] = &accepted[nacc++];
     }
+  const int64_t until = RR__MIN(m->b->deadline_ms, rr__now_ms() + 200);
+  struct pollfd pfd[RR__ANSWER_MAX];
+  int left = n;
+  for (int i = 0; i < n; i++) {
+    pfd[i] = (struct pollfd){.fd = all[i]->fd, .events = POLLIN};
+    if (all[i]->have >= RR__HELLO_BYTES) { /* complete already: answer it now */
+      rr__answer_failure(m, all[i], st, why, until);
+      pfd[i].fd = -1;
+      left--;
+    }
+  }
+  while (left > 0) {
+    int64_t ms = until - rr__now_ms();
+    if (ms <= 0) break;
+    int rc = poll(pfd, (nfds_t)n, (int)ms);
+    if (rc < 0 && errno == EINTR) continue;
+    if (rc <= 0) break;
+    for (int i = 0; i < n; i++) {
+      if (pfd[i].fd < 0 || !pfd[i].revents) continue;
+      rr__pending *pd = all[i];
+      ssize_t got = recv(pd->fd, pd->buf + pd->have, RR__HELLO_BYTES - pd->have, MSG_DONTWAIT);
+      if (got < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) continue;
+      if (got > 0) pd->have += (size_t)got;
+      if (got > 0 && pd->have < RR__HELLO_BYTES) continue;
+      if (got > 0) rr__answer_failure(m, pd, st, why, until);
+      pfd[i].fd = -1; /* answered, closed or broken: done with it */
+      left--;
+    }
+  }
+  for (int i = 0; i < nacc; i++) close(accepted[i].fd);
+  free(accepted);
   rr__copy_error(saved);
 }
 

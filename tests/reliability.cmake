@@ -126,3 +126,8 @@ set_tests_properties(rel_fork_kill_clone_tcp PROPERTIES TIMEOUT 90 LABELS "core;
 rr_rel_test(test_shm_death)
 add_test(NAME rel_shm_setup_death COMMAND test_shm_death)
 set_tests_properties(rel_shm_setup_death PROPERTIES TIMEOUT 60 LABELS "core;reliability")
+# 40 silent strangers in a failing rank's setup backlog: it still reports at once
+# (tests/test_init_strangers.c; its answers to pending greetings are concurrent).
+rr_rel_test(test_init_strangers)
+add_test(NAME rel_init_strangers COMMAND test_init_strangers)
+set_tests_properties(rel_init_strangers PROPERTIES TIMEOUT 60 LABELS "core;reliability")

@@ -291,7 +291,9 @@ case_fail_stops_others() {
 case_keep_going() {
   # --keep-going (issue 26 item 4): rank 2 dies by SIGKILL; it is reported and the others run
   # to the end of their 1.5 s, unsignalled; the survivors exited 0, so rrun exits 0.
-  rr --nproc-per-node 4 --keep-going "$HELPER" "$T" '*=exit:0:1500' '2=raise:9:100'
+  # A port of its own each time: --keep-going tells the job's store of a death (issue 38.6),
+  # and another job's store on the default 29500 must not be told.
+  rr --master-port "$(job_port)" --nproc-per-node 4 --keep-going "$HELPER" "$T" '*=exit:0:1500' '2=raise:9:100'
   expect_rc 0
   expect_slower 1500
   local p2 r
@@ -304,25 +306,25 @@ case_keep_going() {
   for r in 0 1 3; do [ ! -e "$T/sig.$r.0" ] || fail "rank $r was signalled"; done
   expect_gone "$T"/pid.*.0
   # The same job without --keep-going: the death stops the others and is rrun's status.
-  rr --nproc-per-node 4 --grace-period 5 "$HELPER" "$T" '*=exit:0:1500' '2=raise:9:100'
+  rr --master-port "$(job_port)" --nproc-per-node 4 --grace-period 5 "$HELPER" "$T" '*=exit:0:1500' '2=raise:9:100'
   expect_rc 137
   expect_err "rrun: stopping 3 other worker(s)"
   # A survivor that exits non-zero is the job's status, whatever the others did.
-  rr --nproc-per-node 4 --keep-going "$HELPER" "$T" '*=exit:0:800' '1=raise:9:100' '3=exit:4:300'
+  rr --master-port "$(job_port)" --nproc-per-node 4 --keep-going "$HELPER" "$T" '*=exit:0:800' '1=raise:9:100' '3=exit:4:300'
   expect_rc 4
   expect_err "rrun: summary: 2 of 4 worker(s) failed, 0 stopped by rrun"
   # Every worker killed: no survivor, 128 + the first one's signal.
-  rr --nproc-per-node 2 --keep-going "$HELPER" "$T" '0=raise:9:100' '1=raise:15:600'
+  rr --master-port "$(job_port)" --nproc-per-node 2 --keep-going "$HELPER" "$T" '0=raise:9:100' '1=raise:15:600'
   expect_rc 137
   # A crash is a bug, not a death survived: the survivors' success does not hide it.
-  rr --nproc-per-node 4 --keep-going "$HELPER" "$T" '*=exit:0:800' '2=raise:11:100'
+  rr --master-port "$(job_port)" --nproc-per-node 4 --keep-going "$HELPER" "$T" '*=exit:0:800' '2=raise:11:100'
   expect_rc 139
   expect_err "rrun: rank 2 (local rank 2, pid $(cat "$T/pid.2.0")) failed: killed by signal SIGSEGV (11)"
   # A signal to rrun still stops everything.
   # rr clears the earlier jobs' pid files itself, but in the background: clear them here
   # first, or wait_for can see an old one that rr then removes ("timed out" at once).
   rm -f "$T"/pid.*
-  rr --nproc-per-node 2 --keep-going --grace-period 5 "$HELPER" "$T" '*=sleep' &
+  rr --master-port "$(job_port)" --nproc-per-node 2 --keep-going --grace-period 5 "$HELPER" "$T" '*=sleep' &
   local rp=$!
   wait_for "$T/pid.0.0" "$T/pid.1.0"
   kill -TERM $rp

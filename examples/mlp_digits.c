@@ -18,8 +18,9 @@
  * share that overlap hid.
  *
  * --device cuda (the default when this example was built with CUDA and cuBLAS and a GPU is
- * visible; else cpu) runs forward and backward with cuBLAS on the device LOCAL_RANK modulo
- * the number of GPUs (several ranks share one GPU when there are more ranks than GPUs), keeps
+ * visible; else cpu) runs forward and backward with cuBLAS on the device LOCAL_RANK (or
+ * Slurm's or Open MPI's local rank) modulo the number of GPUs (several ranks share one GPU
+ * when there are more ranks than GPUs), keeps
  * parameters and gradients in device memory, and hands DDP the device tensors: buckets,
  * scaling and hooks run on the GPU, ordered on the model's stream (rr_pg_set_cuda_stream).
  * The CPU path (--device cpu) is the code it always was.
@@ -346,6 +347,8 @@ static int worker(int rank, void *p) {
   if (gpu) {
     /* The rank's GPU; the initial weights drawn above go there. */
     const char *lr = getenv("LOCAL_RANK");
+    if (!lr) lr = getenv("SLURM_LOCALID");
+    if (!lr) lr = getenv("OMPI_COMM_WORLD_LOCAL_RANK");
     int dev = (lr ? atoi(lr) : rank) % a->ncuda;
     CHECK_CUDA(mlp_cuda_init(&g, &m, dev));
     /* DDP's copies and kernels, and the all-reduces' staging, on the model's stream. */
@@ -714,11 +717,16 @@ int main(int argc, char **argv) {
     }
     i++;
   }
+  /* Started by a launcher (one process per rank): rrun or torchrun (RANK), srun
+   * (SLURM_PROCID), mpirun (OMPI_COMM_WORLD_RANK), as the library's env:// reads them. */
+  const char *launched = getenv("RANK");
+  if (!launched) launched = getenv("SLURM_PROCID");
+  if (!launched) launched = getenv("OMPI_COMM_WORLD_RANK");
   /* rr_spawn (torch.multiprocessing.spawn) stops every rank when one dies, so there would be
    * no survivors; rrun --keep-going lets them run. */
   const char *gj = getenv("RR_GROW_JOIN");
   a.join = a.elastic && gj && !strcmp(gj, "1");
-  if (a.elastic && (a.no_comm || (a.spawn > 0 || (!getenv("RANK") && !a.join)))) {
+  if (a.elastic && (a.no_comm || (a.spawn > 0 || (!launched && !a.join)))) {
     fprintf(stderr, "mlp_digits: --elastic %s\n",
             a.no_comm ? "needs communication (not --no-comm)"
                       : "needs rrun --keep-going: --spawn stops every rank when one dies");
@@ -745,9 +753,9 @@ int main(int argc, char **argv) {
     a.use_cuda = a.ncuda > 0;
   }
   int rc;
-  /* Under rrun (RANK set) this process is one rank; otherwise start the ranks here. */
-  if (a.spawn == 0 && (getenv("RANK") || a.join)) {
-    rc = worker(a.join ? -1 : atoi(getenv("RANK")), &a);
+  /* Under a launcher this process is one rank; otherwise start the ranks here. */
+  if (a.spawn == 0 && (launched || a.join)) {
+    rc = worker(a.join ? -1 : atoi(launched), &a);
   } else {
     rr_spawn_status st;
     int s = rr_spawn(a.spawn ? a.spawn : 1, worker, &a, &st);

@@ -376,6 +376,21 @@ fail:
   return st;
 }
 
+int rr_launch_info_get(rr_launch_info *info) {
+  if (!info) return rr__set_error(RR_EINVAL, "rr_launch_info_get: info is NULL");
+  memset(info, 0, sizeof *info);
+  rr__init_info in;
+  RR__CHECK(rr__init_parse(NULL, 0, &in));
+  info->rank = in.rank;
+  info->world_size = in.world_size;
+  info->local_rank = in.local_rank;
+  info->local_world_size = in.local_world_size;
+  snprintf(info->master_addr, sizeof info->master_addr, "%s", in.host);
+  info->master_port = in.port;
+  snprintf(info->source, sizeof info->source, "%s", in.source ? in.source : "");
+  return RR_OK;
+}
+
 int rr_init_process_group(rr_pg **out, const rr_pg_options *opt) {
   return rr__init(out, opt, NULL);
 }

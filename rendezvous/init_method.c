@@ -2,7 +2,9 @@
  *   env://                               RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT
  *   tcp://host:port?rank=R&world_size=N
  *   file:///path?rank=R&world_size=N
- * Under srun or mpirun, with RANK/WORLD_SIZE unset, Slurm's or Open MPI's variables stand in.
+ * Under srun or mpirun, with RANK/WORLD_SIZE unset, Slurm's or Open MPI's variables stand in;
+ * under srun MASTER_ADDR and MASTER_PORT may be unset too (the step's first node, and a port
+ * from the job and step ids).
  * Every missing or malformed value is an error that names it. */
 #include "rendezvous/init_method.h"
 
@@ -56,6 +58,56 @@ static int rr__env_rank_world(rr__init_info *in) {
                        "rank and world_size");
 }
 
+int rr__slurm_first_host(const char *list, char *out, size_t n) {
+  /* Slurm's host lists: entries split by commas outside brackets, each a name with bracketed
+   * ranges in it ("node[01-04,07]", "rack[1-2]-gpu[3-4]"). The first host of the first entry:
+   * every bracket replaced by its first number, as written (zero padding kept). */
+  size_t o = 0;
+  const char *p = list ? list : "";
+  while (*p && *p != ',') {
+    if (*p == '[') {
+      p++;
+      if (!(*p >= '0' && *p <= '9')) return -1;
+      while (*p >= '0' && *p <= '9') {
+        if (o + 1 >= n) return -1;
+        out[o++] = *p++;
+      }
+      const char *close = strchr(p, ']');
+      if (!close) return -1;
+      p = close + 1;
+    } else {
+      if (*p == ']' || o + 1 >= n) return -1;
+      out[o++] = *p++;
+    }
+  }
+  if (o == 0) return -1;
+  out[o] = '\0';
+  return 0;
+}
+
+int rr__slurm_tasks_on_node(const char *per_node, int node) {
+  /* SLURM_STEP_TASKS_PER_NODE: "2(x3),1" is 2 tasks on each of 3 nodes, then 1 on the next. */
+  const char *p = per_node ? per_node : "";
+  int at = 0;
+  while (*p) {
+    char *end;
+    long tasks = strtol(p, &end, 10), times = 1;
+    if (end == p || tasks < 1 || tasks > INT_MAX) return -1;
+    p = end;
+    if (*p == '(') {
+      if (p[1] != 'x') return -1;
+      times = strtol(p + 2, &end, 10);
+      if (end == p + 2 || *end != ')' || times < 1 || times > INT_MAX) return -1;
+      p = end + 1;
+    }
+    if (node < at + times) return (int)tasks;
+    at += (int)times;
+    if (*p == ',') p++;
+    else if (*p) return -1;
+  }
+  return -1;
+}
+
 static void rr__env_local(rr__init_info *in) {
   static const char *const lr[] = {"LOCAL_RANK", "SLURM_LOCALID", "OMPI_COMM_WORLD_LOCAL_RANK"};
   static const char *const lw[] = {"LOCAL_WORLD_SIZE", "SLURM_NTASKS_PER_NODE",
@@ -68,9 +120,49 @@ static void rr__env_local(rr__init_info *in) {
   }
   for (size_t i = 0; i < 3 && in->local_world_size < 0; i++) {
     int v = 0, f = 0;
+    /* Under Slurm this node's own count comes first: SLURM_NTASKS_PER_NODE is set only with
+     * --ntasks-per-node and is wrong for an uneven layout. */
+    if (i == 1 && getenv("SLURM_STEP_TASKS_PER_NODE") &&
+        rr__env_int("SLURM_NODEID", 0, INT_MAX - 1, &v, &f) == RR_OK && f) {
+      int t = rr__slurm_tasks_on_node(getenv("SLURM_STEP_TASKS_PER_NODE"), v);
+      if (t > 0) {
+        in->local_world_size = t;
+        break;
+      }
+    }
     if (rr__env_int(lw[i], 1, INT_MAX, &v, &f) == RR_OK && f) in->local_world_size = v;
   }
   rr__clear_error();
+}
+
+/* Under srun without MASTER_ADDR / MASTER_PORT (the ranks came from SLURM_PROCID): the
+ * master is the step's first node, where task 0 runs in Slurm's block and cyclic
+ * distributions, and the port a function of the job and step ids, the same for every task,
+ * below the kernel's ephemeral range (32768 on); two steps on one node at once get
+ * different ports unless their ids collide modulo 12768 (set MASTER_PORT then). */
+static int rr__slurm_master(rr__init_info *in, const char **addr, const char **port,
+                            char *abuf, size_t an, char *pbuf, size_t pn) {
+  if (!*addr || !**addr) {
+    const char *list = getenv("SLURM_STEP_NODELIST");
+    if (!list || !*list) list = getenv("SLURM_JOB_NODELIST");
+    if (list && *list) {
+      if (rr__slurm_first_host(list, abuf, an) != 0)
+        return rr__set_error(RR_EENV, "MASTER_ADDR is not set and Slurm's node list '%s' could "
+                             "not be read", list);
+      *addr = abuf;
+    }
+  }
+  if (!*port || !**port) {
+    int job = 0, step = 0, fj = 0, fs = 0;
+    RR__CHECK(rr__env_int("SLURM_JOB_ID", 0, INT_MAX, &job, &fj));
+    RR__CHECK(rr__env_int("SLURM_STEP_ID", 0, INT_MAX, &step, &fs));
+    if (fj) {
+      snprintf(pbuf, pn, "%d", 20000 + (int)(((unsigned)job * 131u + (unsigned)step) % 12768u));
+      *port = pbuf;
+    }
+  }
+  (void)in;
+  return RR_OK;
 }
 
 /* "rank=R&world_size=N" -> fields (an unknown or repeated key is an error: a typo, or two
@@ -168,6 +260,9 @@ int rr__init_parse(const rr_pg_options *opt, int on_store, rr__init_info *in) {
       RR__CHECK(rr__env_rank_world(in));
     }
     const char *addr = getenv("MASTER_ADDR"), *port = getenv("MASTER_PORT");
+    char abuf[256], pbuf[16];
+    if (in->source && !strcmp(in->source, "SLURM_PROCID"))
+      RR__CHECK(rr__slurm_master(in, &addr, &port, abuf, sizeof abuf, pbuf, sizeof pbuf));
     if (!addr || !*addr)
       return rr__set_error(RR_EENV, "environment variable MASTER_ADDR expected, but not set");
     if (!port || !*port)

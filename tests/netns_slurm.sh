@@ -20,15 +20,14 @@
 # SLURM_PROCID (C; torch hands the backend its own), shared memory between the two ranks of a
 # host and TCP between hosts (cl_check_links).
 #
-# Where the rendezvous comes from. The library reads the rank, world size and local rank
-# from Slurm's variables, but env:// still needs MASTER_ADDR and MASTER_PORT, and neither the
-# library, the training example nor the torch backend derives them (nor, for the last two,
-# RANK) from Slurm. So each job runs as a batch script does today (docs/cluster.md): the
-# allocation exports MASTER_ADDR (the first host of SLURM_JOB_NODELIST) and MASTER_PORT
-# (from SLURM_JOB_ID) and a job token (RR_JOB_TOKEN); mlp_digits and the torch script get
-# RANK, WORLD_SIZE and LOCAL_RANK copied from SLURM_PROCID, SLURM_NTASKS and SLURM_LOCALID.
-# RR_TEST_SLURM_ALONE=1 leaves all of that out: Slurm's variables alone, as issue 41 asks (it
-# fails until the library, the example and the backend read them).
+# Where the rendezvous comes from: Slurm's variables alone. The library reads the rank, world
+# size and local rank from SLURM_PROCID, SLURM_NTASKS and SLURM_LOCALID, and with MASTER_ADDR
+# and MASTER_PORT unset takes the step's first node and a port from the job and step ids
+# (rendezvous/init_method.c); mlp_digits takes SLURM_PROCID for a launcher's rank, and the
+# torch backend fills torch's RANK, WORLD_SIZE, MASTER_ADDR, ... from the same rule on import.
+# The allocation exports only a job token (RR_JOB_TOKEN): the secret a multi-node job needs,
+# which srun hands every task. RR_TEST_SLURM_VARS=1 runs the jobs as a batch script that sets
+# MASTER_ADDR, MASTER_PORT and RANK itself would instead (docs/cluster.md).
 #
 # Needs root, ip netns and Slurm + munge (RR_DEPS_SLURM=1 bash tools/deps.sh); exit 77
 # saying why otherwise. Cleans up its hosts, daemons, jobs and files on exit.
@@ -58,18 +57,18 @@ mkdir -p "$J" && chmod 777 "$J"
 # What a batch script does before its sruns today (docs/cluster.md); salloc runs it on login.
 cat >"$CL_DIR/alloc" <<'EOF'
 #!/bin/bash
-if [ "${RR_TEST_SLURM_ALONE:-0}" != 1 ]; then
+# One secret per job, which srun hands every task: the ranks then authenticate.
+export RR_JOB_TOKEN=$(od -An -tx1 -N16 /dev/urandom | tr -d ' \n')
+if [ "${RR_TEST_SLURM_VARS:-0}" = 1 ]; then
   export MASTER_ADDR=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)
   export MASTER_PORT=$((20000 + SLURM_JOB_ID % 20000))
-  # One secret per job, which srun hands every task: the C ranks then authenticate.
-  export RR_JOB_TOKEN=$(od -An -tx1 -N16 /dev/urandom | tr -d ' \n')
 fi
 exec "$@"
 EOF
 # What torch's env:// (and mlp_digits) need besides, per task.
 cat >"$CL_DIR/rankenv" <<'EOF'
 #!/bin/bash
-if [ "${RR_TEST_SLURM_ALONE:-0}" != 1 ]; then
+if [ "${RR_TEST_SLURM_VARS:-0}" = 1 ]; then
   export RANK=$SLURM_PROCID WORLD_SIZE=$SLURM_NTASKS LOCAL_RANK=$SLURM_LOCALID
 fi
 exec "$@"
@@ -138,8 +137,8 @@ if [ "$mode" = c ]; then
   grep -q '^mlp_digits: 4 ranks' "$J/train.0.out" || bad "mlp_digits under srun: not one 4-rank job"
   cmp "$J/rrun.ckpt" "$J/srun.ckpt" || bad "mlp_digits: the checkpoints differ"
   [ "$fail" = 0 ] && echo "mlp_digits: srun's epochs, parameter hash and checkpoint equal rrun's"
-  # (mlp_digits needs RANK: rankenv copies it from SLURM_PROCID, unless RR_TEST_SLURM_ALONE.)
-  if [ "${RR_TEST_SLURM_ALONE:-0}" = 1 ]; then src=SLURM_PROCID; else src=RANK; fi
+  # (rankenv copies SLURM_PROCID into RANK only with RR_TEST_SLURM_VARS.)
+  if [ "${RR_TEST_SLURM_VARS:-0}" = 1 ]; then src=RANK; else src=SLURM_PROCID; fi
   cl_check_links "$J" train 4 "$src" || fail=1
 
   echo "== a killed task: task 3 (node1) SIGKILLed in a verified all-reduce loop"

@@ -43,7 +43,7 @@ rr_pg_test(async_error_w3 120 test_async error 3)
 # IPv6 master (77 without IPv6 on lo), RR_DEBUG_FILE, timeout_ms in the options, and a
 # group on the caller's store made of callbacks (rr_pg_options.store).
 rr_core_test(test_init)
-foreach(s tcp file options slurm ompi ipv6 debug_file debug_link file_perms timeout_opt store_callbacks)
+foreach(s tcp file options slurm ompi slurm_lists ipv6 debug_file debug_link file_perms timeout_opt store_callbacks)
   rr_pg_test(init_${s} 60 test_init ${s})
   rr_pg_env(init_${s} 15)
 endforeach()

@@ -4,7 +4,7 @@
  * Each rank is a process of t_run with its own environment; each checks its rank, the
  * group's size and a collective's exact result.
  *
- *   test_init <tcp|file|options|slurm|ompi|ipv6|debug_file|debug_link|debug_fifo|trace_fifo|file_perms|timeout_opt|store_callbacks> */
+ *   test_init <tcp|file|options|slurm|ompi|slurm_lists|ipv6|debug_file|debug_link|debug_fifo|trace_fifo|file_perms|timeout_opt|store_callbacks> */
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -15,6 +15,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "rendezvous/init_method.h"
 #include "tests/harness.h"
 
 typedef struct iarg {
@@ -182,6 +183,14 @@ static int launcher_rank(int rank, void *p) {
     set_int_env("SLURM_NTASKS", a->world);
     set_int_env("SLURM_LOCALID", 0); /* one task per node: local rank 0 everywhere */
     src = "SLURM_PROCID";
+    /* Slurm's variables alone: the master is the step's first node and the port comes from
+     * the job and step ids (job 0: the port is 20000 + the step id, here the harness's). */
+    int port = atoi(getenv("MASTER_PORT"));
+    unsetenv("MASTER_ADDR");
+    unsetenv("MASTER_PORT");
+    setenv("SLURM_STEP_NODELIST", "localhost,nodeb[2-5]", 1);
+    set_int_env("SLURM_JOB_ID", 0);
+    set_int_env("SLURM_STEP_ID", port - 20000);
   } else {
     set_int_env("OMPI_COMM_WORLD_RANK", rank);
     set_int_env("OMPI_COMM_WORLD_SIZE", a->world);
@@ -196,6 +205,36 @@ static int launcher_rank(int rank, void *p) {
   snprintf(want, sizeof want, "rank %d of %d ready (rank and size from %s)", rank, a->world, src);
   if (log_has(logp, want)) return 1;
   unlink(logp);
+  return 0;
+}
+
+/* ---- Slurm's host lists and tasks per node, as the library reads them ---- */
+static int slurm_lists(void) {
+  static const struct {
+    const char *list, *first;
+  } hosts[] = {{"node[01-04,07],gpu5", "node01"}, {"n[3,5-7]", "n3"}, {"login", "login"},
+               {"a,b", "a"}, {"rack[1-2]-gpu[03-04]", "rack1-gpu03"}, {"x[007]y", "x007y"}};
+  char out[64];
+  for (size_t i = 0; i < sizeof hosts / sizeof hosts[0]; i++) {
+    int rc = rr__slurm_first_host(hosts[i].list, out, sizeof out);
+    const char *want = hosts[i].first;
+    T_CHECK(rc == 0 && !strcmp(out, want), "first host of '%s': %s, want %s", hosts[i].list,
+            rc == 0 ? out : "(error)", want);
+  }
+  static const char *const bad[] = {"", "node[", "node[a-b]", "]x", ",a"};
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
+    T_CHECK(rr__slurm_first_host(bad[i], out, sizeof out) != 0, "'%s' was read", bad[i]);
+  T_CHECK(rr__slurm_first_host("averyveryverylongname", out, 8) != 0, "overflow accepted");
+  static const struct {
+    const char *per_node;
+    int node, tasks;
+  } per[] = {{"2(x3),1", 0, 2}, {"2(x3),1", 2, 2}, {"2(x3),1", 3, 1}, {"2(x3),1", 4, -1},
+             {"4", 0, 4},       {"1,3,2", 1, 3},  {"2(3)", 0, -1},   {"", 0, -1}};
+  for (size_t i = 0; i < sizeof per / sizeof per[0]; i++) {
+    int t = rr__slurm_tasks_on_node(per[i].per_node, per[i].node);
+    T_CHECK(t == per[i].tasks, "'%s' node %d: %d tasks, want %d", per[i].per_node, per[i].node,
+            t, per[i].tasks);
+  }
   return 0;
 }
 
@@ -608,7 +647,7 @@ static void cleanup_tmp(const char *tag) {
 
 int main(int argc, char **argv) {
   if (argc < 2) {
-    fprintf(stderr, "usage: %s <tcp|file|options|slurm|ompi|ipv6|debug_file|debug_link|debug_fifo|trace_fifo|file_perms|timeout_opt|store_callbacks>\n", argv[0]);
+    fprintf(stderr, "usage: %s <tcp|file|options|slurm|ompi|slurm_lists|ipv6|debug_file|debug_link|debug_fifo|trace_fifo|file_perms|timeout_opt|store_callbacks>\n", argv[0]);
     return 2;
   }
   const char *s = argv[1];
@@ -632,6 +671,8 @@ int main(int argc, char **argv) {
   } else if (!strcmp(s, "slurm") || !strcmp(s, "ompi")) {
     a.phase = !strcmp(s, "ompi");
     rc = t_run_all(3, launcher_rank, &a, 45, NULL);
+  } else if (!strcmp(s, "slurm_lists")) {
+    rc = slurm_lists();
   } else if (!strcmp(s, "ipv6")) {
     char why[160];
     if (!have_ipv6_loopback(why, sizeof why)) {

@@ -143,6 +143,22 @@ typedef struct rr_pg_options {
 #define RR_PG_OPTIONS_INIT {NULL, 0, 0, 0, -1, NULL}
 void rr_pg_options_init(rr_pg_options *opt);
 
+/* What env:// would read from this process's environment, without joining anything: rank and
+ * world size (RANK / WORLD_SIZE, else Slurm's, else Open MPI's), the local rank and the ranks
+ * on this node (-1 when unknown), the master's address and port (MASTER_ADDR / MASTER_PORT;
+ * under srun, when unset, the step's first node and a port from the job and step ids), and
+ * which variable the rank came from. For frameworks that want the launcher's view in their
+ * own variables (the torch backend fills RANK, WORLD_SIZE, MASTER_ADDR, ... from it under
+ * srun, so that torch's own env:// works there). RR_EENV naming what is missing. */
+typedef struct rr_launch_info {
+  int rank, world_size;
+  int local_rank, local_world_size;
+  char master_addr[256];
+  int master_port;
+  char source[32]; /* "RANK", "SLURM_PROCID" or "OMPI_COMM_WORLD_RANK" */
+} rr_launch_info;
+int rr_launch_info_get(rr_launch_info *info);
+
 /* Join the job: rendezvous through the store named by the init method, then connect to
  * every peer. opt == NULL means env:// with defaults.
  *

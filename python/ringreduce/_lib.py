@@ -55,6 +55,13 @@ c_work = ctypes.c_void_p
 c_store = ctypes.c_void_p
 
 
+class LaunchInfo(ctypes.Structure):
+    _fields_ = [("rank", ctypes.c_int), ("world_size", ctypes.c_int),
+                ("local_rank", ctypes.c_int), ("local_world_size", ctypes.c_int),
+                ("master_addr", ctypes.c_char * 256), ("master_port", ctypes.c_int),
+                ("source", ctypes.c_char * 32)]
+
+
 class PgOptions(ctypes.Structure):
     _fields_ = [("init_method", ctypes.c_char_p), ("rank", ctypes.c_int),
                 ("world_size", ctypes.c_int), ("timeout_ms", ctypes.c_int64),
@@ -104,6 +111,7 @@ init_process_group_on_store = _proto("rr_init_process_group_on_store", _i, ctype
                                      ctypes.POINTER(PgOptions), c_store)
 destroy_process_group = _proto("rr_destroy_process_group", _i, c_pg)
 process_exiting = _proto("rr_process_exiting", None)
+launch_info_get = _proto("rr_launch_info_get", _i, ctypes.POINTER(LaunchInfo))
 abort = _proto("rr_abort", _i, c_pg)
 pg_revoke = _proto("rr_pg_revoke", _i, c_pg)
 pg_shrink = _proto("rr_pg_shrink", _i, c_pg, _i, ctypes.POINTER(c_pg))

@@ -1063,6 +1063,34 @@ def _devices():
 _DEVICES = _devices()
 
 
+def _launcher_env():
+    """Under srun (or mpirun) without torchrun's variables: RANK, WORLD_SIZE, LOCAL_RANK,
+    LOCAL_WORLD_SIZE, MASTER_ADDR and MASTER_PORT filled in from the launcher's, as the
+    library's env:// reads them (rr_launch_info_get: under srun the master is the step's
+    first node and the port comes from the job and step ids), so that torch's own env://,
+    which knows only its own names, works there. Nothing is changed when RANK is set, when
+    no launcher is seen, or when the library cannot tell (torch then says what is missing);
+    a variable already set is kept."""
+    env = os.environ
+    if env.get("RANK") or not (env.get("SLURM_PROCID") or env.get("OMPI_COMM_WORLD_RANK")):
+        return
+    info = _lib.LaunchInfo()
+    try:
+        if _lib.launch_info_get(ctypes.byref(info)) != 0:
+            return
+    except RuntimeError:  # a library older than rr_launch_info_get
+        return
+    found = {"RANK": info.rank, "WORLD_SIZE": info.world_size, "LOCAL_RANK": info.local_rank,
+             "LOCAL_WORLD_SIZE": info.local_world_size,
+             "MASTER_ADDR": info.master_addr.decode(), "MASTER_PORT": info.master_port}
+    for k, v in found.items():
+        if not env.get(k) and v != -1:
+            env[k] = str(v)
+
+
+_launcher_env()
+
+
 def _register():
     # Importing twice (or under two names) must not register twice: torch refuses that.
     if BACKEND.upper() in getattr(dist.Backend, "_plugins", {}) or hasattr(dist.Backend, BACKEND.upper()):

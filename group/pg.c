@@ -1,7 +1,8 @@
 /* Process groups: creation (init_process_group, new_group), destruction, and the small
- * calls on a group (ranks, timeout, abort). The calls themselves: group/api.c (arguments),
- * group/work.c (queue and worker), group/run.c (its path, and running one), group/staging.c
- * and group/ipc.c (device buffers). */
+ * calls on a group (ranks, timeout, abort), and what a launcher's environment says
+ * (rr_launch_info_get). The calls themselves: group/api.c (arguments), group/work.c (queue
+ * and worker), group/run.c (its path, and running one), group/ipc.c, group/staging.c and
+ * group/device.c (device buffers). */
 #include <errno.h>
 #include <stddef.h>
 #include <stdio.h>

@@ -1,3 +1,11 @@
+/* A group's connections: every peer's data lanes and its control socket, made at setup and
+ * closed at destroy; the one progress loop the collectives drive (isend and irecv queue a
+ * request on the lane that carries its message number, progress moves every busy lane); the
+ * one wait, poll() on the busy lanes, every control socket, the peers' pidfds and the abort
+ * eventfd, which also peeks at peers' headers for the waiting call (rr__sniff.check); and the
+ * control messages (an ABORT naming the first unfinished collective, a BYE saying why the
+ * peer left, the shrink's agreement), so that a dead or aborting peer is noticed and named at
+ * once. Forked children let go of all of it (common/fork.h). */
 #include "transport/comm.h"
 
 #include <ctype.h>

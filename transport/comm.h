@@ -6,8 +6,8 @@
  * peer's control socket and an eventfd, so a dead peer is noticed at once (its control
  * socket closes), and an abort from any thread or any rank wakes it. (A blocking call may
  * first poll its lanes for a bounded time, spin_us: see rr__coll_block.) */
-#ifndef RR__RING_COMM_H_
-#define RR__RING_COMM_H_
+#ifndef RR__TRANSPORT_COMM_H_
+#define RR__TRANSPORT_COMM_H_
 
 #include <pthread.h>
 #include <stdatomic.h>
@@ -200,4 +200,4 @@ int rr__comm_abort(rr__comm *cm, int status, const char *reason, int tell_peers)
  * concerns). */
 int rr__comm_check(rr__comm *cm);
 
-#endif /* RR__RING_COMM_H_ */
+#endif /* RR__TRANSPORT_COMM_H_ */

@@ -340,24 +340,6 @@ int rr__sock_connect(const rr__addr *to, int64_t deadline_ms, int *fd_out) {
                        (double)(rr__now_ms() - start) / 1000.0);
 }
 
-int rr__sock_accept(int lfd, int64_t deadline_ms, int *fd_out, rr__addr *from) {
-  for (;;) {
-    int rc = rr__sock_wait(lfd, POLLIN, deadline_ms);
-    if (rc != RR_OK) return rc;
-    rr__addr a;
-    memset(&a, 0, sizeof a);
-    a.len = sizeof a.ss;
-    int fd = accept4(lfd, (struct sockaddr *)&a.ss, &a.len, SOCK_CLOEXEC);
-    if (fd >= 0) {
-      if (from) *from = a;
-      *fd_out = fd;
-      return RR_OK;
-    }
-    if (errno == EINTR || errno == EAGAIN || errno == ECONNABORTED) continue;
-    return rr__set_error(RR_ESYS, "accept: %s", strerror(errno));
-  }
-}
-
 int rr__sock_send_all(int fd, const void *buf, size_t n, int64_t deadline_ms) {
   const char *p = buf;
   while (n > 0) {

@@ -51,8 +51,6 @@ int rr__sock_listen(const rr__addr *addr, int backlog, int reuse, int *fd, rr__a
 /* Connect to `to`, retrying refused/unreachable attempts until deadline_ms (the peer may not
  * be listening yet). RR_EADDR or RR_ETIMEDOUT naming the address on failure. */
 int rr__sock_connect(const rr__addr *to, int64_t deadline_ms, int *fd);
-/* Accept one connection before deadline_ms. */
-int rr__sock_accept(int lfd, int64_t deadline_ms, int *fd, rr__addr *from);
 int rr__sock_nonblock(int fd, int on);
 /* TCP_NODELAY, keep-alive, and SO_SNDBUF/SO_RCVBUF = bufsize when bufsize > 0. */
 int rr__sock_tune(int fd, int64_t bufsize);

@@ -25,7 +25,7 @@
  * copies on `stream`, in order with the call's other device work. Completion means the
  * device work is done, not only queued: a send completes once its copy into the peer's slot
  * completed (the slot is published then), a receive once its read of the slot did (the slot
- * is released then; transport/cuda_ipc.h). ring/pipe.c relies on it to reuse a reduce
+ * is released then; transport/cuda_ipc.h). ring/pipe_dev.c relies on it to reuse a reduce
  * chain's landing slot. Only transports with a device_msg_max accept such requests. */
 typedef struct rr__req_dev {
   void *stream; /* cudaStream_t */

@@ -9,8 +9,9 @@ set -euo pipefail
 dir=${1:?usage: pack_results.sh DIR [FILES_KEPT...]}
 shift
 cd "$dir"
-keep() {
+keep() { # keep FILE KEPT...: whether FILE stays out of the archive
   local f=$1 k
+  shift
   case $f in *.md|*.png|*.gp|*.dat|*.sh|*.py|runs.tsv|env*.txt|raw.tar.xz) return 0 ;; esac
   for k in "$@"; do [ "$f" = "$k" ] && return 0; done
   return 1

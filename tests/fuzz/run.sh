@@ -104,8 +104,8 @@ coverage() {
   "$pd" merge -sparse "$prof" -o "$cov/$h.profdata"
   local files
   case $h in
-    wire) files="ring/hdr.c transport/comm.c rendezvous/hello.c" ;;
-    ctl_stream) files="transport/comm.c" ;;
+    wire) files="ring/hdr.c transport/ctl.c rendezvous/hello.c" ;;
+    ctl_stream) files="transport/comm.c transport/ctl.c" ;;
     *) files="rendezvous/store_server.c rendezvous/store_client.c" ;;
   esac
   # shellcheck disable=SC2086

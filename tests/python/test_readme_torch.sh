@@ -9,6 +9,7 @@
 #   test_readme_torch.sh 1|2 SOURCE_DIR
 # PIP_CACHE_DIR, when set (tests/python.cmake: tools/torch_env.sh's cache), saves downloading
 # scikit-build-core and torch's 2.5 GB of wheels again; pip still installs them (about a minute).
+# SKBUILD_CMAKE_DEFINE=RR_CUDA=OFF (tests/python.cmake) builds the README's wheel without CUDA.
 set -euo pipefail
 v=$1 src=$2
 if [ "$v" = 1 ]; then

@@ -413,8 +413,7 @@ static int rr__shrunk_group(rr_pg *pg, const uint8_t *d, int64_t step_ms, rr_pg 
     return st;
   }
   rr__comm *nc = np->comm;
-  nc->spin_us = old->spin_us;
-  nc->spin_yield = old->spin_yield;
+  rr__comm_spin_inherit(nc, old); /* it waits as the old group decided */
   /* Under the old comm's abort lock: an abort or revoke from another thread sends on these
    * sockets while it holds it. */
   pthread_mutex_lock(&old->abort_mu);

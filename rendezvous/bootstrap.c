@@ -17,7 +17,6 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <stdarg.h>
-#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -761,30 +760,14 @@ static int rr__read_replies(rr__mesh *m) {
   return RR_OK;
 }
 
-/* How a blocking call waits: poll its lanes for a while before it sleeps in poll(). Sleeping
- * costs two context switches and a wake-up system call, 10-20 us per message on this kind of
- * VM, where a peer on a core of its own answers a small message in 1-3 us. So while this
- * host's ranks fit its cores a blocking call polls for 50 us; when they outnumber the cores
- * it polls for 100 us but yields the core between polls (the peer it waits for may need
- * that core). Figures: docs/performance.md. RR_SPIN_US sets the time, RR_SPIN_YIELD the
- * yield. Only a caller that blocks on its call spins (ring/coll.c): work run in
- * the background never takes cores from the caller's compute. */
-static void rr__choose_spin(rr__comm *cm, const rr__peer_info *infos, int rank, int size) {
+/* How many ranks run on this host, for the comm's spin policy (transport/comm.c): those whose
+ * record names this host, or as many as the launcher says (LOCAL_WORLD_SIZE), if more. */
+static int rr__local_ranks(const rr__peer_info *infos, int rank, int size) {
   int local = 0;
   for (int p = 0; p < size; p++) local += !strcmp(infos[p].hostid, infos[rank].hostid);
   const char *lws = getenv("LOCAL_WORLD_SIZE");
   if (lws && atoi(lws) > local) local = atoi(lws);
-  /* A rank bound to a share of the host sees only its share here, so the launcher that
-   * bound it says how many cores the host's ranks were spread over (rrun: RR_HOST_CPUS). */
-  cpu_set_t set;
-  int cpus = sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set) : 1;
-  int64_t want = rr__params_get()->spin_us, yield = rr__params_get()->spin_yield;
-  if (rr__params_get()->host_cpus > 0) cpus = (int)rr__params_get()->host_cpus;
-  cm->spin_yield = yield >= 0 ? (int)yield : local > cpus;
-  cm->spin_us = want >= 0 ? (int)want : cm->spin_yield ? 100 : 50;
-  RR__LOG_INFO(RR__SUB_INIT, "%d rank(s) on this host, %d core(s) usable: blocking calls poll %d us "
-          "before sleeping%s", local, cpus, cm->spin_us,
-          cm->spin_yield ? ", yielding the core between polls" : "");
+  return local;
 }
 
 int rr__bootstrap(const rr__boot *b, rr__comm **out) {
@@ -817,7 +800,7 @@ int rr__bootstrap(const rr__boot *b, rr__comm **out) {
     /* A group of one meets nobody: nothing to publish, read or connect. */
     m.infos[0] = me;
     cm->peers[0].info = me;
-    rr__choose_spin(cm, m.infos, 0, 1);
+    rr__comm_spin_policy(cm, rr__local_ranks(m.infos, 0, 1));
     *out = cm;
     cm = NULL;
     st = RR_OK;
@@ -848,7 +831,7 @@ int rr__bootstrap(const rr__boot *b, rr__comm **out) {
     m.nsock[p] = rr__nsockets(m.tp[p], &m.infos[b->rank], &m.infos[p]);
   }
 
-  rr__choose_spin(cm, m.infos, b->rank, size);
+  rr__comm_spin_policy(cm, rr__local_ranks(m.infos, b->rank, size));
 
   /* 3-4. The mesh. */
   RR__CHECK_GOTO(rr__connect_lower(&m), st, done);

@@ -1,9 +1,8 @@
 /* The primitives every algorithm shares (ring/prims.h): the call header sent ahead of the
  * data and checked against our own call (a mismatch names both calls), the completion notice
- * of rooted collectives, the wait that polls, then sleeps until data, a peer's abort or the
- * deadline, and the group's scratch memory. Nothing here knows an algorithm: the dispatcher
+ * of rooted collectives, the wait (the comm's, transport/comm.c: it may poll, then sleeps
+ * until data, a peer's abort or the deadline), and the group's scratch memory. Nothing here knows an algorithm: the dispatcher
  * (ring/coll.c) runs them, and they call down into this file and the step (ring/pipe.c). */
-#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -90,75 +89,14 @@ static int rr__sniff_check(void *ctx, int peer, const uint8_t wire[RR__SNIFF_BYT
   return rr__mismatch(c, peer, &m, &h, rr__hdr_describe(&own, a, sizeof a));
 }
 
-/* Adaptive spinning. A spin pays when the data comes within a few microseconds: sleeping
- * and being woken costs 10-20 us. A spin that finds nothing, or finds data only after
- * RR__SPIN_FAST_US (a slow link trickling packets in, a peer busy elsewhere, more ranks than
- * the cores we were told about), is a miss unless we yield the core meanwhile; after
- * RR__SPIN_MISSES misses in a row the next `backoff` waits sleep at once, and the backoff
- * doubles (up to RR__SPIN_SKIP_MAX) until a spin is a fast hit again. */
-#define RR__SPIN_FAST_US 20
-#define RR__SPIN_MISSES 4
-#define RR__SPIN_SKIP_MIN 64
-#define RR__SPIN_SKIP_MAX 4096
-
-/* Poll the lanes for up to spin_us; RR_OK with *hit set if bytes moved. */
-static int rr__spin(rr__comm *cm, int *hit) {
-  /* The clock is first read at the 16th poll: a small call's data is usually there before
-   * (an 8 B all_reduce at world 2 over shared memory takes about 0.3 us in all, and the
-   * precise clock's reads were 23% of a rank's samples in one: docs/performance.md). The
-   * spin's bounds then count from that poll, a few hundred ns late. */
-  int64_t start = 0, until = 0;
-  int slow = 0;
-  for (unsigned i = 1;; i++) {
-    size_t moved = 0;
-    RR__CHECK(rr__comm_progress(cm, &moved));
-    if (moved) break;
-    /* Ranks outnumber cores: the peer we wait for may need this one. */
-    if (cm->spin_yield) sched_yield();
-    /* The clock is read every 16 polls: on a VM a read costs about as much as a poll of a
-     * shared-memory lane. */
-    if (i % 16 == 0) {
-      int64_t now = rr__now_ns();
-      if (i == 16) start = now, until = now + (int64_t)cm->spin_us * 1000;
-      slow = !cm->spin_yield && now - start > RR__SPIN_FAST_US * 1000;
-      if (now >= until) {
-        *hit = 0;
-        goto miss;
-      }
-    }
-  }
-  *hit = 1;
-  if (!slow) {
-    cm->spin_miss = 0;
-    cm->spin_backoff = 0;
-    return RR_OK;
-  }
-miss:
-  if (++cm->spin_miss >= RR__SPIN_MISSES) {
-    cm->spin_miss = 0;
-    cm->spin_backoff = RR__MIN(RR__MAX(cm->spin_backoff * 2, RR__SPIN_SKIP_MIN), RR__SPIN_SKIP_MAX);
-    cm->spin_skip = cm->spin_backoff;
-  }
-  return RR_OK;
-}
-
 int rr__coll_block(rr__coll *c, int peer) {
   /* Point-to-point calls have no group-wide number to compare against. */
   int p2p = rr__coll_is_p2p(c);
   rr__sniff sn = {.seq = c->hdr.seq, .check = rr__sniff_check, .ctx = c};
   rr__comm *cm = c->cm;
-  /* Only a caller that blocks on this call spins; background work (async calls) sleeps
-   * and leaves the core to the caller's compute. */
-  if (cm->spin_us > 0 && c->may_spin) {
-    if (cm->spin_skip > 0) {
-      cm->spin_skip--;
-    } else {
-      int hit;
-      RR__CHECK(rr__spin(cm, &hit));
-      if (hit) return RR_OK;
-    }
-  }
-  int st = rr__comm_wait(c->cm, c->deadline_ms, p2p ? NULL : &sn);
+  /* The comm decides how to wait (it owns the wait and its spin policy); the ring says only
+   * whether the caller blocks on this call: background work (async calls) never spins. */
+  int st = rr__comm_block(cm, c->may_spin, c->deadline_ms, p2p ? NULL : &sn);
   /* An abort may carry RR_ETIMEDOUT too (rr_work_wait gave up); keep its own words. */
   if (st != RR_ETIMEDOUT || rr__comm_abort_concerns(cm, !p2p, c->hdr.seq)) return st;
   int g = peer >= 0 ? rr__grank(c, peer) : -1;

@@ -12,6 +12,7 @@
 #include <ctype.h>
 #include <errno.h>
 #include <poll.h>
+#include <sched.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -22,6 +23,7 @@
 #include <unistd.h>
 
 #include "common/log.h"
+#include "common/param.h"
 #include "common/status.h"
 #include "common/util.h"
 #include "transport/ctl.h"
@@ -627,6 +629,98 @@ int rr__comm_wait(rr__comm *cm, int64_t deadline_ms, const rr__sniff *sn) {
    * (a peer's abort for a later call does not: this call may be waiting for the dead). */
   if (lost >= 0 && !rr__abort_now(cm)) return rr__lost(cm, lost);
   return rr__abort_now(cm) ? rr__comm_check(cm) : RR_OK;
+}
+
+/* ---- how a blocking call waits: the spin policy ---- */
+
+/* Poll the lanes for a while before sleeping in poll(). Sleeping costs two context switches
+ * and a wake-up system call, 10-20 us per message on this kind of VM, where a peer on a core
+ * of its own answers a small message in 1-3 us. So while this host's ranks fit its cores a
+ * blocking call polls for 50 us; when they outnumber the cores it polls for 100 us but yields
+ * the core between polls (the peer it waits for may need that core). Figures:
+ * docs/performance.md. RR_SPIN_US sets the time, RR_SPIN_YIELD the yield. */
+void rr__comm_spin_policy(rr__comm *cm, int local) {
+  /* A rank bound to a share of the host sees only its share here, so the launcher that
+   * bound it says how many cores the host's ranks were spread over (rrun: RR_HOST_CPUS). */
+  cpu_set_t set;
+  int cpus = sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set) : 1;
+  int64_t want = rr__params_get()->spin_us, yield = rr__params_get()->spin_yield;
+  if (rr__params_get()->host_cpus > 0) cpus = (int)rr__params_get()->host_cpus;
+  cm->spin.yield = yield >= 0 ? (int)yield : local > cpus;
+  cm->spin.us = want >= 0 ? (int)want : cm->spin.yield ? 100 : 50;
+  RR__LOG_INFO(RR__SUB_INIT, "%d rank(s) on this host, %d core(s) usable: blocking calls poll %d us "
+          "before sleeping%s", local, cpus, cm->spin.us,
+          cm->spin.yield ? ", yielding the core between polls" : "");
+}
+
+void rr__comm_spin_inherit(rr__comm *cm, const rr__comm *from) {
+  cm->spin.us = from->spin.us;
+  cm->spin.yield = from->spin.yield;
+}
+
+/* Adaptive spinning. A spin pays when the data comes within a few microseconds: sleeping
+ * and being woken costs 10-20 us. A spin that finds nothing, or finds data only after
+ * RR__SPIN_FAST_US (a slow link trickling packets in, a peer busy elsewhere, more ranks than
+ * the cores we were told about), is a miss unless we yield the core meanwhile; after
+ * RR__SPIN_MISSES misses in a row the next `backoff` waits sleep at once, and the backoff
+ * doubles (up to RR__SPIN_SKIP_MAX) until a spin is a fast hit again. */
+#define RR__SPIN_FAST_US 20
+#define RR__SPIN_MISSES 4
+#define RR__SPIN_SKIP_MIN 64
+#define RR__SPIN_SKIP_MAX 4096
+
+/* Poll the lanes for up to spin.us; RR_OK with *hit set if bytes moved. */
+static int rr__comm_spin(rr__comm *cm, int *hit) {
+  /* The clock is first read at the 16th poll: a small call's data is usually there before
+   * (an 8 B all_reduce at world 2 over shared memory takes about 0.3 us in all, and the
+   * precise clock's reads were 23% of a rank's samples in one: docs/performance.md). The
+   * spin's bounds then count from that poll, a few hundred ns late. */
+  int64_t start = 0, until = 0;
+  int slow = 0;
+  for (unsigned i = 1;; i++) {
+    size_t moved = 0;
+    RR__CHECK(rr__comm_progress(cm, &moved));
+    if (moved) break;
+    /* Ranks outnumber cores: the peer we wait for may need this one. */
+    if (cm->spin.yield) sched_yield();
+    /* The clock is read every 16 polls: on a VM a read costs about as much as a poll of a
+     * shared-memory lane. */
+    if (i % 16 == 0) {
+      int64_t now = rr__now_ns();
+      if (i == 16) start = now, until = now + (int64_t)cm->spin.us * 1000;
+      slow = !cm->spin.yield && now - start > RR__SPIN_FAST_US * 1000;
+      if (now >= until) {
+        *hit = 0;
+        goto miss;
+      }
+    }
+  }
+  *hit = 1;
+  if (!slow) {
+    cm->spin.miss = 0;
+    cm->spin.backoff = 0;
+    return RR_OK;
+  }
+miss:
+  if (++cm->spin.miss >= RR__SPIN_MISSES) {
+    cm->spin.miss = 0;
+    cm->spin.backoff = RR__MIN(RR__MAX(cm->spin.backoff * 2, RR__SPIN_SKIP_MIN), RR__SPIN_SKIP_MAX);
+    cm->spin.skip = cm->spin.backoff;
+  }
+  return RR_OK;
+}
+
+int rr__comm_block(rr__comm *cm, int may_spin, int64_t deadline_ms, const rr__sniff *sn) {
+  if (cm->spin.us > 0 && may_spin) {
+    if (cm->spin.skip > 0) {
+      cm->spin.skip--;
+    } else {
+      int hit;
+      RR__CHECK(rr__comm_spin(cm, &hit));
+      if (hit) return RR_OK;
+    }
+  }
+  return rr__comm_wait(cm, deadline_ms, sn);
 }
 
 void rr__comm_poll_ctl(rr__comm *cm) {

@@ -4,8 +4,9 @@
  * from the transport chosen for the pair. The collectives post requests on lanes and call
  * rr__comm_progress / rr__comm_wait; the wait sleeps in poll() on the busy lanes, every
  * peer's control socket and an eventfd, so a dead peer is noticed at once (its control
- * socket closes), and an abort from any thread or any rank wakes it. (A blocking call may
- * first poll its lanes for a bounded time, spin_us: see rr__coll_block.) */
+ * socket closes), and an abort from any thread or any rank wakes it. (A call that blocks
+ * may first poll its lanes for a bounded time: rr__comm_block, whose spin policy is this
+ * layer's, since it owns the wait.) */
 #ifndef RR__TRANSPORT_COMM_H_
 #define RR__TRANSPORT_COMM_H_
 
@@ -113,11 +114,15 @@ typedef struct rr__comm {
   atomic_int halt;
   int reported; /* a call on this rank has already failed with the abort's cause */
   int no_bye;   /* set when the group never formed: close without goodbyes */
-  int spin_us;    /* a blocking call polls its lanes this long before sleeping (0: never) */
-  int spin_yield; /* ... giving the core away between polls (ranks outnumber cores) */
-  int spin_miss;    /* spins in a row that found nothing, or found it late */
-  int spin_skip;    /* waits left that sleep at once (spinning kept failing) */
-  int spin_backoff; /* the last such pause, doubled while spinning keeps failing */
+  /* How a blocking call waits (rr__comm_block): transport/comm.c's alone (checked), decided
+   * once by rr__comm_spin_policy. */
+  struct {
+    int us;      /* poll the lanes this long before sleeping (0: never) */
+    int yield;   /* ... giving the core away between polls (ranks outnumber cores) */
+    int miss;    /* spins in a row that found nothing, or found it late */
+    int skip;    /* waits left that sleep at once (spinning kept failing) */
+    int backoff; /* the last such pause, doubled while spinning keeps failing */
+  } spin;
   int abort_status;
   char abort_reason[RR__ERRMSG_MAX];
   pthread_mutex_t abort_mu;
@@ -161,6 +166,17 @@ int rr__comm_progress(rr__comm *cm, size_t *moved);
 /* Sleep until a busy lane or control socket is ready, the group is aborted, or
  * deadline_ms passes (RR_ETIMEDOUT). Control messages are handled here. */
 int rr__comm_wait(rr__comm *cm, int64_t deadline_ms, const rr__sniff *sniff);
+/* How a call waits for its bytes when nothing moved: a caller that blocks on the call
+ * (may_spin) first polls the lanes for a while, as the spin policy says, and returns RR_OK as
+ * soon as bytes move; otherwise, or when that finds nothing, rr__comm_wait. Only a caller
+ * that blocks spins: work run in the background never takes cores from the caller's compute. */
+int rr__comm_block(rr__comm *cm, int may_spin, int64_t deadline_ms, const rr__sniff *sniff);
+/* The spin policy, decided once per comm from what the setup tells it: how many ranks run on
+ * this host (this one included). The cores are where this process may run, or RR_HOST_CPUS
+ * where the launcher says; RR_SPIN_US and RR_SPIN_YIELD override (docs/env.md). Logged. */
+void rr__comm_spin_policy(rr__comm *cm, int local_ranks);
+/* A comm made of another's connections (rr_pg_shrink's) waits as that one decided. */
+void rr__comm_spin_inherit(rr__comm *cm, const rr__comm *from);
 /* Read whatever waits on the control sockets, without blocking (an ABORT from a peer
  * becomes this group's state). */
 void rr__comm_poll_ctl(rr__comm *cm);

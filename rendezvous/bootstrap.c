@@ -194,93 +194,13 @@ static int rr__check_modes(const rr__boot *b, const rr__peer_info *infos) {
   return RR_OK;
 }
 
-int rr__dead_notice_read(rr_store *store, const uint8_t *token_key, int rank,
-                         rr__dead_notice *out) {
-  char key[48], buf[RR__NOTICE_MAX];
-  snprintf(key, sizeof key, RR__NOTICE_DEAD_KEY, rank);
-  const char *k = key;
-  int exists = 0;
-  RR__CHECK(rr_store_check(store, &k, 1, &exists));
-  if (!exists) return 0;
-  void *v = NULL;
-  size_t len = 0;
-  RR__CHECK(rr_store_get(store, key, &v, &len));
-  int ok = len < sizeof buf;
-  if (ok) {
-    memcpy(buf, v, len);
-    buf[len] = '\0';
-  }
-  free(v);
-  char *m = ok ? strstr(buf, " mac=") : NULL;
-  uint64_t mac = 0;
-  if (m) {
-    *m = '\0';
-    if (sscanf(m + 5, "%16" SCNx64, &mac) != 1) mac = 0;
-  }
-  int pos = -1;
-  memset(out, 0, sizeof *out);
-  ok = m && sscanf(buf, "gen=%d seat=%d inplace=%d how=%n", &out->gen, &out->seat, &out->inplace,
-                   &pos) == 3 && pos > 0;
-  if (ok && token_key) ok = mac == rr__notice_mac(token_key, rank, buf);
-  if (!ok) return 2;
-  snprintf(out->how, sizeof out->how, "%s", buf + pos);
-  for (char *c = out->how; *c; c++) /* the launcher's words, never its bytes */
-    if (*c < 0x20 || *c > 0x7e) *c = '?';
-  return 1;
+/* A wait for this group's members: it looks at rrun's notices where the store may hold them. */
+static rr__member_watch rr__boot_watch(const rr__boot *b) {
+  return (rr__member_watch){.store = b->notices ? b->store : NULL,
+                            .token_key = b->token_key,
+                            .group_id = b->group_id,
+                            .global_ranks = b->global_ranks};
 }
-
-/* What a setup step that waits for members remembers between its looks at rrun's notices. */
-typedef struct rr__watch {
-  int warned;     /* a notice without the token was reported */
-  int replaced;   /* a replacement in a dead member's place was reported */
-  int store_gone; /* the store closed: no more notices to read */
-} rr__watch;
-
-/* Has rrun said that member p died with nobody in its place? Then RR_EPEER with the error
- * naming it (`when`: "before joining the rendezvous", ...), else RR_OK. A store that fails
- * while the records are awaited (!mesh) is not the cause of anything: the wait goes on and
- * meets that failure itself (rr__gather names who was missing). While connections are awaited
- * (mesh), a store that ended with the serving rank's goodbye from a failed init (group/pg.c)
- * is the cause: the group's rank 0 gave up on this setup, often on that same death, and took
- * the notice with the store. One that closed otherwise (rank 0 may be through its own setup
- * and gone on: over TCP it does not wait for the others' last connections) only ends the
- * looks: the wait goes on as without rrun. */
-static int rr__member_dead(const rr__boot *b, int p, const char *when, int mesh, rr__watch *w) {
-  if (!b->notices || w->store_gone) return RR_OK;
-  rr__dead_notice dn;
-  char saved[RR__ERRMSG_MAX];
-  snprintf(saved, sizeof saved, "%s", rr__error());
-  int got = rr__dead_notice_read(b->store, b->token_key, b->global_ranks[p], &dn);
-  if (got < 0 && mesh && strstr(rr__error(), RR__STORE_HOST_FAILED))
-    return rr__prefix_error(got, "waiting for rank %d's connections", b->global_ranks[p]);
-  if (got < 0) {
-    w->store_gone = mesh;
-    rr__copy_error(saved);
-  }
-  if (got == 2 && !w->warned) {
-    w->warned = 1;
-    RR__LOG_WARN(RR__SUB_INIT,
-                 "group %s: ignoring a notice in the store that rank %d died: it does not carry "
-                 "this job's token (written by someone without RR_JOB_TOKEN?) or is malformed",
-                 b->group_id, b->global_ranks[p]);
-  }
-  if (got != 1) return RR_OK;
-  if (dn.inplace) {
-    /* Its replacement joins this very rendezvous (it never published a record, the seat
-     * says, so there is nothing stale to read): keep waiting, within the same deadline. */
-    if (!w->replaced)
-      RR__LOG_INFO(RR__SUB_INIT, "group %s: rank %d (generation %d) died %s (%s); rrun started "
-                   "a replacement in its place", b->group_id, b->global_ranks[p], dn.gen, when,
-                   dn.how);
-    w->replaced = 1;
-    return RR_OK;
-  }
-  return rr__set_error(RR_EPEER, "rank %d died %s (%s, rrun says)", b->global_ranks[p], when,
-                       dn.how);
-}
-
-/* How long a wait for other ranks goes between looks at rrun's notices. */
-#define RR__NOTICE_POLL_MS 200
 
 /* Wait for all records; on timeout say exactly who is missing. */
 static int rr__gather(const rr__boot *b, rr__peer_info *infos) {
@@ -296,7 +216,7 @@ static int rr__gather(const rr__boot *b, rr__peer_info *infos) {
    * 0, which gives up at the same moment we do) is surely still there to answer. */
   char missing[512] = "";
   int nmiss = b->size, checked = 0;
-  rr__watch watch = {0};
+  rr__member_watch watch = rr__boot_watch(b);
   int64_t slice = b->notices ? RR__NOTICE_POLL_MS : 500;
   while (st == RR_OK) {
     int64_t left = rr__ms_left(b->deadline_ms);
@@ -331,7 +251,7 @@ static int rr__gather(const rr__boot *b, rr__peer_info *infos) {
         /* A member that will never come: rrun saw it die (it cannot have published since,
          * dead), and said so in the store. */
         if (dead == RR_OK)
-          dead = rr__member_dead(b, i, "before joining the rendezvous", 0, &watch);
+          dead = rr__member_dead(&watch, i, "before joining the rendezvous", 0);
       }
       if (i == b->size - 1) nmiss = miss, checked = 1;
     }
@@ -451,7 +371,7 @@ static void rr__tell_peers(const rr__boot *b, rr__mesh *m, rr__comm *cm, int st)
  * the deadline all the same (a general rule of connecting), so under rrun it is given the
  * deadline in slices, and between them rrun's notices say whether the member died. */
 static int rr__connect_member(const rr__boot *b, int p, const rr__addr *to, int *fd,
-                              rr__watch *watch) {
+                              rr__member_watch *watch) {
   int64_t start = rr__now_ms();
   for (int slices = 1;; slices++) {
     int64_t until = b->notices ? RR__MIN(b->deadline_ms, rr__now_ms() + RR__NOTICE_POLL_MS)
@@ -462,15 +382,15 @@ static int rr__connect_member(const rr__boot *b, int p, const rr__addr *to, int 
         rr__prefix_error(st, "%.1f s in all, the last try", (double)(rr__now_ms() - start) / 1e3);
       return st;
     }
-    RR__CHECK(rr__member_dead(b, p, "during the group's set-up, after joining the rendezvous", 1,
-                              watch));
+    RR__CHECK(rr__member_dead(watch, p, "during the group's set-up, after joining the rendezvous",
+                              1));
   }
 }
 
 /* Connect every socket to each lower rank and send its greeting. */
 static int rr__connect_lower(rr__mesh *m) {
   const rr__boot *b = m->b;
-  rr__watch watch = {0};
+  rr__member_watch watch = rr__boot_watch(b);
   for (int p = 0; p < b->rank; p++) {
     rr__addr to;
     RR__CHECK(rr__addr_parse(m->infos[p].addr, &to));
@@ -633,7 +553,7 @@ static int rr__accept_higher(rr__mesh *m, int lfd) {
   for (int p = b->rank + 1; p < b->size; p++) expected += m->nsock[p];
   rr__pending pend[RR__MAX_PENDING];
   int npend = 0, st = RR_OK;
-  rr__watch watch = {0};
+  rr__member_watch watch = rr__boot_watch(b);
   struct pollfd pfd[RR__MAX_PENDING + 1];
   while (expected > 0) {
     int n = 0;
@@ -652,8 +572,8 @@ static int rr__accept_higher(rr__mesh *m, int lfd) {
       for (int p = b->rank + 1; p < b->size && st == RR_OK; p++)
         for (int k = 0; k < m->nsock[p]; k++)
           if (m->fds[p][k] < 0) {
-            st = rr__member_dead(b, p, "during the group's set-up, after joining the rendezvous",
-                                 1, &watch);
+            st = rr__member_dead(&watch, p,
+                                 "during the group's set-up, after joining the rendezvous", 1);
             break;
           }
       if (st != RR_OK) break;

@@ -66,6 +66,25 @@ typedef struct rr__dead_notice {
 int rr__dead_notice_read(rr_store *store, const uint8_t *token_key, int rank,
                          rr__dead_notice *out);
 
+/* What a setup step that waits for members remembers between its looks at rrun's notices
+ * (rendezvous/notice.c). */
+typedef struct rr__member_watch {
+  rr_store *store;           /* the job's store, which may hold rrun's notices; NULL: no looks */
+  const uint8_t *token_key;  /* 16 bytes, or NULL without a job token */
+  const char *group_id;      /* for messages */
+  const int *global_ranks;   /* [size]: whose notice is member p's */
+  int warned;     /* a notice without the token was reported */
+  int replaced;   /* a replacement in a dead member's place was reported */
+  int store_gone; /* the store closed: no more notices to read */
+} rr__member_watch;
+/* How long a wait for other ranks goes between looks at rrun's notices. */
+#define RR__NOTICE_POLL_MS 200
+/* Has rrun said that member p (a group rank) died with nobody in its place? RR_EPEER naming it
+ * (`when`: "before joining the rendezvous", ...), else RR_OK. mesh: the records are in and
+ * connections are awaited (a store that closed with the serving rank's goodbye is then the
+ * cause). No store: RR_OK at once. */
+int rr__member_dead(rr__member_watch *w, int p, const char *when, int mesh);
+
 /* Rendezvous through the store and connect every pair of the group. */
 int rr__bootstrap(const rr__boot *b, rr__comm **out);
 

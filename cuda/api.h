@@ -40,6 +40,9 @@ enum {
   RR__CUDA_ERR_INVALID_HANDLE = 400, /* cudaErrorInvalidResourceHandle */
   RR__CUDA_ERR_ILLEGAL_STATE = 401,  /* cudaErrorIllegalState */
   RR__CUDA_ERR_NOT_READY = 600,      /* cudaErrorNotReady */
+  RR__CUDA_ERR_LAUNCH_TIMEOUT = 702, /* cudaErrorLaunchTimeout: a kernel ran past its limit */
+  RR__CUDA_ERR_HOST_REGISTERED = 712, /* cudaErrorHostMemoryAlreadyRegistered */
+  RR__CUDA_ERR_NOT_SUPPORTED = 801,   /* cudaErrorNotSupported */
   RR__CUDA_ERR_CAPTURE_UNSUPPORTED = 900, /* cudaErrorStreamCaptureUnsupported */
   RR__CUDA_ERR_CAPTURE_UNMATCHED = 903,   /* cudaErrorStreamCaptureUnmatched */
   RR__CUDA_ERR_CAPTURE_UNJOINED = 904,    /* cudaErrorStreamCaptureUnjoined */
@@ -65,10 +68,35 @@ enum { RR__CUDA_EVENT_DISABLE_TIMING = 0x2, RR__CUDA_EVENT_INTERPROCESS = 0x4 };
 #define RR__CUDA_STREAM_LEGACY ((void *)0x1)
 #define RR__CUDA_STREAM_PER_THREAD ((void *)0x2)
 
+/* Stream memory operations' flags (Driver API, CUstreamWaitValue_flags and
+ * CUstreamWriteValue_flags). GEQ is a cyclic comparison, (int32_t)(*addr - value) >= 0, so
+ * a counter that wraps around 2^32 still compares right. */
+enum { RR__CUDA_WAIT_GEQ = 0, RR__CUDA_WAIT_EQ = 1, RR__CUDA_WAIT_AND = 2 };
+enum { RR__CUDA_WRITE_DEFAULT = 0 };
+
 /* cudaIpcMemHandle_t / cudaIpcEventHandle_t: 64 opaque bytes (CUDA_IPC_HANDLE_SIZE). */
 typedef struct rr__cuda_ipc_handle {
   char bytes[64];
 } rr__cuda_ipc_handle;
+
+/* The one-kernel form of a collective among ranks that share a GPU (cuda/reduce.cu's
+ * rr__cuda_direct_launch; ring/ and group/direct.c): every task reduces its inputs element
+ * by element, in[0] (op) in[1] (op) ... in[nin-1] (a left fold; AVG divides by avg_div in the
+ * last step, as ring/op.c's pairwise reduction does), and writes the result to each of its
+ * outputs; nin == 1 copies. An output may be an input (in place: each element is read before
+ * it is written); outputs of different tasks never overlap. */
+#define RR__CUDA_DIRECT_MAX 8
+typedef struct rr__cuda_direct_task {
+  int nin, nout;
+  const void *in[RR__CUDA_DIRECT_MAX];
+  void *out[RR__CUDA_DIRECT_MAX];
+} rr__cuda_direct_task;
+typedef struct rr__cuda_direct {
+  int dtype, op, avg_div;
+  size_t n; /* elements per task */
+  int ntasks;
+  rr__cuda_direct_task task[RR__CUDA_DIRECT_MAX];
+} rr__cuda_direct;
 
 typedef struct rr__cuda_api {
   const char *name; /* "CUDA runtime" or "fake CUDA (tests)" */
@@ -127,6 +155,39 @@ typedef struct rr__cuda_api {
   int (*ipc_close_mem_handle)(void *p);
   int (*ipc_get_event_handle)(rr__cuda_ipc_handle *h, void *event);
   int (*ipc_open_event_handle)(void **event, const rr__cuda_ipc_handle *h);
+
+  /* Stream memory operations (Driver API, "Stream Memory Operations": cuStreamWaitValue32,
+   * cuStreamWriteValue32, reached through the driver entry point). Both are queued on the
+   * stream like a copy. addr is a device pointer, 4-byte aligned: device memory (this
+   * process's or IPC-opened) or the device pointer of registered host memory
+   * (host_device_ptr); never managed memory. A wait holds back the stream's later work until
+   * the word compares true (RR__CUDA_WAIT_*); nothing but a write ends it, so a wait nobody
+   * satisfies blocks its stream for good (the host may write a host-registered word itself).
+   * A write comes after the stream's earlier work and, with the default flags, after a
+   * fence that makes that work's writes visible first (__threadfence_system's semantics,
+   * scoped to the stream). mem_ops: *ok = 1 when `device` can run them (the entry points
+   * exist and the device maps host memory); creates no context. */
+  int (*stream_wait_value32)(void *stream, void *addr, unsigned value, unsigned flags);
+  int (*stream_write_value32)(void *stream, void *addr, unsigned value, unsigned flags);
+  int (*mem_ops)(int device, int *ok);
+  /* Host memory made reachable from every device (cudaHostRegister with
+   * cudaHostRegisterMapped | cudaHostRegisterPortable; page-aligned here), its device
+   * pointer (cudaHostGetDevicePointer: it may differ from the host address, and stream
+   * memory operations take only it), and the registration's end. */
+  int (*host_register)(void *p, size_t bytes);
+  int (*host_unregister)(void *p);
+  int (*host_device_ptr)(void **dptr, void *p);
+  /* The allocation p lies in (cuPointerGetAttributes: CU_POINTER_ATTRIBUTE_RANGE_START_ADDR,
+   * _RANGE_SIZE, _BUFFER_ID). The buffer id is unique per allocation for the life of the
+   * process: memory freed and allocated again at the same address has a new one. An IPC
+   * handle maps the allocation's base, so a pointer inside it travels as the handle plus
+   * p - base. */
+  int (*ptr_range)(const void *p, void **base, size_t *bytes, unsigned long long *id);
+  /* The device's UUID (cudaDeviceProp.uuid): equal in every process that sees that GPU,
+   * whatever its ordinal there (CUDA_VISIBLE_DEVICES). */
+  int (*device_uuid)(int device, unsigned char uuid[16]);
+  /* The one-kernel form (above), queued on stream. */
+  int (*direct)(const rr__cuda_direct *d, void *stream, const char **what);
 
   /* Errors: the text of a code ("<description> (<name>)"), and clearing the last error. */
   const char *(*error_string)(int err);

@@ -14,6 +14,7 @@
 #define RR__CUDA_CUDA_H_
 
 #include <stddef.h>
+#include <stdint.h>
 
 #include "cuda/api.h"
 #include "ringreduce/ringreduce.h"
@@ -154,6 +155,7 @@ int rr__cuda_reduce(void *dst, void *dst2, const void *a, const void *b, size_t 
 /* Launches the kernel; returns a cudaError_t and, on failure, the call that failed. */
 int rr__cuda_reduce_launch(void *dst, void *dst2, const void *a, const void *b, size_t n,
                            int dtype, int op, int avg_div, void *stream, const char **what);
+int rr__cuda_direct_launch(const rr__cuda_direct *d, void *stream, const char **what);
 /* ---- implemented in cuda/ddp.cu (nvcc); the real table's ddp entry ---- */
 int rr__cuda_ddp_launch(int kind, void *dst, const void *src, size_t n, int dtype, int wire,
                         int world, void *stream, const char **what);

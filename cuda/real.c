@@ -28,10 +28,15 @@ const rr__cuda_api *rr__cuda_real_api(void) {
 
 typedef CUresult (*rr__pfn_ptr_attrs)(unsigned int, CUpointer_attribute *, void **, CUdeviceptr);
 typedef CUresult (*rr__pfn_ctx_state)(CUdevice, unsigned int *, int *);
+typedef CUresult (*rr__pfn_memop)(CUstream, CUdeviceptr, cuuint32_t, unsigned int);
 
 static pthread_once_t rr__real_once = PTHREAD_ONCE_INIT;
 static rr__pfn_ptr_attrs rr__drv_ptr_attrs; /* cuPointerGetAttributes, or NULL */
 static rr__pfn_ctx_state rr__drv_ctx_state; /* cuDevicePrimaryCtxGetState, or NULL */
+/* cuStreamWaitValue32 / cuStreamWriteValue32 as of CUDA 12.0 (the "v2" operations, on by
+ * default on every platform since 11.7; the v1 ones needed NVreg_EnableStreamMemOPs=1), or
+ * NULL: then the old hand-off is kept (docs/cuda.md, "Stream memory operations"). */
+static rr__pfn_memop rr__drv_wait32, rr__drv_write32;
 static int rr__real_ndev;
 static atomic_int rr__ctx_seen; /* a primary context was seen active */
 
@@ -77,6 +82,8 @@ static void rr__real_init(void) {
   if (n > 0) {
     rr__drv_ptr_attrs = (rr__pfn_ptr_attrs)rr__entry("cuPointerGetAttributes");
     rr__drv_ctx_state = (rr__pfn_ctx_state)rr__entry("cuDevicePrimaryCtxGetState");
+    rr__drv_wait32 = (rr__pfn_memop)rr__entry("cuStreamWaitValue32");
+    rr__drv_write32 = (rr__pfn_memop)rr__entry("cuStreamWriteValue32");
   }
 }
 
@@ -247,6 +254,65 @@ static int r_ipc_open_event_handle(void **ev, const rr__cuda_ipc_handle *h) {
   memcpy(&m, h->bytes, sizeof m);
   return (int)cudaIpcOpenEventHandle((cudaEvent_t *)ev, m);
 }
+/* Driver errors carry their own numbers; the ones a stream memory operation documents
+ * (CUDA_ERROR_INVALID_VALUE, _NOT_SUPPORTED, _INVALID_HANDLE, _INVALID_CONTEXT) have the
+ * runtime's numbers for the same errors, so the code is passed on for its name. */
+static int r_stream_wait_value32(void *s, void *addr, unsigned v, unsigned flags) {
+  pthread_once(&rr__real_once, rr__real_init);
+  if (!rr__drv_wait32) return (int)cudaErrorNotSupported;
+  return (int)rr__drv_wait32((CUstream)s, (CUdeviceptr)(uintptr_t)addr, v, flags);
+}
+static int r_stream_write_value32(void *s, void *addr, unsigned v, unsigned flags) {
+  pthread_once(&rr__real_once, rr__real_init);
+  if (!rr__drv_write32) return (int)cudaErrorNotSupported;
+  return (int)rr__drv_write32((CUstream)s, (CUdeviceptr)(uintptr_t)addr, v, flags);
+}
+static int r_mem_ops(int device, int *ok) {
+  pthread_once(&rr__real_once, rr__real_init);
+  *ok = 0;
+  if (!rr__drv_wait32 || !rr__drv_write32) return 0;
+  int map = 0;
+  cudaError_t e = cudaDeviceGetAttribute(&map, cudaDevAttrCanMapHostMemory, device);
+  if (e != cudaSuccess) return (int)e;
+  *ok = map != 0;
+  return 0;
+}
+static int r_host_register(void *p, size_t b) {
+  return (int)cudaHostRegister(p, b, cudaHostRegisterMapped | cudaHostRegisterPortable);
+}
+static int r_host_unregister(void *p) {
+  return (int)cudaHostUnregister(p);
+}
+static int r_host_device_ptr(void **d, void *p) {
+  return (int)cudaHostGetDevicePointer(d, p, 0);
+}
+static int r_ptr_range(const void *p, void **base, size_t *bytes, unsigned long long *id) {
+  pthread_once(&rr__real_once, rr__real_init);
+  *base = NULL;
+  *bytes = 0;
+  *id = 0;
+  if (!rr__drv_ptr_attrs) return (int)cudaErrorNotSupported;
+  CUpointer_attribute at[3] = {CU_POINTER_ATTRIBUTE_RANGE_START_ADDR,
+                               CU_POINTER_ATTRIBUTE_RANGE_SIZE, CU_POINTER_ATTRIBUTE_BUFFER_ID};
+  CUdeviceptr start = 0;
+  size_t size = 0;
+  unsigned long long bid = 0;
+  void *out[3] = {&start, &size, &bid};
+  CUresult r = rr__drv_ptr_attrs(3, at, out, (CUdeviceptr)(uintptr_t)p);
+  if (r != CUDA_SUCCESS) return (int)r;
+  *base = (void *)(uintptr_t)start;
+  *bytes = size;
+  *id = bid;
+  return 0;
+}
+static int r_device_uuid(int device, unsigned char uuid[16]) {
+  struct cudaDeviceProp prop;
+  cudaError_t e = cudaGetDeviceProperties(&prop, device);
+  if (e == cudaSuccess) memcpy(uuid, prop.uuid.bytes, 16);
+  return (int)e;
+}
+_Static_assert(sizeof(((struct cudaDeviceProp *)0)->uuid) == 16, "cudaUUID_t is 16 bytes");
+
 static const char *r_error_string(int e) {
   return cudaGetErrorString((cudaError_t)e);
 }
@@ -291,6 +357,15 @@ static const rr__cuda_api rr__real = {
     .ipc_close_mem_handle = r_ipc_close_mem_handle,
     .ipc_get_event_handle = r_ipc_get_event_handle,
     .ipc_open_event_handle = r_ipc_open_event_handle,
+    .stream_wait_value32 = r_stream_wait_value32,
+    .stream_write_value32 = r_stream_write_value32,
+    .mem_ops = r_mem_ops,
+    .host_register = r_host_register,
+    .host_unregister = r_host_unregister,
+    .host_device_ptr = r_host_device_ptr,
+    .ptr_range = r_ptr_range,
+    .device_uuid = r_device_uuid,
+    .direct = rr__cuda_direct_launch,
     .error_string = r_error_string,
     .error_name = r_error_name,
     .clear_error = r_clear_error,

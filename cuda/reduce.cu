@@ -265,6 +265,125 @@ cudaError_t dispatch_common(int op, int avg_div, void *dst, void *dst2, const vo
     return cudaSuccess;                                                                     \
   }()
 
+// ---- the one-kernel form (cuda/api.h, rr__cuda_direct) ----
+//
+// Ranks that share a GPU: one kernel reads every rank's input and writes every rank's output
+// (2nS bytes for n ranks of S bytes, the least any form can move). blockIdx.y is the task
+// (reduce_scatter and all_gather have one per block, the others one); a thread folds one
+// 16-byte vector of every input, in[0] op in[1] op ... in rank order, the last step with
+// `last` (AVG's division; the op itself otherwise), and stores it to every output. Loads come
+// before stores for each vector, so an output that is also an input (in place) is safe; the
+// tasks' outputs never overlap (the caller's rule).
+
+template <typename T, typename Op, typename Last>
+__global__ void __launch_bounds__(kThreads)
+    direct_kernel(const rr__cuda_direct d, size_t nvec, Op op, Last last) {
+  constexpr int E = 16 / sizeof(T);
+  const rr__cuda_direct_task &t = d.task[blockIdx.y];
+  const int nin = t.nin, nout = t.nout;
+  const size_t tid = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+  const size_t stride = (size_t)gridDim.x * blockDim.x;
+  for (size_t i = tid; i < nvec; i += stride) {
+    Vec<T> x;
+    x.u = reinterpret_cast<const uint4 *>(t.in[0])[i];
+    for (int r = 1; r < nin; r++) {
+      Vec<T> y;
+      y.u = reinterpret_cast<const uint4 *>(t.in[r])[i];
+      if (r == nin - 1)
+        apply(x, y, last);
+      else
+        apply(x, y, op);
+    }
+    for (int o = 0; o < nout; o++) reinterpret_cast<uint4 *>(t.out[o])[i] = x.u;
+  }
+  for (size_t j = nvec * E + tid; j < d.n; j += stride) {
+    T x = static_cast<const T *>(t.in[0])[j];
+    for (int r = 1; r < nin; r++) {
+      T y = static_cast<const T *>(t.in[r])[j];
+      x = r == nin - 1 ? last(x, y) : op(x, y);
+    }
+    for (int o = 0; o < nout; o++) static_cast<T *>(t.out[o])[j] = x;
+  }
+}
+
+template <typename T, typename Op, typename Last>
+cudaError_t direct_blocks_per_sm(int *out, const char **what) {
+  static int cached = 0;
+  int v = __atomic_load_n(&cached, __ATOMIC_RELAXED);
+  if (v < 1) {
+    cudaError_t e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(
+        &v, direct_kernel<T, Op, Last>, kThreads, 0);
+    if (e != cudaSuccess) {
+      *what = "cudaOccupancyMaxActiveBlocksPerMultiprocessor (one-kernel form)";
+      return e;
+    }
+    if (v < 1) v = 1;
+    __atomic_store_n(&cached, v, __ATOMIC_RELAXED);
+  }
+  *out = v;
+  return cudaSuccess;
+}
+
+template <typename T, typename Op, typename Last>
+cudaError_t direct_launch(const rr__cuda_direct *d, Op op, Last last, cudaStream_t stream,
+                          const char **what) {
+  constexpr size_t E = 16 / sizeof(T);
+  uintptr_t bits = 0;
+  for (int k = 0; k < d->ntasks; k++) {
+    for (int r = 0; r < d->task[k].nin; r++) bits |= (uintptr_t)d->task[k].in[r];
+    for (int o = 0; o < d->task[k].nout; o++) bits |= (uintptr_t)d->task[k].out[o];
+  }
+  size_t nvec = (bits & 15u) == 0 ? d->n / E : 0;
+  size_t work = nvec ? nvec + (d->n - nvec * E) : d->n;
+  int sms = 1, per_sm = 1;
+  cudaError_t e = sm_count(&sms, what);
+  if (e == cudaSuccess) e = direct_blocks_per_sm<T, Op, Last>(&per_sm, what);
+  if (e != cudaSuccess) return e;
+  // One full wave over all the tasks together.
+  size_t cap = ((size_t)sms * (size_t)per_sm + (size_t)d->ntasks - 1) / (size_t)d->ntasks;
+  size_t want = (work + kThreads - 1) / kThreads;
+  unsigned bx = (unsigned)(want < 1 ? 1 : want > cap ? cap : want);
+  dim3 grid(bx, (unsigned)d->ntasks);
+  direct_kernel<T, Op, Last><<<grid, kThreads, 0, stream>>>(*d, nvec, op, last);
+  e = cudaGetLastError();
+  if (e != cudaSuccess) *what = "one-kernel collective launch";
+  return e;
+}
+
+template <typename T, typename Sum, typename Prod, typename Min, typename Max, typename Avg>
+cudaError_t direct_common(const rr__cuda_direct *d, cudaStream_t s, const char **what,
+                          int *handled) {
+  *handled = 1;
+  switch (d->op) {
+    case RR_SUM: return direct_launch<T>(d, Sum{}, Sum{}, s, what);
+    case RR_PROD: return direct_launch<T>(d, Prod{}, Prod{}, s, what);
+    case RR_MIN: return direct_launch<T>(d, Min{}, Min{}, s, what);
+    case RR_MAX: return direct_launch<T>(d, Max{}, Max{}, s, what);
+    case RR_AVG:
+      if (d->avg_div <= 1) return direct_launch<T>(d, Sum{}, Sum{}, s, what);
+      return direct_launch<T>(d, Sum{}, Avg{avg_divisor<decltype(Avg::d)>(d->avg_div)}, s, what);
+  }
+  *handled = 0;
+  return cudaSuccess;
+}
+
+#define RR__DIRECT_FLT(tag, T) \
+  direct_common<T, tag##_sum, tag##_prod, tag##_min, tag##_max, tag##_avg>(d, s, what, &handled)
+
+#define RR__DIRECT_INT(tag, T)                                                            \
+  [&]() -> cudaError_t {                                                                 \
+    cudaError_t r = RR__DIRECT_FLT(tag, T);                                               \
+    if (handled) return r;                                                               \
+    handled = 1;                                                                         \
+    switch (d->op) {                                                                     \
+      case RR_BAND: return direct_launch<T>(d, tag##_band{}, tag##_band{}, s, what);    \
+      case RR_BOR: return direct_launch<T>(d, tag##_bor{}, tag##_bor{}, s, what);       \
+      case RR_BXOR: return direct_launch<T>(d, tag##_bxor{}, tag##_bxor{}, s, what);    \
+    }                                                                                    \
+    handled = 0;                                                                         \
+    return cudaSuccess;                                                                  \
+  }()
+
 }  // namespace
 
 extern "C" int rr__cuda_reduce_launch(void *dst, void *dst2, const void *a, const void *b,
@@ -287,6 +406,36 @@ extern "C" int rr__cuda_reduce_launch(void *dst, void *dst2, const void *a, cons
   }
   if (!handled) {
     *what = "reduce dispatch";
+    return (int)cudaErrorInvalidValue;
+  }
+  return (int)e;
+}
+
+extern "C" int rr__cuda_direct_launch(const rr__cuda_direct *d, void *stream, const char **what) {
+  cudaStream_t s = static_cast<cudaStream_t>(stream);
+  int handled = 0;
+  cudaError_t e = cudaSuccess;
+  *what = "";
+  if (!rr__op_applies((rr_dtype)d->dtype, (rr_op)d->op) || d->ntasks < 1 ||
+      d->ntasks > RR__CUDA_DIRECT_MAX)
+    return (int)cudaErrorInvalidValue;
+  for (int k = 0; k < d->ntasks; k++)
+    if (d->task[k].nin < 1 || d->task[k].nin > RR__CUDA_DIRECT_MAX || d->task[k].nout < 0 ||
+        d->task[k].nout > RR__CUDA_DIRECT_MAX)
+      return (int)cudaErrorInvalidValue;
+  if (d->n == 0) return (int)cudaSuccess;
+  switch (d->dtype) {
+    case RR_INT8: e = RR__DIRECT_INT(i8, int8_t); break;
+    case RR_UINT8: e = RR__DIRECT_INT(u8, uint8_t); break;
+    case RR_INT32: e = RR__DIRECT_INT(i32, int32_t); break;
+    case RR_INT64: e = RR__DIRECT_INT(i64, int64_t); break;
+    case RR_FLOAT16: e = RR__DIRECT_FLT(f16, uint16_t); break;
+    case RR_BFLOAT16: e = RR__DIRECT_FLT(bf16, uint16_t); break;
+    case RR_FLOAT32: e = RR__DIRECT_FLT(f32, float); break;
+    case RR_FLOAT64: e = RR__DIRECT_FLT(f64, double); break;
+  }
+  if (!handled) {
+    *what = "one-kernel collective dispatch";
     return (int)cudaErrorInvalidValue;
   }
   return (int)e;

@@ -41,7 +41,7 @@ endif()
 
 # The host fake of the CUDA table (tests/fake_cuda/): plain C, built in every configuration
 # (nvcc or not, sanitizers or not), linked only into tests.
-add_library(rr_fake_cuda STATIC ${RR_TEST_DIR}/fake_cuda/fake_cuda.c
+add_library(rr_fake_cuda STATIC ${RR_TEST_DIR}/fake_cuda/fake_cuda.c ${RR_TEST_DIR}/fake_cuda/fake_gpu.c ${RR_TEST_DIR}/fake_cuda/fake_ipc.c ${RR_TEST_DIR}/fake_cuda/fake_events.c ${RR_TEST_DIR}/fake_cuda/fake_memops.c
   ${RR_TEST_DIR}/fake_cuda/fake_devices.c ${RR_TEST_DIR}/fake_cuda/fake_kernels.c)
 target_link_libraries(rr_fake_cuda PUBLIC ringreduce_internal)
 target_include_directories(rr_fake_cuda PUBLIC ${CMAKE_SOURCE_DIR})
@@ -254,3 +254,21 @@ set_tests_properties(cudafake.grow_piped_tcp_w3 PROPERTIES LABELS "cudafake" TIM
 add_test(NAME cudafake.grow_lists COMMAND test_cuda_grow lists)
 set_tests_properties(cudafake.grow_lists PROPERTIES LABELS "cudafake" TIMEOUT 60
   ENVIRONMENT "${RR_FAKE_ENV}")
+
+# Stream memory operations and the shared GPU as the fake encodes them (issue 39 part 1):
+# waits and writes (cyclic >=, ==, a wait nobody writes, the host's release), two processes
+# answering each other's writes, and the planted design the fake must catch: a kernel that
+# spins on another process's word (RR_FAKE_CUDA_WATCHDOG_MS: the fake's watchdog, short
+# here). The first two also on a GPU (tests/gpu/run.sh's probe piece).
+add_executable(test_cuda_memops ${RR_TEST_DIR}/test_cuda_memops.c)
+target_link_libraries(test_cuda_memops PRIVATE rrtest rr_fake_cuda)
+foreach(t rules pingpong spin)
+  add_test(NAME cudafake.memops_${t} COMMAND test_cuda_memops --fake ${t})
+  set_tests_properties(cudafake.memops_${t} PROPERTIES LABELS "cudafake" TIMEOUT 120
+    ENVIRONMENT "${RR_FAKE_ENV};RR_FAKE_CUDA_WATCHDOG_MS=1500")
+endforeach()
+foreach(t rules pingpong)
+  add_test(NAME cuda_memops_${t} COMMAND test_cuda_memops ${t})
+  set_tests_properties(cuda_memops_${t} PROPERTIES LABELS "cuda" TIMEOUT 120 SKIP_RETURN_CODE 77
+    ENVIRONMENT "${RR_CUDA_TEST_ENV}")
+endforeach()

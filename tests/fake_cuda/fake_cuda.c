@@ -30,14 +30,7 @@
  *     do neither (Runtime API, "Stream synchronization behavior", legacy default stream).
  *   - A kernel launch into a stream of another device than the current one fails
  *     (PG, "Stream and Event Behavior"); copies may go to any stream.
- * Events (cudaEventCreateWithFlags, cudaEventRecord, cudaStreamWaitEvent,
- * cudaEventSynchronize, cudaEventQuery).
- *   - A wait covers the most recent cudaEventRecord before the wait call; a never-recorded
- *     event is complete.
- *   - cudaEventRecord fails when the event and the stream are on different devices
- *     (PG, "Stream and Event Behavior").
- *   - cudaEventInterprocess needs cudaEventDisableTiming (cudaEventCreateWithFlags), and
- *     only such events give an IPC handle (cudaIpcGetEventHandle).
+ * Events: fake_events.c.
  * Graph capture (cudaStreamBeginCapture, cudaStreamEndCapture, cudaStreamIsCapturing; PG,
  * "CUDA Graphs", "Stream Capture", cross-stream dependencies).
  *   - Work queued on a capturing stream is captured, not run. An event recorded there
@@ -49,24 +42,21 @@
  *   - Ending a capture on another stream than its origin fails
  *     (cudaErrorStreamCaptureUnmatched); a joined stream not joined back (the origin waiting
  *     on an event recorded in it) fails it too (cudaErrorStreamCaptureUnjoined).
- * IPC handles (cudaIpcGetMemHandle, cudaIpcOpenMemHandle, cudaIpcCloseMemHandle,
- * cudaIpcOpenEventHandle).
- *   - A handle is for the base of a device allocation.
- *   - Opening a handle in the process that exported it fails (the documentation says the
- *     handle comes "from another process"; the runtime answers cudaErrorDeviceUninitialized,
- *     "invalid device context"; test_cuda ipc, tests/gpu/run.sh's probe step, checks the
- *     real runtime).
- *   - Opening the same handle twice in one process returns the same pointer and counts
- *     references; cudaIpcCloseMemHandle unmaps at the last close.
+ * IPC handles: fake_ipc.c. Stream memory operations, registered host memory, the
+ * allocations' ranges and ids, the one-kernel launch: fake_memops.c.
+ * One context at a time per device, across the test's processes (fake_gpu.c: MPS docs, "When
+ *   to Use MPS"): copies, memsets, kernels and stream writes run only while their process
+ *   holds the device; waits hold none; a kernel that spins on another process's word hangs
+ *   until the watchdog's cudaErrorLaunchTimeout, sticky afterwards.
  * Devices, threads and contexts: fake_devices.c (several devices, a current device per
  * thread, device 0 for a thread that never chose one, which call on which thread made each
  * context, and the legacy-stream waits that crossed devices). Every call here that needs a
  * context asks it for one on the calling thread's current device (rr__fk_ctx).
  *
- * One file of about 1200 lines: every rule reads and writes the one state the fake keeps
- * under one lock (F, the streams' and events' records); split by area, each part would
- * reach into the others' structures. The devices and contexts share none of it and live in
- * fake_devices.c.
+ * Every rule reads and writes the one state the fake keeps under one lock (F, the streams'
+ * and events' records, tests/fake_cuda/fake_state.h); this file owns it and runs the streams,
+ * fake_ipc.c and fake_memops.c add their entries on it. The devices and contexts share none
+ * of it and live in fake_devices.c, the GPUs the test's processes share in fake_gpu.c.
  *
  * Kernels run as the host versions of the device code: cuda/reduce_elem.cuh and
  * cuda/ddp_elem.cuh are plain C (the kernels' element functions, checked bit for bit
@@ -76,11 +66,7 @@
  * builds them).
  *
  * What it cannot prove: docs/cuda.md ("The fake").
- *
- * Longer than the house's ~800 lines on purpose: the registry, the streams, the events and
- * the IPC handles are one state under one lock, each rule next to the state it guards; the
- * kernels and the devices, which share nothing with it, are in fake_kernels.c and
- * fake_devices.c. */
+ */
 #include "tests/fake_cuda/fake_cuda.h"
 #include "tests/fake_cuda/fake_int.h"
 
@@ -100,100 +86,14 @@
 #include "cuda/cuda.h"
 #include "ringreduce/ringreduce.h"
 
-#define F_MAX_DEV 8
-#define F_MAGIC 0x4b414652u /* "RFAK" */
-#define E_LAUNCH_FAILED 719 /* cudaErrorLaunchFailure: a kernel given host memory */
+#include "tests/fake_cuda/fake_state.h"
 
-typedef struct falloc {
-  char *base;   /* what the caller sees (PROT_NONE for device memory) */
-  char *shadow; /* readable and writable view (== base for host-readable kinds) */
-  size_t bytes; /* mapped length */
-  int type;     /* RR__CUDA_MEM_* */
-  int device;
-  int fd;           /* memfd of device memory, else -1 */
-  pid_t from_pid;   /* IPC-opened: the exporter */
-  uint64_t from_id; /* IPC-opened: the exporter's allocation id */
-  int refs;         /* IPC-opened: opens not yet closed */
-  uint64_t id;
-  struct falloc *next;
-} falloc;
+fstate F = {.mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER};
 
-typedef struct fevshm {      /* an event's state; in a memfd when interprocess */
-  _Atomic uint64_t recorded; /* records issued */
-  _Atomic uint64_t done;     /* highest record completed */
-} fevshm;
-
-typedef struct fevent {
-  uint32_t magic;
-  unsigned flags;
-  int device;
-  fevshm *sh;
-  int fd;                /* interprocess: the memfd of sh */
-  int ipc_opened;        /* opened from another process's handle */
-  int refs;              /* the handle, and each queued operation that reads sh (F.mu) */
-  struct fstream *rec_s; /* local events: the stream and position of the last record */
-  uint64_t rec_seq;
-  struct fstream *captured; /* the last record was made in this capturing stream, or NULL */
-} fevent;
-
-struct fstream;
-typedef struct fdep {
-  struct fstream *s; /* wait until s->done >= seq ... */
-  uint64_t seq;
-  fevshm *ev; /* ... or until ev->done >= gen */
-  uint64_t gen;
-} fdep;
-
-enum { OP_COPY, OP_SET, OP_REDUCE, OP_DDP, OP_RECORD, OP_WAIT };
-
-typedef struct fop {
-  int kind;
-  void *dst, *dst2;
-  const void *a, *b;
-  size_t n;
-  int dtype, op, div, ddp_kind, wire, world, value;
-  fevshm *ev;
-  struct fevent *hold; /* an event this operation keeps alive until it ran */
-  uint64_t gen, seq;
-  fdep *deps;
-  int ndeps;
-  struct fop *next;
-} fop;
-
-typedef struct fstream {
-  uint32_t magic;
-  int device, nonblocking, legacy, dead;
-  pthread_t th;
-  fop *head, *tail;
-  uint64_t enq, done;
-  /* Graph capture: the stream that began the capture this stream takes part in (itself for
-   * that one, NULL: not capturing), and, for a stream that joined by waiting on an event of
-   * the capture, whether it still has to be joined back (the origin waiting on an event
-   * recorded in it) before the capture may end. */
-  struct fstream *cap;
-  int unjoined;
-  struct fstream *next;
-} fstream;
-
-static struct {
-  pthread_mutex_t mu;
-  pthread_cond_t cv;
-  long delay_us;   /* set at install, before any thread */
-  int ptr_fail;    /* RR_FAKE_CUDA_PTR_FAIL: pointer attributes fail (set at install) */
-  uint64_t next_id;
-  falloc *allocs;
-  fstream *streams;
-  fstream *legacy[F_MAX_DEV];
-} F = {.mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER};
-
-#define fail rr__fk_fail
-
-/* A call that needs a context on the calling thread's current device (fake_devices.c). */
-static int f_ctx(const char *call) { return rr__fk_ctx(call); }
 
 /* ---- the allocation registry ---- */
 
-static falloc *f_find(const void *p) {
+falloc *f_find(const void *p) {
   for (falloc *a = F.allocs; a; a = a->next)
     if ((const char *)p >= a->base && (const char *)p < a->base + a->bytes) return a;
   return NULL;
@@ -201,7 +101,7 @@ static falloc *f_find(const void *p) {
 
 /* The readable address for [p, p+n), or NULL when the range leaves its allocation. Host
  * memory unknown to the fake is used as it is (cudaMemcpyDefault accepts pageable memory). */
-static void *f_xlate(const void *p, size_t n, int *type) {
+void *f_xlate(const void *p, size_t n, int *type) {
   falloc *a = f_find(p);
   *type = a ? a->type : RR__CUDA_MEM_UNREGISTERED;
   if (!a) return (void *)p;
@@ -210,16 +110,24 @@ static void *f_xlate(const void *p, size_t n, int *type) {
   return a->shadow + off;
 }
 
-static size_t f_round(size_t b) {
+size_t f_round(size_t b) {
   size_t pg = (size_t)sysconf(_SC_PAGESIZE);
   return (b + pg - 1) / pg * pg;
 }
 
 /* Device memory: a memfd, seen PROT_NONE by the caller and read-write by the streams. */
-static int f_map_device(int fd, size_t bytes, char **base, char **shadow) {
+int f_map_device(int fd, size_t bytes, char **base, char **shadow) {
   *shadow = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
   if (*shadow == MAP_FAILED) return -1;
-  *base = mmap(NULL, bytes, PROT_NONE, MAP_SHARED, fd, 0);
+  /* A range of the same size freed before: at its address again, where it is still free. */
+  *base = MAP_FAILED;
+  for (int i = 0; i < 8 && *base == MAP_FAILED; i++)
+    if (F.freed[i].base && F.freed[i].bytes == bytes) {
+      *base = mmap(F.freed[i].base, bytes, PROT_NONE, MAP_SHARED | MAP_FIXED_NOREPLACE, fd, 0);
+      if (*base != MAP_FAILED && *base != F.freed[i].base) munmap(*base, bytes), *base = MAP_FAILED;
+      F.freed[i].base = NULL;
+    }
+  if (*base == MAP_FAILED) *base = mmap(NULL, bytes, PROT_NONE, MAP_SHARED, fd, 0);
   if (*base == MAP_FAILED) {
     munmap(*shadow, bytes);
     return -1;
@@ -227,7 +135,7 @@ static int f_map_device(int fd, size_t bytes, char **base, char **shadow) {
   return 0;
 }
 
-static falloc *f_register(char *base, char *shadow, size_t bytes, int type, int device, int fd) {
+falloc *f_register(char *base, char *shadow, size_t bytes, int type, int device, int fd) {
   falloc *a = calloc(1, sizeof *a);
   if (!a) return NULL;
   *a = (falloc){.base = base,
@@ -242,12 +150,22 @@ static falloc *f_register(char *base, char *shadow, size_t bytes, int type, int 
   return a;
 }
 
-static void f_unregister(falloc *a) {
+void f_unregister(falloc *a) {
   for (falloc **pp = &F.allocs; *pp; pp = &(*pp)->next)
     if (*pp == a) {
       *pp = a->next;
       break;
     }
+  if (a->registered) { /* the caller's pages stay; only a device pointer of our own goes */
+    if (a->devmap && a->base != a->shadow) munmap(a->base, a->bytes);
+    free(a);
+    return;
+  }
+  if (a->type == RR__CUDA_MEM_DEVICE && !a->from_pid) { /* its address may come back */
+    static unsigned next;
+    F.freed[next++ % 8].base = a->base;
+    F.freed[(next - 1) % 8].bytes = a->bytes;
+  }
   if (a->shadow != a->base) munmap(a->shadow, a->bytes);
   munmap(a->base, a->bytes);
   if (a->fd >= 0) close(a->fd);
@@ -256,7 +174,7 @@ static void f_unregister(falloc *a) {
 
 /* ---- streams ---- */
 
-static void f_wait_locked(void) {
+void f_wait_locked(void) {
   /* Interprocess events complete in another process: nothing signals our condition
    * variable, so blocked waiters look again every 100 us. */
   struct timespec ts;
@@ -266,11 +184,22 @@ static void f_wait_locked(void) {
   pthread_cond_timedwait(&F.cv, &F.mu, &ts);
 }
 
+/* Driver API, CUstreamWaitValue_flags: GEQ is "(int32_t)(*addr - value) >= 0 ... a cyclic
+ * comparison which ignores wraparound"; EQ "*addr == value"; AND "(*addr & value) != 0". */
+int f_compare(uint32_t w, uint32_t v, int cmp) {
+  switch (cmp) {
+    case RR__CUDA_WAIT_GEQ: return (int32_t)(w - v) >= 0;
+    case RR__CUDA_WAIT_EQ: return w == v;
+    default: return (w & v) != 0;
+  }
+}
+
 static int f_deps_met(const fop *o) {
   for (int i = 0; i < o->ndeps; i++) {
     const fdep *d = &o->deps[i];
     if (d->s && d->s->done < d->seq) return 0;
     if (d->ev && atomic_load(&d->ev->done) < d->gen) return 0;
+    if (d->word && !f_compare(atomic_load(d->word), d->value, d->cmp)) return 0;
   }
   return 1;
 }
@@ -296,12 +225,44 @@ static void f_exec(const fop *o) {
       break;
     }
     case OP_WAIT:
+    case OP_WAITV:
       break; /* its dependency was the whole point */
+    case OP_WRITEV:
+      /* cuStreamWriteValue32 without CU_STREAM_WRITE_VALUE_NO_MEMORY_BARRIER: a fence first,
+       * "similar semantics to __threadfence_system()": the stream's earlier writes are seen
+       * by whoever sees this one (seq_cst, as every operation ran before it in order). */
+      atomic_store(o->word, o->uval);
+      break;
+    case OP_SPIN: {
+      /* The planted design (fake_cuda.h): spin on the word while holding the device. */
+      struct timespec ts;
+      clock_gettime(CLOCK_MONOTONIC, &ts);
+      const int64_t until = (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000 + rr__fk_watchdog_ms();
+      for (;;) {
+        if (f_compare(atomic_load(o->word), o->uval, RR__CUDA_WAIT_GEQ)) break;
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        if ((int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000 > until) {
+          rr__fk_set_sticky(RR__CUDA_ERR_LAUNCH_TIMEOUT);
+          break;
+        }
+        usleep(100);
+      }
+      break;
+    }
+    case OP_DIRECT:
+      rr_fake_direct_run(o->direct);
+      break;
   }
 }
 
+/* Operations that run on the device (its SMs or copy engines): they need it to be this
+ * process's (fake_gpu.c). Waits and records are the stream's own bookkeeping. */
+static int f_on_device(int kind) {
+  return kind != OP_WAIT && kind != OP_WAITV && kind != OP_RECORD;
+}
+
 /* Drop a reference to an event; the last one frees it. F.mu held. */
-static void f_event_unref(struct fevent *ev) {
+void f_event_unref(struct fevent *ev) {
   if (--ev->refs > 0) return;
   if (ev->fd >= 0 || ev->ipc_opened) {
     munmap(ev->sh, f_round(sizeof(fevshm)));
@@ -324,14 +285,19 @@ static void *f_worker(void *arg) {
     fop *o = s->head;
     while (!f_deps_met(o)) f_wait_locked();
     pthread_mutex_unlock(&F.mu);
-    if (F.delay_us > 0 && o->kind != OP_WAIT && o->kind != OP_RECORD)
+    const int dev = f_on_device(o->kind);
+    if (dev) rr__fk_gpu_enter(s->device);
+    /* A context whose kernel failed runs nothing more (its error is sticky). */
+    if (dev && F.delay_us > 0 && o->kind != OP_WRITEV)
       usleep((useconds_t)(rand_r(&seed) % (2 * F.delay_us + 1)));
-    f_exec(o);
+    if (!rr__fk_sticky() || !dev) f_exec(o);
+    if (dev) rr__fk_gpu_leave(s->device);
     pthread_mutex_lock(&F.mu);
     s->head = o->next;
     if (!s->head) s->tail = NULL;
     s->done = o->seq;
     if (o->hold) f_event_unref(o->hold);
+    free(o->direct);
     free(o->deps);
     free(o);
     pthread_cond_broadcast(&F.cv);
@@ -360,7 +326,7 @@ static fstream *f_new_stream(int device, int nonblocking, int legacy) {
 
 /* The stream a handle names (NULL and cudaStreamLegacy: the current device's legacy
  * stream), or NULL with *err set. Called with F.mu held. */
-static fstream *f_stream(void *h, int *err) {
+fstream *f_stream(void *h, int *err) {
   *err = 0;
   if (h == RR__CUDA_STREAM_PER_THREAD) {
     *err = RR__CUDA_ERR_INVALID_HANDLE; /* not modelled: the library refuses it */
@@ -383,11 +349,12 @@ static fstream *f_stream(void *h, int *err) {
 }
 
 /* Queue o on s with the legacy stream's implicit ordering, plus one extra dependency. */
-static int f_enqueue(fstream *s, fop *o, const fdep *extra) {
+int f_enqueue(fstream *s, fop *o, const fdep *extra) {
   /* Runtime API, cudaStreamBeginCapture: work launched into a capturing stream is not
    * enqueued for execution but captured into the graph (which the fake does not keep). */
   if (s->cap) {
     if (o->hold) f_event_unref(o->hold);
+    free(o->direct);
     free(o);
     return 0;
   }
@@ -395,6 +362,7 @@ static int f_enqueue(fstream *s, fop *o, const fdep *extra) {
   for (fstream *t = F.streams; t; t = t->next) cap++;
   o->deps = calloc((size_t)cap, sizeof *o->deps);
   if (!o->deps) {
+    free(o->direct);
     free(o);
     return fail(RR__CUDA_ERR_MEMORY_ALLOCATION);
   }
@@ -417,7 +385,7 @@ static int f_enqueue(fstream *s, fop *o, const fdep *extra) {
   return 0;
 }
 
-static fop *f_op(int kind) {
+fop *f_op(int kind) {
   fop *o = calloc(1, sizeof *o);
   if (o) o->kind = kind;
   return o;
@@ -443,7 +411,7 @@ static int f_ptr_attrs(const void *p, int *type, int *device) {
 
 /* Wait until every stream of this process is idle (the implicit synchronisation of cudaFree,
  * cudaFreeHost and cudaDeviceSynchronize). Called with F.mu held. */
-static void f_drain_locked(void) {
+void f_drain_locked(void) {
   for (;;) {
     int busy = 0;
     for (fstream *s = F.streams; s; s = s->next) busy |= s->head != NULL;
@@ -458,10 +426,10 @@ static int f_device_sync(void) {
   pthread_mutex_lock(&F.mu);
   f_drain_locked();
   pthread_mutex_unlock(&F.mu);
-  return 0;
+  return rr__fk_sticky() ? fail(rr__fk_sticky()) : 0;
 }
 
-static int f_alloc(void **p, size_t bytes, int type) {
+int f_alloc(void **p, size_t bytes, int type) {
   *p = NULL;
   int e = f_ctx(type == RR__CUDA_MEM_DEVICE ? "cudaMalloc"
                 : type == RR__CUDA_MEM_HOST ? "cudaHostAlloc"
@@ -512,7 +480,8 @@ static int f_release(void *p, int host) {
   if (e) return e;
   pthread_mutex_lock(&F.mu);
   falloc *a = f_find(p);
-  if (!a || a->base != p || a->from_pid || (host != (a->type == RR__CUDA_MEM_HOST))) {
+  if (!a || a->base != p || a->from_pid || a->registered ||
+      (host != (a->type == RR__CUDA_MEM_HOST))) {
     pthread_mutex_unlock(&F.mu);
     return fail(RR__CUDA_ERR_INVALID_VALUE);
   }
@@ -572,7 +541,7 @@ static int f_memset_async(void *dst, int value, size_t bytes, void *stream) {
 
 /* A kernel's pointer: device, managed or pinned memory (all reachable from a GPU through
  * unified addressing); pageable host memory makes the kernel fail. */
-static void *f_kernel_ptr(const void *p, size_t bytes, int *bad) {
+void *f_kernel_ptr(const void *p, size_t bytes, int *bad) {
   if (!p) return NULL;
   int t;
   void *x = f_xlate(p, bytes, &t);
@@ -581,11 +550,12 @@ static void *f_kernel_ptr(const void *p, size_t bytes, int *bad) {
 }
 
 /* Checks common to both launchers; F.mu held. */
-static int f_launch(fop *o, void *stream, const char **what) {
+int f_launch(fop *o, void *stream, const char **what) {
   int err;
   fstream *st = f_stream(stream, &err);
   if (!st) {
     *what = "kernel launch (stream)";
+    free(o->direct);
     free(o);
     return fail(err);
   }
@@ -593,6 +563,7 @@ static int f_launch(fop *o, void *stream, const char **what) {
    * current device's. */
   if (st->device != rr__fk_device()) {
     *what = "kernel launch (stream of another device)";
+    free(o->direct);
     free(o);
     return fail(RR__CUDA_ERR_INVALID_HANDLE);
   }
@@ -707,7 +678,8 @@ static int f_stream_sync(void *stream) {
   uint64_t want = s->enq;
   while (s->done < want) f_wait_locked();
   pthread_mutex_unlock(&F.mu);
-  return 0;
+  /* A kernel that failed makes every later synchronisation report it (a sticky error). */
+  return rr__fk_sticky() ? fail(rr__fk_sticky()) : 0;
 }
 
 static int f_stream_is_capturing(void *stream, int *capturing) {
@@ -759,389 +731,6 @@ static int f_stream_end_capture(void *stream) {
   return e ? fail(e) : 0;
 }
 
-static fevent *f_event(void *h) {
-  fevent *ev = h;
-  return ev && ev->magic == F_MAGIC ? ev : NULL;
-}
-
-static int f_event_create(void **event, unsigned flags) {
-  *event = NULL;
-  int e = f_ctx("cudaEventCreateWithFlags");
-  if (e) return e;
-  /* cudaEventCreateWithFlags: cudaEventInterprocess must come with cudaEventDisableTiming. */
-  if ((flags & RR__CUDA_EVENT_INTERPROCESS) && !(flags & RR__CUDA_EVENT_DISABLE_TIMING))
-    return fail(RR__CUDA_ERR_INVALID_VALUE);
-  fevent *ev = calloc(1, sizeof *ev);
-  if (!ev) return fail(RR__CUDA_ERR_MEMORY_ALLOCATION);
-  *ev = (fevent){.magic = F_MAGIC, .flags = flags, .device = rr__fk_device(), .fd = -1, .refs = 1};
-  if (flags & RR__CUDA_EVENT_INTERPROCESS) {
-    /* Its state in shared memory, so another process can wait for it. */
-    ev->fd = memfd_create("rr_fake_cuda_event", MFD_CLOEXEC);
-    if (ev->fd >= 0 && ftruncate(ev->fd, (off_t)f_round(sizeof(fevshm))) == 0)
-      ev->sh = mmap(NULL, f_round(sizeof(fevshm)), PROT_READ | PROT_WRITE, MAP_SHARED, ev->fd, 0);
-    if (!ev->sh || ev->sh == MAP_FAILED) {
-      if (ev->fd >= 0) close(ev->fd);
-      free(ev);
-      return fail(RR__CUDA_ERR_MEMORY_ALLOCATION);
-    }
-  } else {
-    ev->sh = calloc(1, sizeof *ev->sh);
-    if (!ev->sh) {
-      free(ev);
-      return fail(RR__CUDA_ERR_MEMORY_ALLOCATION);
-    }
-  }
-  *event = ev;
-  return 0;
-}
-
-static int f_event_destroy(void *event) {
-  int e = f_ctx("cudaEventDestroy");
-  if (e) return e;
-  fevent *ev = f_event(event);
-  if (!ev) return fail(RR__CUDA_ERR_INVALID_HANDLE);
-  /* cudaEventDestroy returns at once, even with a record or a wait still queued: those keep
-   * the event's state alive until they ran. */
-  pthread_mutex_lock(&F.mu);
-  ev->magic = 0;
-  f_event_unref(ev);
-  pthread_mutex_unlock(&F.mu);
-  return 0;
-}
-
-static int f_event_record(void *event, void *stream) {
-  int e = f_ctx("cudaEventRecord");
-  if (e) return e;
-  fevent *ev = f_event(event);
-  if (!ev) return fail(RR__CUDA_ERR_INVALID_HANDLE);
-  pthread_mutex_lock(&F.mu);
-  int err;
-  fstream *s = f_stream(stream, &err);
-  /* PG, "Stream and Event Behavior": cudaEventRecord fails when the event and the stream
-   * belong to different devices. */
-  if (!s || s->device != ev->device) {
-    pthread_mutex_unlock(&F.mu);
-    return fail(s ? RR__CUDA_ERR_INVALID_HANDLE : err);
-  }
-  /* A record in a capturing stream becomes a node of the graph: the event then stands for
-   * that node (host waits on it fail, cudaErrorCapturedEvent), not for work that runs. */
-  ev->captured = s->cap ? s : NULL;
-  if (s->cap) {
-    pthread_mutex_unlock(&F.mu);
-    return 0;
-  }
-  fop *o = f_op(OP_RECORD);
-  if (!o) {
-    pthread_mutex_unlock(&F.mu);
-    return fail(RR__CUDA_ERR_MEMORY_ALLOCATION);
-  }
-  o->ev = ev->sh;
-  o->hold = ev;
-  ev->refs++;
-  o->gen = atomic_fetch_add(&ev->sh->recorded, 1) + 1;
-  e = f_enqueue(s, o, NULL);
-  if (e == 0) ev->rec_s = s, ev->rec_seq = o->seq; /* o is still queued: F.mu is held */
-  pthread_mutex_unlock(&F.mu);
-  return e;
-}
-
-/* cudaStreamWaitEvent: the stream's later work waits for the most recent record (any
- * device); an event never recorded is complete. */
-static int f_stream_wait_event(void *stream, void *event) {
-  int e = f_ctx("cudaStreamWaitEvent");
-  if (e) return e;
-  fevent *ev = f_event(event);
-  if (!ev) return fail(RR__CUDA_ERR_INVALID_HANDLE);
-  pthread_mutex_lock(&F.mu);
-  int err;
-  fstream *s = f_stream(stream, &err);
-  /* Programming Guide, "CUDA Graphs", cross-stream dependencies: a stream that waits on an
-   * event recorded in a capture joins that capture (its later work is captured too), and
-   * must be joined back into the origin stream before the capture ends; the origin joins
-   * it back by waiting on an event recorded in it. */
-  if (s && ev->captured) {
-    fstream *from = ev->captured;
-    if (!s->cap) {
-      s->cap = from->cap;
-      s->unjoined = 1;
-    } else if (s == s->cap && from != s) {
-      from->unjoined = 0;
-    }
-    pthread_mutex_unlock(&F.mu);
-    return 0;
-  }
-  /* Legal, but what a caller's NULL stream becomes on a thread whose current device is not
-   * the caller's: the stream meant is not ordered (fake_devices.c, "The legacy default
-   * stream"). Counted for the tests. */
-  if (s && s->legacy && ev->device != s->device)
-    rr__fk_legacy_cross("cudaStreamWaitEvent", s->device, ev->device);
-  fop *o = s ? f_op(OP_WAIT) : NULL;
-  if (!o) {
-    pthread_mutex_unlock(&F.mu);
-    return fail(s ? RR__CUDA_ERR_MEMORY_ALLOCATION : err);
-  }
-  /* A local event: wait for its record's place in its stream (the event may be destroyed
-   * before the wait runs, as the runtime allows). Another process's: its shared state. */
-  fdep d = {0};
-  if (ev->ipc_opened) {
-    d = (fdep){.ev = ev->sh, .gen = atomic_load(&ev->sh->recorded)};
-    o->hold = ev;
-    ev->refs++;
-  } else if (ev->rec_s)
-    d = (fdep){.s = ev->rec_s, .seq = ev->rec_seq};
-  e = f_enqueue(s, o, &d);
-  pthread_mutex_unlock(&F.mu);
-  return e;
-}
-
-static int f_event_sync(void *event) {
-  int e = f_ctx("cudaEventSynchronize");
-  if (e) return e;
-  fevent *ev = f_event(event);
-  if (!ev) return fail(RR__CUDA_ERR_INVALID_HANDLE);
-  pthread_mutex_lock(&F.mu);
-  /* cudaErrorCapturedEvent: not permitted on an event last recorded in a capturing stream. */
-  if (ev->captured) {
-    pthread_mutex_unlock(&F.mu);
-    return fail(RR__CUDA_ERR_CAPTURED_EVENT);
-  }
-  uint64_t want = atomic_load(&ev->sh->recorded);
-  while (atomic_load(&ev->sh->done) < want) f_wait_locked();
-  pthread_mutex_unlock(&F.mu);
-  return 0;
-}
-
-static int f_event_query(void *event) {
-  int e = f_ctx("cudaEventQuery");
-  if (e) return e;
-  fevent *ev = f_event(event);
-  if (!ev) return fail(RR__CUDA_ERR_INVALID_HANDLE);
-  pthread_mutex_lock(&F.mu); /* pairs with the worker's unlock: the work's effects are seen */
-  if (ev->captured) { /* as f_event_sync */
-    pthread_mutex_unlock(&F.mu);
-    return fail(RR__CUDA_ERR_CAPTURED_EVENT);
-  }
-  int done = atomic_load(&ev->sh->done) >= atomic_load(&ev->sh->recorded);
-  pthread_mutex_unlock(&F.mu);
-  return done ? 0 : RR__CUDA_ERR_NOT_READY; /* not an error: the last error is untouched */
-}
-
-/* ---- IPC ---- */
-
-typedef struct fhandle { /* the 64 bytes of a fake IPC handle */
-  uint32_t magic;
-  uint32_t is_event;
-  int32_t pid, fd, device;
-  uint32_t pad;
-  uint64_t bytes, id;
-} fhandle;
-_Static_assert(sizeof(fhandle) <= sizeof(rr__cuda_ipc_handle), "fake handle fits");
-
-static int f_open_fd(const fhandle *h) {
-  char path[64];
-  snprintf(path, sizeof path, "/proc/%d/fd/%d", (int)h->pid, (int)h->fd);
-  return open(path, O_RDWR | O_CLOEXEC);
-}
-
-static int f_ipc_get_mem_handle(rr__cuda_ipc_handle *out, void *p) {
-  int e = f_ctx("cudaIpcGetMemHandle");
-  if (e) return e;
-  pthread_mutex_lock(&F.mu);
-  falloc *a = f_find(p);
-  /* cudaIpcGetMemHandle: the base of a device allocation made in this process. */
-  if (!a || a->type != RR__CUDA_MEM_DEVICE || a->base != p || a->from_pid) {
-    pthread_mutex_unlock(&F.mu);
-    return fail(RR__CUDA_ERR_INVALID_VALUE);
-  }
-  fhandle h = {.magic = F_MAGIC,
-               .pid = (int32_t)getpid(),
-               .fd = a->fd,
-               .device = a->device,
-               .bytes = a->bytes,
-               .id = a->id};
-  pthread_mutex_unlock(&F.mu);
-  memset(out, 0, sizeof *out);
-  memcpy(out->bytes, &h, sizeof h);
-  return 0;
-}
-
-static int f_ipc_open_mem_handle(void **p, const rr__cuda_ipc_handle *in) {
-  *p = NULL;
-  int e = f_ctx("cudaIpcOpenMemHandle");
-  if (e) return e;
-  fhandle h;
-  memcpy(&h, in->bytes, sizeof h);
-  if (h.magic != F_MAGIC || h.is_event) return fail(RR__CUDA_ERR_INVALID_VALUE);
-  /* cudaIpcOpenMemHandle opens a handle "exported from another process": in the exporter
-   * itself the runtime refuses it. */
-  if (h.pid == (int32_t)getpid()) return fail(RR__CUDA_ERR_DEVICE_UNINITIALIZED);
-  pthread_mutex_lock(&F.mu);
-  /* Opened already by this process: the same pointer, one more reference. */
-  for (falloc *a = F.allocs; a; a = a->next)
-    if (a->from_pid == h.pid && a->from_id == h.id) {
-      a->refs++;
-      *p = a->base;
-      pthread_mutex_unlock(&F.mu);
-      return 0;
-    }
-  int fd = f_open_fd(&h);
-  char *base, *shadow;
-  if (fd < 0 || f_map_device(fd, (size_t)h.bytes, &base, &shadow) != 0) {
-    if (fd >= 0) close(fd);
-    pthread_mutex_unlock(&F.mu);
-    return fail(RR__CUDA_ERR_MAP_FAILED);
-  }
-  falloc *a = f_register(base, shadow, (size_t)h.bytes, RR__CUDA_MEM_DEVICE, h.device, fd);
-  if (!a) {
-    munmap(base, (size_t)h.bytes), munmap(shadow, (size_t)h.bytes), close(fd);
-    pthread_mutex_unlock(&F.mu);
-    return fail(RR__CUDA_ERR_MEMORY_ALLOCATION);
-  }
-  a->from_pid = h.pid, a->from_id = h.id, a->refs = 1;
-  *p = base;
-  pthread_mutex_unlock(&F.mu);
-  return 0;
-}
-
-static int f_ipc_close_mem_handle(void *p) {
-  int e = f_ctx("cudaIpcCloseMemHandle");
-  if (e) return e;
-  pthread_mutex_lock(&F.mu);
-  falloc *a = f_find(p);
-  if (!a || a->base != p || !a->from_pid) {
-    pthread_mutex_unlock(&F.mu);
-    return fail(RR__CUDA_ERR_INVALID_VALUE);
-  }
-  if (--a->refs == 0) {
-    f_drain_locked(); /* work still queued on the mapping finishes first */
-    f_unregister(a);
-  }
-  pthread_mutex_unlock(&F.mu);
-  return 0;
-}
-
-static int f_ipc_get_event_handle(rr__cuda_ipc_handle *out, void *event) {
-  int e = f_ctx("cudaIpcGetEventHandle");
-  if (e) return e;
-  fevent *ev = f_event(event);
-  /* cudaIpcGetEventHandle: only events created with cudaEventInterprocess and
-   * cudaEventDisableTiming; others are an invalid resource handle. */
-  if (!ev || !(ev->flags & RR__CUDA_EVENT_INTERPROCESS) || ev->ipc_opened)
-    return fail(RR__CUDA_ERR_INVALID_HANDLE);
-  fhandle h = {.magic = F_MAGIC,
-               .is_event = 1,
-               .pid = (int32_t)getpid(),
-               .fd = ev->fd,
-               .device = ev->device};
-  memset(out, 0, sizeof *out);
-  memcpy(out->bytes, &h, sizeof h);
-  return 0;
-}
-
-static int f_ipc_open_event_handle(void **event, const rr__cuda_ipc_handle *in) {
-  *event = NULL;
-  int e = f_ctx("cudaIpcOpenEventHandle");
-  if (e) return e;
-  fhandle h;
-  memcpy(&h, in->bytes, sizeof h);
-  if (h.magic != F_MAGIC || !h.is_event) return fail(RR__CUDA_ERR_INVALID_VALUE);
-  /* cudaIpcOpenEventHandle: an event handle "exported from another process". */
-  if (h.pid == (int32_t)getpid()) return fail(RR__CUDA_ERR_DEVICE_UNINITIALIZED);
-  int fd = f_open_fd(&h);
-  if (fd < 0) return fail(RR__CUDA_ERR_MAP_FAILED);
-  fevshm *sh = mmap(NULL, f_round(sizeof(fevshm)), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-  close(fd);
-  if (sh == MAP_FAILED) return fail(RR__CUDA_ERR_MAP_FAILED);
-  fevent *ev = calloc(1, sizeof *ev);
-  if (!ev) {
-    munmap(sh, f_round(sizeof(fevshm)));
-    return fail(RR__CUDA_ERR_MEMORY_ALLOCATION);
-  }
-  *ev = (fevent){.magic = F_MAGIC,
-                 .flags = RR__CUDA_EVENT_INTERPROCESS | RR__CUDA_EVENT_DISABLE_TIMING,
-                 .device = h.device,
-                 .sh = sh,
-                 .fd = -1,
-                 .ipc_opened = 1,
-                 .refs = 1};
-  *event = ev;
-  return 0;
-}
-
-static const char *f_error_name(int e) {
-  switch (e) {
-    case 0:
-      return "cudaSuccess";
-    case RR__CUDA_ERR_INVALID_VALUE:
-      return "cudaErrorInvalidValue";
-    case RR__CUDA_ERR_MEMORY_ALLOCATION:
-      return "cudaErrorMemoryAllocation";
-    case RR__CUDA_ERR_INITIALIZATION:
-      return "cudaErrorInitializationError";
-    case RR__CUDA_ERR_NO_DEVICE:
-      return "cudaErrorNoDevice";
-    case RR__CUDA_ERR_INVALID_DEVICE:
-      return "cudaErrorInvalidDevice";
-    case RR__CUDA_ERR_DEVICE_UNINITIALIZED:
-      return "cudaErrorDeviceUninitialized";
-    case RR__CUDA_ERR_MAP_FAILED:
-      return "cudaErrorMapBufferObjectFailed";
-    case RR__CUDA_ERR_INVALID_HANDLE:
-      return "cudaErrorInvalidResourceHandle";
-    case RR__CUDA_ERR_NOT_READY:
-      return "cudaErrorNotReady";
-    case RR__CUDA_ERR_ILLEGAL_STATE:
-      return "cudaErrorIllegalState";
-    case RR__CUDA_ERR_CAPTURE_UNSUPPORTED:
-      return "cudaErrorStreamCaptureUnsupported";
-    case RR__CUDA_ERR_CAPTURE_UNMATCHED:
-      return "cudaErrorStreamCaptureUnmatched";
-    case RR__CUDA_ERR_CAPTURE_UNJOINED:
-      return "cudaErrorStreamCaptureUnjoined";
-    case RR__CUDA_ERR_CAPTURED_EVENT:
-      return "cudaErrorCapturedEvent";
-    case E_LAUNCH_FAILED:
-      return "cudaErrorLaunchFailure";
-  }
-  return "cudaErrorUnknown";
-}
-
-static const char *f_error_string(int e) {
-  switch (e) {
-    case 0:
-      return "no error";
-    case RR__CUDA_ERR_INVALID_VALUE:
-      return "invalid argument";
-    case RR__CUDA_ERR_MEMORY_ALLOCATION:
-      return "out of memory";
-    case RR__CUDA_ERR_INITIALIZATION:
-      return "initialization error";
-    case RR__CUDA_ERR_INVALID_DEVICE:
-      return "invalid device ordinal";
-    case RR__CUDA_ERR_DEVICE_UNINITIALIZED:
-      return "invalid device context";
-    case RR__CUDA_ERR_MAP_FAILED:
-      return "mapping of buffer object failed";
-    case RR__CUDA_ERR_INVALID_HANDLE:
-      return "invalid resource handle";
-    case RR__CUDA_ERR_NOT_READY:
-      return "device not ready";
-    case RR__CUDA_ERR_ILLEGAL_STATE:
-      return "the operation cannot be performed in the present state";
-    case RR__CUDA_ERR_CAPTURE_UNSUPPORTED:
-      return "operation not permitted when stream is capturing";
-    case RR__CUDA_ERR_CAPTURE_UNMATCHED:
-      return "capture was not initiated in this stream";
-    case RR__CUDA_ERR_CAPTURE_UNJOINED:
-      return "capturing stream has unjoined work";
-    case RR__CUDA_ERR_CAPTURED_EVENT:
-      return "operation not permitted on an event last recorded in a capturing stream";
-    case E_LAUNCH_FAILED:
-      return "unspecified launch failure";
-  }
-  return "unknown error";
-}
-
 static const rr__cuda_api rr__fake = {
     .name = "fake CUDA (tests)",
     .device_count = rr__fk_device_count,
@@ -1176,8 +765,17 @@ static const rr__cuda_api rr__fake = {
     .ipc_close_mem_handle = f_ipc_close_mem_handle,
     .ipc_get_event_handle = f_ipc_get_event_handle,
     .ipc_open_event_handle = f_ipc_open_event_handle,
-    .error_string = f_error_string,
-    .error_name = f_error_name,
+    .stream_wait_value32 = f_wait_value32,
+    .stream_write_value32 = f_write_value32,
+    .mem_ops = f_mem_ops,
+    .host_register = f_host_register,
+    .host_unregister = f_host_unregister,
+    .host_device_ptr = f_host_device_ptr,
+    .ptr_range = f_ptr_range,
+    .device_uuid = rr__fk_device_uuid,
+    .direct = f_direct_launch,
+    .error_string = rr__fk_error_string,
+    .error_name = rr__fk_error_name,
     .clear_error = rr__fk_clear_error,
 };
 
@@ -1187,6 +785,9 @@ const rr__cuda_api *rr_fake_cuda(int devices) {
   F.delay_us = d ? atol(d) : 1000;
   const char *pf = getenv("RR_FAKE_CUDA_PTR_FAIL");
   F.ptr_fail = pf && !strcmp(pf, "1");
+  const char *nm = getenv("RR_FAKE_CUDA_NO_MEMOPS");
+  F.no_memops = nm && !strcmp(nm, "1");
+  rr__fk_gpu_setup();
   return &rr__fake;
 }
 

@@ -11,6 +11,7 @@
 #define RR_TESTS_FAKE_CUDA_H_
 
 #include <stddef.h>
+#include <stdint.h>
 
 #include "cuda/api.h"
 
@@ -26,6 +27,21 @@ void rr_fake_reduce_run(void *dst, void *dst2, const void *a, const void *b, siz
                         int op, int div);
 void rr_fake_ddp_run(int kind, void *dst, const void *src, size_t n, int dtype, int wire,
                      int world);
+
+/* The one-kernel form (cuda/api.h's rr__cuda_direct) on readable host views of its
+ * pointers (fake_kernels.c). */
+void rr_fake_direct_run(const rr__cuda_direct *d);
+
+/* Tests of the fake's device model (fake_gpu.c): queue on `stream` a kernel that spins until
+ * the 32-bit word at the device pointer `word` reaches `value` (>=, cyclic), the design no
+ * ringreduce path may have: it holds the GPU while it spins, so another process's write to
+ * the word never runs, and the watchdog ends it with cudaErrorLaunchTimeout. And how many
+ * times a device went from one context to another. */
+int rr_fake_cuda_spin_kernel(void *word, unsigned value, void *stream);
+uint64_t rr_fake_cuda_switches(int device);
+/* Device memory that gives no IPC handle (as memory from cudaMallocAsync's default pool):
+ * cudaIpcGetMemHandle fails on it. Freed with the table's free. */
+int rr_fake_cuda_malloc_noexport(void **p, size_t bytes);
 
 /* Work the fake's streams still have queued in this process (tests of the fake itself). */
 int rr_fake_cuda_pending(void);

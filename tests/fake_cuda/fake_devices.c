@@ -160,6 +160,106 @@ int rr__fk_setup(int devices) {
   return D.ndev;
 }
 
+/* A UUID per fake device, the same in every process of the test (each sees the same GPUs
+ * in the same order: no CUDA_VISIBLE_DEVICES here). */
+int rr__fk_device_uuid(int d, unsigned char uuid[16]) {
+  int e = rr__fk_init();
+  if (e) return e;
+  if (d < 0 || d >= D.ndev) return rr__fk_fail(RR__CUDA_ERR_INVALID_DEVICE);
+  memset(uuid, 0, 16);
+  memcpy(uuid, "RRFAKEGPU", 9);
+  uuid[15] = (unsigned char)d;
+  return 0;
+}
+
+/* ---- errors: the runtime's names and texts of the codes the fake returns ---- */
+
+const char *rr__fk_error_name(int e) {
+  switch (e) {
+    case 0:
+      return "cudaSuccess";
+    case RR__CUDA_ERR_INVALID_VALUE:
+      return "cudaErrorInvalidValue";
+    case RR__CUDA_ERR_MEMORY_ALLOCATION:
+      return "cudaErrorMemoryAllocation";
+    case RR__CUDA_ERR_INITIALIZATION:
+      return "cudaErrorInitializationError";
+    case RR__CUDA_ERR_NO_DEVICE:
+      return "cudaErrorNoDevice";
+    case RR__CUDA_ERR_INVALID_DEVICE:
+      return "cudaErrorInvalidDevice";
+    case RR__CUDA_ERR_DEVICE_UNINITIALIZED:
+      return "cudaErrorDeviceUninitialized";
+    case RR__CUDA_ERR_MAP_FAILED:
+      return "cudaErrorMapBufferObjectFailed";
+    case RR__CUDA_ERR_INVALID_HANDLE:
+      return "cudaErrorInvalidResourceHandle";
+    case RR__CUDA_ERR_NOT_READY:
+      return "cudaErrorNotReady";
+    case RR__CUDA_ERR_ILLEGAL_STATE:
+      return "cudaErrorIllegalState";
+    case RR__CUDA_ERR_CAPTURE_UNSUPPORTED:
+      return "cudaErrorStreamCaptureUnsupported";
+    case RR__CUDA_ERR_CAPTURE_UNMATCHED:
+      return "cudaErrorStreamCaptureUnmatched";
+    case RR__CUDA_ERR_CAPTURE_UNJOINED:
+      return "cudaErrorStreamCaptureUnjoined";
+    case RR__CUDA_ERR_CAPTURED_EVENT:
+      return "cudaErrorCapturedEvent";
+    case E_LAUNCH_FAILED:
+      return "cudaErrorLaunchFailure";
+    case RR__CUDA_ERR_LAUNCH_TIMEOUT:
+      return "cudaErrorLaunchTimeout";
+    case RR__CUDA_ERR_HOST_REGISTERED:
+      return "cudaErrorHostMemoryAlreadyRegistered";
+    case RR__CUDA_ERR_NOT_SUPPORTED:
+      return "cudaErrorNotSupported";
+  }
+  return "cudaErrorUnknown";
+}
+
+const char *rr__fk_error_string(int e) {
+  switch (e) {
+    case 0:
+      return "no error";
+    case RR__CUDA_ERR_INVALID_VALUE:
+      return "invalid argument";
+    case RR__CUDA_ERR_MEMORY_ALLOCATION:
+      return "out of memory";
+    case RR__CUDA_ERR_INITIALIZATION:
+      return "initialization error";
+    case RR__CUDA_ERR_INVALID_DEVICE:
+      return "invalid device ordinal";
+    case RR__CUDA_ERR_DEVICE_UNINITIALIZED:
+      return "invalid device context";
+    case RR__CUDA_ERR_MAP_FAILED:
+      return "mapping of buffer object failed";
+    case RR__CUDA_ERR_INVALID_HANDLE:
+      return "invalid resource handle";
+    case RR__CUDA_ERR_NOT_READY:
+      return "device not ready";
+    case RR__CUDA_ERR_ILLEGAL_STATE:
+      return "the operation cannot be performed in the present state";
+    case RR__CUDA_ERR_CAPTURE_UNSUPPORTED:
+      return "operation not permitted when stream is capturing";
+    case RR__CUDA_ERR_CAPTURE_UNMATCHED:
+      return "capture was not initiated in this stream";
+    case RR__CUDA_ERR_CAPTURE_UNJOINED:
+      return "capturing stream has unjoined work";
+    case RR__CUDA_ERR_CAPTURED_EVENT:
+      return "operation not permitted on an event last recorded in a capturing stream";
+    case E_LAUNCH_FAILED:
+      return "unspecified launch failure";
+    case RR__CUDA_ERR_LAUNCH_TIMEOUT:
+      return "the launch timed out and was terminated";
+    case RR__CUDA_ERR_HOST_REGISTERED:
+      return "part or all of the requested memory range is already mapped";
+    case RR__CUDA_ERR_NOT_SUPPORTED:
+      return "operation not supported";
+  }
+  return "unknown error";
+}
+
 /* ---- what tests ask ---- */
 
 int rr_fake_cuda_ctx_origin(int device, char *buf, size_t n) {

@@ -5,6 +5,8 @@
 #ifndef RR_TESTS_FAKE_INT_H_
 #define RR_TESTS_FAKE_INT_H_
 
+#define E_LAUNCH_FAILED 719 /* cudaErrorLaunchFailure: a kernel given host memory */
+
 /* Set the thread's last error to e and return it. */
 int rr__fk_fail(int e);
 /* Start the "driver" in this process; refuse a child forked after the parent used it. */
@@ -19,11 +21,26 @@ void rr__fk_legacy_cross(const char *call, int stream_device, int event_device);
 /* The number of devices, bounded to 1..8; returned. */
 int rr__fk_setup(int devices);
 
+/* The GPUs every process of a test shares (fake_gpu.c): made at install, before any fork. A
+ * device operation runs between enter and leave, which wait for the device to be this
+ * process's (one context at a time). */
+void rr__fk_gpu_setup(void);
+void rr__fk_gpu_enter(int device);
+void rr__fk_gpu_leave(int device);
+long rr__fk_watchdog_ms(void);
+/* The process's sticky error (0: none): set once by a kernel the watchdog ended. */
+int rr__fk_sticky(void);
+void rr__fk_set_sticky(int e);
+/* The errors' names and texts (fake_devices.c). */
+const char *rr__fk_error_name(int e);
+const char *rr__fk_error_string(int e);
+
 /* Table entries. */
 int rr__fk_device_count(int *n);
 int rr__fk_get_device(int *d);
 int rr__fk_set_device(int d);
 int rr__fk_primary_ctx_active(int d, int *active);
 void rr__fk_clear_error(void);
+int rr__fk_device_uuid(int d, unsigned char uuid[16]);
 
 #endif

@@ -7,7 +7,10 @@
  * the kernels' arithmetic; what the fake cannot show is how nvcc compiles them (docs/cuda.md). */
 #include <stddef.h>
 #include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
 
+#include "common/dtype.h"
 #include "cuda/cuda.h"
 #include "cuda/ddp_elem.cuh"
 #include "cuda/reduce_elem.cuh"
@@ -166,4 +169,23 @@ void rr_fake_ddp_run(int kind, void *dst, const void *src, size_t n, int dtype, 
   fk o = {
       .dst = dst, .a = src, .n = n, .dtype = dtype, .ddp_kind = kind, .wire = wire, .world = world};
   f_ddp(&o);
+}
+
+/* The one-kernel form (cuda/reduce.cu's direct_kernel): each task's inputs folded left in
+ * rank order with the element functions (AVG: the sum, divided in the last step), into a
+ * scratch copy first, so an output that is also an input is read whole before it is
+ * written, then stored to every output. */
+void rr_fake_direct_run(const rr__cuda_direct *d) {
+  const size_t bytes = d->n * rr_dtype_size((rr_dtype)d->dtype);
+  char *acc = malloc(bytes ? bytes : 1);
+  if (!acc) abort(); /* a test double: no way to report it on a stream worker */
+  for (int k = 0; k < d->ntasks; k++) {
+    const rr__cuda_direct_task *t = &d->task[k];
+    memcpy(acc, t->in[0], bytes);
+    for (int r = 1; r < t->nin; r++)
+      rr_fake_reduce_run(acc, NULL, acc, t->in[r], d->n, d->dtype, d->op,
+                         r == t->nin - 1 ? d->avg_div : 0);
+    for (int o = 0; o < t->nout; o++) memcpy(t->out[o], acc, bytes);
+  }
+  free(acc);
 }

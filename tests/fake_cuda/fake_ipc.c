@@ -1,0 +1,171 @@
+/* The fake CUDA table's IPC handles (tests only; the state is fake_cuda.c's, fake_state.h).
+ *
+ * IPC handles (cudaIpcGetMemHandle, cudaIpcOpenMemHandle, cudaIpcCloseMemHandle,
+ * cudaIpcOpenEventHandle).
+ *   - A handle is for the base of a device allocation.
+ *   - Opening a handle in the process that exported it fails (the documentation says the
+ *     handle comes "from another process"; the runtime answers cudaErrorDeviceUninitialized,
+ *     "invalid device context"; test_cuda ipc, tests/gpu/run.sh's probe step, checks the
+ *     real runtime).
+ *   - Opening the same handle twice in one process returns the same pointer and counts
+ *     references; cudaIpcCloseMemHandle unmaps at the last close.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "common/dtype.h"
+#include "cuda/cuda.h"
+#include "tests/fake_cuda/fake_cuda.h"
+#include "tests/fake_cuda/fake_state.h"
+
+/* ---- IPC ---- */
+
+typedef struct fhandle { /* the 64 bytes of a fake IPC handle */
+  uint32_t magic;
+  uint32_t is_event;
+  int32_t pid, fd, device;
+  uint32_t pad;
+  uint64_t bytes, id;
+} fhandle;
+_Static_assert(sizeof(fhandle) <= sizeof(rr__cuda_ipc_handle), "fake handle fits");
+
+static int f_open_fd(const fhandle *h) {
+  char path[64];
+  snprintf(path, sizeof path, "/proc/%d/fd/%d", (int)h->pid, (int)h->fd);
+  return open(path, O_RDWR | O_CLOEXEC);
+}
+
+int f_ipc_get_mem_handle(rr__cuda_ipc_handle *out, void *p) {
+  int e = f_ctx("cudaIpcGetMemHandle");
+  if (e) return e;
+  pthread_mutex_lock(&F.mu);
+  falloc *a = f_find(p);
+  /* cudaIpcGetMemHandle: the base of a device allocation made in this process. */
+  if (!a || a->type != RR__CUDA_MEM_DEVICE || a->base != p || a->from_pid || a->noexport) {
+    pthread_mutex_unlock(&F.mu);
+    return fail(RR__CUDA_ERR_INVALID_VALUE);
+  }
+  fhandle h = {.magic = F_MAGIC,
+               .pid = (int32_t)getpid(),
+               .fd = a->fd,
+               .device = a->device,
+               .bytes = a->bytes,
+               .id = a->id};
+  pthread_mutex_unlock(&F.mu);
+  memset(out, 0, sizeof *out);
+  memcpy(out->bytes, &h, sizeof h);
+  return 0;
+}
+
+int f_ipc_open_mem_handle(void **p, const rr__cuda_ipc_handle *in) {
+  *p = NULL;
+  int e = f_ctx("cudaIpcOpenMemHandle");
+  if (e) return e;
+  fhandle h;
+  memcpy(&h, in->bytes, sizeof h);
+  if (h.magic != F_MAGIC || h.is_event) return fail(RR__CUDA_ERR_INVALID_VALUE);
+  /* cudaIpcOpenMemHandle opens a handle "exported from another process": in the exporter
+   * itself the runtime refuses it. */
+  if (h.pid == (int32_t)getpid()) return fail(RR__CUDA_ERR_DEVICE_UNINITIALIZED);
+  pthread_mutex_lock(&F.mu);
+  /* Opened already by this process: the same pointer, one more reference. */
+  for (falloc *a = F.allocs; a; a = a->next)
+    if (a->from_pid == h.pid && a->from_id == h.id) {
+      a->refs++;
+      *p = a->base;
+      pthread_mutex_unlock(&F.mu);
+      return 0;
+    }
+  int fd = f_open_fd(&h);
+  char *base, *shadow;
+  if (fd < 0 || f_map_device(fd, (size_t)h.bytes, &base, &shadow) != 0) {
+    if (fd >= 0) close(fd);
+    pthread_mutex_unlock(&F.mu);
+    return fail(RR__CUDA_ERR_MAP_FAILED);
+  }
+  falloc *a = f_register(base, shadow, (size_t)h.bytes, RR__CUDA_MEM_DEVICE, h.device, fd);
+  if (!a) {
+    munmap(base, (size_t)h.bytes), munmap(shadow, (size_t)h.bytes), close(fd);
+    pthread_mutex_unlock(&F.mu);
+    return fail(RR__CUDA_ERR_MEMORY_ALLOCATION);
+  }
+  a->from_pid = h.pid, a->from_id = h.id, a->refs = 1;
+  *p = base;
+  pthread_mutex_unlock(&F.mu);
+  return 0;
+}
+
+int f_ipc_close_mem_handle(void *p) {
+  int e = f_ctx("cudaIpcCloseMemHandle");
+  if (e) return e;
+  pthread_mutex_lock(&F.mu);
+  falloc *a = f_find(p);
+  if (!a || a->base != p || !a->from_pid) {
+    pthread_mutex_unlock(&F.mu);
+    return fail(RR__CUDA_ERR_INVALID_VALUE);
+  }
+  if (--a->refs == 0) {
+    f_drain_locked(); /* work still queued on the mapping finishes first */
+    f_unregister(a);
+  }
+  pthread_mutex_unlock(&F.mu);
+  return 0;
+}
+
+int f_ipc_get_event_handle(rr__cuda_ipc_handle *out, void *event) {
+  int e = f_ctx("cudaIpcGetEventHandle");
+  if (e) return e;
+  fevent *ev = f_event(event);
+  /* cudaIpcGetEventHandle: only events created with cudaEventInterprocess and
+   * cudaEventDisableTiming; others are an invalid resource handle. */
+  if (!ev || !(ev->flags & RR__CUDA_EVENT_INTERPROCESS) || ev->ipc_opened)
+    return fail(RR__CUDA_ERR_INVALID_HANDLE);
+  fhandle h = {.magic = F_MAGIC,
+               .is_event = 1,
+               .pid = (int32_t)getpid(),
+               .fd = ev->fd,
+               .device = ev->device};
+  memset(out, 0, sizeof *out);
+  memcpy(out->bytes, &h, sizeof h);
+  return 0;
+}
+
+int f_ipc_open_event_handle(void **event, const rr__cuda_ipc_handle *in) {
+  *event = NULL;
+  int e = f_ctx("cudaIpcOpenEventHandle");
+  if (e) return e;
+  fhandle h;
+  memcpy(&h, in->bytes, sizeof h);
+  if (h.magic != F_MAGIC || !h.is_event) return fail(RR__CUDA_ERR_INVALID_VALUE);
+  /* cudaIpcOpenEventHandle: an event handle "exported from another process". */
+  if (h.pid == (int32_t)getpid()) return fail(RR__CUDA_ERR_DEVICE_UNINITIALIZED);
+  int fd = f_open_fd(&h);
+  if (fd < 0) return fail(RR__CUDA_ERR_MAP_FAILED);
+  fevshm *sh = mmap(NULL, f_round(sizeof(fevshm)), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  close(fd);
+  if (sh == MAP_FAILED) return fail(RR__CUDA_ERR_MAP_FAILED);
+  fevent *ev = calloc(1, sizeof *ev);
+  if (!ev) {
+    munmap(sh, f_round(sizeof(fevshm)));
+    return fail(RR__CUDA_ERR_MEMORY_ALLOCATION);
+  }
+  *ev = (fevent){.magic = F_MAGIC,
+                 .flags = RR__CUDA_EVENT_INTERPROCESS | RR__CUDA_EVENT_DISABLE_TIMING,
+                 .device = h.device,
+                 .sh = sh,
+                 .fd = -1,
+                 .ipc_opened = 1,
+                 .refs = 1};
+  *event = ev;
+  return 0;
+}
+

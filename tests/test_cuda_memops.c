@@ -1,0 +1,276 @@
+/* Stream memory operations and the shared GPU, as the fake encodes them (issue 39 part 1;
+ * docs/cuda.md, "The fake"). Every call goes through the library's CUDA table, so the cases
+ * that make sense on a GPU run there too (tests/gpu/run.sh's probe): then the real runtime
+ * checks the fake's rules.
+ *
+ *   test_cuda_memops [--fake] rules      one process: cuStreamWaitValue32 GEQ (cyclic: across
+ *                                        the wrap of 2^32 too), EQ; a wait nobody writes never
+ *                                        completes, and the host's store into a registered word
+ *                                        ends it, with the work queued behind it; a write comes
+ *                                        after the stream's earlier work; managed memory is
+ *                                        refused, and (the fake only: a GPU may take it) the
+ *                                        host address of registered memory
+ *   test_cuda_memops [--fake] pingpong   two processes, one shared page registered by each:
+ *                                        N round trips of stream writes answered by stream
+ *                                        waits (on a GPU: the cost of one, printed)
+ *   test_cuda_memops --fake spin         two processes on one fake GPU. First the design the
+ *                                        library uses: A's stream waits for a word, B's stream
+ *                                        writes it, A completes. Then the planted one no path
+ *                                        may have: A runs a kernel that spins on the word; B's
+ *                                        write cannot run while A's kernel holds the GPU, and
+ *                                        the watchdog ends A's kernel with
+ *                                        cudaErrorLaunchTimeout. The test passes when the fake
+ *                                        catches it so. Also: the device changed hands.
+ *
+ * A forked process cannot use its parent's CUDA: the shared page is made before the ranks
+ * are forked, and each registers it. */
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include "tests/cuda_harness.h"
+
+#define SKIP 77
+#define ROUNDS 200
+
+static int g_fake;
+/* Shared by the ranks (made before the fork): three words the streams use, and the host's
+ * own flags for coordinating the two processes of a case. */
+typedef struct shared {
+  _Atomic uint32_t w[3];
+  char pad[64];
+  _Atomic int launched, phase;
+} shared;
+static shared *g_sh;
+static size_t g_page;
+
+/* Poll an event for up to ms: 1 done, 0 not, -1 an error. */
+static int done_within(void *ev, int ms) {
+  for (double end = t_now() + ms / 1000.0;;) {
+    int e = cu->event_query(ev);
+    if (e == 0) return 1;
+    if (e != RR__CUDA_ERR_NOT_READY) return -1;
+    if (t_now() > end) return 0;
+    usleep(200);
+  }
+}
+
+/* Queue a wait on stream s for *dw >= / == v and an event behind it; pending for 50 ms (the
+ * word does not satisfy it); then the host stores `w`: done within 5 s. */
+static int wait_case(void *s, void *ev, void *dw, _Atomic uint32_t *hw, uint32_t start,
+                     unsigned flags, uint32_t v, uint32_t not_yet, uint32_t w, const char *what) {
+  atomic_store(hw, start);
+  C_OK(stream_wait_value32(s, dw, v, flags));
+  C_OK(event_record(ev, s));
+  T_CHECK(done_within(ev, 50) == 0, "%s: the wait passed with the word at %#x", what, start);
+  atomic_store(hw, not_yet);
+  T_CHECK(done_within(ev, 50) == 0, "%s: the wait passed with the word at %#x", what, not_yet);
+  atomic_store(hw, w);
+  T_CHECK(done_within(ev, 5000) == 1, "%s: the host's store of %#x did not end the wait", what, w);
+  return 0;
+}
+
+static int test_rules(void) {
+  int ok = 0;
+  C_OK(mem_ops(0, &ok));
+  if (!ok) return printf("rules: device 0 has no stream memory operations: skipped\n"), SKIP;
+  C_OK(set_device(0));
+  void *s = NULL, *ev = NULL, *dword = NULL, *dptr = NULL, *managed = NULL;
+  C_OK(stream_create(&s, 1));
+  C_OK(event_create(&ev, RR__CUDA_EVENT_DISABLE_TIMING));
+  /* Device memory: a write, then waits it satisfies at once. */
+  C_OK(malloc(&dword, 4));
+  C_OK(memset_async(dword, 0, 4, s));
+  C_OK(stream_write_value32(s, dword, 5, RR__CUDA_WRITE_DEFAULT));
+  C_OK(stream_wait_value32(s, dword, 5, RR__CUDA_WAIT_GEQ));
+  C_OK(stream_wait_value32(s, dword, 4, RR__CUDA_WAIT_GEQ));
+  C_OK(stream_wait_value32(s, dword, 0xfffffff0u, RR__CUDA_WAIT_GEQ)); /* 5 is past it, cyclically */
+  C_OK(stream_wait_value32(s, dword, 5, RR__CUDA_WAIT_EQ));
+  C_OK(event_record(ev, s));
+  T_CHECK(done_within(ev, 5000) == 1, "waits that the written word satisfies did not pass");
+  /* Host memory registered with the device: the host ends waits by storing into it. */
+  char *page = mmap(NULL, g_page, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+  T_CHECK(page != MAP_FAILED, "mmap");
+  _Atomic uint32_t *hw = (_Atomic uint32_t *)page;
+  C_OK(host_register(page, g_page));
+  C_OK(host_device_ptr(&dptr, page));
+  if (wait_case(s, ev, dptr, hw, 5, RR__CUDA_WAIT_GEQ, 6, 5, 6, "GEQ 6")) return 1;
+  /* Across the wrap: 0x10 is "after" 0xfffffff0, 0x0f is still before it. */
+  if (wait_case(s, ev, dptr, hw, 0xfffffff0u, RR__CUDA_WAIT_GEQ, 0x10, 0x0f, 0x10, "GEQ across 2^32"))
+    return 1;
+  if (wait_case(s, ev, dptr, hw, 7, RR__CUDA_WAIT_EQ, 8, 9, 8, "EQ 8")) return 1;
+  /* Work behind a wait nobody satisfies does not run, whatever else happens; the host's
+   * release lets it. Then a write comes after the copy before it. */
+  atomic_store(hw, 0);
+  atomic_store(&hw[1], 0);
+  void *dcopy = NULL;
+  C_OK(malloc(&dcopy, 4));
+  uint32_t seven = 7, got = 0;
+  C_OK(memset_async(dcopy, 0, 4, s));
+  C_OK(stream_sync(s));
+  C_OK(stream_wait_value32(s, dptr, 1, RR__CUDA_WAIT_GEQ));
+  C_OK(memcpy_async(dcopy, &seven, 4, s));
+  C_OK(memcpy_async((char *)dptr + 8, dcopy, 4, s));
+  C_OK(stream_write_value32(s, (char *)dptr + 4, 1, RR__CUDA_WRITE_DEFAULT));
+  C_OK(event_record(ev, s));
+  T_CHECK(done_within(ev, 100) == 0, "work queued behind an unsatisfied wait ran");
+  T_CHECK(atomic_load(&hw[1]) == 0, "a write behind an unsatisfied wait landed");
+  atomic_store(hw, 1); /* the host's release */
+  T_CHECK(done_within(ev, 5000) == 1, "the host's release did not drain the stream");
+  memcpy(&got, page + 8, 4);
+  T_CHECK(atomic_load(&hw[1]) == 1 && got == 7, "the write (%u) or the copy before it (%u) is missing",
+          (unsigned)atomic_load(&hw[1]), got);
+  /* Refusals: managed memory (Driver API: "none of the operations accepts pointers to
+   * managed memory"); the host address of registered memory, on the fake (a GPU that maps
+   * host pointers may take it). */
+  C_OK(malloc_managed(&managed, 4));
+  T_CHECK(cu->stream_wait_value32(s, managed, 0, RR__CUDA_WAIT_GEQ) != 0,
+          "a wait on managed memory was accepted");
+  cu->clear_error();
+  if (g_fake) {
+    T_CHECK(dptr != (void *)page, "the fake's device pointer is the host address");
+    T_CHECK(cu->stream_write_value32(s, page, 1, RR__CUDA_WRITE_DEFAULT) != 0,
+            "a write to the host address of registered memory was accepted");
+    cu->clear_error();
+  }
+  C_OK(stream_sync(s));
+  C_OK(host_unregister(page));
+  munmap(page, g_page);
+  C_OK(free(managed));
+  C_OK(free(dword));
+  C_OK(free(dcopy));
+  C_OK(event_destroy(ev));
+  C_OK(stream_destroy(s));
+  printf("rules: ok\n");
+  return 0;
+}
+
+/* Wait (30 s at most) for the other process to set a flag to v. */
+static int flag_is(_Atomic int *f, int v) {
+  for (double end = t_now() + 30; atomic_load(f) != v;) {
+    if (t_now() > end) return 0;
+    usleep(1000);
+  }
+  return 1;
+}
+
+/* The two processes' common start: the shared page registered, a stream on `device`. */
+static int two_start(int device, void **s, void **ev, void **dw) {
+  int ok = 0;
+  C_OK(mem_ops(device, &ok));
+  T_CHECK(ok, "device %d has no stream memory operations", device);
+  C_OK(set_device(device));
+  C_OK(stream_create(s, 1));
+  C_OK(event_create(ev, RR__CUDA_EVENT_DISABLE_TIMING));
+  C_OK(host_register(g_sh, g_page));
+  C_OK(host_device_ptr(dw, (void *)g_sh->w));
+  return 0;
+}
+
+static int pingpong_rank(int rank, void *arg) {
+  t_rank = rank;
+  void *s, *ev, *dw;
+  if (two_start(0, &s, &ev, &dw)) return 1;
+  char *w = dw;
+  double t0 = t_now();
+  /* Rank 0 writes w[0] = k and waits for w[1] >= k; rank 1 answers each. */
+  for (uint32_t k = 1; k <= ROUNDS; k++) {
+    if (rank == 0) {
+      C_OK(stream_write_value32(s, w, k, RR__CUDA_WRITE_DEFAULT));
+      C_OK(stream_wait_value32(s, w + 4, k, RR__CUDA_WAIT_GEQ));
+    } else {
+      C_OK(stream_wait_value32(s, w, k, RR__CUDA_WAIT_GEQ));
+      C_OK(stream_write_value32(s, w + 4, k, RR__CUDA_WRITE_DEFAULT));
+    }
+  }
+  C_OK(event_record(ev, s));
+  T_CHECK(done_within(ev, 60000) == 1, "the ping-pong did not finish");
+  double us = (t_now() - t0) * 1e6 / ROUNDS;
+  if (rank == 0) printf("pingpong: %d round trips, %.1f us each (stream write + wait, two processes)\n", ROUNDS, us);
+  T_CHECK(atomic_load(&g_sh->w[0]) == ROUNDS && atomic_load(&g_sh->w[1]) == ROUNDS, "final words");
+  C_OK(host_unregister(g_sh));
+  return 0;
+}
+
+static int spin_rank(int rank, void *arg) {
+  t_rank = rank;
+  void *s, *ev, *dw;
+  if (two_start(0, &s, &ev, &dw)) return 1;
+  char *w = dw;
+  /* 1. Stream waits: A's stream waits on w[0], B's stream writes it; the GPU goes to B while
+   *    A's stream waits, so A completes. */
+  if (rank == 0) {
+    C_OK(stream_wait_value32(s, w, 1, RR__CUDA_WAIT_GEQ));
+    C_OK(event_record(ev, s));
+    atomic_store(&g_sh->launched, 1);
+    T_CHECK(done_within(ev, 10000) == 1, "a stream wait answered by the other process's write did not pass");
+    atomic_store(&g_sh->phase, 1);
+  } else {
+    T_CHECK(flag_is(&g_sh->launched, 1), "the other process never queued its wait");
+    C_OK(stream_write_value32(s, w, 1, RR__CUDA_WRITE_DEFAULT));
+    C_OK(stream_sync(s));
+    T_CHECK(flag_is(&g_sh->phase, 1), "the other process's wait never passed");
+  }
+  /* 2. The planted design: A's kernel spins on w[1] while B's stream is to write it. */
+  uint64_t sw0 = rr_fake_cuda_switches(0);
+  if (rank == 0) {
+    void *busy = NULL;
+    C_OK(malloc(&busy, 4));
+    C_OK(memset_async(busy, 0, 4, s)); /* some device work first: A holds the GPU */
+    T_CHECK(rr_fake_cuda_spin_kernel(w + 4, 1, s) == 0, "the spin kernel's launch");
+    C_OK(event_record(ev, s));
+    atomic_store(&g_sh->launched, 2);
+    int e = cu->stream_sync(s);
+    T_CHECK(e == RR__CUDA_ERR_LAUNCH_TIMEOUT,
+            "a kernel spinning on another process's word ended with %s, not "
+            "cudaErrorLaunchTimeout: the fake let two contexts run at once",
+            e ? cu->error_name(e) : "success");
+    printf("spin: the fake ended the spinning kernel with %s (the planted design is caught)\n",
+           cu->error_name(e));
+    atomic_store(&g_sh->phase, 2);
+  } else {
+    T_CHECK(flag_is(&g_sh->launched, 2), "the other process never launched its kernel");
+    usleep(200000); /* A's kernel runs by now */
+    C_OK(stream_write_value32(s, w + 4, 1, RR__CUDA_WRITE_DEFAULT));
+    C_OK(stream_sync(s)); /* runs once the watchdog freed the GPU */
+    T_CHECK(flag_is(&g_sh->phase, 2), "the other process failed");
+    T_CHECK(rr_fake_cuda_switches(0) > sw0, "the GPU never went from one process to the other");
+  }
+  C_OK(host_unregister(g_sh));
+  return 0;
+}
+
+int main(int argc, char **argv) {
+  g_fake = cu_setup(&argc, &argv);
+  const char *what = argc > 1 ? argv[1] : "rules";
+  if (!rr__cuda_built() && !g_fake)
+    return printf("skipped: no CUDA device (this build has no CUDA; run with --fake)\n"), SKIP;
+  if (!have_device_forked())
+    return printf("skipped: no CUDA device (the CUDA runtime found no usable driver or GPU)\n"), SKIP;
+  g_page = (size_t)sysconf(_SC_PAGESIZE);
+  g_sh = mmap(NULL, g_page, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+  if (g_sh == MAP_FAILED) return perror("mmap"), 1;
+  if (!strcmp(what, "rules")) {
+    fflush(NULL);
+    pid_t p = fork(); /* the parent stays free of CUDA */
+    if (p == 0) {
+      int rc = test_rules();
+      fflush(NULL);
+      _exit(rc);
+    }
+    int status = 0;
+    waitpid(p, &status, 0);
+    return WIFEXITED(status) ? WEXITSTATUS(status) : 1;
+  }
+  if (!strcmp(what, "pingpong")) return t_run_all(2, pingpong_rank, NULL, 120, "pingpong");
+  if (!strcmp(what, "spin")) {
+    if (!g_fake) return printf("skipped: the spin case plants a design the fake must catch\n"), SKIP;
+    return t_run_all(2, spin_rank, NULL, 120, "spin");
+  }
+  fprintf(stderr, "usage: test_cuda_memops [--fake] rules|pingpong|spin\n");
+  return 2;
+}

@@ -1,10 +1,15 @@
-/* The bootstrap's greeting: encoding and the checks on what arrives (garbage from a port
- * scan or a foreign program must be refused, never trusted). */
+/* The greeting on every socket between two ranks (rendezvous/lanes.c): encoding, the checks on
+ * what arrives (garbage from a port scan or a foreign program must be refused, never
+ * trusted), and the proofs that the greetings and the records in the store carry. */
+#include <stdarg.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "common/bytes.h"
+#include "common/siphash.h"
 #include "common/status.h"
-#include "rendezvous/bootstrap.h"
+#include "common/util.h"
+#include "rendezvous/lanes.h"
 
 #define RR__HELLO_MAGIC 0x31425252u /* "RRB1" */
 #define RR__HELLO_VERSION 3 /* 2: the caller's socket nonce; the reply proves the token too. 3: which
@@ -50,4 +55,15 @@ int rr__hello_decode(const uint8_t in[RR__HELLO_BYTES], rr__hello *h) {
     return rr__set_error(RR_EPROTO, "malformed greeting (from %d to %d socket %d of %d)",
                          h->from, h->to, h->index, h->nsockets);
   return RR_OK;
+}
+
+uint64_t rr__proof(const uint8_t *key, const char *fmt, ...) {
+  if (!key) return 0;
+  char ctx[768];
+  va_list ap;
+  va_start(ap, fmt);
+  int n = vsnprintf(ctx, sizeof ctx, fmt, ap);
+  va_end(ap);
+  uint64_t h = rr__siphash(key, ctx, (size_t)RR__MIN(n, (int)sizeof ctx - 1));
+  return h ? h : 1;
 }

@@ -7,21 +7,21 @@
  * no group at all), collects acknowledgements and commits. A coordinator that is lost hands
  * the role to the next lowest rank (a new epoch). Every wait is bounded by the group's
  * timeout, and a rank silent past it is left out. The new group keeps the control sockets
- * and each pair's transport; data lanes are set up afresh over them, because the call the
- * revoke cut may have left half a message in the old ones. */
+ * and each pair's transport; data lanes are made afresh over them where every group's are
+ * (rendezvous/lanes.c), because the call the revoke cut may have left half a message in the
+ * old ones. */
 #include <errno.h>
-#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
-#include <sys/socket.h>
 #include <unistd.h>
 
 #include "common/log.h"
 #include "common/status.h"
 #include "common/util.h"
 #include "group/pg.h"
+#include "rendezvous/lanes.h"
 #include "transport/comm.h"
 #include "transport/socket.h"
 
@@ -194,6 +194,12 @@ static int rr__agree_members(rr__agree *ag, uint8_t *d) {
   }
 }
 
+/* How long an accepted data socket may take to say its greeting. The peer sends it right
+ * after connect() returns, so a second is generous even on a loaded machine; it only bounds
+ * how long a silent stranger holds one of the pending slots (never the pair: the others are
+ * read meanwhile). */
+#define RR__LANE_HELLO_MS 1000
+
 /* Wait for the peer's SETUP on the new group's control socket, passing over what the
  * agreement left there (a vote sent to this rank when it was not the coordinator). */
 static int rr__setup_msg(rr__comm *nc, int j, int64_t dl, char *text) {
@@ -208,180 +214,70 @@ static int rr__setup_msg(rr__comm *nc, int j, int64_t dl, char *text) {
   }
 }
 
-/* Pending connections on a pair's data port read at once, and how long each may take to
- * say its hello. The peer sends its hello right after connect() returns, so a second is
- * generous even on a loaded machine; it only bounds how long a silent stranger holds a
- * slot (never the pair: the others are read meanwhile). */
-#define RR__LANE_PENDING 16
-#define RR__LANE_HELLO_MS 1000
-#define RR__LANE_HELLO 12 /* the SETUP's nonce (8 bytes) and the socket's index (u32) */
-
-typedef struct rr__lane_conn {
-  int fd;
-  int64_t until; /* its hello is due by then */
-  size_t have;
-  uint8_t hello[RR__LANE_HELLO];
-} rr__lane_conn;
-
-/* Close a connection that is not one of the pair's (counted; the first few logged). */
-static void rr__lane_drop(rr__lane_conn *c, int peer, const char *why, int *dropped) {
-  if (++*dropped <= 3)
-    RR__LOG_WARN(RR__SUB_INIT, "shrink: closed a connection on the data port for rank %d: %s", peer,
-                 why);
-  close(c->fd);
-  c->fd = -1;
-}
-
-/* Accept the nd data sockets of a pair on lfd, the listener this rank opened for it: each
- * must say the pair's hello (the nonce of this rank's SETUP and its index) first. Anyone
- * who can reach the port can connect, and what comes first in the queue may be a stranger
- * that says nothing: so every pending connection is read at once (one poll over the
- * listener, the peer's control socket and all of them), each has RR__LANE_HELLO_MS to say
- * its whole hello, and one that says something else, repeats an index, closes or stays
- * silent is closed and logged. Strangers never decide the outcome: the pair fails only
- * when the peer's control socket shows that it gave up, or at dl. fds[k] gets socket k
- * (blocking, as the transport takes them). Self-contained: the listener, the hello and the
- * deadline are all it knows of the shrink. */
-static int rr__accept_lanes(int lfd, int ctrl_fd, uint64_t nonce, int nd, int peer, int64_t dl,
-                            int *fds) {
-  rr__lane_conn pend[RR__LANE_PENDING];
-  struct pollfd pf[2 + RR__LANE_PENDING];
-  int np = 0, got = 0, dropped = 0, st = RR_OK;
-  while (got < nd) {
-    int64_t now = rr__now_ms(), wake = dl;
-    for (int i = np - 1; i >= 0; i--) /* silent past their time: out */
-      if (pend[i].until <= now) {
-        rr__lane_drop(&pend[i], peer, "it said no hello in time", &dropped);
-        pend[i] = pend[--np];
-      } else if (pend[i].until < wake) {
-        wake = pend[i].until;
-      }
-    if (now >= dl) {
-      st = rr__set_error(RR_ETIMEDOUT, "timed out waiting for its data sockets (%d of %d came%s)",
-                         got, nd, dropped ? "; connections from others were closed" : "");
-      break;
-    }
-    pf[0] = (struct pollfd){.fd = lfd, .events = POLLIN};
-    pf[1] = (struct pollfd){.fd = ctrl_fd, .events = POLLIN};
-    for (int i = 0; i < np; i++) pf[2 + i] = (struct pollfd){.fd = pend[i].fd, .events = POLLIN};
-    int rc = poll(pf, (nfds_t)(2 + np), (int)RR__MIN(RR__MAX(wake - now, 1), 1 << 30));
-    if (rc < 0 && errno == EINTR) continue;
-    if (rc < 0) {
-      st = rr__set_error(RR_ESYS, "poll: %s", strerror(errno));
-      break;
-    }
-    if (pf[1].revents) { /* the peer closed it, or sent an ABORT before going */
-      st = rr__set_error(RR_EPEER, "it gave up setting up its data sockets");
-      break;
-    }
-    for (int i = np - 1; i >= 0; i--) {
-      if (!pf[2 + i].revents) continue;
-      rr__lane_conn *c = &pend[i];
-      ssize_t r = recv(c->fd, c->hello + c->have, RR__LANE_HELLO - c->have, MSG_DONTWAIT);
-      if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) continue;
-      if (r <= 0) {
-        rr__lane_drop(c, peer, r == 0 ? "it closed before its hello" : strerror(errno), &dropped);
-      } else if ((c->have += (size_t)r) == RR__LANE_HELLO) {
-        uint64_t theirs;
-        uint32_t k;
-        memcpy(&theirs, c->hello, 8);
-        memcpy(&k, c->hello + 8, 4);
-        if (theirs != nonce || k >= (uint32_t)nd || fds[k] >= 0) {
-          rr__lane_drop(c, peer, "its hello is not the pair's", &dropped);
-        } else {
-          fds[k] = c->fd; /* ours from here (closed by the caller on any failure) */
-          c->fd = -1;
-          got++;
-          st = rr__sock_nonblock(fds[k], 0);
-        }
-      }
-      if (c->fd < 0) pend[i] = pend[--np];
-      if (st != RR_OK) break;
-    }
-    if (st != RR_OK) break;
-    if (!pf[0].revents) continue;
-    int fd = accept4(lfd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
-    if (fd < 0) {
-      if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR || errno == ECONNABORTED)
-        continue;
-      st = rr__set_error(RR_ESYS, "accept: %s", strerror(errno));
-      break;
-    }
-    if (np == RR__LANE_PENDING) { /* a flood: the one silent longest makes room */
-      int old = 0;
-      for (int i = 1; i < np; i++)
-        if (pend[i].until < pend[old].until) old = i;
-      rr__lane_drop(&pend[old], peer, "too many connections at once", &dropped);
-      pend[old] = pend[--np];
-    }
-    pend[np++] = (rr__lane_conn){.fd = fd, .until = rr__now_ms() + RR__LANE_HELLO_MS};
+/* The new group's lanes, made as every group's are (rendezvous/lanes.c), over the pairs' old
+ * control sockets and transports. Each rank listens on an ephemeral port of its old address
+ * (when a higher rank is to connect to it) and tells every member, in a SETUP on the control
+ * socket, that port and a nonce fresh for this shrink; the greetings on the data sockets prove
+ * the job token over the nonces of both ends. Without a token the nonces, which only the
+ * members saw, are the proof: anyone who can reach the port can connect to it. */
+static int rr__shrunk_lanes(rr_pg *np, const rr_pg *pg, int64_t dl) {
+  static const uint8_t no_token[16]; /* the proofs' key without a job token */
+  rr__comm *nc = np->comm;
+  int me = np->rank, k = np->size, lfd = -1, listen = 0, st = RR_OK;
+  rr__peer_info *infos = rr__calloc((size_t)k, sizeof *infos);
+  if (!infos) return RR_ENOMEM;
+  for (int j = 0; j < k; j++) {
+    infos[j] = nc->peers[j].info;
+    if (j > me) listen |= rr__lanes_nsockets(nc->peers[j].tp, &infos[me], &infos[j]) > 1;
   }
-  /* Done (or failed): whoever still waits on the port is not the pair's. */
-  for (int i = 0; i < np; i++) close(pend[i].fd);
-  if (np > 0 || dropped > 3)
-    RR__LOG_WARN(RR__SUB_INIT,
-                 "shrink: %d connection(s) on the data port for rank %d were not the pair's "
-                 "(someone else can reach it): closed",
-                 np + dropped, peer);
-  return st;
-}
-
-/* The data lanes of the pair (this rank, new rank j), over the pair's old transport. The
- * lower global rank listens; its SETUP says where, with a nonce the data sockets must
- * repeat (anyone on the network can connect). */
-static int rr__pair_lanes(rr__comm *nc, int j, int64_t dl) {
-  rr__peer *p = &nc->peers[j];
-  const rr__peer_info *me = &nc->peers[nc->rank].info, *pi = &p->info;
-  int a = p->tp->setup_sockets(me, pi), b = p->tp->setup_sockets(pi, me);
-  int nd = a > b ? a : b, lower = me->global_rank < pi->global_rank, lfd = -1, st = RR_OK;
-  int fds[RR__MAX_LANES];
-  for (int k = 0; k < RR__MAX_LANES; k++) fds[k] = -1;
-  if (nd > RR__MAX_LANES) return rr__set_error(RR_EPROTO, "%d data sockets asked for", nd);
-  char text[RR__CTL_TEXT_MAX + 1] = "";
-  uint64_t nonce = 0;
-  if (lower && nd > 0) {
-    rr__addr la, bound;
-    RR__CHECK(rr__addr_parse(me->addr, &la));
-    rr__addr_set_port(&la, 0);
-    RR__CHECK(rr__sock_listen(&la, 16, 0, &lfd, &bound));
-    if (getrandom(&nonce, sizeof nonce, 0) != (ssize_t)sizeof nonce) {
-      st = rr__set_error(RR_ESYS, "getrandom: %s", strerror(errno));
-      goto done;
-    }
-    snprintf(text, sizeof text, "%d %016llx", rr__addr_port(&bound), (unsigned long long)nonce);
+  char text[RR__CTL_TEXT_MAX + 1];
+  rr__addr la;
+  RR__CHECK_GOTO(rr__addr_parse(infos[me].addr, &la), st, done);
+  rr__addr_set_port(&la, 0);
+  if (listen) RR__CHECK_GOTO(rr__lanes_listen(&la, &lfd, infos[me].addr), st, done);
+  if (getrandom(&infos[me].nonce, sizeof infos[me].nonce, 0) != (ssize_t)sizeof infos[me].nonce) {
+    st = rr__set_error(RR_ESYS, "getrandom: %s", strerror(errno));
+    goto done;
   }
-  RR__CHECK_GOTO(rr__comm_ctl_send(nc, j, RR__CTL_SETUP, 0, text, strlen(text)), st, done);
-  RR__CHECK_GOTO(rr__setup_msg(nc, j, dl, text), st, done);
-  if (nd > 0 && lower) {
-    RR__CHECK_GOTO(rr__accept_lanes(lfd, p->ctrl_fd, nonce, nd, pi->global_rank, dl, fds), st,
-                   done);
-  } else if (nd > 0) {
+  RR__CHECK_GOTO(rr__addr_parse(infos[me].addr, &la), st, done);
+  snprintf(text, sizeof text, "%d %016llx", listen ? rr__addr_port(&la) : 0,
+           (unsigned long long)infos[me].nonce);
+  /* Every SETUP out before any is awaited: nobody waits on a rank that waits on it. */
+  for (int j = 0; j < k && st == RR_OK; j++)
+    if (j != me) st = rr__comm_ctl_send(nc, j, RR__CTL_SETUP, 0, text, strlen(text));
+  for (int j = 0; j < k && st == RR_OK; j++) {
+    if (j == me) continue;
     int port = 0;
     unsigned long long nn = 0;
-    if (sscanf(text, "%d %llx", &port, &nn) != 2) {
-      st = rr__set_error(RR_EPROTO, "malformed SETUP '%.40s'", text);
-      goto done;
-    }
-    nonce = nn;
     rr__addr ta;
-    RR__CHECK_GOTO(rr__addr_parse(pi->addr, &ta), st, done);
-    rr__addr_set_port(&ta, port);
-    for (int k = 0; k < nd; k++) {
-      RR__CHECK_GOTO(rr__sock_connect(&ta, dl, &fds[k]), st, done);
-      uint8_t hello[RR__LANE_HELLO];
-      uint32_t kk = (uint32_t)k;
-      memcpy(hello, &nonce, 8);
-      memcpy(hello + 8, &kk, 4);
-      RR__CHECK_GOTO(rr__sock_send_all(fds[k], hello, sizeof hello, dl), st, done);
+    st = rr__setup_msg(nc, j, dl, text);
+    if (st == RR_OK && sscanf(text, "%d %llx", &port, &nn) != 2)
+      st = rr__set_error(RR_EPROTO, "malformed SETUP '%.40s'", text);
+    if (st == RR_OK) st = rr__addr_parse(infos[j].addr, &ta);
+    if (st == RR_OK) {
+      rr__addr_set_port(&ta, port);
+      rr__addr_str(&ta, infos[j].addr, sizeof infos[j].addr);
+      infos[j].nonce = nn;
     }
+    if (st != RR_OK)
+      rr__prefix_error(st, "setting up %s to rank %d", nc->peers[j].tp->name,
+                       infos[j].global_rank);
   }
-  st = p->tp->connect(me, pi, j, fds, nd, p->ctrl_fd, dl, p->lane, RR__MAX_LANES, &p->nlanes);
-  for (int k = 0; k < nd; k++) fds[k] = -1; /* the transport's now, also on failure */
+  if (st != RR_OK) goto done;
+  rr__lanes lanes = {.group_id = np->id,
+                     .rank = me,
+                     .size = k,
+                     .global_ranks = np->global_ranks,
+                     .infos = infos,
+                     .key = pg->world->have_token ? pg->world->token_key : no_token,
+                     .lfd = lfd,
+                     .deadline_ms = dl,
+                     .hello_ms = RR__LANE_HELLO_MS,
+                     .have_ctrl = 1};
+  st = rr__lanes_make(&lanes, nc);
 done:
-  for (int k = 0; k < RR__MAX_LANES; k++)
-    if (fds[k] >= 0) close(fds[k]);
   if (lfd >= 0) close(lfd);
-  if (st != RR_OK) rr__prefix_error(st, "setting up %s to rank %d", p->tp->name, pi->global_rank);
+  free(infos);
   return st;
 }
 
@@ -433,10 +329,7 @@ static int rr__shrunk_group(rr_pg *pg, const uint8_t *d, int64_t step_ms, rr_pg 
   /* The same bound as each step of the agreement (rr_pg_set_timeout's, when set): a member
    * that acknowledged but never got the COMMIT sends no SETUP, and its peers wait this long. */
   int64_t dl = rr__deadline(step_ms);
-  /* Pairs in one global order (by the lower, then the higher rank): no two ranks wait on
-   * each other in opposite orders. */
-  for (int j = 0; j < k && st == RR_OK; j++)
-    if (j != me) st = rr__pair_lanes(nc, j, dl);
+  st = rr__shrunk_lanes(np, pg, dl);
   if (st == RR_OK) st = rr__pg_run_worker(np);
   if (st != RR_OK) {
     char why[RR__ERRMSG_MAX];

@@ -28,6 +28,11 @@
 #   dead        every internal function or variable (rr__) the library defines is used:
 #               called from another object, named again in its own file, or named in the
 #               tests, tools, benches, examples or Python
+#   sockets     only the files sockets() lists may listen, accept or connect (their objects'
+#               undefined symbols, SOCKET_CALLS): every lane between two ranks is made in
+#               rendezvous/lanes.c, so a second lane-making path fails until it is listed
+#   owned       what owned() gives one file alone (a field of a shared struct, a setting) no
+#               other library file names: the comm's spin policy is transport/comm.c's
 #
 #   tools/check_layers.sh [ROOT [OBJDIR]]   check the tree at ROOT (default: this repository)
 #       OBJDIR holds the library's object files as <file>.o (CMake's rr_objects.dir, which the
@@ -124,6 +129,33 @@ callback: rr__fork_hook.prepare  transport/comm.c: a comm's state around fork()
 callback: rr__fork_hook.parent   transport/comm.c: a comm's state around fork()
 callback: rr__fork_hook.child    transport/comm.c: a comm's state around fork()
 PTRS
+}
+
+# Who may open connections between processes, each file with its reason: the calls in
+# SOCKET_CALLS are in no other library object. Every lane between two ranks of a group is
+# made in rendezvous/lanes.c (init and subgroups through the bootstrap, a growth, a shrink):
+# a file that listens, accepts or connects beside it fails until it is listed here.
+SOCKET_CALLS="listen accept accept4 connect rr__sock_listen rr__sock_connect"
+sockets() {
+  cat <<'SOCKETS'
+transport/socket.c          the calls themselves (an address's listener, a connect retried)
+transport/shm_setup.c       the shared-memory lane's UNIX socket, which passes its memfd
+rendezvous/lanes.c          every lane between two ranks of a group
+rendezvous/store_server.c   the TCP store's listener
+rendezvous/store_client.c   the TCP store's clients
+group/grow.c                the growth's port (the knock) and the newcomer's knock
+group/spawn.c               rr_spawn's store port, held for rank 0
+SOCKETS
+}
+
+# What one file owns, though the names are visible to others (a field of a struct in a
+# shared header, a setting every file could read): a regular expression (grep -E, on the
+# code without its comments) that no other library file may match, and why.
+owned() {
+  cat <<'OWNED'
+transport/comm.c (->|\.)spin\.                       the comm's spin state, rr__comm.spin
+transport/comm.c ->(spin_us|spin_yield|host_cpus)\b  the spin settings: decided where the wait is
+OWNED
 }
 
 # The folders whose object files make the library (CMakeLists.txt's RR_LIB_SOURCES), and the
@@ -407,13 +439,58 @@ check_dead() {
   return $bad
 }
 
+# Socket calls outside the files sockets() lists: each library object's undefined symbols.
+check_sockets() {
+  local scratch=$1
+  awk -v calls="$SOCKET_CALLS" -v list="$(sockets)" '
+    BEGIN {
+      n = split(calls, c, " ")
+      for (i = 1; i <= n; i++) call[c[i]] = 1
+      n = split(list, lines, "\n")
+      for (i = 1; i <= n; i++) { split(lines[i], w, " "); ok[w[1]] = 1 }
+    }
+    FNR == NR { src[$1] = $2; next }
+    {
+      obj = $1; sub(/:$/, "", obj)
+      if (!(obj in src) || !($2 in call) || $3 !~ /^[Uwv]$/ || (src[obj] in ok)) next
+      key = src[obj] " " $2
+      if (key in seen) next
+      seen[key] = 1
+      printf "layers: %s calls %s: only the files of sockets() (tools/check_layers.sh) open " \
+        "connections; the lanes between ranks are made in rendezvous/lanes.c\n", src[obj], $2
+      bad = 1
+    }
+    END { exit bad }' "$scratch/pairs" "$scratch/nm"
+}
+
+# Names that one file owns (owned()), matched in the other library files' code.
+check_owned() {
+  local root=$1 bad=0 owner re why f line
+  while read -r owner re why; do
+    [ -n "$owner" ] || continue
+    # shellcheck disable=SC2086 # LIB_DIRS is a word list
+    while IFS= read -r f; do
+      [ "$f" = "$owner" ] && continue
+      # The comments stripped as in check_dead: a comment may name what the code may not.
+      line=$( (cd "$root" && { ${CC:-cc} -x c -fpreprocessed -dD -E -P "$f" 2>/dev/null ||
+        cat "$f"; }) | grep -E -m1 -- "$re") || continue
+      echo "layers: $f names $(grep -oE -m1 -- "$re" <<<"$line"), which is $owner's alone ($why)"
+      bad=1
+    done < <(cd "$root" && grep -rlE --include='*.c' --include='*.h' --include='*.cu' -- "$re" \
+               $LIB_DIRS 2>/dev/null | sort)
+  done < <(owned)
+  return $bad
+}
+
 check() {
   local root=$1 objdir=${2:-} bad=0 scratch
   check_includes "$root" || bad=1
   check_pointers "$root" || bad=1
+  check_owned "$root" || bad=1
   scratch=$(mktemp -d)
   if objects "$root" "$objdir" "$scratch"; then
     check_calls "$scratch" || bad=1
+    check_sockets "$scratch" || bad=1
     check_order "$scratch" || bad=1
     check_dead "$root" "$scratch" || bad=1
   else
@@ -436,7 +513,8 @@ if [ "${1:-}" = "--selftest" ]; then
   # they call. Compiling the whole library would take much longer. (The dead-code check
   # finds the uses of the others by their names.)
   (cd "$tmp/src" && ls transport/tcp.c cuda/runtime.c ring/op.c ring/prims.c ring/barrier.c \
-     ring/coll.c ring/all_reduce.c ring/all_gather.c ddp/check.c common/*.c group/*.c) |
+     ring/coll.c ring/all_reduce.c ring/all_gather.c ddp/check.c common/*.c group/*.c \
+     rendezvous/bootstrap.c) |
     compile_objects "$tmp/src" "$tmp/obj"
   before=$(check "$tmp/src" "$tmp/obj" 2>&1 | grep -v '^layers: note:' || true)
   # Calls the include check cannot see: the TCP transport calling up into the ring with a
@@ -467,11 +545,22 @@ int rr__selftest_new(rr__coll *c) { return rr__barrier_dissem(c); }
 ' >>"$tmp/src/common/util.c"
   printf 'int rr__selftest_dead_ring(void) { return 1; }
 ' >>"$tmp/src/ring/op.c"
+  # Lanes made beside rendezvous/lanes.c: the shrink listening again, the bootstrap connecting
+  # itself; and the comm's spin policy decided or run outside the comm (owned()).
+  printf 'int listen(int fd, int backlog);
+int rr__selftest_listen(int fd) { return listen(fd, 1); }
+' >>"$tmp/src/group/elastic.c"
+  printf 'int rr__selftest_dial(const rr__addr *a, int *fd) { return rr__sock_connect(a, 0, fd); }
+int rr__selftest_yield(void) { return (int)rr__params_get()->spin_yield; }
+' >>"$tmp/src/rendezvous/bootstrap.c"
+  printf 'int rr__selftest_spin(rr__comm *cm) { return cm->spin.skip; }
+' >>"$tmp/src/ring/prims.c"
   # A new callback: a function pointer in the comm that nothing lists.
   sed -i 's|^typedef struct rr__comm {|&\n  void (*selftest_hook)(void *ctx);|' \
     "$tmp/src/transport/comm.h"
   printf '%s\n' transport/tcp.c cuda/runtime.c ring/prims.c ring/barrier.c group/staging.c \
-    ring/selftest_new.c ddp/check.c common/util.c ring/op.c | compile_objects "$tmp/src" "$tmp/obj"
+    ring/selftest_new.c ddp/check.c common/util.c ring/op.c group/elastic.c \
+    rendezvous/bootstrap.c | compile_objects "$tmp/src" "$tmp/obj"
   # And three includes: the transport including the ring, the ring the group, the group the
   # shm transport's private header.
   printf '#include "ring/coll.h"\n' >>"$tmp/src/transport/transport.c"
@@ -494,6 +583,10 @@ int rr__selftest_new(rr__coll *c) { return rr__barrier_dissem(c); }
     'transport/comm.h:[0-9]+ declares rr__comm.selftest_hook, a function pointer'
     'common/util.c defines rr__selftest_dead, which nothing uses'
     'ring/op.c defines rr__selftest_dead_ring, which nothing uses'
+    'group/elastic.c calls listen: only the files of sockets\(\)'
+    'rendezvous/bootstrap.c calls rr__sock_connect: only the files of sockets\(\)'
+    'ring/prims.c names ->spin\., which is transport/comm.c.s alone'
+    'rendezvous/bootstrap.c names ->spin_yield, which is transport/comm.c.s alone'
   )
   if [ -n "$before" ]; then
     echo "layers selftest: reported before anything was planted:"
@@ -504,7 +597,8 @@ int rr__selftest_new(rr__coll *c) { return rr__barrier_dissem(c); }
     grep -qE "$w" <<<"$after" || { echo "layers selftest: not caught: $w"; exit 1; }
   done
   echo "layers selftest: all ${#want[@]} planted violations were caught (4 includes, 3 calls" \
-    "between folders, 4 against the order, 1 callback, 2 dead symbols)"
+    "between folders, 4 against the order, 1 callback, 2 dead symbols, 2 connections made" \
+    "beside the lanes, 2 names of the comm's spin policy outside it)"
   exit 0
 fi
 

@@ -100,8 +100,7 @@ static void check_call(perf_state *s, int status, const char *what) {
    * JSON on early errors too), so a script reading it sees the failure, not a parse error. */
   if (s->rep.json) {
     char msg[1024];
-    snprintf(msg, sizeof msg, "%s failed: %s: %s", what, rr_status_name(status),
-             rr_last_error());
+    snprintf(msg, sizeof msg, "%s failed: %s: %s", what, rr_status_name(status), rr_last_error());
     perf_report_abort(&s->rep, msg);
   }
   fflush(stdout);

@@ -37,7 +37,7 @@ typedef struct perf_counts {
    * most of any rank, so that every rank prints the same size. A size where both are 0 is
    * skipped (fewer bytes than one element per rank). */
   size_t send, recv;
-  size_t param;      /* the count argument of the call: the "count" column */
+  size_t param; /* the count argument of the call: the "count" column */
   /* In place, sendbuf = recvbuf + send_inplace * rank and recvbuf = recvbuf +
    * recv_inplace * rank (elements): NCCL's aliasing for all-gather and reduce-scatter. */
   size_t send_inplace, recv_inplace;
@@ -87,7 +87,7 @@ int64_t perf_wrong_input(const perf_ctx *c, const void *buf, size_t first, size_
 int64_t perf_wrong_poison(const perf_ctx *c, const void *buf, size_t n);
 
 /* Buffer memory (perf_mem.c): --mem host|cuda. cuda != 0 means device memory. */
-int perf_mem_cuda_devices(void); /* 0 without CUDA, a driver or a GPU */
+int perf_mem_cuda_devices(void);                            /* 0 without CUDA, a driver or a GPU */
 int perf_mem_select(int local_rank, char *err, size_t cap); /* the device set; -1: err set */
 void *perf_mem_alloc(int cuda, size_t bytes);
 void perf_mem_free(int cuda, void *p);

@@ -26,8 +26,7 @@ int perf_mem_select(int local_rank, char *err, size_t cap) {
   if (n <= 0) return snprintf(err, cap, "no CUDA device"), -1;
   int dev = local_rank > 0 ? local_rank % n : 0;
   cudaError_t e = cudaSetDevice(dev);
-  if (e != cudaSuccess)
-    return snprintf(err, cap, "cudaSetDevice: %s", cudaGetErrorString(e)), -1;
+  if (e != cudaSuccess) return snprintf(err, cap, "cudaSetDevice: %s", cudaGetErrorString(e)), -1;
   return dev;
 }
 
@@ -42,8 +41,10 @@ void *perf_mem_alloc(int cuda, size_t bytes) {
 }
 
 void perf_mem_free(int cuda, void *p) {
-  if (!cuda) free(p);
-  else if (p) cudaFree(p);
+  if (!cuda)
+    free(p);
+  else if (p)
+    cudaFree(p);
 }
 
 int perf_mem_copy(int cuda, void *dst, const void *src, size_t bytes) {
@@ -55,13 +56,17 @@ int perf_mem_copy(int cuda, void *dst, const void *src, size_t bytes) {
   return cudaMemcpy(dst, src, bytes, cudaMemcpyDefault) == cudaSuccess ? 0 : -1;
 }
 #else
-int perf_mem_cuda_devices(void) { return 0; }
+int perf_mem_cuda_devices(void) {
+  return 0;
+}
 int perf_mem_select(int local_rank, char *err, size_t cap) {
   (void)local_rank;
   snprintf(err, cap, "this build has no CUDA support (configure with -DRR_CUDA=ON)");
   return -1;
 }
-void *perf_mem_alloc(int cuda, size_t bytes) { return cuda ? NULL : malloc(bytes); }
+void *perf_mem_alloc(int cuda, size_t bytes) {
+  return cuda ? NULL : malloc(bytes);
+}
 void perf_mem_free(int cuda, void *p) {
   if (!cuda) free(p);
 }

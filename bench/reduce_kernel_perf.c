@@ -31,9 +31,18 @@ static size_t parse_size(const char *a) {
   char *end;
   double v = strtod(a, &end);
   switch (*end) {
-    case 'K': case 'k': v *= 1024; break;
-    case 'M': case 'm': v *= 1024 * 1024; break;
-    case 'G': case 'g': v *= 1024.0 * 1024 * 1024; break;
+    case 'K':
+    case 'k':
+      v *= 1024;
+      break;
+    case 'M':
+    case 'm':
+      v *= 1024 * 1024;
+      break;
+    case 'G':
+    case 'g':
+      v *= 1024.0 * 1024 * 1024;
+      break;
   }
   return (size_t)v;
 }
@@ -54,16 +63,39 @@ int main(int argc, char **argv) {
   rr_op op = RR_SUM;
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-    if (!strcmp(a, "--fused")) { fused = 1; continue; }
-    if (!v) { fprintf(stderr, "reduce_kernel_perf: %s needs a value\n", a); return 2; }
+    if (!strcmp(a, "--fused")) {
+      fused = 1;
+      continue;
+    }
+    if (!v) {
+      fprintf(stderr, "reduce_kernel_perf: %s needs a value\n", a);
+      return 2;
+    }
     i++;
-    if (!strcmp(a, "-b")) minb = parse_size(v);
-    else if (!strcmp(a, "-e")) maxb = parse_size(v);
-    else if (!strcmp(a, "-f")) factor = (size_t)atoi(v);
-    else if (!strcmp(a, "-n")) iters = atoi(v);
-    else if (!strcmp(a, "-d")) { if (!(all_d = !strcmp(v, "all")) && rr_dtype_from_name(v, &dtype)) { fprintf(stderr, "%s\n", rr_last_error()); return 2; } }
-    else if (!strcmp(a, "-o")) { if (!(all_o = !strcmp(v, "all")) && rr_op_from_name(v, &op)) { fprintf(stderr, "%s\n", rr_last_error()); return 2; } }
-    else { fprintf(stderr, "usage: reduce_kernel_perf [-b N] [-e N] [-f F] [-n ITERS] [-d dtype|all] [-o op|all] [--fused]\n"); return 2; }
+    if (!strcmp(a, "-b"))
+      minb = parse_size(v);
+    else if (!strcmp(a, "-e"))
+      maxb = parse_size(v);
+    else if (!strcmp(a, "-f"))
+      factor = (size_t)atoi(v);
+    else if (!strcmp(a, "-n"))
+      iters = atoi(v);
+    else if (!strcmp(a, "-d")) {
+      if (!(all_d = !strcmp(v, "all")) && rr_dtype_from_name(v, &dtype)) {
+        fprintf(stderr, "%s\n", rr_last_error());
+        return 2;
+      }
+    } else if (!strcmp(a, "-o")) {
+      if (!(all_o = !strcmp(v, "all")) && rr_op_from_name(v, &op)) {
+        fprintf(stderr, "%s\n", rr_last_error());
+        return 2;
+      }
+    } else {
+      fprintf(stderr,
+              "usage: reduce_kernel_perf [-b N] [-e N] [-f F] [-n ITERS] [-d dtype|all] [-o "
+              "op|all] [--fused]\n");
+      return 2;
+    }
   }
   if (factor < 2) factor = 2;
   if (iters < 1) iters = 1;
@@ -115,7 +147,8 @@ int main(int argc, char **argv) {
         float kms = 0, cms = 0;
         C_OK(cudaEventElapsedTime(&kms, e0, e1));
         C_OK(cudaEventRecord(e0, NULL));
-        for (int i = 0; i < iters; i++) C_OK(cudaMemcpyAsync(d, a, s, cudaMemcpyDeviceToDevice, NULL));
+        for (int i = 0; i < iters; i++)
+          C_OK(cudaMemcpyAsync(d, a, s, cudaMemcpyDeviceToDevice, NULL));
         C_OK(cudaEventRecord(e1, NULL));
         C_OK(cudaEventSynchronize(e1));
         C_OK(cudaEventElapsedTime(&cms, e0, e1));

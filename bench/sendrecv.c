@@ -18,8 +18,7 @@ static void counts(const perf_ctx *c, size_t count, perf_counts *k) {
 static int run(perf_ctx *c, const void *sendbuf, void *recvbuf, size_t count) {
   const int n = c->nranks, dst = (c->rank + 1) % n, src = (c->rank + n - 1) % n;
   if (sendbuf == recvbuf) {
-    if (perf_mem_copy(c->mem_cuda, c->scratch, sendbuf, count * c->esize) != 0)
-      return RR_ECUDA;
+    if (perf_mem_copy(c->mem_cuda, c->scratch, sendbuf, count * c->esize) != 0) return RR_ECUDA;
     sendbuf = c->scratch;
   }
   return rr_sendrecv(c->pg, sendbuf, count, dst, recvbuf, count, src, c->dtype);

@@ -29,9 +29,14 @@ static pthread_once_t rr__log_once = PTHREAD_ONCE_INIT;
 static atomic_int rr__log_rank = -1;
 
 static int rr__subsys_bit(const char *name, size_t n) {
-  static const struct { const char *name; int bit; } tab[] = {
-      {"INIT", RR__SUB_INIT}, {"COLL", RR__SUB_COLL}, {"NET", RR__SUB_NET},
-      {"STORE", RR__SUB_STORE}, {"ALL", RR__SUB_ALL}};
+  static const struct {
+    const char *name;
+    int bit;
+  } tab[] = {{"INIT", RR__SUB_INIT},
+             {"COLL", RR__SUB_COLL},
+             {"NET", RR__SUB_NET},
+             {"STORE", RR__SUB_STORE},
+             {"ALL", RR__SUB_ALL}};
   for (size_t i = 0; i < sizeof tab / sizeof tab[0]; i++)
     if (strlen(tab[i].name) == n && strncasecmp(tab[i].name, name, n) == 0) return tab[i].bit;
   return 0;
@@ -72,10 +77,14 @@ int rr__log_open_private(const char *path, char *why, size_t n) {
   struct stat st;
   const char *bad = NULL;
   int fl;
-  if (fstat(fd, &st) != 0) bad = strerror(errno);
-  else if (!S_ISREG(st.st_mode)) bad = rr__file_kind(st.st_mode);
-  else if (st.st_nlink != 1) bad = "it has other names (hard links)";
-  else if (st.st_uid != geteuid()) bad = "it belongs to another user";
+  if (fstat(fd, &st) != 0)
+    bad = strerror(errno);
+  else if (!S_ISREG(st.st_mode))
+    bad = rr__file_kind(st.st_mode);
+  else if (st.st_nlink != 1)
+    bad = "it has other names (hard links)";
+  else if (st.st_uid != geteuid())
+    bad = "it belongs to another user";
   /* A regular file: blocking writes from here on. Linux ignores O_NONBLOCK on regular
    * files, but a file system that honoured it could answer EAGAIN, and a log line or trace
    * record cut short is worse than a write that waits. */
@@ -113,8 +122,7 @@ static void rr__open_file(const char *pattern) {
     rr__logger.out = f;
   } else {
     if (fd >= 0) snprintf(why, sizeof why, "%s", strerror(errno)), close(fd);
-    fprintf(stderr, "ringreduce: refusing RR_DEBUG_FILE %s (%s); logging to stderr\n", path,
-            why);
+    fprintf(stderr, "ringreduce: refusing RR_DEBUG_FILE %s (%s); logging to stderr\n", path, why);
   }
 }
 
@@ -150,7 +158,9 @@ int rr__log_enabled(int level, int subsys) {
   return level <= rr__logger.level && (subsys & rr__logger.subsys);
 }
 
-void rr__log_set_rank(int rank) { atomic_store(&rr__log_rank, rank); }
+void rr__log_set_rank(int rank) {
+  atomic_store(&rr__log_rank, rank);
+}
 
 void rr__log(int level, int subsys, const char *file, int line, const char *fmt, ...) {
   (void)subsys;

@@ -31,10 +31,9 @@ void rr__log_set_rank(int rank);
  * blocking fd, or -1 with the reason in why. */
 int rr__log_open_private(const char *path, char *why, size_t n);
 
-#define RR__LOGF(level, sub, ...)                                                 \
-  do {                                                                           \
-    if (rr__log_enabled((level), (sub)))                                         \
-      rr__log((level), (sub), __FILE__, __LINE__, __VA_ARGS__);                  \
+#define RR__LOGF(level, sub, ...)                                                                  \
+  do {                                                                                             \
+    if (rr__log_enabled((level), (sub))) rr__log((level), (sub), __FILE__, __LINE__, __VA_ARGS__); \
   } while (0)
 #define RR__LOG_WARN(sub, ...) RR__LOGF(RR__LEVEL_WARN, sub, __VA_ARGS__)
 #define RR__LOG_INFO(sub, ...) RR__LOGF(RR__LEVEL_INFO, sub, __VA_ARGS__)

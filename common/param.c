@@ -23,10 +23,23 @@ int rr__parse_size(const char *s, int64_t *out) {
   if (end == s || errno != 0 || v < 0) return -1;
   int64_t mul = 1;
   switch (*end) {
-    case 'k': case 'K': mul = 1024; end++; break;
-    case 'm': case 'M': mul = 1024 * 1024; end++; break;
-    case 'g': case 'G': mul = 1024LL * 1024 * 1024; end++; break;
-    default: break;
+    case 'k':
+    case 'K':
+      mul = 1024;
+      end++;
+      break;
+    case 'm':
+    case 'M':
+      mul = 1024 * 1024;
+      end++;
+      break;
+    case 'g':
+    case 'G':
+      mul = 1024LL * 1024 * 1024;
+      end++;
+      break;
+    default:
+      break;
   }
   if (*end == 'i' || *end == 'B') end += (*end == 'i' && end[1] == 'B') ? 2 : 1;
   if (*end != '\0' || v > INT64_MAX / mul) return -1;
@@ -36,8 +49,8 @@ int rr__parse_size(const char *s, int64_t *out) {
 
 static void rr__bad(const char *env, const char *val) {
   if (rr__param_err[0] == '\0')
-    snprintf(rr__param_err, sizeof rr__param_err, "environment variable %s='%s' is malformed",
-             env, val);
+    snprintf(rr__param_err, sizeof rr__param_err, "environment variable %s='%s' is malformed", env,
+             val);
 }
 
 static void rr__out_of_range(const char *env, const char *val, const char *range) {
@@ -59,8 +72,7 @@ static int rr__load_int(const char *env, const char *v, int64_t lo, int64_t hi, 
   if (neg) x = -x;
   if (x < lo || x > hi) {
     char range[96];
-    snprintf(range, sizeof range, "a whole number from %lld to %lld", (long long)lo,
-             (long long)hi);
+    snprintf(range, sizeof range, "a whole number from %lld to %lld", (long long)lo, (long long)hi);
     rr__out_of_range(env, v, range);
     return 0;
   }
@@ -90,14 +102,13 @@ static int rr__load_dbl(const char *env, const char *v, double lo, double hi, do
 
 static void rr__params_load(void) {
   const char *v;
-#define RR__L_INT(f, env, def, lo, hi, doc)                       \
-  rr__cached.f = (def);                                           \
+#define RR__L_INT(f, env, def, lo, hi, doc) \
+  rr__cached.f = (def);                     \
   if ((v = getenv(env)) != NULL && *v) rr__load_int(env, v, (lo), (hi), &rr__cached.f);
-#define RR__L_DBL(f, env, def, lo, hi, doc)                       \
-  rr__cached.f = (def);                                           \
+#define RR__L_DBL(f, env, def, lo, hi, doc) \
+  rr__cached.f = (def);                     \
   if ((v = getenv(env)) != NULL && *v) rr__load_dbl(env, v, (lo), (hi), &rr__cached.f);
-#define RR__L_STR(f, env, def, doc) \
-  rr__cached.f = ((v = getenv(env)) != NULL && *v) ? v : (def);
+#define RR__L_STR(f, env, def, doc) rr__cached.f = ((v = getenv(env)) != NULL && *v) ? v : (def);
   RR__INT_PARAMS(RR__L_INT)
   RR__DBL_PARAMS(RR__L_DBL)
   RR__STR_PARAMS(RR__L_STR)
@@ -137,7 +148,6 @@ const rr__params *rr__params_get(void) {
 int rr__params_check(void) {
   rr__params_get();
   if (rr__param_err[0])
-    return rr__set_error(RR_EENV, "%s (see docs/env.md for the accepted values)",
-                         rr__param_err);
+    return rr__set_error(RR_EENV, "%s (see docs/env.md for the accepted values)", rr__param_err);
   return RR_OK;
 }

@@ -3,12 +3,22 @@
 #include <string.h>
 
 #define ROTL(x, b) (uint64_t)(((x) << (b)) | ((x) >> (64 - (b))))
-#define SIPROUND                                                    \
-  do {                                                              \
-    v0 += v1; v1 = ROTL(v1, 13); v1 ^= v0; v0 = ROTL(v0, 32);       \
-    v2 += v3; v3 = ROTL(v3, 16); v3 ^= v2;                          \
-    v0 += v3; v3 = ROTL(v3, 21); v3 ^= v0;                          \
-    v2 += v1; v1 = ROTL(v1, 17); v1 ^= v2; v2 = ROTL(v2, 32);       \
+#define SIPROUND       \
+  do {                 \
+    v0 += v1;          \
+    v1 = ROTL(v1, 13); \
+    v1 ^= v0;          \
+    v0 = ROTL(v0, 32); \
+    v2 += v3;          \
+    v3 = ROTL(v3, 16); \
+    v3 ^= v2;          \
+    v0 += v3;          \
+    v3 = ROTL(v3, 21); \
+    v3 ^= v0;          \
+    v2 += v1;          \
+    v1 = ROTL(v1, 17); \
+    v1 ^= v2;          \
+    v2 = ROTL(v2, 32); \
   } while (0)
 
 static uint64_t rr__le64(const uint8_t *p) {
@@ -50,5 +60,6 @@ void rr__token_key(const char *token, uint8_t key[16]) {
   /* Two halves from two fixed keys: any token string becomes 128 key bits. */
   static const uint8_t k0[16] = "ringreduce-key-0", k1[16] = "ringreduce-key-1";
   uint64_t a = rr__siphash(k0, token, strlen(token)), b = rr__siphash(k1, token, strlen(token));
-  for (int i = 0; i < 8; i++) key[i] = (uint8_t)(a >> (8 * i)), key[8 + i] = (uint8_t)(b >> (8 * i));
+  for (int i = 0; i < 8; i++)
+    key[i] = (uint8_t)(a >> (8 * i)), key[8 + i] = (uint8_t)(b >> (8 * i));
 }

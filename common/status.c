@@ -41,9 +41,15 @@ const char *rr_strerror(int status) {
   return "unknown status";
 }
 
-const char *rr_last_error(void) { return rr__last_error; }
-const char *rr__error(void) { return rr__last_error; }
-void rr__clear_error(void) { rr__last_error[0] = '\0'; }
+const char *rr_last_error(void) {
+  return rr__last_error;
+}
+const char *rr__error(void) {
+  return rr__last_error;
+}
+void rr__clear_error(void) {
+  rr__last_error[0] = '\0';
+}
 
 void rr__copy_error(const char *msg) {
   snprintf(rr__last_error, sizeof rr__last_error, "%s", msg ? msg : "");

@@ -30,17 +30,17 @@ const char *rr__error(void);
 void rr__clear_error(void);
 
 /* Propagate a negative status. */
-#define RR__CHECK(call)               \
-  do {                               \
-    int rr__s_ = (call);             \
-    if (rr__s_ < 0) return rr__s_;   \
+#define RR__CHECK(call)            \
+  do {                             \
+    int rr__s_ = (call);           \
+    if (rr__s_ < 0) return rr__s_; \
   } while (0)
 
 /* Store a negative status in `st` and jump to `label`. */
 #define RR__CHECK_GOTO(call, st, label) \
-  do {                                 \
-    (st) = (call);                     \
-    if ((st) < 0) goto label;          \
+  do {                                  \
+    (st) = (call);                      \
+    if ((st) < 0) goto label;           \
   } while (0)
 
 #endif /* RR__COMMON_STATUS_H_ */

@@ -11,7 +11,9 @@
 
 /* Monotonic clock in nanoseconds / milliseconds. */
 int64_t rr__now_ns(void);
-static inline int64_t rr__now_ms(void) { return rr__now_ns() / 1000000; }
+static inline int64_t rr__now_ms(void) {
+  return rr__now_ns() / 1000000;
+}
 /* The same clock at the kernel's tick (a few ms), without reading the clocksource: cheap
  * enough for every message (a precise read costs about as much as a small message on a VM).
  * For "last byte N s ago" and rate limits; for deadlines only through rr__deadline_coarse,
@@ -38,6 +40,8 @@ void *rr__calloc(size_t n, size_t size);
 char *rr__strdup(const char *s);
 
 /* a mod n for possibly negative a. */
-static inline int rr__mod(int a, int n) { return ((a % n) + n) % n; }
+static inline int rr__mod(int a, int n) {
+  return ((a % n) + n) % n;
+}
 
 #endif /* RR__COMMON_UTIL_H_ */

@@ -35,12 +35,12 @@ enum {
   RR__CUDA_ERR_NO_DEVICE = 100,       /* cudaErrorNoDevice */
   RR__CUDA_ERR_INVALID_DEVICE = 101,  /* cudaErrorInvalidDevice */
   RR__CUDA_ERR_DEVICE_UNINITIALIZED =
-      201,                           /* cudaErrorDeviceUninitialized: "invalid device context" */
-  RR__CUDA_ERR_MAP_FAILED = 205,     /* cudaErrorMapBufferObjectFailed */
-  RR__CUDA_ERR_INVALID_HANDLE = 400, /* cudaErrorInvalidResourceHandle */
-  RR__CUDA_ERR_ILLEGAL_STATE = 401,  /* cudaErrorIllegalState */
-  RR__CUDA_ERR_NOT_READY = 600,      /* cudaErrorNotReady */
-  RR__CUDA_ERR_LAUNCH_TIMEOUT = 702, /* cudaErrorLaunchTimeout: a kernel ran past its limit */
+      201,                            /* cudaErrorDeviceUninitialized: "invalid device context" */
+  RR__CUDA_ERR_MAP_FAILED = 205,      /* cudaErrorMapBufferObjectFailed */
+  RR__CUDA_ERR_INVALID_HANDLE = 400,  /* cudaErrorInvalidResourceHandle */
+  RR__CUDA_ERR_ILLEGAL_STATE = 401,   /* cudaErrorIllegalState */
+  RR__CUDA_ERR_NOT_READY = 600,       /* cudaErrorNotReady */
+  RR__CUDA_ERR_LAUNCH_TIMEOUT = 702,  /* cudaErrorLaunchTimeout: a kernel ran past its limit */
   RR__CUDA_ERR_HOST_REGISTERED = 712, /* cudaErrorHostMemoryAlreadyRegistered */
   RR__CUDA_ERR_NOT_SUPPORTED = 801,   /* cudaErrorNotSupported */
   RR__CUDA_ERR_CAPTURE_UNSUPPORTED = 900, /* cudaErrorStreamCaptureUnsupported */

@@ -6,9 +6,10 @@
  * context on the current device (hundreds of MB of GPU memory per process), which a CPU-only
  * program on a GPU machine must not pay on every collective. So the driver's
  * cuPointerGetAttributes is used, fetched through cudaGetDriverEntryPointByVersion (before
- * CUDA 12.5, cudaGetDriverEntryPoint; no libcuda link); it needs no context. If that entry point is missing, cudaPointerGetAttributes
- * is asked instead, but only once some device's primary context is active (device memory
- * from cudaMalloc cannot exist before one); with neither entry point it is asked always. */
+ * CUDA 12.5, cudaGetDriverEntryPoint; no libcuda link); it needs no context. If that entry point is
+ * missing, cudaPointerGetAttributes is asked instead, but only once some device's primary context
+ * is active (device memory from cudaMalloc cannot exist before one); with neither entry point it is
+ * asked always. */
 #include "cuda/api.h"
 
 #ifndef RR_HAVE_CUDA

@@ -32,54 +32,60 @@ constexpr int kUnroll = 4;
 // The reduction of one element pair. `d` is AVG's divisor (unused otherwise): the float
 // itself for the floating types, a magic multiplier for the integers (rre_div32/64, made in
 // avg_divisor below, on the host, once per launch).
-#define RR__FUNCTOR(name, T, D, expr)                                        \
-  struct name {                                                             \
-    D d;                                                                    \
-    static constexpr bool kWords = false;                                   \
-    __device__ __forceinline__ T operator()(T x, T y) const { return expr; } \
+#define RR__FUNCTOR(name, T, D, expr)                         \
+  struct name {                                               \
+    D d;                                                      \
+    static constexpr bool kWords = false;                     \
+    __device__ __forceinline__ T operator()(T x, T y) const { \
+      return expr;                                            \
+    }                                                         \
   };
 
 // Functors that also reduce a whole 32-bit word of elements at once (`word`), which the
 // vector path then calls instead of the element function: float16 / bfloat16 (two elements,
 // converted by the paired instructions) and int8 AVG (four sums in one add). The scalar tail
 // takes one element at a time; the host test checks that both agree with ring/op.c.
-#define RR__WORD_FUNCTOR(name, T, D, expr, wexpr)                                      \
-  struct name {                                                                       \
-    D d;                                                                              \
-    static constexpr bool kWords = true;                                              \
-    __device__ __forceinline__ T operator()(T x, T y) const { return expr; }          \
-    __device__ __forceinline__ uint32_t word(uint32_t x, uint32_t y) const { return wexpr; } \
+#define RR__WORD_FUNCTOR(name, T, D, expr, wexpr)                            \
+  struct name {                                                              \
+    D d;                                                                     \
+    static constexpr bool kWords = true;                                     \
+    __device__ __forceinline__ T operator()(T x, T y) const {                \
+      return expr;                                                           \
+    }                                                                        \
+    __device__ __forceinline__ uint32_t word(uint32_t x, uint32_t y) const { \
+      return wexpr;                                                          \
+    }                                                                        \
   };
 
 #define RR__INT_AVG_FUNCTOR(tag, T, D) RR__FUNCTOR(tag##_avg, T, D, rre_##tag##_avgm(x, y, d))
 #define RR__INT8_AVG_FUNCTOR(tag, T, D) \
   RR__WORD_FUNCTOR(tag##_avg, T, D, rre_##tag##_avgm(x, y, d), rre_##tag##x4_avgm(x, y, d))
 
-#define RR__INT_FUNCTORS(tag, T, D, AVG)                       \
-  RR__FUNCTOR(tag##_sum, T, D, rre_##tag##_sum(x, y))          \
-  RR__FUNCTOR(tag##_prod, T, D, rre_##tag##_prod(x, y))        \
-  RR__FUNCTOR(tag##_min, T, D, rre_##tag##_min(x, y))          \
-  RR__FUNCTOR(tag##_max, T, D, rre_##tag##_max(x, y))          \
-  AVG(tag, T, D)                                               \
-  RR__FUNCTOR(tag##_band, T, D, rre_##tag##_band(x, y))        \
-  RR__FUNCTOR(tag##_bor, T, D, rre_##tag##_bor(x, y))          \
+#define RR__INT_FUNCTORS(tag, T, D, AVG)                \
+  RR__FUNCTOR(tag##_sum, T, D, rre_##tag##_sum(x, y))   \
+  RR__FUNCTOR(tag##_prod, T, D, rre_##tag##_prod(x, y)) \
+  RR__FUNCTOR(tag##_min, T, D, rre_##tag##_min(x, y))   \
+  RR__FUNCTOR(tag##_max, T, D, rre_##tag##_max(x, y))   \
+  AVG(tag, T, D)                                        \
+  RR__FUNCTOR(tag##_band, T, D, rre_##tag##_band(x, y)) \
+  RR__FUNCTOR(tag##_bor, T, D, rre_##tag##_bor(x, y))   \
   RR__FUNCTOR(tag##_bxor, T, D, rre_##tag##_bxor(x, y))
 
-#define RR__FLT_FUNCTORS(tag, T, D)                            \
-  RR__FUNCTOR(tag##_sum, T, D, rre_##tag##_sum(x, y))          \
-  RR__FUNCTOR(tag##_prod, T, D, rre_##tag##_prod(x, y))        \
-  RR__FUNCTOR(tag##_min, T, D, rre_##tag##_min(x, y))          \
-  RR__FUNCTOR(tag##_max, T, D, rre_##tag##_max(x, y))          \
+#define RR__FLT_FUNCTORS(tag, T, D)                     \
+  RR__FUNCTOR(tag##_sum, T, D, rre_##tag##_sum(x, y))   \
+  RR__FUNCTOR(tag##_prod, T, D, rre_##tag##_prod(x, y)) \
+  RR__FUNCTOR(tag##_min, T, D, rre_##tag##_min(x, y))   \
+  RR__FUNCTOR(tag##_max, T, D, rre_##tag##_max(x, y))   \
   RR__FUNCTOR(tag##_avg, T, D, rre_##tag##_avg(x, y, d))
 
-#define RR__HALF_FUNCTOR(tag, op, ...) \
+#define RR__HALF_FUNCTOR(tag, op, ...)                                              \
   RR__WORD_FUNCTOR(tag##_##op, uint16_t, float, rre_##tag##_##op(x, y __VA_ARGS__), \
                    rre_##tag##x2_##op(x, y __VA_ARGS__))
-#define RR__HALF_FUNCTORS(tag)   \
-  RR__HALF_FUNCTOR(tag, sum)     \
-  RR__HALF_FUNCTOR(tag, prod)    \
-  RR__HALF_FUNCTOR(tag, min)     \
-  RR__HALF_FUNCTOR(tag, max)     \
+#define RR__HALF_FUNCTORS(tag) \
+  RR__HALF_FUNCTOR(tag, sum)   \
+  RR__HALF_FUNCTOR(tag, prod)  \
+  RR__HALF_FUNCTOR(tag, min)   \
+  RR__HALF_FUNCTOR(tag, max)   \
   RR__HALF_FUNCTOR(tag, avg, , d)
 
 RR__INT_FUNCTORS(i8, int8_t, rre_div32, RR__INT8_AVG_FUNCTOR)
@@ -92,11 +98,24 @@ RR__FLT_FUNCTORS(f32, float, float)
 RR__FLT_FUNCTORS(f64, double, double)
 
 // AVG's divisor as its functor holds it; d >= 2 (the launcher runs the sum for d <= 1).
-template <typename D> D avg_divisor(int d);
-template <> float avg_divisor<float>(int d) { return (float)d; }
-template <> double avg_divisor<double>(int d) { return (double)d; }
-template <> rre_div32 avg_divisor<rre_div32>(int d) { return rre_div32_make((uint32_t)d); }
-template <> rre_div64 avg_divisor<rre_div64>(int d) { return rre_div64_make((uint32_t)d); }
+template <typename D>
+D avg_divisor(int d);
+template <>
+float avg_divisor<float>(int d) {
+  return (float)d;
+}
+template <>
+double avg_divisor<double>(int d) {
+  return (double)d;
+}
+template <>
+rre_div32 avg_divisor<rre_div32>(int d) {
+  return rre_div32_make((uint32_t)d);
+}
+template <>
+rre_div64 avg_divisor<rre_div64>(int d) {
+  return rre_div64_make((uint32_t)d);
+}
 
 template <typename T>
 union Vec {
@@ -192,8 +211,8 @@ cudaError_t blocks_per_sm(int *out, const char **what) {
   static int cached = 0;
   int v = __atomic_load_n(&cached, __ATOMIC_RELAXED);
   if (v < 1) {
-    cudaError_t e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&v, reduce_kernel<T, Op>,
-                                                                  kThreads, 0);
+    cudaError_t e =
+        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&v, reduce_kernel<T, Op>, kThreads, 0);
     if (e != cudaSuccess) {
       *what = "cudaOccupancyMaxActiveBlocksPerMultiprocessor";
       return e;
@@ -234,10 +253,14 @@ cudaError_t dispatch_common(int op, int avg_div, void *dst, void *dst2, const vo
                             int *handled) {
   *handled = 1;
   switch (op) {
-    case RR_SUM: return launch<T>(dst, dst2, a, b, n, Sum{}, s, what);
-    case RR_PROD: return launch<T>(dst, dst2, a, b, n, Prod{}, s, what);
-    case RR_MIN: return launch<T>(dst, dst2, a, b, n, Min{}, s, what);
-    case RR_MAX: return launch<T>(dst, dst2, a, b, n, Max{}, s, what);
+    case RR_SUM:
+      return launch<T>(dst, dst2, a, b, n, Sum{}, s, what);
+    case RR_PROD:
+      return launch<T>(dst, dst2, a, b, n, Prod{}, s, what);
+    case RR_MIN:
+      return launch<T>(dst, dst2, a, b, n, Min{}, s, what);
+    case RR_MAX:
+      return launch<T>(dst, dst2, a, b, n, Max{}, s, what);
     case RR_AVG:
       // As op.c: a divisor of 0 or 1 leaves the sum as it is.
       if (avg_div <= 1) return launch<T>(dst, dst2, a, b, n, Sum{}, s, what);
@@ -247,22 +270,25 @@ cudaError_t dispatch_common(int op, int avg_div, void *dst, void *dst2, const vo
   return cudaSuccess;
 }
 
-#define RR__DISPATCH_FLT(tag, T)                                                  \
-  dispatch_common<T, tag##_sum, tag##_prod, tag##_min, tag##_max, tag##_avg>(    \
+#define RR__DISPATCH_FLT(tag, T)                                              \
+  dispatch_common<T, tag##_sum, tag##_prod, tag##_min, tag##_max, tag##_avg>( \
       op, avg_div, dst, dst2, a, b, n, s, what, &handled)
 
-#define RR__DISPATCH_INT(tag, T)                                                             \
-  [&]() -> cudaError_t {                                                                    \
-    cudaError_t r = RR__DISPATCH_FLT(tag, T);                                                \
-    if (handled) return r;                                                                  \
-    handled = 1;                                                                            \
-    switch (op) {                                                                           \
-      case RR_BAND: return launch<T>(dst, dst2, a, b, n, tag##_band{}, s, what);           \
-      case RR_BOR: return launch<T>(dst, dst2, a, b, n, tag##_bor{}, s, what);             \
-      case RR_BXOR: return launch<T>(dst, dst2, a, b, n, tag##_bxor{}, s, what);           \
-    }                                                                                       \
-    handled = 0;                                                                            \
-    return cudaSuccess;                                                                     \
+#define RR__DISPATCH_INT(tag, T)                                     \
+  [&]() -> cudaError_t {                                             \
+    cudaError_t r = RR__DISPATCH_FLT(tag, T);                        \
+    if (handled) return r;                                           \
+    handled = 1;                                                     \
+    switch (op) {                                                    \
+      case RR_BAND:                                                  \
+        return launch<T>(dst, dst2, a, b, n, tag##_band{}, s, what); \
+      case RR_BOR:                                                   \
+        return launch<T>(dst, dst2, a, b, n, tag##_bor{}, s, what);  \
+      case RR_BXOR:                                                  \
+        return launch<T>(dst, dst2, a, b, n, tag##_bxor{}, s, what); \
+    }                                                                \
+    handled = 0;                                                     \
+    return cudaSuccess;                                              \
   }()
 
 // ---- the one-kernel form (cuda/api.h, rr__cuda_direct) ----
@@ -311,8 +337,8 @@ cudaError_t direct_blocks_per_sm(int *out, const char **what) {
   static int cached = 0;
   int v = __atomic_load_n(&cached, __ATOMIC_RELAXED);
   if (v < 1) {
-    cudaError_t e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(
-        &v, direct_kernel<T, Op, Last>, kThreads, 0);
+    cudaError_t e =
+        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&v, direct_kernel<T, Op, Last>, kThreads, 0);
     if (e != cudaSuccess) {
       *what = "cudaOccupancyMaxActiveBlocksPerMultiprocessor (one-kernel form)";
       return e;
@@ -355,10 +381,14 @@ cudaError_t direct_common(const rr__cuda_direct *d, cudaStream_t s, const char *
                           int *handled) {
   *handled = 1;
   switch (d->op) {
-    case RR_SUM: return direct_launch<T>(d, Sum{}, Sum{}, s, what);
-    case RR_PROD: return direct_launch<T>(d, Prod{}, Prod{}, s, what);
-    case RR_MIN: return direct_launch<T>(d, Min{}, Min{}, s, what);
-    case RR_MAX: return direct_launch<T>(d, Max{}, Max{}, s, what);
+    case RR_SUM:
+      return direct_launch<T>(d, Sum{}, Sum{}, s, what);
+    case RR_PROD:
+      return direct_launch<T>(d, Prod{}, Prod{}, s, what);
+    case RR_MIN:
+      return direct_launch<T>(d, Min{}, Min{}, s, what);
+    case RR_MAX:
+      return direct_launch<T>(d, Max{}, Max{}, s, what);
     case RR_AVG:
       if (d->avg_div <= 1) return direct_launch<T>(d, Sum{}, Sum{}, s, what);
       return direct_launch<T>(d, Sum{}, Avg{avg_divisor<decltype(Avg::d)>(d->avg_div)}, s, what);
@@ -370,24 +400,27 @@ cudaError_t direct_common(const rr__cuda_direct *d, cudaStream_t s, const char *
 #define RR__DIRECT_FLT(tag, T) \
   direct_common<T, tag##_sum, tag##_prod, tag##_min, tag##_max, tag##_avg>(d, s, what, &handled)
 
-#define RR__DIRECT_INT(tag, T)                                                            \
-  [&]() -> cudaError_t {                                                                 \
-    cudaError_t r = RR__DIRECT_FLT(tag, T);                                               \
-    if (handled) return r;                                                               \
-    handled = 1;                                                                         \
-    switch (d->op) {                                                                     \
-      case RR_BAND: return direct_launch<T>(d, tag##_band{}, tag##_band{}, s, what);    \
-      case RR_BOR: return direct_launch<T>(d, tag##_bor{}, tag##_bor{}, s, what);       \
-      case RR_BXOR: return direct_launch<T>(d, tag##_bxor{}, tag##_bxor{}, s, what);    \
-    }                                                                                    \
-    handled = 0;                                                                         \
-    return cudaSuccess;                                                                  \
+#define RR__DIRECT_INT(tag, T)                                           \
+  [&]() -> cudaError_t {                                                 \
+    cudaError_t r = RR__DIRECT_FLT(tag, T);                              \
+    if (handled) return r;                                               \
+    handled = 1;                                                         \
+    switch (d->op) {                                                     \
+      case RR_BAND:                                                      \
+        return direct_launch<T>(d, tag##_band{}, tag##_band{}, s, what); \
+      case RR_BOR:                                                       \
+        return direct_launch<T>(d, tag##_bor{}, tag##_bor{}, s, what);   \
+      case RR_BXOR:                                                      \
+        return direct_launch<T>(d, tag##_bxor{}, tag##_bxor{}, s, what); \
+    }                                                                    \
+    handled = 0;                                                         \
+    return cudaSuccess;                                                  \
   }()
 
 }  // namespace
 
-extern "C" int rr__cuda_reduce_launch(void *dst, void *dst2, const void *a, const void *b,
-                                      size_t n, int dtype, int op, int avg_div, void *stream,
+extern "C" int rr__cuda_reduce_launch(void *dst, void *dst2, const void *a, const void *b, size_t n,
+                                      int dtype, int op, int avg_div, void *stream,
                                       const char **what) {
   cudaStream_t s = static_cast<cudaStream_t>(stream);
   int handled = 0;
@@ -395,14 +428,30 @@ extern "C" int rr__cuda_reduce_launch(void *dst, void *dst2, const void *a, cons
   *what = "";
   if (!rr__op_applies((rr_dtype)dtype, (rr_op)op)) return (int)cudaErrorInvalidValue;
   switch (dtype) {
-    case RR_INT8: e = RR__DISPATCH_INT(i8, int8_t); break;
-    case RR_UINT8: e = RR__DISPATCH_INT(u8, uint8_t); break;
-    case RR_INT32: e = RR__DISPATCH_INT(i32, int32_t); break;
-    case RR_INT64: e = RR__DISPATCH_INT(i64, int64_t); break;
-    case RR_FLOAT16: e = RR__DISPATCH_FLT(f16, uint16_t); break;
-    case RR_BFLOAT16: e = RR__DISPATCH_FLT(bf16, uint16_t); break;
-    case RR_FLOAT32: e = RR__DISPATCH_FLT(f32, float); break;
-    case RR_FLOAT64: e = RR__DISPATCH_FLT(f64, double); break;
+    case RR_INT8:
+      e = RR__DISPATCH_INT(i8, int8_t);
+      break;
+    case RR_UINT8:
+      e = RR__DISPATCH_INT(u8, uint8_t);
+      break;
+    case RR_INT32:
+      e = RR__DISPATCH_INT(i32, int32_t);
+      break;
+    case RR_INT64:
+      e = RR__DISPATCH_INT(i64, int64_t);
+      break;
+    case RR_FLOAT16:
+      e = RR__DISPATCH_FLT(f16, uint16_t);
+      break;
+    case RR_BFLOAT16:
+      e = RR__DISPATCH_FLT(bf16, uint16_t);
+      break;
+    case RR_FLOAT32:
+      e = RR__DISPATCH_FLT(f32, float);
+      break;
+    case RR_FLOAT64:
+      e = RR__DISPATCH_FLT(f64, double);
+      break;
   }
   if (!handled) {
     *what = "reduce dispatch";
@@ -425,14 +474,30 @@ extern "C" int rr__cuda_direct_launch(const rr__cuda_direct *d, void *stream, co
       return (int)cudaErrorInvalidValue;
   if (d->n == 0) return (int)cudaSuccess;
   switch (d->dtype) {
-    case RR_INT8: e = RR__DIRECT_INT(i8, int8_t); break;
-    case RR_UINT8: e = RR__DIRECT_INT(u8, uint8_t); break;
-    case RR_INT32: e = RR__DIRECT_INT(i32, int32_t); break;
-    case RR_INT64: e = RR__DIRECT_INT(i64, int64_t); break;
-    case RR_FLOAT16: e = RR__DIRECT_FLT(f16, uint16_t); break;
-    case RR_BFLOAT16: e = RR__DIRECT_FLT(bf16, uint16_t); break;
-    case RR_FLOAT32: e = RR__DIRECT_FLT(f32, float); break;
-    case RR_FLOAT64: e = RR__DIRECT_FLT(f64, double); break;
+    case RR_INT8:
+      e = RR__DIRECT_INT(i8, int8_t);
+      break;
+    case RR_UINT8:
+      e = RR__DIRECT_INT(u8, uint8_t);
+      break;
+    case RR_INT32:
+      e = RR__DIRECT_INT(i32, int32_t);
+      break;
+    case RR_INT64:
+      e = RR__DIRECT_INT(i64, int64_t);
+      break;
+    case RR_FLOAT16:
+      e = RR__DIRECT_FLT(f16, uint16_t);
+      break;
+    case RR_BFLOAT16:
+      e = RR__DIRECT_FLT(bf16, uint16_t);
+      break;
+    case RR_FLOAT32:
+      e = RR__DIRECT_FLT(f32, float);
+      break;
+    case RR_FLOAT64:
+      e = RR__DIRECT_FLT(f64, double);
+      break;
   }
   if (!handled) {
     *what = "one-kernel collective dispatch";

@@ -54,8 +54,8 @@ static int rr__check_placement(const rr_ddp_tensor *t, const char *kind, int i, 
                          kind, i, nm, t->device);
   if (t->device >= ndev)
     return rr__set_error(RR_EINVAL,
-                         "%s[%d] '%s' is on CUDA device %d but only %d CUDA device%s visible",
-                         kind, i, nm, t->device, ndev, ndev == 1 ? " is" : "s are");
+                         "%s[%d] '%s' is on CUDA device %d but only %d CUDA device%s visible", kind,
+                         i, nm, t->device, ndev, ndev == 1 ? " is" : "s are");
   for (int k = 0; k < 2; k++) {
     int dev = -1, is_dev = t->count > 0 && mem[k] ? rr__cuda_ptr_device(mem[k], &dev) : 0;
     if (is_dev < 0) return rr__prefix_error(RR_ECUDA, "%s[%d] '%s': %s", kind, i, nm, memname[k]);

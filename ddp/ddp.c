@@ -298,13 +298,15 @@ int rr_ddp_grad_ready(rr_ddp *d, int i) {
                                  rr__ddp_stream(d));
     rr__ddp_leave(d, prev);
     if (st != RR_OK) {
-      rr__prefix_error(st, "rank %d: rr_ddp_grad_ready: copying params[%d] '%s' into bucket %d "
-                       "(CUDA device %d)", d->rank, i, d->params[i].name, b, k->device);
+      rr__prefix_error(st,
+                       "rank %d: rr_ddp_grad_ready: copying params[%d] '%s' into bucket %d "
+                       "(CUDA device %d)",
+                       d->rank, i, d->params[i].name, b, k->device);
       return rr__ddp_abort(d, st);
     }
   } else {
     rr__ddp_copy_in(slot, d->params[i].grad, d->params[i].count, k->dtype,
-                d->opt.hook == RR_DDP_HOOK_NONE, d->world);
+                    d->opt.hook == RR_DDP_HOOK_NONE, d->world);
   }
   d->stats.copy_s += rr__ddp_elapsed(t0);
   d->pready[i] = 1;
@@ -431,8 +433,10 @@ int rr_ddp_sync(rr_ddp *d) {
     d->idle_pending = 1;
   rr__ddp_leave(d, prev);
   if (st != RR_OK) {
-    rr__prefix_error(st, "rank %d: rr_ddp_sync: copying averaged gradients out of the buckets "
-                     "(CUDA device %d)", d->rank, d->device);
+    rr__prefix_error(st,
+                     "rank %d: rr_ddp_sync: copying averaged gradients out of the buckets "
+                     "(CUDA device %d)",
+                     d->rank, d->device);
     return rr__ddp_abort(d, st);
   }
   d->stats.copy_s += rr__ddp_elapsed(t0);

@@ -43,8 +43,7 @@ static int rr__ddp_agree_layout(rr_ddp *d) {
   int n = d->ntrainable;
   int32_t *msg = rr__calloc((size_t)n + 1, sizeof *msg);
   if (!msg) { /* the others are in the broadcast below: tell them, as any failure here */
-    rr__set_error(RR_ENOMEM, "rank %d: rr_ddp_set_group: no memory for the bucket layout",
-                  d->rank);
+    rr__set_error(RR_ENOMEM, "rank %d: rr_ddp_set_group: no memory for the bucket layout", d->rank);
     return rr__ddp_abort(d, RR_ENOMEM);
   }
   msg[0] = d->rebuilt           ? RR__LAYOUT_REBUILT

@@ -36,22 +36,26 @@ int fail(mlp_cuda *g, const char *fmt, ...) {
   return -1;
 }
 
-#define CU(call)                                                                     \
-  do {                                                                               \
-    cudaError_t e_ = (call);                                                         \
-    if (e_ != cudaSuccess) return fail(g, "%s: %s", #call, cudaGetErrorString(e_));  \
+#define CU(call)                                                                    \
+  do {                                                                              \
+    cudaError_t e_ = (call);                                                        \
+    if (e_ != cudaSuccess) return fail(g, "%s: %s", #call, cudaGetErrorString(e_)); \
   } while (0)
-#define CB(call)                                                                           \
-  do {                                                                                     \
-    cublasStatus_t s_ = (call);                                                            \
+#define CB(call)                                                                                 \
+  do {                                                                                           \
+    cublasStatus_t s_ = (call);                                                                  \
     if (s_ != CUBLAS_STATUS_SUCCESS) return fail(g, "%s: %s", #call, cublasGetStatusString(s_)); \
   } while (0)
 // A kernel launch: its configuration error, if any, now; execution errors surface at the
 // next synchronising call.
 #define LAUNCHED(what) CU(cudaGetLastError())
 
-cudaStream_t stream_of(const mlp_cuda *g) { return static_cast<cudaStream_t>(g->stream); }
-cublasHandle_t blas_of(const mlp_cuda *g) { return static_cast<cublasHandle_t>(g->blas); }
+cudaStream_t stream_of(const mlp_cuda *g) {
+  return static_cast<cudaStream_t>(g->stream);
+}
+cublasHandle_t blas_of(const mlp_cuda *g) {
+  return static_cast<cublasHandle_t>(g->blas);
+}
 
 // y[i][o] = b[o]: the bias rows the product is added to (mlp.c: memcpy per row).
 __global__ void bias_rows(float *y, const float *b, size_t n, int out) {
@@ -107,8 +111,8 @@ __global__ void sgd(float *p, const float *gr, float lr, size_t n) {
 }
 
 // Row-major C[M x N] = op(A) op(B) + beta C; ta/tb: transpose A/B (mlp.c's sgemm).
-int sgemm(mlp_cuda *g, int ta, int tb, int M, int N, int K, const float *A, int lda,
-          const float *B, int ldb, float beta, float *C, int ldc) {
+int sgemm(mlp_cuda *g, int ta, int tb, int M, int N, int K, const float *A, int lda, const float *B,
+          int ldb, float beta, float *C, int ldc) {
   const float one = 1.0f;
   CB(cublasSgemm(blas_of(g), tb ? CUBLAS_OP_T : CUBLAS_OP_N, ta ? CUBLAS_OP_T : CUBLAS_OP_N, N, M,
                  K, &one, B, ldb, A, lda, &beta, C, ldc));
@@ -117,18 +121,22 @@ int sgemm(mlp_cuda *g, int ta, int tb, int M, int N, int K, const float *A, int 
 
 }  // namespace
 
-extern "C" int mlp_cuda_built(void) { return 1; }
+extern "C" int mlp_cuda_built(void) {
+  return 1;
+}
 
 extern "C" int mlp_cuda_device_count(void) {
   int n = 0;
   if (cudaGetDeviceCount(&n) != cudaSuccess) {
-    (void)cudaGetLastError(); // no driver or no device: the CPU path
+    (void)cudaGetLastError();  // no driver or no device: the CPU path
     return 0;
   }
   return n;
 }
 
-extern "C" const char *mlp_cuda_error(const mlp_cuda *g) { return g->err; }
+extern "C" const char *mlp_cuda_error(const mlp_cuda *g) {
+  return g->err;
+}
 
 extern "C" void mlp_cuda_free(mlp_cuda *g) {
   if (g->m && g->device >= 0) (void)cudaSetDevice(g->device);
@@ -142,7 +150,7 @@ extern "C" void mlp_cuda_free(mlp_cuda *g) {
   char err[sizeof g->err];
   memcpy(err, g->err, sizeof err);
   memset(g, 0, sizeof *g);
-  memcpy(g->err, err, sizeof err); // a failed init keeps its reason
+  memcpy(g->err, err, sizeof err);  // a failed init keeps its reason
   g->device = -1;
 }
 
@@ -183,7 +191,7 @@ extern "C" int mlp_cuda_init(mlp_cuda *g, const mlp *m, int device) {
 }
 
 extern "C" void mlp_cuda_ddp_params(const mlp_cuda *g, rr_ddp_tensor *t) {
-  mlp_ddp_params(g->m, t); // names, shapes, counts
+  mlp_ddp_params(g->m, t);  // names, shapes, counts
   for (int l = 0; l < g->m->nlayers; l++) {
     t[2 * l].data = g->params + g->m->w_off[l];
     t[2 * l].grad = g->grads + g->m->w_off[l];
@@ -214,8 +222,7 @@ extern "C" int mlp_cuda_forward(mlp_cuda *g, const float *x, int batch) {
   return 0;
 }
 
-extern "C" int mlp_cuda_loss(mlp_cuda *g, const int *labels, int batch, float scale,
-                             double *loss) {
+extern "C" int mlp_cuda_loss(mlp_cuda *g, const int *labels, int batch, float scale, double *loss) {
   const mlp *m = g->m;
   cudaStream_t s = stream_of(g);
   int c = m->dims[m->nlayers];
@@ -223,8 +230,8 @@ extern "C" int mlp_cuda_loss(mlp_cuda *g, const int *labels, int batch, float sc
   softmax_ce<<<(batch + kThreads - 1) / kThreads, kThreads, 0, s>>>(
       g->act[m->nlayers], g->labels, batch, c, scale, g->dact, g->loss);
   LAUNCHED("softmax_ce");
-  CU(cudaMemcpyAsync(g->loss_host, g->loss, (size_t)batch * sizeof(double),
-                     cudaMemcpyDeviceToHost, s));
+  CU(cudaMemcpyAsync(g->loss_host, g->loss, (size_t)batch * sizeof(double), cudaMemcpyDeviceToHost,
+                     s));
   CU(cudaStreamSynchronize(s));
   double sum = 0;
   for (int i = 0; i < batch; i++) sum += g->loss_host[i];
@@ -240,10 +247,8 @@ extern "C" int mlp_cuda_backward(mlp_cuda *g, int batch, int accumulate,
     int in = m->dims[l], out = m->dims[l + 1];
     const float *dy = g->dact, *x = g->act[l];
     float *gw = g->grads + m->w_off[l], *gb = g->grads + m->b_off[l];
-    if (sgemm(g, 1, 0, out, in, batch, dy, out, x, in, accumulate ? 1.0f : 0.0f, gw, in))
-      return -1;
-    bias_grad<<<(out + kThreads - 1) / kThreads, kThreads, 0, s>>>(dy, batch, out, gb,
-                                                                   accumulate);
+    if (sgemm(g, 1, 0, out, in, batch, dy, out, x, in, accumulate ? 1.0f : 0.0f, gw, in)) return -1;
+    bias_grad<<<(out + kThreads - 1) / kThreads, kThreads, 0, s>>>(dy, batch, out, gb, accumulate);
     LAUNCHED("bias_grad");
     // Final on the stream: DDP's copy into its bucket is queued behind it on the same stream.
     if (ready) {

@@ -55,9 +55,9 @@ typedef struct args {
   int step_sleep_ms; /* after each step: slows training so a test can kill a rank mid-epoch */
   int end_sleep_ms;  /* after training, before its end: a test's window to kill a rank there */
   int join;          /* --elastic with RR_GROW_JOIN=1: a newcomer joining a running job */
-  int device;   /* DEV_* as asked */
-  int ncuda;    /* CUDA devices visible (asked in a child: CUDA must not start before fork) */
-  int use_cuda; /* the choice: 1 runs on the GPU */
+  int device;        /* DEV_* as asked */
+  int ncuda;         /* CUDA devices visible (asked in a child: CUDA must not start before fork) */
+  int use_cuda;      /* the choice: 1 runs on the GPU */
   int hidden[MLP_MAX_LAYERS - 1];
   float lr;
   uint64_t seed;
@@ -128,12 +128,12 @@ static int cmp_double(const void *a, const void *b) {
   } while (0)
 
 /* A GPU model's call failed: say which and why, then leave through `out`. */
-#define CHECK_CUDA(call)                                                                  \
-  do {                                                                                    \
-    if ((call) != 0) {                                                                    \
+#define CHECK_CUDA(call)                                                                       \
+  do {                                                                                         \
+    if ((call) != 0) {                                                                         \
       fprintf(stderr, "mlp_digits rank %d: %s failed: %s\n", rank, #call, mlp_cuda_error(&g)); \
-      goto out;                                                                           \
-    }                                                                                     \
+      goto out;                                                                                \
+    }                                                                                          \
   } while (0)
 
 typedef struct ready_ctx {
@@ -186,8 +186,7 @@ static int elastic_recover(rr_pg **pg, rr_ddp *ddp, mlp_cuda *g, int why, int64_
     if (clock_gettime(CLOCK_REALTIME, &wall) != 0) wall.tv_sec = wall.tv_nsec = 0;
     fprintf(stderr, "mlp_digits rank %d (world %d, unix time %.6f): %s: %s; shrinking\n",
             rr_get_rank(*pg), rr_get_world_size(*pg),
-            (double)wall.tv_sec + (double)wall.tv_nsec * 1e-9, rr_status_name(st),
-            rr_last_error());
+            (double)wall.tv_sec + (double)wall.tv_nsec * 1e-9, rr_status_name(st), rr_last_error());
     st = rr_pg_revoke(*pg);
     if (st != RR_OK && st != RR_EREVOKED) break;
     rr_pg *np = NULL;
@@ -200,18 +199,20 @@ static int elastic_recover(rr_pg **pg, rr_ddp *ddp, mlp_cuda *g, int why, int64_
     if (st == RR_OK) st = rr_broadcast(*pg, pos, pos, 2, RR_INT64, rr_get_global_rank(*pg, 0));
   }
   if (st != RR_OK) {
-    fprintf(stderr, "mlp_digits: rank %d: --elastic: could not go on: %s: %s\n",
-            rr_get_rank(*pg), rr_status_name(st), rr_last_error());
+    fprintf(stderr, "mlp_digits: rank %d: --elastic: could not go on: %s: %s\n", rr_get_rank(*pg),
+            rr_status_name(st), rr_last_error());
     return st;
   }
   if (rr_get_rank(*pg) == 0) {
     struct timespec wall;
     if (clock_gettime(CLOCK_REALTIME, &wall) != 0) wall.tv_sec = wall.tv_nsec = 0;
-    printf("elastic: world %d -> %d (new rank 0 is rank %d of the original group); resuming "
-           "epoch %" PRId64 " at sample %" PRId64 ", %.1f ms after the failure was seen "
-           "(unix time %.6f)\n",
-           old_world, rr_get_world_size(*pg), rr_get_global_rank(*pg, 0), pos[0], pos[1],
-           (now_s() - t0) * 1e3, (double)wall.tv_sec + (double)wall.tv_nsec * 1e-9);
+    printf(
+        "elastic: world %d -> %d (new rank 0 is rank %d of the original group); resuming "
+        "epoch %" PRId64 " at sample %" PRId64
+        ", %.1f ms after the failure was seen "
+        "(unix time %.6f)\n",
+        old_world, rr_get_world_size(*pg), rr_get_global_rank(*pg, 0), pos[0], pos[1],
+        (now_s() - t0) * 1e3, (double)wall.tv_sec + (double)wall.tv_nsec * 1e-9);
     fflush(stdout);
   }
   return RR_OK;
@@ -234,9 +235,10 @@ static int elastic_grow(rr_pg **pg, rr_ddp **ddp, const rr_ddp_tensor *params, i
    * costs this wait, not the group's whole timeout; a live newcomer is already connected. */
   st = rr_pg_grow(*pg, NULL, 1, GROW_WAIT_MS, 0, &np);
   if (st != RR_OK) {
-    fprintf(stderr, "mlp_digits rank %d: a newcomer could not join: %s: %s; going on with %d "
-            "ranks\n", rr_get_rank(*pg), rr_status_name(st), rr_last_error(),
-            rr_get_world_size(*pg));
+    fprintf(stderr,
+            "mlp_digits rank %d: a newcomer could not join: %s: %s; going on with %d "
+            "ranks\n",
+            rr_get_rank(*pg), rr_status_name(st), rr_last_error(), rr_get_world_size(*pg));
     return RR_OK;
   }
   if (g) st = rr_pg_set_cuda_stream(np, g->stream);
@@ -262,8 +264,8 @@ static int elastic_grow(rr_pg **pg, rr_ddp **ddp, const rr_ddp_tensor *params, i
 /* The collective end of training (see its call): *same says whether every rank holds the
  * same parameters (m: this rank's, on the host), *comm the standalone communication time of
  * one step. The first failed collective's status. */
-static int end_of_training(const args *a, rr_pg *pg, rr_ddp *ddp, const mlp *m, int nl,
-                           int *same, double *comm) {
+static int end_of_training(const args *a, rr_pg *pg, rr_ddp *ddp, const mlp *m, int nl, int *same,
+                           double *comm) {
   int rank = rr_get_rank(pg), st;
   if (a->checkpoint && a->checkpoint[0]) {
     if ((st = rr_ddp_save(ddp, a->checkpoint)) != RR_OK) return st;
@@ -364,8 +366,8 @@ static int worker(int rank, void *p) {
   int64_t pos[2] = {0, 0};
   if (a->join) { /* where the group stands: elastic_grow on the members sends it */
     CHECK_RR(rr_broadcast(pg, pos, pos, 2, RR_INT64, rr_get_global_rank(pg, 0)));
-    printf("mlp_digits: joined as rank %d of %d at epoch %" PRId64 ", sample %" PRId64 "\n",
-           rank, world, pos[0], pos[1]);
+    printf("mlp_digits: joined as rank %d of %d at epoch %" PRId64 ", sample %" PRId64 "\n", rank,
+           world, pos[0], pos[1]);
     fflush(stdout);
   }
   const char *grow_addr = getenv("RR_GROW_ADDR");
@@ -463,8 +465,9 @@ static int worker(int rank, void *p) {
         if (gpu) CHECK_CUDA(mlp_cuda_download(&g, &m));
         st = params_identical(pg, &m, &same);
         if (st == RR_OK && !same) {
-          fprintf(stderr, "rank %d: parameters differ across ranks in epoch %d at sample %" PRIu64
-                  "\n", rank, e, seen);
+          fprintf(stderr,
+                  "rank %d: parameters differ across ranks in epoch %d at sample %" PRIu64 "\n",
+                  rank, e, seen);
           goto out;
         }
       }

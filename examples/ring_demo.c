@@ -13,7 +13,8 @@
  *   ring_demo [all_reduce|reduce_scatter|all_gather|broadcast|reduce [count [root]]]
  *
  * Element i of rank r's input is 10 * r + i in every case (reduce_scatter reads n * count
- * of them), or random with RR_DEMO_SEED (below); each rank prints what it received ("rank r: ..."; a reduce only on the root). */
+ * of them), or random with RR_DEMO_SEED (below); each rank prints what it received ("rank r: ...";
+ * a reduce only on the root). */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -42,8 +43,10 @@ int main(int argc, char **argv) {
   const long count = argc > 2 ? atol(argv[2]) : 8;
   const int root = argc > 3 ? atoi(argv[3]) : 0;
   if (count < 1 || count > 1 << 20) {
-    fprintf(stderr, "usage: %s [all_reduce|reduce_scatter|all_gather|broadcast|reduce "
-                    "[count [root]]]\n", argv[0]);
+    fprintf(stderr,
+            "usage: %s [all_reduce|reduce_scatter|all_gather|broadcast|reduce "
+            "[count [root]]]\n",
+            argv[0]);
     return 2;
   }
   rr_pg *pg;

@@ -10,7 +10,9 @@
 #include "group/pg.h"
 #include "ring/op.h"
 
-static const char *rr__api_name(int kind) { return rr__kind(kind)->name; }
+static const char *rr__api_name(int kind) {
+  return rr__kind(kind)->name;
+}
 
 /* Do [a, a+na) and [b, b+nb) overlap? */
 static int rr__overlap(const void *a, size_t na, const void *b, size_t nb) {
@@ -23,8 +25,7 @@ static int rr__rank_arg(rr_pg *pg, const char *what, int global, int *group) {
   int g = rr__pg_group_rank(pg, global);
   if (g < 0) {
     if (pg->world == pg)
-      return rr__set_error(RR_EINVAL, "%s %d is out of range 0..%d", what, global,
-                           pg->size - 1);
+      return rr__set_error(RR_EINVAL, "%s %d is out of range 0..%d", what, global, pg->size - 1);
     char members[256] = "";
     size_t o = 0;
     for (int i = 0; i < pg->size && o < sizeof members - 16; i++)
@@ -48,8 +49,7 @@ static int rr__check_blocks(const rr_pg *pg, const char *cname, const size_t *co
   *total = *lo = *hi = 0;
   for (int j = 0; j < pg->size; j++) {
     if (counts[j] > limit || displs[j] > limit - counts[j] || *total > limit - counts[j])
-      return rr__set_error(RR_EINVAL,
-                           "%s[%d] = %zu at %s[%d] = %zu overflows the addressable size",
+      return rr__set_error(RR_EINVAL, "%s[%d] = %zu at %s[%d] = %zu overflows the addressable size",
                            cname, j, counts[j], dname, j, displs[j]);
     *total += counts[j];
     if (!counts[j]) continue;
@@ -63,7 +63,10 @@ static int rr__check_blocks(const rr_pg *pg, const char *cname, const size_t *co
 /* No element of an all_to_allv's recvbuf may be written by two blocks: which one wins
  * would depend on timing. Sorting the blocks by displacement leaves only neighbours to
  * compare. */
-typedef struct rr__span { size_t lo, hi; int rank; } rr__span;
+typedef struct rr__span {
+  size_t lo, hi;
+  int rank;
+} rr__span;
 static int rr__span_cmp(const void *x, const void *y) {
   const rr__span *a = x, *b = y;
   return a->lo < b->lo ? -1 : a->lo > b->lo;
@@ -96,8 +99,10 @@ static int rr__validate(rr_pg *pg, rr__args *a, int root_or_peer, int *by_role) 
   if ((int)a->dtype < 0 || a->dtype >= RR_NUM_DTYPES || es == 0)
     return rr__set_error(RR_EINVAL, "invalid dtype %d", (int)a->dtype);
   const rr__kind_info *k = rr__kind(a->kind);
-  if (k->flags & RR__KF_REDUCES) RR__CHECK(rr__op_check(a->dtype, a->op));
-  else a->op = RR_SUM;
+  if (k->flags & RR__KF_REDUCES)
+    RR__CHECK(rr__op_check(a->dtype, a->op));
+  else
+    a->op = RR_SUM;
   if (a->count > SIZE_MAX / es / (size_t)pg->size / 2)
     return rr__set_error(RR_EINVAL, "count %zu of %s overflows the addressable size", a->count,
                          rr_dtype_name(a->dtype));
@@ -106,13 +111,15 @@ static int rr__validate(rr_pg *pg, rr__args *a, int root_or_peer, int *by_role) 
   if (k->flags & RR__KF_ROOTED) RR__CHECK(rr__rank_arg(pg, "root", root_or_peer, &a->root));
   if (a->kind == RR__K_RECV && root_or_peer == RR_ANY_SOURCE) {
     if (pg->size < 2)
-      return rr__set_error(RR_EINVAL, "peer RR_ANY_SOURCE in a group of one rank: no other "
-                                      "rank could ever send");
+      return rr__set_error(RR_EINVAL,
+                           "peer RR_ANY_SOURCE in a group of one rank: no other "
+                           "rank could ever send");
     a->peer = RR__PEER_ANY;
   } else if (k->flags & RR__KF_P2P) {
     if (root_or_peer == RR_ANY_SOURCE && a->kind != RR__K_RECV)
-      return rr__set_error(RR_EINVAL, "%s RR_ANY_SOURCE (-1): only a receive may take it; a "
-                                      "send needs its destination",
+      return rr__set_error(RR_EINVAL,
+                           "%s RR_ANY_SOURCE (-1): only a receive may take it; a "
+                           "send needs its destination",
                            a->kind == RR__K_SENDRECV ? "dst" : "peer");
     RR__CHECK(rr__rank_arg(pg, a->kind == RR__K_SENDRECV ? "dst" : "peer", root_or_peer, &a->peer));
     if (a->peer == pg->rank)
@@ -122,12 +129,13 @@ static int rr__validate(rr_pg *pg, rr__args *a, int root_or_peer, int *by_role) 
   if (a->kind == RR__K_SENDRECV) {
     int global_src = a->src;
     if (global_src == RR_ANY_SOURCE)
-      return rr__set_error(RR_EINVAL, "src RR_ANY_SOURCE (-1) is not supported by sendrecv: "
-                                      "use rr_recv with RR_ANY_SOURCE");
+      return rr__set_error(RR_EINVAL,
+                           "src RR_ANY_SOURCE (-1) is not supported by sendrecv: "
+                           "use rr_recv with RR_ANY_SOURCE");
     RR__CHECK(rr__rank_arg(pg, "src", global_src, &a->src));
     if (a->src == pg->rank)
-      return rr__set_error(RR_EINVAL, "src %d is this rank: receiving from oneself is not supported",
-                           global_src);
+      return rr__set_error(
+          RR_EINVAL, "src %d is this rank: receiving from oneself is not supported", global_src);
     if (a->recvcount > SIZE_MAX / es / 2)
       return rr__set_error(RR_EINVAL, "recvcount %zu overflows the addressable size", a->recvcount);
   }
@@ -176,8 +184,8 @@ static int rr__submit(rr_pg *pg, rr__args *a, int root_or_peer, rr_work **work, 
   if (async && work) *work = NULL;
   if (!pg) return rr__set_error(RR_EINVAL, "%s: the process group is NULL", rr__api_name(a->kind));
   if (async && !work)
-    return rr__set_error(RR_EINVAL, "rank %d: %s_async: work is NULL",
-                         pg->global_ranks[pg->rank], rr__api_name(a->kind));
+    return rr__set_error(RR_EINVAL, "rank %d: %s_async: work is NULL", pg->global_ranks[pg->rank],
+                         rr__api_name(a->kind));
   int by_role = 0;
   int st = rr__validate(pg, a, root_or_peer, &by_role);
   if (st != RR_OK) {
@@ -203,9 +211,10 @@ static int rr__submit(rr_pg *pg, rr__args *a, int root_or_peer, rr_work **work, 
   /* The sender of a receive from any rank is found by peeking at host memory and sockets;
    * staging a device buffer around that is not done (nor tested on a GPU). */
   if (a->kind == RR__K_RECV && a->peer == RR__PEER_ANY && call.path != RR__PATH_HOST)
-    return rr__set_error(RR_EINVAL, "rank %d: recv from any rank: buf is CUDA device or managed "
-                                    "memory; RR_ANY_SOURCE takes host buffers only (name the "
-                                    "source, or receive into host memory)",
+    return rr__set_error(RR_EINVAL,
+                         "rank %d: recv from any rank: buf is CUDA device or managed "
+                         "memory; RR_ANY_SOURCE takes host buffers only (name the "
+                         "source, or receive into host memory)",
                          pg->global_ranks[pg->rank]);
   if (call.path != RR__PATH_HOST) {
     /* Device buffers: the call is ordered after its stream, taken now, with an event
@@ -228,8 +237,12 @@ static int rr__submit(rr_pg *pg, rr__args *a, int root_or_peer, rr_work **work, 
 
 static int rr__call(rr_pg *pg, int kind, const void *sendbuf, void *recvbuf, size_t count,
                     rr_dtype dtype, rr_op op, int root_or_peer, rr_work **work, int async) {
-  rr__args a = {.kind = kind, .sendbuf = sendbuf, .recvbuf = recvbuf, .count = count,
-                .dtype = dtype, .op = op};
+  rr__args a = {.kind = kind,
+                .sendbuf = sendbuf,
+                .recvbuf = recvbuf,
+                .count = count,
+                .dtype = dtype,
+                .op = op};
   return rr__submit(pg, &a, root_or_peer, work, async);
 }
 
@@ -290,10 +303,16 @@ int rr_all_to_all_async(rr_pg *pg, const void *s, void *r, size_t n, rr_dtype d,
 }
 
 static int rr__all_to_allv(rr_pg *pg, const void *s, const size_t *sc, const size_t *sd, void *r,
-                           const size_t *rc, const size_t *rd, rr_dtype d, rr_work **w,
-                           int async) {
-  rr__args a = {.kind = RR__K_ALL_TO_ALLV, .sendbuf = s, .recvbuf = r, .sendcounts = sc,
-                .sdispls = sd, .recvcounts = rc, .rdispls = rd, .dtype = d, .op = RR_SUM};
+                           const size_t *rc, const size_t *rd, rr_dtype d, rr_work **w, int async) {
+  rr__args a = {.kind = RR__K_ALL_TO_ALLV,
+                .sendbuf = s,
+                .recvbuf = r,
+                .sendcounts = sc,
+                .sdispls = sd,
+                .recvcounts = rc,
+                .rdispls = rd,
+                .dtype = d,
+                .op = RR_SUM};
   return rr__submit(pg, &a, -1, w, async);
 }
 int rr_all_to_allv(rr_pg *pg, const void *s, const size_t *sc, const size_t *sd, void *r,
@@ -325,17 +344,23 @@ int rr_recv_async(rr_pg *pg, void *buf, size_t n, rr_dtype d, int peer, rr_work 
 
 int rr_recv_any(rr_pg *pg, void *buf, size_t n, rr_dtype d, int *src) {
   int from = -1;
-  rr__args a = {.kind = RR__K_RECV, .recvbuf = buf, .count = n, .dtype = d, .op = RR_SUM,
-                .source = &from};
+  rr__args a = {
+      .kind = RR__K_RECV, .recvbuf = buf, .count = n, .dtype = d, .op = RR_SUM, .source = &from};
   int st = rr__submit(pg, &a, RR_ANY_SOURCE, NULL, 0);
   if (src) *src = st == RR_OK ? from : -1;
   return st;
 }
 
-static int rr__sendrecv(rr_pg *pg, const void *s, size_t sn, int dst, void *r, size_t rn,
-                        int src, rr_dtype d, rr_work **w, int async) {
-  rr__args a = {.kind = RR__K_SENDRECV, .sendbuf = s, .recvbuf = r, .count = sn,
-                .recvcount = rn, .src = src, .dtype = d, .op = RR_SUM};
+static int rr__sendrecv(rr_pg *pg, const void *s, size_t sn, int dst, void *r, size_t rn, int src,
+                        rr_dtype d, rr_work **w, int async) {
+  rr__args a = {.kind = RR__K_SENDRECV,
+                .sendbuf = s,
+                .recvbuf = r,
+                .count = sn,
+                .recvcount = rn,
+                .src = src,
+                .dtype = d,
+                .op = RR_SUM};
   return rr__submit(pg, &a, dst, w, async);
 }
 int rr_sendrecv(rr_pg *pg, const void *s, size_t sn, int dst, void *r, size_t rn, int src,

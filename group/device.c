@@ -25,7 +25,9 @@
 #include "cuda/cuda.h"
 #include "group/pg.h"
 
-void *rr__cuda_pg_stream(rr_pg *pg) { return atomic_load(&pg->cuda_stream); }
+void *rr__cuda_pg_stream(rr_pg *pg) {
+  return atomic_load(&pg->cuda_stream);
+}
 
 int rr_pg_set_cuda_stream(rr_pg *pg, void *stream) {
   if (!pg) return rr__set_error(RR_EINVAL, "rr_pg_set_cuda_stream: NULL group");
@@ -50,14 +52,15 @@ int rr_pg_set_cuda_stream(rr_pg *pg, void *stream) {
   return RR_OK;
 }
 
-int rr_cuda_built(void) { return rr__cuda_built(); }
+int rr_cuda_built(void) {
+  return rr__cuda_built();
+}
 
 int rr__cuda_pg_use_device(int device, int rank) {
   int d = -1, prev = -1;
   int st = rr__cuda_pick_device(device, -1, &d);
   if (st == RR_OK) st = rr__cuda_set_device(d, &prev); /* kept: not restored */
-  if (st != RR_OK)
-    return rr__prefix_error(st, "rank %d: rr_pg_options.device = %d", rank, device);
+  if (st != RR_OK) return rr__prefix_error(st, "rank %d: rr_pg_options.device = %d", rank, device);
   return RR_OK;
 }
 
@@ -106,10 +109,8 @@ void rr__cuda_pg_free(rr_pg *pg) {
 
 int rr__cuda_pg_fail(rr_pg *pg, const rr__args *a, int st, const char *what, const char *how) {
   rr__prefix_error(st, "%s", what);
-  rr__prefix_error(
-      st, "rank %d: %s (%zu x %s, %s)", pg->global_ranks[pg->rank],
-      rr__kind_name(a->kind),
-      a->count, rr_dtype_name(a->dtype), how);
+  rr__prefix_error(st, "rank %d: %s (%zu x %s, %s)", pg->global_ranks[pg->rank],
+                   rr__kind_name(a->kind), a->count, rr_dtype_name(a->dtype), how);
   /* The peers are (or will be) in this call: stop the group and tell them why. */
   rr__comm_abort(pg->comm, st, rr__error(), 1);
   pg->comm->reported = 1;
@@ -187,8 +188,9 @@ int rr__cuda_pg_prepare(rr_pg *pg, rr__pg_call *call) {
                   "ringreduce calls cannot be captured; make the call outside the capture "
                   "(torch: outside torch.cuda.graph)");
     return rr__cuda_pg_fail(pg, a, RR_EINVAL, "refused",
-                            call->path == RR__PATH_IPC ? "device buffer through CUDA IPC"
-                                                    : "device buffer staged through host memory");
+                            call->path == RR__PATH_IPC
+                                ? "device buffer through CUDA IPC"
+                                : "device buffer staged through host memory");
   }
   if (st == RR_OK) st = rr__cuda_event_create(&call->cuda_ready);
   /* A managed buffer's result is written by the host: nothing on a stream to wait for. */

@@ -48,7 +48,9 @@ static int rr__lowest(const uint8_t *v, int n) {
   return -1;
 }
 
-static int rr__gr(const rr__agree *ag, int i) { return ag->cm->peers[i].info.global_rank; }
+static int rr__gr(const rr__agree *ag, int i) {
+  return ag->cm->peers[i].info.global_rank;
+}
 
 /* The rule against two groups: a group needs a strict majority of the old one. */
 static int rr__no_majority(const rr__agree *ag, const uint8_t *v) {
@@ -166,8 +168,10 @@ static int rr__follow(rr__agree *ag, int coord, uint8_t *d, int *lost) {
     if (c.type == RR__CTL_DECIDE && c.len == (uint32_t)ag->n) {
       for (int i = 0; i < ag->n; i++) d[i] = data[i] == '1';
       if (!d[ag->me])
-        return rr__set_error(RR_EPEER, "rank %d, coordinating the shrink, left this rank out "
-                             "(it was too slow to vote)", rr__gr(ag, coord));
+        return rr__set_error(RR_EPEER,
+                             "rank %d, coordinating the shrink, left this rank out "
+                             "(it was too slow to vote)",
+                             rr__gr(ag, coord));
       decided = 1;
       decided_epoch = ag->epoch = c.seq; /* the coordinator's epoch is the one in force */
       rr__send_set(ag, w, RR__CTL_ACK, NULL);
@@ -187,8 +191,10 @@ static int rr__agree_members(rr__agree *ag, uint8_t *d) {
     int lost = 0;
     int st = rr__follow(ag, coord, d, &lost);
     if (st == RR_OK || !lost) return st;
-    RR__LOG_WARN(RR__SUB_INIT, "shrink: rank %d, coordinating, was lost or silent (%s); the "
-                 "next takes over", rr__gr(ag, coord), rr__error());
+    RR__LOG_WARN(RR__SUB_INIT,
+                 "shrink: rank %d, coordinating, was lost or silent (%s); the "
+                 "next takes over",
+                 rr__gr(ag, coord), rr__error());
     ag->view[coord] = 0;
     ag->epoch++;
   }
@@ -260,8 +266,7 @@ static int rr__shrunk_lanes(rr_pg *np, const rr_pg *pg, int64_t dl) {
       infos[j].nonce = nn;
     }
     if (st != RR_OK)
-      rr__prefix_error(st, "setting up %s to rank %d", nc->peers[j].tp->name,
-                       infos[j].global_rank);
+      rr__prefix_error(st, "setting up %s to rank %d", nc->peers[j].tp->name, infos[j].global_rank);
   }
   if (st != RR_OK) goto done;
   rr__lanes lanes = {.group_id = np->id,

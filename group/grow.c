@@ -592,8 +592,10 @@ int rr_pg_join(const char *addr, const rr_pg_options *opt, rr_pg **newpg) {
     if (st == RR_OK) st = rr_store_add(store, RR__GROW_NEXT, 1, &ticket);
     if (st == RR_OK && (ticket < 1 || ticket > size - members)) {
       full = 1;
-      st = rr__set_error(RR_ETIMEDOUT, "every growth it met already had its newcomers (the last "
-                         "grew by %d)", size - members);
+      st = rr__set_error(RR_ETIMEDOUT,
+                         "every growth it met already had its newcomers (the last "
+                         "grew by %d)",
+                         size - members);
     }
     free(v);
     v = NULL;

@@ -26,8 +26,12 @@ void rr_pg_options_init(rr_pg_options *opt) {
   if (opt) *opt = (rr_pg_options)RR_PG_OPTIONS_INIT;
 }
 
-int rr_get_rank(const rr_pg *pg) { return pg ? pg->rank : -1; }
-int rr_get_world_size(const rr_pg *pg) { return pg ? pg->size : -1; }
+int rr_get_rank(const rr_pg *pg) {
+  return pg ? pg->rank : -1;
+}
+int rr_get_world_size(const rr_pg *pg) {
+  return pg ? pg->size : -1;
+}
 
 int rr_get_global_rank(const rr_pg *pg, int group_rank) {
   if (!pg || group_rank < 0 || group_rank >= pg->size) return -1;
@@ -61,20 +65,21 @@ static void rr__pg_on_revoke(void *ctx, const char *reason) {
   pthread_mutex_lock(&pg->kids_mu);
   for (rr_pg *k = pg->kids; k; k = k->next_kid) {
     char mine[RR__ERRMSG_MAX];
-    snprintf(mine, sizeof mine, "%.600s; group %s was revoked with its parent %s", reason,
-             k->id, pg->id);
+    snprintf(mine, sizeof mine, "%.600s; group %s was revoked with its parent %s", reason, k->id,
+             pg->id);
     rr__comm_abort(k->comm, RR_EREVOKED, mine, 1);
   }
   pthread_mutex_unlock(&pg->kids_mu);
 }
 
-void rr_process_exiting(void) { rr__comm_exiting(); }
+void rr_process_exiting(void) {
+  rr__comm_exiting();
+}
 
 int rr_pg_revoke(rr_pg *pg) {
   if (!pg) return rr__set_error(RR_EINVAL, "rr_pg_revoke: NULL group");
   char reason[128];
-  snprintf(reason, sizeof reason, "rank %d revoked group %s", pg->global_ranks[pg->rank],
-           pg->id);
+  snprintf(reason, sizeof reason, "rank %d revoked group %s", pg->global_ranks[pg->rank], pg->id);
   rr__comm_abort(pg->comm, RR_EREVOKED, reason, 1);
   return RR_OK;
 }
@@ -156,11 +161,18 @@ static int rr__pg_notices(const rr_pg *world) {
  * generation (rr__rank_gen), which takes its seat in the rendezvous; -1: a subgroup. */
 static int rr__pg_start(rr_pg *pg, int64_t deadline_ms, int gen) {
   int notices = rr__pg_notices(pg->world);
-  rr__boot b = {.store = pg->store, .group_id = pg->id, .rank = pg->rank, .size = pg->size,
-                .global_ranks = pg->global_ranks, .hint = pg->have_hint ? &pg->hint : NULL,
-                .deadline_ms = deadline_ms, .timeout_ms = pg->timeout_ms,
-                .token_key = pg->have_token ? pg->token_key : NULL, .notices = notices,
-                .seat = notices && gen >= 0, .gen = gen};
+  rr__boot b = {.store = pg->store,
+                .group_id = pg->id,
+                .rank = pg->rank,
+                .size = pg->size,
+                .global_ranks = pg->global_ranks,
+                .hint = pg->have_hint ? &pg->hint : NULL,
+                .deadline_ms = deadline_ms,
+                .timeout_ms = pg->timeout_ms,
+                .token_key = pg->have_token ? pg->token_key : NULL,
+                .notices = notices,
+                .seat = notices && gen >= 0,
+                .gen = gen};
   RR__CHECK(rr__bootstrap(&b, &pg->comm));
   return rr__pg_run_worker(pg);
 }
@@ -228,8 +240,7 @@ static int rr__check_world(rr_pg *pg, const rr__init_info *in, int gen) {
                          in->rank, (long long)claims, gen ? " and RR_RANK_GENERATION" : "");
   if (gen > 0) {
     rr__dead_notice dn;
-    int got = rr__dead_notice_read(pg->store, pg->have_token ? pg->token_key : NULL, in->rank,
-                                   &dn);
+    int got = rr__dead_notice_read(pg->store, pg->have_token ? pg->token_key : NULL, in->rank, &dn);
     if (got < 0) return got;
     if (got != 1 || dn.gen != gen - 1 || !dn.inplace)
       return rr__set_error(RR_EINVAL,
@@ -245,16 +256,15 @@ static int rr__check_world(rr_pg *pg, const rr__init_info *in, int gen) {
   void *v = NULL;
   size_t vl = 0;
   int st = rr_store_get(pg->store, wkey, &v, &vl);
-  if (st == RR_ETIMEDOUT)
-    return rr__set_error(RR_ETIMEDOUT, "rank 0 never reached the rendezvous");
+  if (st == RR_ETIMEDOUT) return rr__set_error(RR_ETIMEDOUT, "rank 0 never reached the rendezvous");
   RR__CHECK(st);
   int same = vl == (size_t)len && memcmp(v, ws, vl) == 0;
   char theirs[32];
   snprintf(theirs, sizeof theirs, "%.*s", (int)RR__MIN(vl, 31), (const char *)v);
   free(v);
   if (!same)
-    return rr__set_error(RR_EINVAL, "this rank has world size %d but rank 0 has %s",
-                         in->world_size, theirs);
+    return rr__set_error(RR_EINVAL, "this rank has world size %d but rank 0 has %s", in->world_size,
+                         theirs);
   return RR_OK;
 }
 
@@ -294,9 +304,8 @@ static int rr__init(rr_pg **out, const rr_pg_options *opt, rr_store *store) {
   int st = rr__init_parse(opt, store != NULL, &in);
   if (st != RR_OK) return rr__prefix_error(st, "init_process_group");
   rr__log_set_rank(in.rank);
-  int64_t timeout = opt && opt->timeout_ms > 0
-                        ? opt->timeout_ms
-                        : (int64_t)(rr__params_get()->timeout_s * 1000.0);
+  int64_t timeout = opt && opt->timeout_ms > 0 ? opt->timeout_ms
+                                               : (int64_t)(rr__params_get()->timeout_s * 1000.0);
   int64_t deadline = rr__deadline(timeout);
 
   rr_pg *pg = NULL;
@@ -319,9 +328,9 @@ static int rr__init(rr_pg **out, const rr_pg_options *opt, rr_store *store) {
     rr__addr probe, hint;
     int have = in.kind != RR__INIT_FILE && in.host[0] &&
                rr__addr_resolve(in.host, in.port, &hint) == RR_OK;
-    RR__CHECK_GOTO(rr__if_select(rr__params_get()->socket_ifname, have ? &hint : NULL, &probe,
-                                NULL, 0),
-                  st, fail);
+    RR__CHECK_GOTO(
+        rr__if_select(rr__params_get()->socket_ifname, have ? &hint : NULL, &probe, NULL, 0), st,
+        fail);
   }
   /* The job token: it never crosses the wire, only MACs keyed with it (the store's
    * handshake, the bootstrap's greetings). */
@@ -358,7 +367,7 @@ static int rr__init(rr_pg **out, const rr_pg_options *opt, rr_store *store) {
   if (!alone) RR__CHECK_GOTO(rr__check_world(pg, &in, gen), st, fail);
   RR__CHECK_GOTO(rr__pg_start(pg, deadline, gen), st, fail);
   RR__LOG_INFO(RR__SUB_INIT, "rank %d of %d ready (rank and size from %s)", in.rank, in.world_size,
-          in.source);
+               in.source);
   *out = pg;
   return RR_OK;
 fail:
@@ -409,13 +418,13 @@ static int rr__cmp_int(const void *a, const void *b) {
   return (x > y) - (x < y);
 }
 
-int rr_new_group(rr_pg *parent, const int *ranks, int nranks, int64_t timeout_ms,
-                 rr_pg **group) {
+int rr_new_group(rr_pg *parent, const int *ranks, int nranks, int64_t timeout_ms, rr_pg **group) {
   if (group) *group = NULL;
   if (!parent || !group || !ranks || nranks < 1)
     return rr__set_error(RR_EINVAL, "new_group: need a parent group, a rank list and an output");
   if (!parent->world->store) /* the same verdict on every rank: no barrier needed */
-    return rr__set_error(RR_ENOTSUP, "rank %d: new_group: a group made by rr_pg_shrink or "
+    return rr__set_error(RR_ENOTSUP,
+                         "rank %d: new_group: a group made by rr_pg_shrink or "
                          "rr_pg_grow has no rendezvous store to set a subgroup up through",
                          parent->global_ranks[parent->rank]);
   int me = parent->global_ranks[parent->rank];
@@ -521,8 +530,8 @@ int rr_destroy_process_group(rr_pg *pg) {
   }
   int kids = atomic_load(&pg->nchildren);
   if (kids > 0)
-    return rr__set_error(RR_ESTATE, "rank %d: destroy_process_group: destroy its %d subgroup(s) first",
-                         me, kids);
+    return rr__set_error(
+        RR_ESTATE, "rank %d: destroy_process_group: destroy its %d subgroup(s) first", me, kids);
   pthread_mutex_lock(&pg->mu);
   pg->stop = 1;
   pthread_cond_broadcast(&pg->cv);

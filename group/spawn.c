@@ -45,8 +45,8 @@ static int rr__exit_code(int rc) {
   return rc == 0 ? 0 : rc >= 1 && rc <= 255 ? rc : 1;
 }
 
-static void rr__child(int rank, int nprocs, int port, int lfd, int (*fn)(int, void *),
-                      void *arg, pid_t parent, const struct pollfd *pfd) {
+static void rr__child(int rank, int nprocs, int port, int lfd, int (*fn)(int, void *), void *arg,
+                      pid_t parent, const struct pollfd *pfd) {
   /* Die with the parent, even if it is killed before it can stop us. */
   if (prctl(PR_SET_PDEATHSIG, SIGKILL) != 0 || getppid() != parent) _exit(125);
   /* The pidfds of the workers started before this one are the parent's business. */
@@ -84,7 +84,7 @@ static int rr__pidfd(pid_t pid) {
   if (fd >= 0) return (int)fd;
   if (errno != ENOSYS && errno != EPERM)
     RR__LOG_WARN(RR__SUB_INIT, "rr_spawn: pidfd_open(%d): %s; polling instead", (int)pid,
-            strerror(errno));
+                 strerror(errno));
 #else
   (void)pid;
 #endif
@@ -145,7 +145,7 @@ int rr_spawn(int nprocs, int (*fn)(int rank, void *arg), void *arg, rr_spawn_sta
       int lost = p < 0; /* ECHILD: reaped by someone else (SIGCHLD ignored, or a handler) */
       if (lost)
         RR__LOG_WARN(RR__SUB_INIT, "rr_spawn: waitpid(%d) for rank %d: %s", (int)pids[i], i,
-                strerror(errno));
+                     strerror(errno));
       pids[i] = 0;
       live--;
       if (pfd[i].fd >= 0 && close(pfd[i].fd) != 0)
@@ -186,8 +186,8 @@ int rr_spawn(int nprocs, int (*fn)(int rank, void *arg), void *arg, rr_spawn_sta
     if (poll(have_pidfds ? pfd : NULL, have_pidfds ? (nfds_t)started : 0, (int)ms) < 0 &&
         errno != EINTR) {
       /* Only EINVAL (more workers than RLIMIT_NOFILE) or ENOMEM: sleep without the fds. */
-      RR__LOG_WARN(RR__SUB_INIT, "rr_spawn: poll: %s; checking every %d ms instead", strerror(errno),
-              RR__SPAWN_POLL_MS);
+      RR__LOG_WARN(RR__SUB_INIT, "rr_spawn: poll: %s; checking every %d ms instead",
+                   strerror(errno), RR__SPAWN_POLL_MS);
       have_pidfds = 0;
     }
   }

@@ -43,7 +43,9 @@ static int rr__host_idle(rr_pg *pg) {
   return st;
 }
 
-static uintptr_t rr__align_up(uintptr_t x) { return (x + RR__STAGE_ALIGN - 1) & ~(RR__STAGE_ALIGN - 1); }
+static uintptr_t rr__align_up(uintptr_t x) {
+  return (x + RR__STAGE_ALIGN - 1) & ~(RR__STAGE_ALIGN - 1);
+}
 
 static int rr__stage_fail(rr_pg *pg, const rr__args *a, int st, const char *what) {
   return rr__cuda_pg_fail(pg, a, st, what, "device buffer staged through host memory");
@@ -142,8 +144,8 @@ int rr__pg_stage_in(rr_pg *pg, const rr__pg_call *call, rr__args *h, rr__stage *
     rr__cuda_restore_device(prev);
     return rr__stage_fail(pg, a, st, what);
   }
-  *sg = (rr__stage){.staged = 1, .prev = prev, .stream = cs, .result = rdev ? host + roff : NULL,
-                    .out = out};
+  *sg = (rr__stage){
+      .staged = 1, .prev = prev, .stream = cs, .result = rdev ? host + roff : NULL, .out = out};
   return RR_OK;
 }
 

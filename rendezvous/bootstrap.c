@@ -77,7 +77,8 @@ static int rr__publish(const rr__boot *b, const rr__peer_info *me) {
   char key[96], val[512];
   snprintf(key, sizeof key, "rr/%s/peer/%d", b->group_id, b->rank);
   int len = snprintf(val, sizeof val,
-                     "global=%d pid=%d nsocks=%d mode=%s nonce=%016" PRIx64 " ib=%d addr=%s host=%s"
+                     "global=%d pid=%d nsocks=%d mode=%s nonce=%016" PRIx64
+                     " ib=%d addr=%s host=%s"
                      " pidns=%s",
                      me->global_rank, me->pid, me->nsocks, me->mode, me->nonce, me->ib, me->addr,
                      me->hostid, me->pidns);
@@ -125,18 +126,20 @@ static int rr__parse_info(const rr__boot *b, int rank, const char *s, size_t len
     *m = '\0';
     if (sscanf(m + 5, "%16" SCNx64, &mac) != 1) mac = 0;
   }
-  if (b->token_key && mac != rr__proof(b->token_key, "rr-record-v1/%s/%d/%s", b->group_id, rank, buf))
+  if (b->token_key &&
+      mac != rr__proof(b->token_key, "rr-record-v1/%s/%d/%s", b->group_id, rank, buf))
     return rr__set_error(RR_EPROTO,
                          "the record of rank %d in the store does not carry this job's token "
                          "for group %s (written or changed by someone without RR_JOB_TOKEN, or "
                          "another group's record put in its place: can others reach the "
                          "store?); not connecting to what it names",
                          b->global_ranks[rank], b->group_id);
-  int got = sscanf(buf,
-                   "global=%d pid=%d nsocks=%d mode=%7s nonce=%16" SCNx64 " ib=%d addr=%63s "
-                   "host=%127s",
-                   &p->global_rank, &p->pid, &p->nsocks, p->mode, &p->nonce, &p->ib, p->addr,
-                   p->hostid);
+  int got =
+      sscanf(buf,
+             "global=%d pid=%d nsocks=%d mode=%7s nonce=%16" SCNx64
+             " ib=%d addr=%63s "
+             "host=%127s",
+             &p->global_rank, &p->pid, &p->nsocks, p->mode, &p->nonce, &p->ib, p->addr, p->hostid);
   /* The pid namespace came later: a record without it is an older build's (unknown). */
   const char *ns = strstr(buf, " pidns=");
   if (!ns || sscanf(ns, " pidns=%95s", p->pidns) != 1) snprintf(p->pidns, sizeof p->pidns, "?");
@@ -185,8 +188,10 @@ static int rr__gather(const rr__boot *b, rr__peer_info *infos) {
   int st = RR_OK;
   for (int i = 0; i < b->size && st == RR_OK; i++) {
     keys[i] = malloc(96);
-    if (!keys[i]) st = rr__set_error(RR_ENOMEM, "out of memory");
-    else snprintf(keys[i], 96, "rr/%s/peer/%d", b->group_id, i);
+    if (!keys[i])
+      st = rr__set_error(RR_ENOMEM, "out of memory");
+    else
+      snprintf(keys[i], 96, "rr/%s/peer/%d", b->group_id, i);
   }
   /* Wait in slices and ask after each one who is still missing, while the store (on rank
    * 0, which gives up at the same moment we do) is surely still there to answer. */
@@ -226,8 +231,7 @@ static int rr__gather(const rr__boot *b, rr__peer_info *infos) {
         miss++;
         /* A member that will never come: rrun saw it die (it cannot have published since,
          * dead), and said so in the store. */
-        if (dead == RR_OK)
-          dead = rr__member_dead(&watch, i, "before joining the rendezvous", 0);
+        if (dead == RR_OK) dead = rr__member_dead(&watch, i, "before joining the rendezvous", 0);
       }
       if (i == b->size - 1) nmiss = miss, checked = 1;
     }
@@ -292,8 +296,8 @@ int rr__bootstrap(const rr__boot *b, rr__comm **out) {
   }
 
   /* 1. Listen and publish. */
-  rr__peer_info me = {.global_rank = b->global_ranks[b->rank], .pid = (int)getpid(),
-                      .nsocks = (int)prm->nsocks};
+  rr__peer_info me = {
+      .global_rank = b->global_ranks[b->rank], .pid = (int)getpid(), .nsocks = (int)prm->nsocks};
   rr__hostid(me.hostid, sizeof me.hostid);
   rr__pidns(me.pidns, sizeof me.pidns);
   snprintf(me.mode, sizeof me.mode, "%s", prm->transport);
@@ -315,11 +319,11 @@ int rr__bootstrap(const rr__boot *b, rr__comm **out) {
   rr__addr local;
   char ifname[64] = "";
   RR__CHECK_GOTO(rr__if_select(prm->socket_ifname, b->hint, &local, ifname, sizeof ifname), st,
-                done);
+                 done);
   RR__CHECK_GOTO(rr__lanes_listen(&local, &lfd, me.addr), st, done);
   lanes.lfd = lfd;
   RR__LOG_INFO(RR__SUB_INIT, "group %s rank %d/%d listening on %s (%s), host %s", b->group_id,
-          b->rank, size, me.addr, ifname, me.hostid);
+               b->rank, size, me.addr, ifname, me.hostid);
   if (b->seat) RR__CHECK_GOTO(rr__take_seat(b), st, done);
   RR__CHECK_GOTO(rr__publish(b, &me), st, done);
 

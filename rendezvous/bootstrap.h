@@ -16,7 +16,7 @@ typedef struct rr__boot {
   const int *global_ranks; /* [size] */
   const rr__addr *hint;    /* the master's address, to pick an interface; may be NULL */
   int64_t deadline_ms;
-  int64_t timeout_ms;      /* for messages */
+  int64_t timeout_ms;       /* for messages */
   const uint8_t *token_key; /* 16 bytes, or NULL without a job token */
   /* rrun's notices (rendezvous/notice.h), both 0 where the store is not the job's own: */
   int notices; /* the store may hold them: while waiting for a member, fail at once when
@@ -34,28 +34,27 @@ typedef struct rr__boot {
 
 /* rrun's notice that a process of a global rank died (rendezvous/notice.h), as read back. */
 typedef struct rr__dead_notice {
-  int gen;     /* generation of the process that died (0: the first of its rank) */
-  int seat;    /* 1: it had taken its seat in the world's rendezvous */
-  int inplace; /* 1: rrun started generation gen + 1 in its place */
+  int gen;                      /* generation of the process that died (0: the first of its rank) */
+  int seat;                     /* 1: it had taken its seat in the world's rendezvous */
+  int inplace;                  /* 1: rrun started generation gen + 1 in its place */
   char how[RR__NOTICE_HOW_MAX]; /* "killed by signal SIGKILL (9)", "exit code 3" */
 } rr__dead_notice;
 /* 1 with *out filled: the store holds a notice for global rank `rank` that carries this job's
  * token (token_key NULL: no token, no check); 0: none; 2: one that does not carry the token,
  * or is malformed (to be ignored: it changes nothing); < 0: the store failed (error set).
  * Never blocks. */
-int rr__dead_notice_read(rr_store *store, const uint8_t *token_key, int rank,
-                         rr__dead_notice *out);
+int rr__dead_notice_read(rr_store *store, const uint8_t *token_key, int rank, rr__dead_notice *out);
 
 /* What a setup step that waits for members remembers between its looks at rrun's notices
  * (rendezvous/notice.c). */
 typedef struct rr__member_watch {
-  rr_store *store;           /* the job's store, which may hold rrun's notices; NULL: no looks */
-  const uint8_t *token_key;  /* 16 bytes, or NULL without a job token */
-  const char *group_id;      /* for messages */
-  const int *global_ranks;   /* [size]: whose notice is member p's */
-  int warned;     /* a notice without the token was reported */
-  int replaced;   /* a replacement in a dead member's place was reported */
-  int store_gone; /* the store closed: no more notices to read */
+  rr_store *store;          /* the job's store, which may hold rrun's notices; NULL: no looks */
+  const uint8_t *token_key; /* 16 bytes, or NULL without a job token */
+  const char *group_id;     /* for messages */
+  const int *global_ranks;  /* [size]: whose notice is member p's */
+  int warned;               /* a notice without the token was reported */
+  int replaced;             /* a replacement in a dead member's place was reported */
+  int store_gone;           /* the store closed: no more notices to read */
 } rr__member_watch;
 /* How long a wait for other ranks goes between looks at rrun's notices. */
 #define RR__NOTICE_POLL_MS 200

@@ -12,11 +12,12 @@
 #include "rendezvous/lanes.h"
 
 #define RR__HELLO_MAGIC 0x31425252u /* "RRB1" */
-#define RR__HELLO_VERSION 3 /* 2: the caller's socket nonce; the reply proves the token too. 3: which
-                               * lane carries which message changed (one-way TCP lanes, then
-                               * segments numbered from 1: ring/pipe.c), so builds that map
-                               * them differently refuse each other at connect instead of
-                               * reading one another's bytes as the wrong message */
+#define RR__HELLO_VERSION                                                     \
+  3 /* 2: the caller's socket nonce; the reply proves the token too. 3: which \
+     * lane carries which message changed (one-way TCP lanes, then            \
+     * segments numbered from 1: ring/pipe.c), so builds that map             \
+     * them differently refuse each other at connect instead of               \
+     * reading one another's bytes as the wrong message */
 
 /* Layout: magic(4) version(4) group(48) from(4) to(4) index(4) nsockets(4) transport(16)
  *         token_hash(8) nonce(8) reserved(24) = 128 */
@@ -52,8 +53,8 @@ int rr__hello_decode(const uint8_t in[RR__HELLO_BYTES], rr__hello *h) {
   h->nonce = rr__get_u64(in + 96);
   if (h->from < 0 || h->to < 0 || h->index < 0 || h->nsockets < 1 || h->nsockets > 64 ||
       h->index >= h->nsockets)
-    return rr__set_error(RR_EPROTO, "malformed greeting (from %d to %d socket %d of %d)",
-                         h->from, h->to, h->index, h->nsockets);
+    return rr__set_error(RR_EPROTO, "malformed greeting (from %d to %d socket %d of %d)", h->from,
+                         h->to, h->index, h->nsockets);
   return RR_OK;
 }
 

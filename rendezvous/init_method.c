@@ -102,8 +102,10 @@ int rr__slurm_tasks_on_node(const char *per_node, int node) {
     }
     if (node < at + times) return (int)tasks;
     at += (int)times;
-    if (*p == ',') p++;
-    else if (*p) return -1;
+    if (*p == ',')
+      p++;
+    else if (*p)
+      return -1;
   }
   return -1;
 }
@@ -140,15 +142,17 @@ static void rr__env_local(rr__init_info *in) {
  * distributions, and the port a function of the job and step ids, the same for every task,
  * below the kernel's ephemeral range (32768 on); two steps on one node at once get
  * different ports unless their ids collide modulo 12768 (set MASTER_PORT then). */
-static int rr__slurm_master(rr__init_info *in, const char **addr, const char **port,
-                            char *abuf, size_t an, char *pbuf, size_t pn) {
+static int rr__slurm_master(rr__init_info *in, const char **addr, const char **port, char *abuf,
+                            size_t an, char *pbuf, size_t pn) {
   if (!*addr || !**addr) {
     const char *list = getenv("SLURM_STEP_NODELIST");
     if (!list || !*list) list = getenv("SLURM_JOB_NODELIST");
     if (list && *list) {
       if (rr__slurm_first_host(list, abuf, an) != 0)
-        return rr__set_error(RR_EENV, "MASTER_ADDR is not set and Slurm's node list '%s' could "
-                             "not be read", list);
+        return rr__set_error(RR_EENV,
+                             "MASTER_ADDR is not set and Slurm's node list '%s' could "
+                             "not be read",
+                             list);
       *addr = abuf;
     }
   }
@@ -187,8 +191,7 @@ static int rr__parse_query(const char *q, rr__init_info *in, int *have_rank, int
       RR__CHECK(rr__parse_int("world_size", val, 1, INT_MAX, &in->world_size));
       *have_world = 1;
     } else {
-      return rr__set_error(RR_EINVAL, "unknown init_method parameter '%s' (rank, world_size)",
-                           key);
+      return rr__set_error(RR_EINVAL, "unknown init_method parameter '%s' (rank, world_size)", key);
     }
     q += n;
     if (*q == '&') q++;
@@ -223,7 +226,8 @@ int rr__init_parse(const rr_pg_options *opt, int on_store, rr__init_info *in) {
     /* The caller's store carries the rendezvous (rr_init_process_group_on_store). */
     in->kind = RR__INIT_STORE;
     if (!opt || opt->world_size <= 0)
-      return rr__set_error(RR_EINVAL, "a group on the caller's store "
+      return rr__set_error(RR_EINVAL,
+                           "a group on the caller's store "
                            "(rr_init_process_group_on_store) needs rank and world_size in "
                            "rr_pg_options");
     in->rank = opt->rank;
@@ -231,13 +235,15 @@ int rr__init_parse(const rr_pg_options *opt, int on_store, rr__init_info *in) {
     in->source = "options";
     /* MASTER_ADDR, when a launcher set it, still says which interface reaches the others. */
     const char *addr = getenv("MASTER_ADDR");
-    if (addr && *addr && strlen(addr) < sizeof in->host) snprintf(in->host, sizeof in->host, "%s", addr);
+    if (addr && *addr && strlen(addr) < sizeof in->host)
+      snprintf(in->host, sizeof in->host, "%s", addr);
   } else if (!strncmp(m, "env://", 6)) {
     in->kind = RR__INIT_ENV;
     /* As torch: env:// names nothing after the scheme; ?rank= and ?world_size= in the URL
      * win over RANK and WORLD_SIZE, each on its own. */
     if (body_len != 6)
-      return rr__set_error(RR_EINVAL, "init_method '%s': env:// takes no host or path, only "
+      return rr__set_error(RR_EINVAL,
+                           "init_method '%s': env:// takes no host or path, only "
                            "?rank=R&world_size=N (the rest comes from MASTER_ADDR, MASTER_PORT)",
                            m);
     RR__CHECK(rr__parse_query(q ? q + 1 : NULL, in, &have_rank, &have_world));
@@ -253,8 +259,10 @@ int rr__init_parse(const rr_pg_options *opt, int on_store, rr__init_info *in) {
       RR__CHECK(have_rank ? rr__env_int(name, 1, INT_MAX, &in->world_size, &found)
                           : rr__env_int(name, 0, INT_MAX - 1, &in->rank, &found));
       if (!found)
-        return rr__set_error(RR_EENV, "environment variable %s expected, but not set (the "
-                             "init_method gives only %s)", name, have_rank ? "rank" : "world_size");
+        return rr__set_error(RR_EENV,
+                             "environment variable %s expected, but not set (the "
+                             "init_method gives only %s)",
+                             name, have_rank ? "rank" : "world_size");
       in->source = "init_method and environment";
     } else {
       RR__CHECK(rr__env_rank_world(in));
@@ -267,8 +275,7 @@ int rr__init_parse(const rr_pg_options *opt, int on_store, rr__init_info *in) {
       return rr__set_error(RR_EENV, "environment variable MASTER_ADDR expected, but not set");
     if (!port || !*port)
       return rr__set_error(RR_EENV, "environment variable MASTER_PORT expected, but not set");
-    if (strlen(addr) >= sizeof in->host)
-      return rr__set_error(RR_EENV, "MASTER_ADDR is too long");
+    if (strlen(addr) >= sizeof in->host) return rr__set_error(RR_EENV, "MASTER_ADDR is too long");
     snprintf(in->host, sizeof in->host, "%s", addr);
     RR__CHECK(rr__parse_int("MASTER_PORT", port, 1, 65535, &in->port));
   } else if (!strncmp(m, "tcp://", 6)) {
@@ -301,8 +308,8 @@ int rr__init_parse(const rr_pg_options *opt, int on_store, rr__init_info *in) {
     in->source = "init_method";
   }
   if (in->rank < 0 || in->rank >= in->world_size)
-    return rr__set_error(RR_EINVAL, "rank %d is outside 0..%d (world size %d, from %s)",
-                         in->rank, in->world_size - 1, in->world_size, in->source);
+    return rr__set_error(RR_EINVAL, "rank %d is outside 0..%d (world size %d, from %s)", in->rank,
+                         in->world_size - 1, in->world_size, in->source);
   rr__env_local(in);
   return RR_OK;
 }

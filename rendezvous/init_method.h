@@ -11,8 +11,8 @@ typedef struct rr__init_info {
   int local_rank, local_world_size; /* -1 when unknown */
   char host[256];                   /* env:// and tcp:// */
   int port;
-  char path[4096];                  /* file:// */
-  const char *source;               /* where rank/world came from, for messages */
+  char path[4096];    /* file:// */
+  const char *source; /* where rank/world came from, for messages */
 } rr__init_info;
 
 /* Resolve the init method of opt (NULL: env://) into rank, world size and rendezvous; with

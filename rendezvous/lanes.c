@@ -33,7 +33,8 @@
 #include "transport/socket.h"
 
 #define RR__MAX_PENDING 64 /* half-open greetings kept at once; more push out the oldest */
-#define RR__LOOK_MS 50     /* with have_ctrl: how often a connect looks at the peer's control socket */
+#define RR__LOOK_MS 50 /* with have_ctrl: how often a connect looks at the peer's control socket \
+                        */
 
 int rr__lanes_listen(const rr__addr *at, int *lfd, char *addr) {
   rr__addr bound;
@@ -59,7 +60,9 @@ typedef struct rr__mesh {
   rr__hello (*sent)[1 + RR__MAX_LANES]; /* our greetings, to check the replies against */
 } rr__mesh;
 
-static int rr__gr(const rr__mesh *m, int p) { return m->l->global_ranks[p]; }
+static int rr__gr(const rr__mesh *m, int p) {
+  return m->l->global_ranks[p];
+}
 
 /* Both ends of every socket prove the key, each over nonces the other chose: the caller's
  * proof covers the acceptor's setup nonce (which the caller learnt from a channel it trusts),
@@ -71,15 +74,14 @@ static uint64_t rr__greeting_proof(const rr__mesh *m, const rr__hello *h) {
   const rr__peer_info *in = m->l->infos;
   return rr__proof(m->l->key,
                    "rr-hello-v3/%s/%d/%d/%d/%d/%s/%016" PRIx64 "/%016" PRIx64 "/%016" PRIx64,
-                   h->group, h->from, h->to, h->index, h->nsockets, h->transport,
-                   in[h->to].nonce, in[h->from].nonce, h->nonce);
+                   h->group, h->from, h->to, h->index, h->nsockets, h->transport, in[h->to].nonce,
+                   in[h->from].nonce, h->nonce);
 }
 static uint64_t rr__reply_proof(const rr__mesh *m, const rr__hello *h, int32_t verdict) {
   const rr__peer_info *in = m->l->infos;
-  return rr__proof(m->l->key,
-                   "rr-reply-v1/%s/%d/%d/%d/%d/%016" PRIx64 "/%016" PRIx64 "/%016" PRIx64,
-                   h->group, h->from, h->to, h->index, (int)verdict, in[h->to].nonce,
-                   in[h->from].nonce, h->nonce);
+  return rr__proof(
+      m->l->key, "rr-reply-v1/%s/%d/%d/%d/%d/%016" PRIx64 "/%016" PRIx64 "/%016" PRIx64, h->group,
+      h->from, h->to, h->index, (int)verdict, in[h->to].nonce, in[h->from].nonce, h->nonce);
 }
 
 /* Did the peer cause this failure of a setup step (it closed, reset or refused a
@@ -147,9 +149,9 @@ static void rr__tell_peers(rr__mesh *m, int st) {
   char why[RR__ERRMSG_MAX + 16];
   snprintf(why, sizeof why, "rank %d: %s", rr__gr(m, l->rank), rr__error());
   for (int q = 0; q < l->size; q++) {
-    int fd = q == l->rank                            ? -1
+    int fd = q == l->rank                   ? -1
              : m->cm->peers[q].ctrl_fd >= 0 ? m->cm->peers[q].ctrl_fd
-                                                     : m->fds[q][0];
+                                            : m->fds[q][0];
     if (fd < 0) continue;
     rr__ctl_send_abort(fd, rr__gr(m, l->rank), st, 0, why);
     /* Closing a socket with unread bytes resets it, and a reset can cost the peer the
@@ -169,8 +171,8 @@ static int rr__connect_member(const rr__mesh *m, int p, const rr__addr *to, int 
   const rr__lanes *l = m->l;
   int64_t start = rr__now_ms(), look = rr__look_ms(l);
   for (int slices = 1;; slices++) {
-    int64_t until = look == INT64_MAX ? l->deadline_ms
-                                      : RR__MIN(l->deadline_ms, rr__now_ms() + look);
+    int64_t until =
+        look == INT64_MAX ? l->deadline_ms : RR__MIN(l->deadline_ms, rr__now_ms() + look);
     int st = rr__sock_connect(to, until, fd);
     if (st != RR_ETIMEDOUT || until >= l->deadline_ms) {
       if (st != RR_OK && slices > 1)
@@ -221,11 +223,12 @@ static int rr__greeting_ok(rr__mesh *m, const rr__hello *h) {
   const rr__lanes *l = m->l;
   if (strcmp(h->group, l->group_id) != 0 || h->to != l->rank || h->from <= l->rank ||
       h->from >= l->size)
-    return rr__set_error(RR_EPROTO, "greeting for group '%s' rank %d from rank %d", h->group,
-                         h->to, h->from);
+    return rr__set_error(RR_EPROTO, "greeting for group '%s' rank %d from rank %d", h->group, h->to,
+                         h->from);
   if (h->token_hash != rr__greeting_proof(m, h)) {
     m->refused_token++;
-    return rr__set_error(RR_EPROTO, "a connection claiming to be rank %d does not hold this job's "
+    return rr__set_error(RR_EPROTO,
+                         "a connection claiming to be rank %d does not hold this job's "
                          "token (another job, or RR_JOB_TOKEN differs between the ranks)",
                          rr__gr(m, h->from));
   }
@@ -497,8 +500,7 @@ static int rr__read_replies(rr__mesh *m) {
       }
       int32_t verdict = (int32_t)rr__get_u32(reply + 4);
       if (rr__get_u32(reply) != RR__HELLO_OK)
-        return rr__set_error(RR_EPROTO, "rank %d answered our greeting with garbage",
-                             rr__gr(m, p));
+        return rr__set_error(RR_EPROTO, "rank %d answered our greeting with garbage", rr__gr(m, p));
       if (rr__get_u64(reply + 8) != rr__reply_proof(m, &m->sent[p][k], verdict))
         return rr__set_error(RR_EPROTO,
                              "whoever answered at rank %d's address %s does not hold this job's "
@@ -559,8 +561,8 @@ int rr__lanes_make(const rr__lanes *l, rr__comm *cm) {
   for (int p = 0; p < size; p++) {
     for (int k = 0; k <= RR__MAX_LANES; k++) m.fds[p][k] = -1;
     if (p == l->rank) continue;
-    m.tp[p] = l->have_ctrl ? cm->peers[p].tp
-                           : rr__transport_choose(&l->infos[l->rank], &l->infos[p]);
+    m.tp[p] =
+        l->have_ctrl ? cm->peers[p].tp : rr__transport_choose(&l->infos[l->rank], &l->infos[p]);
     m.nsock[p] = rr__lanes_nsockets(m.tp[p], &l->infos[l->rank], &l->infos[p]);
     if (m.nsock[p] > 1 + RR__MAX_LANES) {
       st = rr__set_error(RR_EPROTO, "%d sockets asked for to rank %d", m.nsock[p], rr__gr(&m, p));

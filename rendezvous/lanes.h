@@ -41,9 +41,9 @@ struct rr__member_watch; /* rendezvous/bootstrap.h: rrun's notices */
 
 /* One making of a group's lanes. */
 typedef struct rr__lanes {
-  const char *group_id;     /* the group's id: every greeting is bound to it */
-  int rank, size;           /* this rank and the group's size */
-  const int *global_ranks;  /* [size], for messages */
+  const char *group_id;    /* the group's id: every greeting is bound to it */
+  int rank, size;          /* this rank and the group's size */
+  const int *global_ranks; /* [size], for messages */
   /* [size]: every member's address to connect to (a listener of its own, open before it was
    * told to anyone) and its nonce, fresh for this setup and known to the members only through
    * a channel they trust (a record proved with the token, a control socket); infos[rank] is
@@ -52,8 +52,8 @@ typedef struct rr__lanes {
   /* 16 bytes: the proofs' key (the job token's); NULL: no proofs (init without a token trusts
    * whoever reaches it). */
   const uint8_t *key;
-  int lfd;                  /* this rank's listener (infos[rank].addr), the caller's; -1: none
-                             * (no higher rank connects to it) */
+  int lfd; /* this rank's listener (infos[rank].addr), the caller's; -1: none
+            * (no higher rank connects to it) */
   int64_t deadline_ms;
   /* How long an accepted connection may take to say its whole greeting; 0: until the
    * deadline (a stranger that says nothing then only holds one of the pending slots). */

@@ -37,8 +37,10 @@ int rr__dead_notice_read(rr_store *store, const uint8_t *token_key, int rank,
   }
   int pos = -1;
   memset(out, 0, sizeof *out);
-  ok = m && sscanf(buf, "gen=%d seat=%d inplace=%d how=%n", &out->gen, &out->seat, &out->inplace,
-                   &pos) == 3 && pos > 0;
+  ok = m &&
+       sscanf(buf, "gen=%d seat=%d inplace=%d how=%n", &out->gen, &out->seat, &out->inplace,
+              &pos) == 3 &&
+       pos > 0;
   if (ok && token_key) ok = mac == rr__notice_mac(token_key, rank, buf);
   if (!ok) return 2;
   snprintf(out->how, sizeof out->how, "%s", buf + pos);
@@ -80,9 +82,10 @@ int rr__member_dead(rr__member_watch *w, int p, const char *when, int mesh) {
     /* Its replacement joins this very rendezvous (it never published a record, the seat
      * says, so there is nothing stale to read): keep waiting, within the same deadline. */
     if (!w->replaced)
-      RR__LOG_INFO(RR__SUB_INIT, "group %s: rank %d (generation %d) died %s (%s); rrun started "
-                   "a replacement in its place", w->group_id, w->global_ranks[p], dn.gen, when,
-                   dn.how);
+      RR__LOG_INFO(RR__SUB_INIT,
+                   "group %s: rank %d (generation %d) died %s (%s); rrun started "
+                   "a replacement in its place",
+                   w->group_id, w->global_ranks[p], dn.gen, when, dn.how);
     w->replaced = 1;
     return RR_OK;
   }

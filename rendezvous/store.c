@@ -1,6 +1,7 @@
 /* The public rr_store_* calls: check every argument here, once, so that nothing invalid is
  * sent or written, then dispatch to the store's table of operations (store_client.c for
- * the TCP store, whose master also runs store_server.c; store_file.c). Also the key/value table and the add arithmetic both kinds share. */
+ * the TCP store, whose master also runs store_server.c; store_file.c). Also the key/value table and
+ * the add arithmetic both kinds share. */
 #include "rendezvous/store.h"
 
 #include <errno.h>

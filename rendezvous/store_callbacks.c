@@ -41,14 +41,15 @@ static int rr__cb_set(rr_store *s, const char *key, const void *value, size_t le
   return rr__cb_result(RR__CB(s)->cb.set(RR__CB(s)->cb.ctx, key, value, len), "set", key);
 }
 
-static int rr__cb_get(rr_store *s, const char *key, int64_t timeout_ms, void **value,
-                      size_t *len) {
+static int rr__cb_get(rr_store *s, const char *key, int64_t timeout_ms, void **value, size_t *len) {
   rr_store_value out = {0};
   rr__clear_error();
   int rc = rr__cb_result(RR__CB(s)->cb.get(RR__CB(s)->cb.ctx, key, timeout_ms, &out), "get", key);
   if (rc == RR_OK && !out.set)
-    rc = rr__set_error(RR_EPROTO, "store callback get of key '%s': it succeeded without "
-                       "rr_store_value_set", key);
+    rc = rr__set_error(RR_EPROTO,
+                       "store callback get of key '%s': it succeeded without "
+                       "rr_store_value_set",
+                       key);
   if (rc != RR_OK) {
     free(out.data);
     return rc;
@@ -115,7 +116,8 @@ int rr_store_from_callbacks(const rr_store_callbacks *cb, int64_t timeout_ms, rr
   if (!store) return rr__set_error(RR_EINVAL, "rr_store_from_callbacks: store is NULL");
   *store = NULL;
   if (!cb || !cb->set || !cb->get || !cb->add || !cb->wait || !cb->del)
-    return rr__set_error(RR_EINVAL, "rr_store_from_callbacks: set, get, add, wait and del are "
+    return rr__set_error(RR_EINVAL,
+                         "rr_store_from_callbacks: set, get, add, wait and del are "
                          "required (check and free may be NULL)");
   rr__cb_store *s = rr__calloc(1, sizeof *s);
   if (!s) return RR_ENOMEM;
@@ -130,8 +132,10 @@ int rr_store_value_set(rr_store_value *out, const void *data, size_t len) {
   if (!out || (len && !data))
     return rr__set_error(RR_EINVAL, "rr_store_value_set: NULL %s", out ? "data" : "out");
   if (len > RR__STORE_MAX_VALUE)
-    return rr__set_error(RR_EINVAL, "rr_store_value_set: a value of %zu bytes is over the limit "
-                         "of %u", len, (unsigned)RR__STORE_MAX_VALUE);
+    return rr__set_error(RR_EINVAL,
+                         "rr_store_value_set: a value of %zu bytes is over the limit "
+                         "of %u",
+                         len, (unsigned)RR__STORE_MAX_VALUE);
   void *copy = malloc(len ? len : 1);
   if (!copy) return rr__set_error(RR_ENOMEM, "out of memory for a value of %zu bytes", len);
   if (len) memcpy(copy, data, len);

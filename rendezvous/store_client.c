@@ -2,11 +2,11 @@
  * job and, on the master, first starts the server thread (store_server.c) it talks to.
  *
  * A small pool of connections to the server, each made with connect + the handshake of
- * store_proto.h (both sides prove they hold the job token) and used by one request at a time, so threads sharing a store never
- * wait behind another thread's blocking get. Every call has a deadline: the store's timeout,
- * or a get/wait's own timeout plus RR__STORE_GRACE_MS (the server answers at the timeout;
- * the grace only matters when the master is gone). A connection the master closed marks the
- * whole store lost: later calls fail at once with RR_EPEER instead of retrying. */
+ * store_proto.h (both sides prove they hold the job token) and used by one request at a time, so
+ * threads sharing a store never wait behind another thread's blocking get. Every call has a
+ * deadline: the store's timeout, or a get/wait's own timeout plus RR__STORE_GRACE_MS (the server
+ * answers at the timeout; the grace only matters when the master is gone). A connection the master
+ * closed marks the whole store lost: later calls fail at once with RR_EPEER instead of retrying. */
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
@@ -82,8 +82,8 @@ static void rr__store_forked(rr__fork_hook *h) {
 static int rr__tcp_hs(rr__tcp_store *s, int fd, uint8_t op, int64_t num, const uint8_t *arg,
                       uint32_t len, int64_t deadline, rr__store_hdr *h) {
   uint8_t buf[RR__STORE_HDR + 4 + RR__STORE_NONCE];
-  *h = (rr__store_hdr){.magic = RR__STORE_REQ_MAGIC, .op = op, .nargs = 1, .body_len = 4 + len,
-                       .num = num};
+  *h = (rr__store_hdr){
+      .magic = RR__STORE_REQ_MAGIC, .op = op, .nargs = 1, .body_len = 4 + len, .num = num};
   rr__store_hdr_encode(h, buf);
   rr__put_u32(buf + RR__STORE_HDR, len);
   memcpy(buf + RR__STORE_HDR + 4, arg, len);
@@ -339,8 +339,10 @@ static int rr__tcp_call(rr__tcp_store *s, const char *what, uint8_t op, int64_t 
     }
     return rc;
   }
-  if (rc == RR_OK && body) *body = got;
-  else free(got); /* only a GET asks for a body; no other reply may carry one (checked) */
+  if (rc == RR_OK && body)
+    *body = got;
+  else
+    free(got); /* only a GET asks for a body; no other reply may carry one (checked) */
   if (rc == RR_OK) {
     if (blen) *blen = rep->body_len;
     rr__pool_give(s, slot, 0, 0);
@@ -507,8 +509,10 @@ static void rr__tcp_free(rr_store *st) {
   rr__fork_unwatch(&s->fork);
   for (int i = 0; i < RR__POOL_MAX; i++)
     if (s->fd[i] >= 0) close(s->fd[i]);
-  if (s->srv && s->goodbye[0]) rr__srv_stop_because(s->srv, s->goodbye, s->goodbye_status);
-  else if (s->srv) rr__srv_stop(s->srv);
+  if (s->srv && s->goodbye[0])
+    rr__srv_stop_because(s->srv, s->goodbye, s->goodbye_status);
+  else if (s->srv)
+    rr__srv_stop(s->srv);
   pthread_cond_destroy(&s->cond);
   pthread_mutex_destroy(&s->lock);
   free(s);
@@ -550,8 +554,8 @@ static int rr__inherited_listener(int port) {
   if (*end || fd < 3 || fd > 1 << 20 ||
       getsockopt((int)fd, SOL_SOCKET, SO_ACCEPTCONN, &listening, &ol) != 0 || !listening ||
       getsockname((int)fd, (struct sockaddr *)&a.ss, &a.len) != 0 || rr__addr_port(&a) != port) {
-    RR__LOG_INFO(RR__SUB_STORE, "RR_STORE_LISTEN_FD=%s is not a listener on port %d; binding it",
-                 v, port);
+    RR__LOG_INFO(RR__SUB_STORE, "RR_STORE_LISTEN_FD=%s is not a listener on port %d; binding it", v,
+                 port);
     return -1;
   }
   if (fcntl((int)fd, F_SETFD, FD_CLOEXEC) != 0) return -1;
@@ -566,9 +570,9 @@ static int rr__store_tcp_make(const char *host, int port, int is_master, int lfd
   int rc = RR_OK;
   if (token && strlen(token) > RR__STORE_MAX_TOKEN)
     rc = rr__set_error(RR_EINVAL,
-                         "rr_store_tcp: a job token of %zu bytes is over the limit "
-                         "of %d",
-                         strlen(token), RR__STORE_MAX_TOKEN);
+                       "rr_store_tcp: a job token of %zu bytes is over the limit "
+                       "of %d",
+                       strlen(token), RR__STORE_MAX_TOKEN);
   rr__tcp_store *s = rc == RR_OK ? rr__calloc(1, sizeof *s) : NULL;
   if (!s) {
     if (lfd >= 0) close(lfd);

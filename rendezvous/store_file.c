@@ -225,8 +225,8 @@ static int rr__file_append(rr__file_store *s, int type, const void *key, size_t 
     int e = errno;
     /* Do not leave half a record for the others to trip on. */
     if (ftruncate(s->fd, (off_t)at) != 0)
-      RR__LOG_WARN(RR__SUB_STORE, "cannot cut a half-written record off the store file %s: %s", s->path,
-              strerror(errno));
+      RR__LOG_WARN(RR__SUB_STORE, "cannot cut a half-written record off the store file %s: %s",
+                   s->path, strerror(errno));
     return rr__set_error(RR_ESYS, "%s: cannot write the store file %s: %s", what, s->path,
                          strerror(e));
   }
@@ -383,7 +383,8 @@ static void rr__file_free(rr_store *st) {
     rc = rr__file_add_locked(s, rr__refs_key, sizeof rr__refs_key, -1, &left, what);
     if (rc == RR_OK && left <= 0) {
       if (unlink(s->path) != 0)
-        RR__LOG_WARN(RR__SUB_STORE, "cannot remove the store file %s: %s", s->path, strerror(errno));
+        RR__LOG_WARN(RR__SUB_STORE, "cannot remove the store file %s: %s", s->path,
+                     strerror(errno));
       else
         RR__LOG_INFO(RR__SUB_STORE, "removed the store file %s (last user left)", s->path);
     }
@@ -409,14 +410,17 @@ static const rr__store_ops rr__file_ops = {
 static int rr__file_check_dir(const char *path) {
   char dir[4096];
   const char *slash = strrchr(path, '/');
-  if (!slash) snprintf(dir, sizeof dir, ".");
-  else if (slash == path) snprintf(dir, sizeof dir, "/");
-  else snprintf(dir, sizeof dir, "%.*s", (int)(slash - path), path);
+  if (!slash)
+    snprintf(dir, sizeof dir, ".");
+  else if (slash == path)
+    snprintf(dir, sizeof dir, "/");
+  else
+    snprintf(dir, sizeof dir, "%.*s", (int)(slash - path), path);
   struct stat d;
   if (stat(dir, &d) != 0)
     return rr__set_error(RR_ESYS,
-                         "rr_store_file: cannot use the store file %s: its directory %s: %s",
-                         path, dir, strerror(errno));
+                         "rr_store_file: cannot use the store file %s: its directory %s: %s", path,
+                         dir, strerror(errno));
   if (d.st_uid != geteuid() && d.st_uid != 0)
     return rr__set_error(RR_EINVAL,
                          "rr_store_file: the store file's directory %s belongs to uid %u, not to "
@@ -440,15 +444,18 @@ static int rr__file_check_file(const rr__file_store *s) {
                          strerror(errno));
   if (!S_ISREG(f.st_mode))
     return rr__set_error(RR_EINVAL, "rr_store_file: the store file %s is not a plain file (a %s)",
-                         s->path, S_ISFIFO(f.st_mode)   ? "FIFO"
-                                  : S_ISSOCK(f.st_mode) ? "socket"
-                                  : S_ISCHR(f.st_mode)  ? "character device"
-                                  : S_ISBLK(f.st_mode)  ? "block device"
-                                  : S_ISDIR(f.st_mode)  ? "directory"
-                                                        : "special file");
+                         s->path,
+                         S_ISFIFO(f.st_mode)   ? "FIFO"
+                         : S_ISSOCK(f.st_mode) ? "socket"
+                         : S_ISCHR(f.st_mode)  ? "character device"
+                         : S_ISBLK(f.st_mode)  ? "block device"
+                         : S_ISDIR(f.st_mode)  ? "directory"
+                                               : "special file");
   if (f.st_nlink != 1)
-    return rr__set_error(RR_EINVAL, "rr_store_file: the store file %s has other names (hard "
-                         "links)", s->path);
+    return rr__set_error(RR_EINVAL,
+                         "rr_store_file: the store file %s has other names (hard "
+                         "links)",
+                         s->path);
   if (f.st_uid != geteuid())
     return rr__set_error(RR_EINVAL,
                          "rr_store_file: the store file %s belongs to uid %u, not to this user "
@@ -514,7 +521,7 @@ int rr__store_file_open(const char *path, int64_t timeout_ms, rr_store **store) 
   rr__file_end(s);
   if (rc != RR_OK) goto fail;
   RR__LOG_INFO(RR__SUB_STORE, "opened the store file %s (%" PRId64 " user%s)", path, users,
-          users == 1 ? "" : "s");
+               users == 1 ? "" : "s");
   *store = &s->base;
   return RR_OK;
 fail:

@@ -114,8 +114,7 @@ static inline void rr__store_hdr_decode(const uint8_t in[RR__STORE_HDR], rr__sto
 }
 
 /* The handshake MAC of one side (server: 1, client: 2) over both nonces. */
-static inline void rr__store_mac(const uint8_t key[16], int side,
-                                 const uint8_t cn[RR__STORE_NONCE],
+static inline void rr__store_mac(const uint8_t key[16], int side, const uint8_t cn[RR__STORE_NONCE],
                                  const uint8_t sn[RR__STORE_NONCE], uint8_t out[RR__STORE_MAC]) {
   uint8_t msg[20 + 2 * RR__STORE_NONCE];
   memcpy(msg, side == 1 ? "rr-store-v2 server: " : "rr-store-v2 client: ", 20);

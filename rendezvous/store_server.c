@@ -66,7 +66,7 @@ typedef struct rr__sarg {
 } rr__sarg;
 
 typedef struct rr__sconn {
-  int fd; /* -1 once closed; the slot is removed at the end of the loop */
+  int fd;         /* -1 once closed; the slot is removed at the end of the loop */
   int challenged; /* HELLO answered with our nonce: AUTH must come next */
   int greeted;    /* AUTH accepted: ordinary requests from now on */
   uint8_t cnonce[RR__STORE_NONCE], snonce[RR__STORE_NONCE];
@@ -106,7 +106,7 @@ struct rr__server {
   int64_t starved_since; /* accepts failing for lack of descriptors since (0: they work) */
   char failure[256];     /* why the store gave up (rr__srv_failure), once `failed` is set */
   atomic_int failed;
-  int64_t failed_at; /* when the server began to wind down after failing (0: serving) */
+  int64_t failed_at;  /* when the server began to wind down after failing (0: serving) */
   rr__fork_hook fork; /* rr__srv_forked */
 };
 
@@ -552,8 +552,8 @@ static int rr__srv_add_conn(rr__server *srv, int fd, const rr__addr *from) {
   }
   if (silent >= RR__SRV_MAX_UNGREETED && victim != SIZE_MAX)
     rr__srv_drop(srv, srv->conns[victim], RR__LEVEL_WARN,
-                 "%zu connections have not finished the handshake; dropping one that %s",
-                 silent, victim_shown == 0 ? "sent nothing" : "stalled in the handshake");
+                 "%zu connections have not finished the handshake; dropping one that %s", silent,
+                 victim_shown == 0 ? "sent nothing" : "stalled in the handshake");
   srv->conns[srv->nconns++] = c;
   RR__LOG_TRACE(RR__SUB_STORE, "rendezvous store on port %d: client %s connected", srv->port,
                 c->peer);
@@ -727,7 +727,8 @@ static void *rr__srv_main(void *arg) {
       }
     }
     if (srv->failed_at && rr__now_ms() - srv->failed_at >= RR__SRV_WIND_DOWN_MS) break;
-  }  return NULL;
+  }
+  return NULL;
 }
 
 static void rr__srv_destroy(rr__server *srv) {

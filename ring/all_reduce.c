@@ -54,17 +54,17 @@ int rr__all_reduce_ring(rr__coll *c) {
     RR__WHERE(c, "reduce-scatter step %d/%d", s + 1, n - 1);
     /* AVG divides once, in the reduction that completes the chunk. */
     const int avg_div = (s == n - 2 && c->a->op == RR_AVG) ? n : 0;
-    rr__step st = rr__step_send_recv_reduce(right, (s == 0 ? src : dst) + OFF(send), LEN(send),
-                                            left, dst + OFF(recv), src + OFF(recv), LEN(recv),
-                                            avg_div);
+    rr__step st =
+        rr__step_send_recv_reduce(right, (s == 0 ? src : dst) + OFF(send), LEN(send), left,
+                                  dst + OFF(recv), src + OFF(recv), LEN(recv), avg_div);
     st.schunk = send, st.rchunk = recv, st.phase = "reduce-scatter";
     RR__CHECK(rr__pipe_step(c, &st));
   }
   for (int s = 0; s < n - 1; s++) {
     const int send = rr__mod(r + 1 - s, n), recv = rr__mod(r - s, n);
     RR__WHERE(c, "all-gather step %d/%d", s + 1, n - 1);
-    rr__step st = rr__step_send_recv(right, dst + OFF(send), LEN(send), left, dst + OFF(recv),
-                                     LEN(recv));
+    rr__step st =
+        rr__step_send_recv(right, dst + OFF(send), LEN(send), left, dst + OFF(recv), LEN(recv));
     st.schunk = send, st.rchunk = recv, st.phase = "all-gather";
     RR__CHECK(rr__pipe_step(c, &st));
   }

@@ -51,12 +51,10 @@ int rr__all_reduce_rd(rr__coll *c) {
     for (int mask = 1; mask < p; mask <<= 1, round++) {
       const int pn = newrank ^ mask;
       const int partner = pn < rem ? pn * 2 + 1 : pn + rem;
-      RR__WHERE(c, "recursive doubling round %d with rank %d",
-               round + 1, rr__grank(c, partner));
+      RR__WHERE(c, "recursive doubling round %d with rank %d", round + 1, rr__grank(c, partner));
       /* AVG divides once, after the last round. */
       const int avg_div = mask << 1 >= p && c->a->op == RR_AVG ? n : 0;
-      rr__step st = rr__step_whole_reduce(partner, partner, buf, tmp, count, pn < newrank,
-                                          avg_div);
+      rr__step st = rr__step_whole_reduce(partner, partner, buf, tmp, count, pn < newrank, avg_div);
       st.phase = "rounds";
       RR__CHECK(rr__pipe_step(c, &st));
     }

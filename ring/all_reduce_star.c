@@ -31,8 +31,7 @@ int rr__all_reduce_star(rr__coll *c) {
   if (r == root) {
     /* Reduce in rank order; out of place the first reduction reads the input, so no copy. */
     for (int p = 1; p < n; p++) {
-      RR__WHERE(c, "star: gathering from rank %d (%d/%d)",
-               rr__grank(c, p), p, n - 1);
+      RR__WHERE(c, "star: gathering from rank %d (%d/%d)", rr__grank(c, p), p, n - 1);
       RR__CHECK(rr__coll_recv_hdr(c, p));
       /* AVG divides once, in the reduction that completes the sum. */
       rr__step st = rr__step_recv_reduce(p, dst, p == 1 ? src : dst, count,
@@ -41,8 +40,7 @@ int rr__all_reduce_star(rr__coll *c) {
       RR__CHECK(rr__pipe_step(c, &st));
     }
     for (int p = 1; p < n; p++) {
-      RR__WHERE(c, "star: sending the result to rank %d (%d/%d)",
-               rr__grank(c, p), p, n - 1);
+      RR__WHERE(c, "star: sending the result to rank %d (%d/%d)", rr__grank(c, p), p, n - 1);
       RR__CHECK(rr__coll_send_hdr(c, p));
       rr__step st = rr__step_send(p, dst, count);
       st.schunk = 0, st.phase = "broadcast";
@@ -57,8 +55,7 @@ int rr__all_reduce_star(rr__coll *c) {
   up.schunk = r, up.phase = "gather";
   RR__CHECK(rr__pipe_step(c, &up));
   /* The send is complete (handed to the transport), so in place the result may land. */
-  RR__WHERE(c, "star: receiving the result from rank %d",
-           rr__grank(c, root));
+  RR__WHERE(c, "star: receiving the result from rank %d", rr__grank(c, root));
   RR__CHECK(rr__coll_recv_hdr(c, root));
   rr__step down = rr__step_recv(root, dst, count);
   down.rchunk = 0, down.phase = "broadcast";

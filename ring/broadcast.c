@@ -23,8 +23,7 @@ int rr__broadcast_chain(rr__coll *c) {
   const size_t count = c->a->count;
   char *dst = c->a->recvbuf;
 
-  RR__WHERE(c, "broadcast chain from rank %d, position %d/%d",
-           rr__grank(c, root), pos, n - 1);
+  RR__WHERE(c, "broadcast chain from rank %d, position %d/%d", rr__grank(c, root), pos, n - 1);
   if (pos == 0) {
     RR__CHECK(rr__coll_copy(c, dst, c->a->sendbuf, count * c->esize)); /* none in place */
     RR__CHECK(rr__coll_send_hdr(c, right));
@@ -35,14 +34,13 @@ int rr__broadcast_chain(rr__coll *c) {
     const int middle = pos < n - 1;
     RR__CHECK(rr__coll_recv_hdr(c, left));
     if (middle) RR__CHECK(rr__coll_send_hdr(c, right));
-    rr__step st = middle ? rr__step_recv_copy_send(left, dst, count, right)
-                         : rr__step_recv(left, dst, count);
+    rr__step st =
+        middle ? rr__step_recv_copy_send(left, dst, count, right) : rr__step_recv(left, dst, count);
     st.schunk = middle ? 0 : -1, st.rchunk = 0;
     RR__CHECK(rr__pipe_step(c, &st));
   }
 
-  RR__WHERE(c, "broadcast: completion notice from rank %d",
-           rr__grank(c, tail));
+  RR__WHERE(c, "broadcast: completion notice from rank %d", rr__grank(c, tail));
   if (r == tail) {
     for (int q = 0; q < n; q++)
       if (q != r) RR__CHECK(rr__coll_send_ack(c, q));

@@ -17,11 +17,11 @@
 #define RR__HDR_BYTES 48
 typedef struct rr__hdr {
   uint8_t kind, dtype, op, algo;
-  int32_t root;  /* group rank, -1 if none */
-  int32_t from;  /* sender's group rank */
+  int32_t root; /* group rank, -1 if none */
+  int32_t from; /* sender's group rank */
   uint32_t seg_bytes;
-  uint32_t aux;  /* round / step the message belongs to, where it matters */
-  uint64_t seq;  /* collective sequence number, or per-pair p2p sequence */
+  uint32_t aux; /* round / step the message belongs to, where it matters */
+  uint64_t seq; /* collective sequence number, or per-pair p2p sequence */
   uint64_t count;
 } rr__hdr;
 

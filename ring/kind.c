@@ -9,10 +9,18 @@
 #include "ring/prims.h"
 
 const rr__kind_info rr__kind_table[RR__K_END] = {
-#define RR__KIND_ROW(K, nm, wnm, fl, i, o, ip, al, fn, dv, sq, ph, ds, cl)                   \
-  [RR__K_##K] = {.name = (nm), .wire_name = (wnm), .flags = (fl), .in = RR__IO_##i,         \
-                 .out = RR__IO_##o, .inplace = RR__INPLACE_##ip, .algo = RR__ALGO_##al,     \
-                 .dev = RR__DEV_##dv, .seq = RR__SEQ_##sq, .phase = (ph), .desc = (ds),     \
+#define RR__KIND_ROW(K, nm, wnm, fl, i, o, ip, al, fn, dv, sq, ph, ds, cl) \
+  [RR__K_##K] = {.name = (nm),                                             \
+                 .wire_name = (wnm),                                       \
+                 .flags = (fl),                                            \
+                 .in = RR__IO_##i,                                         \
+                 .out = RR__IO_##o,                                        \
+                 .inplace = RR__INPLACE_##ip,                              \
+                 .algo = RR__ALGO_##al,                                    \
+                 .dev = RR__DEV_##dv,                                      \
+                 .seq = RR__SEQ_##sq,                                      \
+                 .phase = (ph),                                            \
+                 .desc = (ds),                                             \
                  .call_desc = (cl)},
     RR__KIND_MAP(RR__KIND_ROW)
 #undef RR__KIND_ROW
@@ -47,18 +55,30 @@ const char *rr__kind_format(char *buf, size_t n, const char *fmt, const rr__kind
     size_t len = end ? (size_t)(end - p - 1) : 0;
     int w;
 #define RR__FIELD(name) (len == sizeof name - 1 && !strncmp(p + 1, name, len))
-    if (!end) w = snprintf(buf + o, n - o, "%c", *p);
-    else if (RR__FIELD("kind")) w = snprintf(buf + o, n - o, "%s", v->kind);
-    else if (RR__FIELD("dtype")) w = snprintf(buf + o, n - o, "%s", v->dtype);
-    else if (RR__FIELD("op")) w = snprintf(buf + o, n - o, "%s", v->op);
-    else if (RR__FIELD("algo")) w = snprintf(buf + o, n - o, "%s", v->algo);
-    else if (RR__FIELD("seq")) w = snprintf(buf + o, n - o, "%llu", v->seq);
-    else if (RR__FIELD("count")) w = snprintf(buf + o, n - o, "%llu", v->count);
-    else if (RR__FIELD("recvcount")) w = snprintf(buf + o, n - o, "%llu", v->recvcount);
-    else if (RR__FIELD("root")) w = snprintf(buf + o, n - o, "%d", v->root);
-    else if (RR__FIELD("peer")) w = snprintf(buf + o, n - o, "%d", v->peer);
-    else if (RR__FIELD("src")) w = snprintf(buf + o, n - o, "%d", v->src);
-    else w = snprintf(buf + o, n - o, "%.*s", (int)len + 2, p);
+    if (!end)
+      w = snprintf(buf + o, n - o, "%c", *p);
+    else if (RR__FIELD("kind"))
+      w = snprintf(buf + o, n - o, "%s", v->kind);
+    else if (RR__FIELD("dtype"))
+      w = snprintf(buf + o, n - o, "%s", v->dtype);
+    else if (RR__FIELD("op"))
+      w = snprintf(buf + o, n - o, "%s", v->op);
+    else if (RR__FIELD("algo"))
+      w = snprintf(buf + o, n - o, "%s", v->algo);
+    else if (RR__FIELD("seq"))
+      w = snprintf(buf + o, n - o, "%llu", v->seq);
+    else if (RR__FIELD("count"))
+      w = snprintf(buf + o, n - o, "%llu", v->count);
+    else if (RR__FIELD("recvcount"))
+      w = snprintf(buf + o, n - o, "%llu", v->recvcount);
+    else if (RR__FIELD("root"))
+      w = snprintf(buf + o, n - o, "%d", v->root);
+    else if (RR__FIELD("peer"))
+      w = snprintf(buf + o, n - o, "%d", v->peer);
+    else if (RR__FIELD("src"))
+      w = snprintf(buf + o, n - o, "%d", v->src);
+    else
+      w = snprintf(buf + o, n - o, "%.*s", (int)len + 2, p);
 #undef RR__FIELD
     p = end ? end + 1 : p + 1;
     if (w < 0) break;
@@ -78,11 +98,16 @@ static size_t rr__blocks_end(const size_t *counts, const size_t *displs, int siz
 static size_t rr__shape_elems(int shape, const rr__args *a, int size, const size_t *counts,
                               const size_t *displs) {
   switch (shape) {
-    case RR__IO_COUNT: return a->count;
-    case RR__IO_COUNT_N: return a->count * (size_t)size;
-    case RR__IO_RECVCOUNT: return a->recvcount;
-    case RR__IO_DISPLS: return rr__blocks_end(counts, displs, size);
-    default: return 0;
+    case RR__IO_COUNT:
+      return a->count;
+    case RR__IO_COUNT_N:
+      return a->count * (size_t)size;
+    case RR__IO_RECVCOUNT:
+      return a->recvcount;
+    case RR__IO_DISPLS:
+      return rr__blocks_end(counts, displs, size);
+    default:
+      return 0;
   }
 }
 
@@ -101,25 +126,38 @@ rr__call_io rr__kind_io(const rr__args *a, int size, int rank) {
 int rr__kind_in_place(const rr__args *a, int rank, size_t in, size_t out) {
   const char *s = a->sendbuf, *r = a->recvbuf;
   switch (rr__kind(a->kind)->inplace) {
-    case RR__INPLACE_SAME: return s == r;
-    case RR__INPLACE_SEND_AT_RANK: return s == r + (size_t)rank * in;
-    case RR__INPLACE_RECV_AT_RANK: return r == s + (size_t)rank * out;
+    case RR__INPLACE_SAME:
+      return s == r;
+    case RR__INPLACE_SEND_AT_RANK:
+      return s == r + (size_t)rank * in;
+    case RR__INPLACE_RECV_AT_RANK:
+      return r == s + (size_t)rank * out;
     /* Both buffers are the root's here: its own block is the one that may alias. */
-    case RR__INPLACE_SEND_AT_ROOT: return s == r + (size_t)a->root * in;
-    case RR__INPLACE_RECV_AT_ROOT: return r == s + (size_t)a->root * out;
-    default: return 0;
+    case RR__INPLACE_SEND_AT_ROOT:
+      return s == r + (size_t)a->root * in;
+    case RR__INPLACE_RECV_AT_ROOT:
+      return r == s + (size_t)a->root * out;
+    default:
+      return 0;
   }
 }
 
 const char *rr__kind_in_place_rule(int kind, char *buf, size_t n) {
   const rr__kind_info *k = rr__kind(kind);
   switch (k->inplace) {
-    case RR__INPLACE_SAME: return "sendbuf == recvbuf";
-    case RR__INPLACE_SEND_AT_RANK: return "sendbuf == recvbuf + rank*count";
-    case RR__INPLACE_RECV_AT_RANK: return "recvbuf == sendbuf + rank*count";
-    case RR__INPLACE_SEND_AT_ROOT: return "sendbuf == recvbuf + root*count";
-    case RR__INPLACE_RECV_AT_ROOT: return "recvbuf == sendbuf + root*count";
-    default: snprintf(buf, n, "not possible for %s", k->name); return buf;
+    case RR__INPLACE_SAME:
+      return "sendbuf == recvbuf";
+    case RR__INPLACE_SEND_AT_RANK:
+      return "sendbuf == recvbuf + rank*count";
+    case RR__INPLACE_RECV_AT_RANK:
+      return "recvbuf == sendbuf + rank*count";
+    case RR__INPLACE_SEND_AT_ROOT:
+      return "sendbuf == recvbuf + root*count";
+    case RR__INPLACE_RECV_AT_ROOT:
+      return "recvbuf == sendbuf + root*count";
+    default:
+      snprintf(buf, n, "not possible for %s", k->name);
+      return buf;
   }
 }
 

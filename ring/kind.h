@@ -35,7 +35,7 @@ enum rr__algo {
 #define RR__ALGO_ENUM(name, ...) RR__ALGO_##name,
   RR__ALGO_MAP(RR__ALGO_ENUM)
 #undef RR__ALGO_ENUM
-  RR__ALGO_END
+      RR__ALGO_END
 };
 
 typedef struct rr__algo_info {
@@ -79,13 +79,16 @@ enum rr__inplace {
 #define RR__KF_P2P 0x04u         /* point to point: has a peer, numbered per pair */
 #define RR__KF_ROOT_READS 0x08u  /* only the root reads its sendbuf */
 #define RR__KF_ROOT_WRITES 0x10u /* only the root writes its recvbuf */
-#define RR__KF_SOLO 0x20u        /* its algorithm runs in a group of one too (for the
-                                  * others, one rank copies sendbuf to recvbuf) */
-#define RR__KF_VIEW 0x40u        /* tools/ringreduce-view replays it: the trace file keeps
-                                  * its input and output values */
-#define RR__KF_CHOOSE 0x80u      /* its algorithm is chosen per call (ring/coll.c): RR_ALGO,
-                                  * else recursive doubling up to RR_SMALL_BYTES, else the
-                                  * row's; the others it may run: RR__KIND_ALGO_MAP */
+#define RR__KF_SOLO                                          \
+  0x20u /* its algorithm runs in a group of one too (for the \
+         * others, one rank copies sendbuf to recvbuf) */
+#define RR__KF_VIEW                                               \
+  0x40u /* tools/ringreduce-view replays it: the trace file keeps \
+         * its input and output values */
+#define RR__KF_CHOOSE                                               \
+  0x80u /* its algorithm is chosen per call (ring/coll.c): RR_ALGO, \
+         * else recursive doubling up to RR_SMALL_BYTES, else the   \
+         * row's; the others it may run: RR__KIND_ALGO_MAP */
 
 /* How a kind runs on device buffers (group/ipc.c). Any call may be staged through pinned
  * host memory (group/staging.c); the forms say what more it may do. */
@@ -124,54 +127,51 @@ enum rr__seq_form { RR__SEQ_GROUP, RR__SEQ_SENT, RR__SEQ_RECVD, RR__SEQ_HALVES }
  * notice that ends a rooted collective (and all_to_allv). A send's header is what the
  * matching recv sees; an all_to_allv header's count is that of one pair (what its sender
  * sends to its receiver). */
-#define RR__KIND_WIRE_MAP(X)                                                                  \
-  X(NONE, "none", "none", 0, NONE, NONE, NEVER, NONE, NULL, HOST, GROUP, "none",              \
-    "{kind} #{seq}", NULL)                                                                    \
-  X(ALL_REDUCE, "all_reduce", "all_reduce", RR__KF_REDUCES | RR__KF_VIEW | RR__KF_CHOOSE,     \
-    COUNT, COUNT, SAME, RING, rr__all_reduce_ring, PIPE, GROUP, "all-reduce",                 \
-    "{kind} #{seq} ({count} x {dtype}, {op}, {algo})", NULL)                                  \
-  X(REDUCE_SCATTER, "reduce_scatter", "reduce_scatter", RR__KF_REDUCES | RR__KF_VIEW,         \
-    COUNT_N, COUNT, RECV_AT_RANK, RING, rr__reduce_scatter_ring, PIPE, GROUP,                 \
-    "reduce-scatter", "{kind} #{seq} ({count} x {dtype}, {op}, {algo})", NULL)                \
-  X(ALL_GATHER, "all_gather", "all_gather", RR__KF_VIEW, COUNT, COUNT_N, SEND_AT_RANK, RING,  \
-    rr__all_gather_ring, PIPE, GROUP, "all-gather", "{kind} #{seq} ({count} x {dtype})",      \
-    NULL)                                                                                     \
-  X(BROADCAST, "broadcast", "broadcast", RR__KF_ROOTED | RR__KF_ROOT_READS | RR__KF_VIEW,     \
-    COUNT, COUNT, SAME, CHAIN, rr__broadcast_chain, IPC_SEG, GROUP, "broadcast",              \
-    "{kind} #{seq} ({count} x {dtype}, root {root})", NULL)                                   \
-  X(REDUCE, "reduce", "reduce",                                                               \
-    RR__KF_REDUCES | RR__KF_ROOTED | RR__KF_ROOT_WRITES | RR__KF_VIEW, COUNT, COUNT, SAME,    \
-    CHAIN, rr__reduce_chain, IPC_SEG, GROUP, "reduce",                                        \
-    "{kind} #{seq} ({count} x {dtype}, {op}, root {root})", NULL)                             \
-  X(BARRIER, "barrier", "barrier", 0, NONE, NONE, NEVER, DISSEM, rr__barrier_dissem, HOST,    \
-    GROUP, "barrier", "{kind} #{seq}", NULL)                                                  \
-  X(SEND, "send", "send/recv", RR__KF_P2P | RR__KF_SOLO, COUNT, NONE, NEVER, NONE,            \
-    rr__send_p2p, IPC, SENT, "p2p", "{kind} #{seq} of this pair ({count} x {dtype})",         \
-    "send to rank {peer} (#{seq} of this pair, {count} x {dtype})")                           \
-  X(ACK, "completion", "completion", 0, NONE, NONE, NEVER, NONE, NULL, HOST, GROUP,           \
-    "completion", "the completion notice of call #{seq}", NULL)                               \
-  X(GATHER, "gather", "gather", RR__KF_ROOTED | RR__KF_ROOT_WRITES, COUNT, COUNT_N,           \
-    SEND_AT_ROOT, LINEAR, rr__gather_linear, IPC, GROUP, "gather",                            \
-    "{kind} #{seq} ({count} x {dtype} per rank, root {root})", NULL)                          \
-  X(SCATTER, "scatter", "scatter", RR__KF_ROOTED | RR__KF_ROOT_READS, COUNT_N, COUNT,         \
-    RECV_AT_ROOT, LINEAR, rr__scatter_linear, IPC, GROUP, "scatter",                          \
-    "{kind} #{seq} ({count} x {dtype} per rank, root {root})", NULL)                          \
-  X(ALL_TO_ALL, "all_to_all", "all_to_all", 0, COUNT_N, COUNT_N, NEVER, PAIRWISE,             \
-    rr__all_to_all_pairwise, IPC, GROUP, "exchange",                                          \
-    "{kind} #{seq} ({count} x {dtype} per rank)", NULL)                                       \
-  X(ALL_TO_ALLV, "all_to_allv", "all_to_allv", RR__KF_SOLO, DISPLS, DISPLS, NEVER, PAIRWISE,  \
-    rr__all_to_allv_pairwise, IPC, GROUP, "exchange",                                         \
-    "{kind} #{seq} ({dtype}, {count} on this pair)",                                          \
+#define RR__KIND_WIRE_MAP(X)                                                                       \
+  X(NONE, "none", "none", 0, NONE, NONE, NEVER, NONE, NULL, HOST, GROUP, "none", "{kind} #{seq}",  \
+    NULL)                                                                                          \
+  X(ALL_REDUCE, "all_reduce", "all_reduce", RR__KF_REDUCES | RR__KF_VIEW | RR__KF_CHOOSE, COUNT,   \
+    COUNT, SAME, RING, rr__all_reduce_ring, PIPE, GROUP, "all-reduce",                             \
+    "{kind} #{seq} ({count} x {dtype}, {op}, {algo})", NULL)                                       \
+  X(REDUCE_SCATTER, "reduce_scatter", "reduce_scatter", RR__KF_REDUCES | RR__KF_VIEW, COUNT_N,     \
+    COUNT, RECV_AT_RANK, RING, rr__reduce_scatter_ring, PIPE, GROUP, "reduce-scatter",             \
+    "{kind} #{seq} ({count} x {dtype}, {op}, {algo})", NULL)                                       \
+  X(ALL_GATHER, "all_gather", "all_gather", RR__KF_VIEW, COUNT, COUNT_N, SEND_AT_RANK, RING,       \
+    rr__all_gather_ring, PIPE, GROUP, "all-gather", "{kind} #{seq} ({count} x {dtype})", NULL)     \
+  X(BROADCAST, "broadcast", "broadcast", RR__KF_ROOTED | RR__KF_ROOT_READS | RR__KF_VIEW, COUNT,   \
+    COUNT, SAME, CHAIN, rr__broadcast_chain, IPC_SEG, GROUP, "broadcast",                          \
+    "{kind} #{seq} ({count} x {dtype}, root {root})", NULL)                                        \
+  X(REDUCE, "reduce", "reduce", RR__KF_REDUCES | RR__KF_ROOTED | RR__KF_ROOT_WRITES | RR__KF_VIEW, \
+    COUNT, COUNT, SAME, CHAIN, rr__reduce_chain, IPC_SEG, GROUP, "reduce",                         \
+    "{kind} #{seq} ({count} x {dtype}, {op}, root {root})", NULL)                                  \
+  X(BARRIER, "barrier", "barrier", 0, NONE, NONE, NEVER, DISSEM, rr__barrier_dissem, HOST, GROUP,  \
+    "barrier", "{kind} #{seq}", NULL)                                                              \
+  X(SEND, "send", "send/recv", RR__KF_P2P | RR__KF_SOLO, COUNT, NONE, NEVER, NONE, rr__send_p2p,   \
+    IPC, SENT, "p2p", "{kind} #{seq} of this pair ({count} x {dtype})",                            \
+    "send to rank {peer} (#{seq} of this pair, {count} x {dtype})")                                \
+  X(ACK, "completion", "completion", 0, NONE, NONE, NEVER, NONE, NULL, HOST, GROUP, "completion",  \
+    "the completion notice of call #{seq}", NULL)                                                  \
+  X(GATHER, "gather", "gather", RR__KF_ROOTED | RR__KF_ROOT_WRITES, COUNT, COUNT_N, SEND_AT_ROOT,  \
+    LINEAR, rr__gather_linear, IPC, GROUP, "gather",                                               \
+    "{kind} #{seq} ({count} x {dtype} per rank, root {root})", NULL)                               \
+  X(SCATTER, "scatter", "scatter", RR__KF_ROOTED | RR__KF_ROOT_READS, COUNT_N, COUNT,              \
+    RECV_AT_ROOT, LINEAR, rr__scatter_linear, IPC, GROUP, "scatter",                               \
+    "{kind} #{seq} ({count} x {dtype} per rank, root {root})", NULL)                               \
+  X(ALL_TO_ALL, "all_to_all", "all_to_all", 0, COUNT_N, COUNT_N, NEVER, PAIRWISE,                  \
+    rr__all_to_all_pairwise, IPC, GROUP, "exchange", "{kind} #{seq} ({count} x {dtype} per rank)", \
+    NULL)                                                                                          \
+  X(ALL_TO_ALLV, "all_to_allv", "all_to_allv", RR__KF_SOLO, DISPLS, DISPLS, NEVER, PAIRWISE,       \
+    rr__all_to_allv_pairwise, IPC, GROUP, "exchange",                                              \
+    "{kind} #{seq} ({dtype}, {count} on this pair)",                                               \
     "{kind} #{seq} ({dtype}, {count} sent and {recvcount} received in all)")
 
 /* Kinds of call that never appear in a header: the other halves of point to point, whose
  * headers travel as a send (rr__kind_wire). */
-#define RR__KIND_CALL_MAP(X)                                                                  \
-  X(RECV, "recv", "send/recv", RR__KF_P2P | RR__KF_SOLO, NONE, COUNT, NEVER, NONE,            \
-    rr__recv_p2p, IPC, RECVD, "p2p", NULL,                                                    \
-    "recv from rank {peer} (#{seq} of this pair, {count} x {dtype})")                         \
-  X(SENDRECV, "sendrecv", "send/recv", RR__KF_P2P | RR__KF_SOLO, COUNT, RECVCOUNT, NEVER,     \
-    NONE, rr__sendrecv_p2p, IPC, HALVES, "p2p", NULL,                                         \
+#define RR__KIND_CALL_MAP(X)                                                                     \
+  X(RECV, "recv", "send/recv", RR__KF_P2P | RR__KF_SOLO, NONE, COUNT, NEVER, NONE, rr__recv_p2p, \
+    IPC, RECVD, "p2p", NULL, "recv from rank {peer} (#{seq} of this pair, {count} x {dtype})")   \
+  X(SENDRECV, "sendrecv", "send/recv", RR__KF_P2P | RR__KF_SOLO, COUNT, RECVCOUNT, NEVER, NONE,  \
+    rr__sendrecv_p2p, IPC, HALVES, "p2p", NULL,                                                  \
     "sendrecv ({count} x {dtype} to rank {peer}, {recvcount} from rank {src})")
 
 #define RR__KIND_MAP(X) RR__KIND_WIRE_MAP(X) RR__KIND_CALL_MAP(X)
@@ -185,9 +185,8 @@ enum rr__seq_form { RR__SEQ_GROUP, RR__SEQ_SENT, RR__SEQ_RECVD, RR__SEQ_HALVES }
 enum rr__kind {
 #define RR__KIND_ENUM(K, ...) RR__K_##K,
   RR__KIND_WIRE_MAP(RR__KIND_ENUM)
-  RR__K_COUNT, /* the wire kinds are below this (a header with another is malformed) */
-  RR__KIND_CALL_MAP(RR__KIND_ENUM)
-  RR__K_END
+      RR__K_COUNT, /* the wire kinds are below this (a header with another is malformed) */
+  RR__KIND_CALL_MAP(RR__KIND_ENUM) RR__K_END
 #undef RR__KIND_ENUM
 };
 
@@ -218,7 +217,9 @@ static inline int rr__kind_has(int kind, unsigned flag) {
   return (rr__kind(kind)->flags & flag) != 0;
 }
 /* The kind a call's header carries: both halves of point to point travel as a send. */
-static inline int rr__kind_wire(int kind) { return kind > RR__K_COUNT ? RR__K_SEND : kind; }
+static inline int rr__kind_wire(int kind) {
+  return kind > RR__K_COUNT ? RR__K_SEND : kind;
+}
 /* "all_reduce", "send/recv" ...: the wire name ("unknown" for a value that is no kind). */
 const char *rr__kind_name(int kind);
 

@@ -247,8 +247,8 @@ RR__VEC static inline void rr__v_store_h(uint16_t *p, __m256 v) {
   _mm_storeu_si128((__m128i *)p, _mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT));
 }
 
-/* No quieting here, unlike rr__bf16_to_float: every result goes through rr__v_store_bf, which quiets
- * any NaN, so the result is the same. */
+/* No quieting here, unlike rr__bf16_to_float: every result goes through rr__v_store_bf, which
+ * quiets any NaN, so the result is the same. */
 RR__VEC static inline __m256 rr__v_load_bf(const uint16_t *p) {
   __m256i w = _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)p));
   return _mm256_castsi256_ps(_mm256_slli_epi32(w, 16));

@@ -54,7 +54,9 @@ static void rr__pipe_reduce(const rr__red *x, const void *got, size_t len) {
   if (x->tap) rr__trace_made(x->tap, x->off, x->dst, len);
 }
 
-static size_t rr__nseg(size_t count, size_t seg) { return (count + seg - 1) / seg; }
+static size_t rr__nseg(size_t count, size_t seg) {
+  return (count + seg - 1) / seg;
+}
 
 static int rr__pipe_segments(rr__coll *c, const rr__step *st, rr__trace_cap *tap) {
   const rr__mem *m = c->mem;
@@ -111,9 +113,14 @@ static int rr__pipe_segments(rr__coll *c, const rr__step *st, rr__trace_cap *tap
       memset(r, 0, sizeof *r);
       r->len = n * es;
       r->p2p = p.p2p;
-      *x = (rr__red){c, st->rbuf ? (char *)st->rbuf + off * es : NULL,
-                     (const char *)st->own + off * es, off * es, st->avg_div, st->got_first,
-                     tap, RR_OK};
+      *x = (rr__red){c,
+                     st->rbuf ? (char *)st->rbuf + off * es : NULL,
+                     (const char *)st->own + off * es,
+                     off * es,
+                     st->avg_div,
+                     st->got_first,
+                     tap,
+                     RR_OK};
       int ready = m->recv_post(&p, k, r, x);
       if (ready < 0) return ready;
       if (!ready) break;
@@ -180,12 +187,13 @@ int rr__pipe_step(rr__coll *c, const rr__step *st) {
   if (trace) tap = rr__trace_step_begin(c, st, &cap);
   RR__CHECK(st->whole ? rr__pipe_whole(c, st, tap) : rr__pipe_segments(c, st, tap));
   if (trace) rr__trace_step_end(c, st, &cap);
-  RR__LOG_TRACE(RR__SUB_COLL, "%s: sent chunk %d (%zu elems) to rank %d, got chunk %d (%zu elems) from rank %d%s",
-           rr__coll_where(c), st->schunk, st->to >= 0 ? st->scount : 0,
-           st->to >= 0 ? rr__grank(c, st->to) : -1, st->rchunk,
-           st->from >= 0 ? st->rcount : 0, st->from >= 0 ? rr__grank(c, st->from) : -1,
-           st->kind == RR__STEP_REDUCE || st->kind == RR__STEP_FWD_REDUCE ? " and reduced it"
-                                                                          : "");
+  RR__LOG_TRACE(
+      RR__SUB_COLL,
+      "%s: sent chunk %d (%zu elems) to rank %d, got chunk %d (%zu elems) from rank %d%s",
+      rr__coll_where(c), st->schunk, st->to >= 0 ? st->scount : 0,
+      st->to >= 0 ? rr__grank(c, st->to) : -1, st->rchunk, st->from >= 0 ? st->rcount : 0,
+      st->from >= 0 ? rr__grank(c, st->from) : -1,
+      st->kind == RR__STEP_REDUCE || st->kind == RR__STEP_FWD_REDUCE ? " and reduced it" : "");
   return RR_OK;
 }
 
@@ -255,7 +263,9 @@ static int rr__host_recv_done(rr__pipe *p, size_t k, rr__req *r, rr__red *x) {
   return RR_OK;
 }
 
-static int rr__host_idle(rr__pipe *p, int peer) { return rr__coll_block(p->c, peer); }
+static int rr__host_idle(rr__pipe *p, int peer) {
+  return rr__coll_block(p->c, peer);
+}
 
 const rr__mem rr__mem_host = {
     .name = "host memory",

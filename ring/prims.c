@@ -1,8 +1,9 @@
 /* The primitives every algorithm shares (ring/prims.h): the call header sent ahead of the
  * data and checked against our own call (a mismatch names both calls), the completion notice
  * of rooted collectives, the wait (the comm's, transport/comm.c: it may poll, then sleeps
- * until data, a peer's abort or the deadline), and the group's scratch memory. Nothing here knows an algorithm: the dispatcher
- * (ring/coll.c) runs them, and they call down into this file and the step (ring/pipe.c). */
+ * until data, a peer's abort or the deadline), and the group's scratch memory. Nothing here knows
+ * an algorithm: the dispatcher (ring/coll.c) runs them, and they call down into this file and the
+ * step (ring/pipe.c). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -30,9 +31,8 @@ static const char *rr__mismatch_hint(const rr__hdr *mine, const rr__hdr *theirs)
 /* Do two headers describe the same call? (`from` and `aux` are compared where they matter,
  * by the caller.) */
 static int rr__same_call(const rr__hdr *a, const rr__hdr *b) {
-  return a->kind == b->kind && a->seq == b->seq && a->count == b->count &&
-         a->dtype == b->dtype && a->op == b->op && a->algo == b->algo && a->root == b->root &&
-         a->seg_bytes == b->seg_bytes;
+  return a->kind == b->kind && a->seq == b->seq && a->count == b->count && a->dtype == b->dtype &&
+         a->op == b->op && a->algo == b->algo && a->root == b->root && a->seg_bytes == b->seg_bytes;
 }
 
 int rr__coll_pair_mismatch(rr__coll *c, int from, uint64_t sent, uint64_t expected) {
@@ -101,8 +101,7 @@ int rr__coll_block(rr__coll *c, int peer) {
   if (st != RR_ETIMEDOUT || rr__comm_abort_concerns(cm, !p2p, c->hdr.seq)) return st;
   int g = peer >= 0 ? rr__grank(c, peer) : -1;
   char seg[48] = "";
-  if (c->seg_total)
-    snprintf(seg, sizeof seg, " segment %zu/%zu from", c->seg_at, c->seg_total);
+  if (c->seg_total) snprintf(seg, sizeof seg, " segment %zu/%zu from", c->seg_at, c->seg_total);
   return rr__set_error(RR_ETIMEDOUT,
                        "timed out after %.1f s waiting for%s rank %d (last byte from it %.1f s "
                        "ago; is it stuck, or in a different call?)",
@@ -138,8 +137,12 @@ static int rr__send_hdr_kind(rr__coll *c, int to, int kind) {
   return rr__comm_isend(c->cm, to, 0, &hs->req[i]);
 }
 
-int rr__coll_send_hdr(rr__coll *c, int to) { return rr__send_hdr_kind(c, to, c->hdr.kind); }
-int rr__coll_send_ack(rr__coll *c, int to) { return rr__send_hdr_kind(c, to, RR__K_ACK); }
+int rr__coll_send_hdr(rr__coll *c, int to) {
+  return rr__send_hdr_kind(c, to, c->hdr.kind);
+}
+int rr__coll_send_ack(rr__coll *c, int to) {
+  return rr__send_hdr_kind(c, to, RR__K_ACK);
+}
 
 /* This rank's call for a mismatch message: its header's description, but for a point to
  * point that receives, whose header (the sender's, as expected) would read as a send. */
@@ -181,8 +184,7 @@ int rr__coll_post_hdr(rr__coll *c, int from, rr__req *r, uint8_t *wire) {
   r->buf = (char *)wire;
   r->len = RR__HDR_BYTES;
   if (!c->where_fmt && !c->where[0])
-    RR__WHERE(c, "checking the call against rank %d",
-             rr__grank(c, from));
+    RR__WHERE(c, "checking the call against rank %d", rr__grank(c, from));
   return rr__comm_irecv(c->cm, from, 0, r);
 }
 
@@ -198,8 +200,12 @@ static int rr__recv_hdr_kind(rr__coll *c, int from, int kind) {
   return rr__check_hdr_kind(c, from, wire, kind);
 }
 
-int rr__coll_recv_hdr(rr__coll *c, int from) { return rr__recv_hdr_kind(c, from, c->hdr.kind); }
-int rr__coll_recv_ack(rr__coll *c, int from) { return rr__recv_hdr_kind(c, from, RR__K_ACK); }
+int rr__coll_recv_hdr(rr__coll *c, int from) {
+  return rr__recv_hdr_kind(c, from, c->hdr.kind);
+}
+int rr__coll_recv_ack(rr__coll *c, int from) {
+  return rr__recv_hdr_kind(c, from, RR__K_ACK);
+}
 
 int rr__coll_flush_hdrs(rr__coll *c) {
   rr__hdr_sends *hs = c->sends;
@@ -229,4 +235,3 @@ int rr__coll_reduce(const rr__coll *c, void *dst, const void *a, const void *b, 
 }
 
 _Static_assert(RR__HDR_BYTES == RR__SNIFF_BYTES, "a waiting call peeks at exactly one header");
-

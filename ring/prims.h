@@ -31,9 +31,9 @@ typedef struct rr__args {
   size_t count;
   rr_dtype dtype;
   rr_op op;
-  int root; /* group rank, -1 if none */
-  int peer; /* group rank for send / recv (RR__PEER_ANY: recv from any); sendrecv's dst */
-  int src;  /* the source of a sendrecv */
+  int root;         /* group rank, -1 if none */
+  int peer;         /* group rank for send / recv (RR__PEER_ANY: recv from any); sendrecv's dst */
+  int src;          /* the source of a sendrecv */
   size_t recvcount; /* of a sendrecv; all_to_allv: the total received (messages only) */
   /* all_to_allv: [size] each, in elements, indexed by group rank. A call that runs at once
    * reads the caller's arrays; a queued one may outlive them, so its work points these at
@@ -90,13 +90,13 @@ typedef struct rr__coll {
   rr__coll_state *cs;
   rr__comm *cm;
   const rr__args *a;
-  int n, r;     /* group size and rank */
-  size_t esize; /* bytes per element */
-  size_t seg;   /* elements per pipeline segment */
+  int n, r;         /* group size and rank */
+  size_t esize;     /* bytes per element */
+  size_t seg;       /* elements per pipeline segment */
   size_t seg_bytes; /* the segment size it came from: cs->seg_bytes, or RR_IPC_SEG_BYTES */
-  int may_spin; /* the caller blocks on this call: a wait may poll before sleeping */
-  rr__hdr hdr;  /* this rank's call as it goes on the wire */
-  int any_src;  /* recv from any rank: the group rank it takes its message from; -1 before */
+  int may_spin;     /* the caller blocks on this call: a wait may poll before sleeping */
+  rr__hdr hdr;      /* this rank's call as it goes on the wire */
+  int any_src;      /* recv from any rank: the group rank it takes its message from; -1 before */
   int64_t deadline_ms;
   int64_t timeout_ms;
   /* Where the call is ("reduce-scatter step 2/3"), for error messages and traces. Set with
@@ -105,7 +105,7 @@ typedef struct rr__coll {
   char where[96];
   const char *where_fmt;
   int where_arg[3];
-  size_t seg_at, seg_total; /* the segment a pipelined step waits for (0 total: none) */
+  size_t seg_at, seg_total;    /* the segment a pipelined step waits for (0 total: none) */
   struct rr__hdr_sends *sends; /* header messages of this call still to be flushed */
   int trace_step;              /* RR_TRACE: steps of this call traced so far */
   int64_t trace_t0;            /* RR_TRACE file: the call's start on the wall clock */
@@ -117,12 +117,16 @@ typedef struct rr__coll {
 } rr__coll;
 
 /* The global rank of group rank r, for messages and traces. */
-static inline int rr__grank(const rr__coll *c, int r) { return c->cs->global_ranks[r]; }
+static inline int rr__grank(const rr__coll *c, int r) {
+  return c->cs->global_ranks[r];
+}
 
 /* The message number of a pipelined step's segment k: k + 1, since message 0 is the call
  * header's, which goes both ways on the first lane (ring/pipe.c, rr__lane_for). Host and
  * device pipes must number alike: a rank on device buffers talks to one on host buffers. */
-static inline int rr__seg_msg(size_t k) { return (int)(k + 1); }
+static inline int rr__seg_msg(size_t k) {
+  return (int)(k + 1);
+}
 /* A point-to-point call (send, recv, sendrecv): numbered per pair, not in the group's
  * sequence of collectives. */
 static inline int rr__coll_is_p2p(const rr__coll *c) {
@@ -147,9 +151,9 @@ int rr__coll_reduce(const rr__coll *c, void *dst, const void *a, const void *b, 
  * step would cost more than a small call's whole bookkeeping, so only the format and the
  * numbers are kept. The dead snprintf lets the compiler check the format against its
  * arguments. */
-#define RR__WHERE(c, ...)                                      \
-  do {                                                         \
-    if (0) snprintf(NULL, 0, __VA_ARGS__);                     \
+#define RR__WHERE(c, ...)                                     \
+  do {                                                        \
+    if (0) snprintf(NULL, 0, __VA_ARGS__);                    \
     rr__where_set((c), RR__WHERE_ARGS(__VA_ARGS__, 0, 0, 0)); \
   } while (0)
 #define RR__WHERE_ARGS(fmt, a, b, d, ...) (fmt), (a), (b), (d)
@@ -196,7 +200,6 @@ int rr__coll_wait(rr__coll *c, rr__req *r, int peer);
 /* Sleep once in the comm's wait; a timeout becomes a message naming `peer`. */
 int rr__coll_block(rr__coll *c, int peer);
 
-
 /* ---- the step (ring/pipe.c) ----
  *
  * One step sends one buffer to one neighbour while receiving one from another. A pipelined
@@ -212,14 +215,14 @@ enum rr__step_kind {
 };
 
 typedef struct rr__step {
-  int kind;           /* enum rr__step_kind */
-  int to;             /* group rank, -1: nothing to send */
+  int kind; /* enum rr__step_kind */
+  int to;   /* group rank, -1: nothing to send */
   const void *sbuf;
   size_t scount;
-  int from;           /* group rank, -1: nothing to receive */
-  void *rbuf;         /* where received data ends (NULL for FWD_REDUCE: a slot) */
+  int from;   /* group rank, -1: nothing to receive */
+  void *rbuf; /* where received data ends (NULL for FWD_REDUCE: a slot) */
   size_t rcount;
-  const void *own;    /* the local operand of a reduction (may equal rbuf) */
+  const void *own; /* the local operand of a reduction (may equal rbuf) */
   /* > 0: AVG divides by this; in the last reduction of a pipelined step, after the
    * combination of a whole one (so half types round as recursive doubling always did) */
   int avg_div;
@@ -237,27 +240,52 @@ typedef struct rr__step {
 
 /* send: `count` elements of buf to `to`. */
 static inline rr__step rr__step_send(int to, const void *buf, size_t count) {
-  return (rr__step){.kind = RR__STEP_COPY, .to = to, .sbuf = buf, .scount = count, .from = -1,
-                    .schunk = -1, .rchunk = -1};
+  return (rr__step){.kind = RR__STEP_COPY,
+                    .to = to,
+                    .sbuf = buf,
+                    .scount = count,
+                    .from = -1,
+                    .schunk = -1,
+                    .rchunk = -1};
 }
 /* recv: `count` elements from `from` into buf. */
 static inline rr__step rr__step_recv(int from, void *buf, size_t count) {
-  return (rr__step){.kind = RR__STEP_COPY, .to = -1, .from = from, .rbuf = buf,
-                    .rcount = count, .schunk = -1, .rchunk = -1};
+  return (rr__step){.kind = RR__STEP_COPY,
+                    .to = -1,
+                    .from = from,
+                    .rbuf = buf,
+                    .rcount = count,
+                    .schunk = -1,
+                    .rchunk = -1};
 }
 /* send + recv: both at once, received bytes landing in place (all-gather, sendrecv). */
 static inline rr__step rr__step_send_recv(int to, const void *sbuf, size_t scount, int from,
                                           void *rbuf, size_t rcount) {
-  return (rr__step){.kind = RR__STEP_COPY, .to = to, .sbuf = sbuf, .scount = scount,
-                    .from = from, .rbuf = rbuf, .rcount = rcount, .schunk = -1, .rchunk = -1};
+  return (rr__step){.kind = RR__STEP_COPY,
+                    .to = to,
+                    .sbuf = sbuf,
+                    .scount = scount,
+                    .from = from,
+                    .rbuf = rbuf,
+                    .rcount = rcount,
+                    .schunk = -1,
+                    .rchunk = -1};
 }
 /* send + recvReduce: send while dst = own (op) what arrives (a reduce-scatter step). */
-static inline rr__step rr__step_send_recv_reduce(int to, const void *sbuf, size_t scount,
-                                                 int from, void *dst, const void *own,
-                                                 size_t rcount, int avg_div) {
-  return (rr__step){.kind = RR__STEP_REDUCE, .to = to, .sbuf = sbuf, .scount = scount,
-                    .from = from, .rbuf = dst, .rcount = rcount, .own = own,
-                    .avg_div = avg_div, .schunk = -1, .rchunk = -1};
+static inline rr__step rr__step_send_recv_reduce(int to, const void *sbuf, size_t scount, int from,
+                                                 void *dst, const void *own, size_t rcount,
+                                                 int avg_div) {
+  return (rr__step){.kind = RR__STEP_REDUCE,
+                    .to = to,
+                    .sbuf = sbuf,
+                    .scount = scount,
+                    .from = from,
+                    .rbuf = dst,
+                    .rcount = rcount,
+                    .own = own,
+                    .avg_div = avg_div,
+                    .schunk = -1,
+                    .rchunk = -1};
 }
 /* recvReduce: dst = own (op) what arrives from `from` (the end of a reduction). */
 static inline rr__step rr__step_recv_reduce(int from, void *dst, const void *own, size_t count,
@@ -267,14 +295,26 @@ static inline rr__step rr__step_recv_reduce(int from, void *dst, const void *own
 }
 /* recvCopySend: a chain's middle link; each segment lands in buf and goes on to `to`. */
 static inline rr__step rr__step_recv_copy_send(int from, void *buf, size_t count, int to) {
-  return (rr__step){.kind = RR__STEP_FWD_COPY, .to = to, .scount = count, .from = from,
-                    .rbuf = buf, .rcount = count, .schunk = -1, .rchunk = -1};
+  return (rr__step){.kind = RR__STEP_FWD_COPY,
+                    .to = to,
+                    .scount = count,
+                    .from = from,
+                    .rbuf = buf,
+                    .rcount = count,
+                    .schunk = -1,
+                    .rchunk = -1};
 }
 /* recvReduceSend: a chain's middle link; own (op) each arriving segment goes on to `to`
  * from the staging slot it was reduced in. */
 static inline rr__step rr__step_recv_reduce_send(int from, const void *own, size_t count, int to) {
-  return (rr__step){.kind = RR__STEP_FWD_REDUCE, .to = to, .scount = count, .from = from,
-                    .rcount = count, .own = own, .schunk = -1, .rchunk = -1};
+  return (rr__step){.kind = RR__STEP_FWD_REDUCE,
+                    .to = to,
+                    .scount = count,
+                    .from = from,
+                    .rcount = count,
+                    .own = own,
+                    .schunk = -1,
+                    .rchunk = -1};
 }
 /* Whole buffers, as recursive doubling moves them (the buffer is chunk 0). A whole copy either
  * sends buf to `to` or receives `from`'s into it (the other -1). A whole reduce sends buf to
@@ -285,8 +325,8 @@ static inline rr__step rr__step_whole_copy(int to, int from, void *buf, size_t c
   st.whole = 1, st.schunk = to >= 0 ? 0 : -1, st.rchunk = from >= 0 ? 0 : -1;
   return st;
 }
-static inline rr__step rr__step_whole_reduce(int to, int from, void *buf, void *land,
-                                             size_t count, int got_first, int avg_div) {
+static inline rr__step rr__step_whole_reduce(int to, int from, void *buf, void *land, size_t count,
+                                             int got_first, int avg_div) {
   rr__step st = rr__step_send_recv_reduce(to, buf, count, from, buf, buf, count, avg_div);
   st.whole = 1, st.got_first = got_first, st.land = land;
   st.schunk = to >= 0 ? 0 : -1, st.rchunk = 0;

@@ -22,8 +22,7 @@ int rr__reduce_chain(rr__coll *c) {
   const size_t count = c->a->count;
   const char *src = c->a->sendbuf;
 
-  RR__WHERE(c, "reduce chain to rank %d, position %d/%d",
-           rr__grank(c, root), pos, n - 1);
+  RR__WHERE(c, "reduce chain to rank %d, position %d/%d", rr__grank(c, root), pos, n - 1);
   if (pos == 0) {
     RR__CHECK(rr__coll_send_hdr(c, right));
     rr__step st = rr__step_send(right, src, count);
@@ -37,14 +36,12 @@ int rr__reduce_chain(rr__coll *c) {
     RR__CHECK(rr__pipe_step(c, &st));
   } else {
     RR__CHECK(rr__coll_recv_hdr(c, left));
-    rr__step st = rr__step_recv_reduce(left, c->a->recvbuf, src, count,
-                                       c->a->op == RR_AVG ? n : 0);
+    rr__step st = rr__step_recv_reduce(left, c->a->recvbuf, src, count, c->a->op == RR_AVG ? n : 0);
     st.rchunk = 0;
     RR__CHECK(rr__pipe_step(c, &st));
   }
 
-  RR__WHERE(c, "reduce: completion notice from rank %d",
-           rr__grank(c, root));
+  RR__WHERE(c, "reduce: completion notice from rank %d", rr__grank(c, root));
   if (r == root) {
     for (int q = 0; q < n; q++)
       if (q != r) RR__CHECK(rr__coll_send_ack(c, q));

@@ -39,10 +39,10 @@ int rr__reduce_scatter_ring(rr__coll *c) {
     const int send = rr__mod(r - s - 1, n), recv = rr__mod(r - s - 2, n);
     const int last = s == n - 2;
     RR__WHERE(c, "reduce-scatter step %d/%d", s + 1, n - 1);
-    rr__step st = rr__step_send_recv_reduce(
-        right, s == 0 ? src + (size_t)send * blk : part[(s - 1) % 2], count, left,
-        last ? dst : part[s % 2], src + (size_t)recv * blk, count,
-        (last && c->a->op == RR_AVG) ? n : 0);
+    rr__step st =
+        rr__step_send_recv_reduce(right, s == 0 ? src + (size_t)send * blk : part[(s - 1) % 2],
+                                  count, left, last ? dst : part[s % 2], src + (size_t)recv * blk,
+                                  count, (last && c->a->op == RR_AVG) ? n : 0);
     st.schunk = send, st.rchunk = recv;
     RR__CHECK(rr__pipe_step(c, &st));
   }

@@ -8,8 +8,12 @@
 
 #include "common/util.h"
 
-static inline int rr__left(int r, int n) { return rr__mod(r - 1, n); }
-static inline int rr__right(int r, int n) { return rr__mod(r + 1, n); }
+static inline int rr__left(int r, int n) {
+  return rr__mod(r - 1, n);
+}
+static inline int rr__right(int r, int n) {
+  return rr__mod(r + 1, n);
+}
 
 /* Chunk i of `count` elements split over n ranks as evenly as possible: the first
  * count % n chunks get one extra element. */

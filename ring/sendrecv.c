@@ -109,8 +109,8 @@ static int rr__any_find(rr__coll *c, int *src) {
   sc.next = rr__calloc((size_t)c->n, sizeof *sc.next);
   sc.hdr = rr__calloc((size_t)c->n, sizeof *sc.hdr);
   int st = sc.next && sc.hdr ? RR_OK : RR_ENOMEM;
-  rr__sniff sn = {.seq = RR__ANY_STAMP | cs->any_calls++, .check = rr__any_check, .ctx = &sc,
-                  .watch_live = 1};
+  rr__sniff sn = {
+      .seq = RR__ANY_STAMP | cs->any_calls++, .check = rr__any_check, .ctx = &sc, .watch_live = 1};
   RR__WHERE(c, "waiting for a sender");
   while (st == RR_OK && !sc.nsends) {
     /* Partial headers wake the wait at once: the deadline is checked here as well. */
@@ -162,7 +162,6 @@ int rr__sendrecv_p2p(rr__coll *c) {
   c->hdr.from = a->src;
   RR__CHECK(rr__coll_recv_hdr(c, a->src));
   c->hdr = both;
-  rr__step st = rr__step_send_recv(a->peer, a->sendbuf, a->count, a->src, a->recvbuf,
-                                   a->recvcount);
+  rr__step st = rr__step_send_recv(a->peer, a->sendbuf, a->count, a->src, a->recvbuf, a->recvcount);
   return rr__pipe_step(c, &st);
 }

@@ -71,7 +71,9 @@ static int rr__trace_get(void) {
   return rr__trace_kind;
 }
 
-int rr__trace_mode(void) { return rr__trace_get(); }
+int rr__trace_mode(void) {
+  return rr__trace_get();
+}
 
 /* The wall clock in nanoseconds, for step records. */
 static int64_t rr__trace_clock(void) {
@@ -86,14 +88,40 @@ static int64_t rr__trace_clock(void) {
 static double rr__trace_elem(const void *buf, size_t i, rr_dtype d) {
   const char *p = (const char *)buf + i * rr_dtype_size(d);
   switch (d) {
-    case RR_INT8: return *(const int8_t *)p;
-    case RR_UINT8: return *(const uint8_t *)p;
-    case RR_INT32: { int32_t x; memcpy(&x, p, 4); return x; }
-    case RR_INT64: { int64_t x; memcpy(&x, p, 8); return (double)x; }
-    case RR_FLOAT16: { uint16_t x; memcpy(&x, p, 2); return rr__half_to_float(x); }
-    case RR_BFLOAT16: { uint16_t x; memcpy(&x, p, 2); return rr__bf16_to_float(x); }
-    case RR_FLOAT32: { float x; memcpy(&x, p, 4); return x; }
-    default: { double x; memcpy(&x, p, 8); return x; }
+    case RR_INT8:
+      return *(const int8_t *)p;
+    case RR_UINT8:
+      return *(const uint8_t *)p;
+    case RR_INT32: {
+      int32_t x;
+      memcpy(&x, p, 4);
+      return x;
+    }
+    case RR_INT64: {
+      int64_t x;
+      memcpy(&x, p, 8);
+      return (double)x;
+    }
+    case RR_FLOAT16: {
+      uint16_t x;
+      memcpy(&x, p, 2);
+      return rr__half_to_float(x);
+    }
+    case RR_BFLOAT16: {
+      uint16_t x;
+      memcpy(&x, p, 2);
+      return rr__bf16_to_float(x);
+    }
+    case RR_FLOAT32: {
+      float x;
+      memcpy(&x, p, 4);
+      return x;
+    }
+    default: {
+      double x;
+      memcpy(&x, p, 8);
+      return x;
+    }
   }
 }
 
@@ -111,15 +139,16 @@ static int rr__trace_values(char *out, size_t cap, const void *buf, size_t n, rr
 
 /* "[rank 2] all_reduce #0 " ahead of every line. */
 static int rr__trace_prefix(const rr__coll *c, char *line, size_t cap) {
-  return snprintf(line, cap, "[rank %d] %s #%llu ", rr__grank(c, c->r),
-                  rr__kind_name(c->hdr.kind), (unsigned long long)c->hdr.seq);
+  return snprintf(line, cap, "[rank %d] %s #%llu ", rr__grank(c, c->r), rr__kind_name(c->hdr.kind),
+                  (unsigned long long)c->hdr.seq);
 }
 
 /* One write per line, so lines of different ranks never interleave mid-line. */
 static void rr__trace_write(int fd, char *line, size_t cap, int o) {
   if (o >= (int)cap - 1) o = (int)cap - 2;
   line[o++] = '\n';
-  if (write(fd, line, (size_t)o) < 0) { /* tracing must never fail a call */ }
+  if (write(fd, line, (size_t)o) < 0) { /* tracing must never fail a call */
+  }
 }
 
 /* A whole step's reduction, "x op y = result" in the order it was computed (recursive
@@ -138,8 +167,7 @@ static void rr__trace_reduce(rr__coll *c, const void *x, const void *y, const vo
   rr__trace_write(STDERR_FILENO, line, sizeof line, o);
 }
 
-static void rr__trace_text_step(rr__coll *c, const rr__step *st, const void *own,
-                                const void *got) {
+static void rr__trace_text_step(rr__coll *c, const rr__step *st, const void *own, const void *got) {
   char line[640];
   const rr_dtype d = c->a->dtype;
   int o = rr__trace_prefix(c, line, sizeof line);
@@ -195,9 +223,12 @@ static void rr__jstr(rr__jbuf *j, const char *key, const char *s) {
   rr__jput(j, ",\"%s\":\"", key);
   for (; *s; s++) {
     unsigned char ch = (unsigned char)*s;
-    if (ch == '"' || ch == '\\') rr__jput(j, "\\%c", ch);
-    else if (ch < 0x20) rr__jput(j, "\\u%04x", ch);
-    else rr__jput(j, "%c", ch);
+    if (ch == '"' || ch == '\\')
+      rr__jput(j, "\\%c", ch);
+    else if (ch < 0x20)
+      rr__jput(j, "\\u%04x", ch);
+    else
+      rr__jput(j, "%c", ch);
   }
   rr__jput(j, "\"");
 }
@@ -217,9 +248,12 @@ static void rr__jvalues(rr__jbuf *j, const char *key, const void *buf, size_t n,
       continue;
     }
     double v = rr__trace_elem(buf, i, d);
-    if (isnan(v)) rr__jput(j, "%s\"nan\"", sep);
-    else if (isinf(v)) rr__jput(j, "%s\"%sinf\"", sep, v < 0 ? "-" : "");
-    else rr__jput(j, d == RR_FLOAT64 ? "%s%.17g" : "%s%.9g", sep, v);
+    if (isnan(v))
+      rr__jput(j, "%s\"nan\"", sep);
+    else if (isinf(v))
+      rr__jput(j, "%s\"%sinf\"", sep, v < 0 ? "-" : "");
+    else
+      rr__jput(j, d == RR_FLOAT64 ? "%s%.17g" : "%s%.9g", sep, v);
   }
   rr__jput(j, "]");
 }
@@ -242,7 +276,8 @@ static void rr__jwrite(rr__jbuf *j) {
   }
   j->b[j->n++] = '}';
   j->b[j->n++] = '\n';
-  if (write(rr__trace_fd, j->b, j->n) < 0) { /* tracing must never fail a call */ }
+  if (write(rr__trace_fd, j->b, j->n) < 0) { /* tracing must never fail a call */
+  }
 }
 
 /* Where chunk `chunk` of a step starts, in elements: an algorithm that moves whole buffers
@@ -264,8 +299,8 @@ static const char *rr__trace_phase(const rr__coll *c, const rr__step *st) {
 }
 
 /* "key":{"to"/"from":group rank,"to_rank"/"from_rank":global rank,"chunk","off","count","bytes" */
-static void rr__jside(rr__jbuf *j, const rr__coll *c, const char *key, const char *who,
-                      int peer, int chunk, size_t count) {
+static void rr__jside(rr__jbuf *j, const rr__coll *c, const char *key, const char *who, int peer,
+                      int chunk, size_t count) {
   if (rr__algo(c->hdr.algo)->whole) chunk = 0;
   long long off = chunk >= 0 ? rr__trace_off(c, chunk) : 0;
   rr__jput(j, ",\"%s\":{\"%s\":%d,\"%s_rank\":%d,\"chunk\":%d,\"count\":%zu", key, who, peer, who,

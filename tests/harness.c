@@ -51,10 +51,14 @@ void *t_alloc(size_t bytes) {
 /* Round x to what the dtype can hold (the value the buffer will really contain). */
 static double t_round(rr_dtype d, double x) {
   switch (d) {
-    case RR_FLOAT16: return rr__half_to_float(rr__float_to_half((float)x));
-    case RR_BFLOAT16: return rr__bf16_to_float(rr__float_to_bf16((float)x));
-    case RR_FLOAT32: return (float)x;
-    default: return x;
+    case RR_FLOAT16:
+      return rr__half_to_float(rr__float_to_half((float)x));
+    case RR_BFLOAT16:
+      return rr__bf16_to_float(rr__float_to_bf16((float)x));
+    case RR_FLOAT32:
+      return (float)x;
+    default:
+      return x;
   }
 }
 
@@ -77,15 +81,19 @@ uint64_t t_value_bits(rr_dtype d, rr_op op, uint64_t seed, int rank, size_t i) {
       if (v == 0) v = 1;
       return (uint64_t)(int64_t)v;
     }
-    case RR_UINT8: return (uint8_t)b ? (uint8_t)b : 1;
+    case RR_UINT8:
+      return (uint8_t)b ? (uint8_t)b : 1;
     case RR_INT32: {
       int32_t v = (int32_t)(uint32_t)b;
       if (v == 0) v = 1;
       return (uint64_t)(int64_t)v;
     }
-    case RR_INT64: return b ? b : 1;
-    case RR_FLOAT16: return rr__float_to_half((float)t_value(d, op, seed, rank, i));
-    case RR_BFLOAT16: return rr__float_to_bf16((float)t_value(d, op, seed, rank, i));
+    case RR_INT64:
+      return b ? b : 1;
+    case RR_FLOAT16:
+      return rr__float_to_half((float)t_value(d, op, seed, rank, i));
+    case RR_BFLOAT16:
+      return rr__float_to_bf16((float)t_value(d, op, seed, rank, i));
     case RR_FLOAT32: {
       float f = (float)t_value(d, op, seed, rank, i);
       uint32_t u;
@@ -98,7 +106,8 @@ uint64_t t_value_bits(rr_dtype d, rr_op op, uint64_t seed, int rank, size_t i) {
       memcpy(&u, &f, 8);
       return u;
     }
-    default: return 0;
+    default:
+      return 0;
   }
 }
 
@@ -108,31 +117,64 @@ static void t_store_bits(void *buf, size_t i, rr_dtype d, uint64_t v) {
 }
 
 void t_fill(void *buf, size_t n, rr_dtype d, rr_op op, uint64_t seed, int rank, size_t first) {
-  for (size_t i = 0; i < n; i++) t_store_bits(buf, i, d, t_value_bits(d, op, seed, rank, first + i));
+  for (size_t i = 0; i < n; i++)
+    t_store_bits(buf, i, d, t_value_bits(d, op, seed, rank, first + i));
 }
 
 double t_load(const void *buf, size_t i, rr_dtype d) {
   const char *p = (const char *)buf + i * rr_dtype_size(d);
   switch (d) {
-    case RR_INT8: return *(const int8_t *)p;
-    case RR_UINT8: return *(const uint8_t *)p;
-    case RR_INT32: { int32_t v; memcpy(&v, p, 4); return v; }
-    case RR_INT64: { int64_t v; memcpy(&v, p, 8); return (double)v; }
-    case RR_FLOAT16: { uint16_t v; memcpy(&v, p, 2); return rr__half_to_float(v); }
-    case RR_BFLOAT16: { uint16_t v; memcpy(&v, p, 2); return rr__bf16_to_float(v); }
-    case RR_FLOAT32: { float v; memcpy(&v, p, 4); return v; }
-    case RR_FLOAT64: { double v; memcpy(&v, p, 8); return v; }
-    default: return NAN;
+    case RR_INT8:
+      return *(const int8_t *)p;
+    case RR_UINT8:
+      return *(const uint8_t *)p;
+    case RR_INT32: {
+      int32_t v;
+      memcpy(&v, p, 4);
+      return v;
+    }
+    case RR_INT64: {
+      int64_t v;
+      memcpy(&v, p, 8);
+      return (double)v;
+    }
+    case RR_FLOAT16: {
+      uint16_t v;
+      memcpy(&v, p, 2);
+      return rr__half_to_float(v);
+    }
+    case RR_BFLOAT16: {
+      uint16_t v;
+      memcpy(&v, p, 2);
+      return rr__bf16_to_float(v);
+    }
+    case RR_FLOAT32: {
+      float v;
+      memcpy(&v, p, 4);
+      return v;
+    }
+    case RR_FLOAT64: {
+      double v;
+      memcpy(&v, p, 8);
+      return v;
+    }
+    default:
+      return NAN;
   }
 }
 
 double t_eps(rr_dtype d) {
   switch (d) {
-    case RR_FLOAT16: return ldexp(1.0, -10);
-    case RR_BFLOAT16: return ldexp(1.0, -7);
-    case RR_FLOAT32: return ldexp(1.0, -23);
-    case RR_FLOAT64: return ldexp(1.0, -52);
-    default: return 0;
+    case RR_FLOAT16:
+      return ldexp(1.0, -10);
+    case RR_BFLOAT16:
+      return ldexp(1.0, -7);
+    case RR_FLOAT32:
+      return ldexp(1.0, -23);
+    case RR_FLOAT64:
+      return ldexp(1.0, -52);
+    default:
+      return 0;
   }
 }
 
@@ -146,11 +188,21 @@ static uint64_t t_int_ref(rr_dtype d, rr_op op, uint64_t seed, int nranks, size_
     uint64_t v = t_value_bits(d, op, seed, r, i) & mask;
     switch (op) {
       case RR_SUM:
-      case RR_AVG: acc = (acc + v) & mask; break;
-      case RR_PROD: acc = (acc * v) & mask; break;
-      case RR_BAND: acc &= v; break;
-      case RR_BOR: acc |= v; break;
-      case RR_BXOR: acc ^= v; break;
+      case RR_AVG:
+        acc = (acc + v) & mask;
+        break;
+      case RR_PROD:
+        acc = (acc * v) & mask;
+        break;
+      case RR_BAND:
+        acc &= v;
+        break;
+      case RR_BOR:
+        acc |= v;
+        break;
+      case RR_BXOR:
+        acc ^= v;
+        break;
       case RR_MIN:
       case RR_MAX: {
         int64_t sa = (int64_t)(acc << (64 - bits)) >> (64 - bits);
@@ -159,7 +211,8 @@ static uint64_t t_int_ref(rr_dtype d, rr_op op, uint64_t seed, int nranks, size_
         if (op == RR_MIN ? less : (is_signed ? sv > sa : v > acc)) acc = v;
         break;
       }
-      default: break;
+      default:
+        break;
     }
   }
   if (op == RR_AVG) {
@@ -173,8 +226,8 @@ static uint64_t t_int_ref(rr_dtype d, rr_op op, uint64_t seed, int nranks, size_
   return acc;
 }
 
-size_t t_check_reduced(const void *got, size_t n, rr_dtype d, rr_op op, uint64_t seed,
-                       int nranks, size_t first, const char *what) {
+size_t t_check_reduced(const void *got, size_t n, rr_dtype d, rr_op op, uint64_t seed, int nranks,
+                       size_t first, const char *what) {
   size_t wrong = 0;
   size_t es = rr_dtype_size(d);
   for (size_t k = 0; k < n; k++) {
@@ -186,8 +239,7 @@ size_t t_check_reduced(const void *got, size_t n, rr_dtype d, rr_op op, uint64_t
       memcpy(&have, (const char *)got + k * es, es);
       bad = have != want;
       int bits = (int)es * 8;
-      ref = d == RR_UINT8 ? (double)want
-                          : (double)((int64_t)(want << (64 - bits)) >> (64 - bits));
+      ref = d == RR_UINT8 ? (double)want : (double)((int64_t)(want << (64 - bits)) >> (64 - bits));
     } else {
       double sum = 0, abs_sum = 0, prod = 1, mn = INFINITY, mx = -INFINITY;
       for (int r = 0; r < nranks; r++) {
@@ -200,18 +252,31 @@ size_t t_check_reduced(const void *got, size_t n, rr_dtype d, rr_op op, uint64_t
       }
       double eps = t_eps(d);
       switch (op) {
-        case RR_SUM: ref = sum, tol = nranks * eps * abs_sum; break;
-        case RR_AVG: ref = sum / nranks, tol = eps * abs_sum + eps * fabs(ref); break;
-        case RR_PROD: ref = prod, tol = nranks * eps * fabs(prod); break;
-        case RR_MIN: ref = mn; break;
-        case RR_MAX: ref = mx; break;
-        default: ref = NAN;
+        case RR_SUM:
+          ref = sum, tol = nranks * eps * abs_sum;
+          break;
+        case RR_AVG:
+          ref = sum / nranks, tol = eps * abs_sum + eps * fabs(ref);
+          break;
+        case RR_PROD:
+          ref = prod, tol = nranks * eps * fabs(prod);
+          break;
+        case RR_MIN:
+          ref = mn;
+          break;
+        case RR_MAX:
+          ref = mx;
+          break;
+        default:
+          ref = NAN;
       }
       bad = !(fabs(g - ref) <= tol);
     }
     if (bad) {
       if (wrong < 5)
-        fprintf(stderr, "rank %d: %s: element %zu of %s %s over %d ranks: got %.17g, want %.17g (tolerance %.3g)\n",
+        fprintf(stderr,
+                "rank %d: %s: element %zu of %s %s over %d ranks: got %.17g, want %.17g (tolerance "
+                "%.3g)\n",
                 t_rank, what, i, rr_dtype_name(d), rr_op_name(op), nranks, g, ref, tol);
       wrong++;
     }
@@ -228,9 +293,8 @@ size_t t_check_copied(const void *got, size_t n, rr_dtype d, rr_op op, uint64_t 
     memcpy(&have, (const char *)got + k * es, es);
     if (have != (want & mask)) {
       if (wrong < 5)
-        fprintf(stderr, "rank %d: %s: element %zu (from rank %d) is 0x%llx, want 0x%llx\n",
-                t_rank, what, first + k, src, (unsigned long long)have,
-                (unsigned long long)(want & mask));
+        fprintf(stderr, "rank %d: %s: element %zu (from rank %d) is 0x%llx, want 0x%llx\n", t_rank,
+                what, first + k, src, (unsigned long long)have, (unsigned long long)(want & mask));
       wrong++;
     }
   }
@@ -286,8 +350,7 @@ int t_thread_join(t_thread *t) {
 #include <unistd.h>
 #include "tests/test_port.h"
 
-int t_barrier_early(rr_pg *pg, uint64_t seed, int iter, int *early, double *left,
-                    double *entered) {
+int t_barrier_early(rr_pg *pg, uint64_t seed, int iter, int *early, double *left, double *entered) {
   int n = rr_get_world_size(pg), r = rr_get_rank(pg);
   *early = -1, *left = 0, *entered = 0;
   usleep((useconds_t)(t_bits(seed, (uint64_t)r, (uint64_t)iter) % 20000));
@@ -313,10 +376,12 @@ int t_abort_after(t_aborter *a, rr_pg *pg, int delay_ms) {
   return t_thread_start(&a->thread, t_abort_main, a);
 }
 
-int t_free_port(void) { return rr_test_free_port(); }
+int t_free_port(void) {
+  return rr_test_free_port();
+}
 
-int t_run(int n, int (*fn)(int rank, void *arg), void *arg, t_during_fn during,
-          double timeout_s, int *exit_codes, int *signals) {
+int t_run(int n, int (*fn)(int rank, void *arg), void *arg, t_during_fn during, double timeout_s,
+          int *exit_codes, int *signals) {
   int port = t_free_port();
   int *pids = calloc((size_t)n, sizeof *pids);
   if (!pids || port < 0) return -1;
@@ -360,10 +425,12 @@ int t_run(int n, int (*fn)(int rank, void *arg), void *arg, t_during_fn during,
       continue;
     }
     if (t_now() > end) {
-      fprintf(stderr, "t_run: %d rank(s) still running after %.0f s: killing them\n", live, timeout_s);
+      fprintf(stderr, "t_run: %d rank(s) still running after %.0f s: killing them\n", live,
+              timeout_s);
       for (int r = 0; r < n; r++)
         if (pids[r]) kill(pids[r], SIGKILL), exit_codes[r] = -1, signals[r] = SIGKILL;
-      while (waitpid(-1, NULL, 0) > 0) {}
+      while (waitpid(-1, NULL, 0) > 0) {
+      }
       rc = -1;
       break;
     }

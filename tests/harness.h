@@ -15,29 +15,28 @@
 
 extern _Thread_local int t_rank; /* for messages; -1 in the parent */
 
-#define T_FAIL(...)                                                          \
-  do {                                                                       \
-    fprintf(stderr, "rank %d: %s:%d: ", t_rank, __FILE__, __LINE__);         \
-    fprintf(stderr, __VA_ARGS__);                                            \
-    fputc('\n', stderr);                                                     \
-    return 1;                                                                \
+#define T_FAIL(...)                                                  \
+  do {                                                               \
+    fprintf(stderr, "rank %d: %s:%d: ", t_rank, __FILE__, __LINE__); \
+    fprintf(stderr, __VA_ARGS__);                                    \
+    fputc('\n', stderr);                                             \
+    return 1;                                                        \
   } while (0)
-#define T_CHECK(cond, ...)                                                   \
-  do {                                                                       \
-    if (!(cond)) {                                                           \
-      fprintf(stderr, "rank %d: %s:%d: check failed: %s: ", t_rank, __FILE__, \
-              __LINE__, #cond);                                              \
-      fprintf(stderr, __VA_ARGS__);                                          \
-      fputc('\n', stderr);                                                   \
-      return 1;                                                              \
-    }                                                                        \
+#define T_CHECK(cond, ...)                                                                      \
+  do {                                                                                          \
+    if (!(cond)) {                                                                              \
+      fprintf(stderr, "rank %d: %s:%d: check failed: %s: ", t_rank, __FILE__, __LINE__, #cond); \
+      fprintf(stderr, __VA_ARGS__);                                                             \
+      fputc('\n', stderr);                                                                      \
+      return 1;                                                                                 \
+    }                                                                                           \
   } while (0)
 /* A call that must return RR_OK. */
-#define T_OK(call)                                                               \
-  do {                                                                           \
-    int t_st_ = (call);                                                          \
-    if (t_st_ != RR_OK) T_FAIL("%s returned %s: %s", #call, rr_status_name(t_st_), \
-                               rr_last_error());                                 \
+#define T_OK(call)                                                                 \
+  do {                                                                             \
+    int t_st_ = (call);                                                            \
+    if (t_st_ != RR_OK)                                                            \
+      T_FAIL("%s returned %s: %s", #call, rr_status_name(t_st_), rr_last_error()); \
   } while (0)
 
 /* An error message must name something (a rank, a call, a cause). */
@@ -65,8 +64,8 @@ void t_fill(void *buf, size_t n, rr_dtype d, rr_op op, uint64_t seed, int rank, 
  * ranks 0..nranks-1 of t_value. Integers must be exact (wrapping arithmetic); floats
  * within the tolerance t_tolerance documents; MIN/MAX exact. Prints the first few
  * differences; returns the number of wrong elements. */
-size_t t_check_reduced(const void *got, size_t n, rr_dtype d, rr_op op, uint64_t seed,
-                       int nranks, size_t first, const char *what);
+size_t t_check_reduced(const void *got, size_t n, rr_dtype d, rr_op op, uint64_t seed, int nranks,
+                       size_t first, const char *what);
 /* Check got[0..n) equals rank src's data elements first..first+n exactly. */
 size_t t_check_copied(const void *got, size_t n, rr_dtype d, rr_op op, uint64_t seed, int src,
                       size_t first, const char *what);
@@ -104,8 +103,7 @@ int t_differing_rank(rr_pg *pg, const void *buf, size_t bytes, int *differs);
  * every rank's entry and exit times gathered: *early is a rank that entered after this one
  * had left (-1 when none), *left this rank's exit time and *entered that rank's entry time.
  * Returns the status of the first call that failed. */
-int t_barrier_early(rr_pg *pg, uint64_t seed, int iter, int *early, double *left,
-                    double *entered);
+int t_barrier_early(rr_pg *pg, uint64_t seed, int iter, int *early, double *left, double *entered);
 
 /* A second thread of a rank running fn(arg); its result is kept, so code written in the
  * T_CHECK style (1 on failure) runs there as it would on the main thread. */
@@ -136,13 +134,12 @@ int t_abort_after(t_aborter *a, rr_pg *pg, int delay_ms);
  * when timeout_s passes (then the call returns -1). Exit codes / signals land in the
  * arrays (each n long). Returns 0 when all exited. */
 typedef void (*t_during_fn)(const int *pids, int n, void *arg);
-int t_run(int n, int (*fn)(int rank, void *arg), void *arg, t_during_fn during,
-          double timeout_s, int *exit_codes, int *signals);
+int t_run(int n, int (*fn)(int rank, void *arg), void *arg, t_during_fn during, double timeout_s,
+          int *exit_codes, int *signals);
 /* t_run for the common case where every rank must exit 0: prints a line for each rank that
  * did not (prefixed by `what` unless it is NULL) and returns 1 then or when t_run itself
  * failed (a timeout), else 0. */
-int t_run_all(int n, int (*fn)(int rank, void *arg), void *arg, double timeout_s,
-              const char *what);
+int t_run_all(int n, int (*fn)(int rank, void *arg), void *arg, double timeout_s, const char *what);
 /* The exit-code half of t_run_all, for callers that expect some ranks to fail: looks at
  * ranks 0..n-1 only. */
 int t_exits_ok(int n, const int *exit_codes, const int *signals, const char *what);

@@ -66,8 +66,10 @@ int main(int argc, char **argv) {
     }
     if (!only_all_reduce) {
       int root = (int)(it % w);
-      if (rank == root) t_fill(a, n, RR_INT32, RR_SUM, s, rank, 0);
-      else memset(a, 0, n * sizeof *a);
+      if (rank == root)
+        t_fill(a, n, RR_INT32, RR_SUM, s, rank, 0);
+      else
+        memset(a, 0, n * sizeof *a);
       if ((st = rr_broadcast(pg, a, a, n, RR_INT32, root)) != RR_OK) return fail(rank, st, pg);
       if (t_check_copied(a, n, RR_INT32, RR_SUM, s, root, 0, "broadcast")) {
         printf("t=%.3f rank %d WRONG broadcast in round %ld\n", wall(), rank, it);

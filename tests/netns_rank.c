@@ -32,7 +32,8 @@ static int all_reduce_case(rr_pg *pg, size_t count, rr_dtype d, rr_op op, int in
   if (!inplace) memset(dst, 0xa5, bytes);
   T_OK(rr_all_reduce(pg, src, dst, count, d, op));
   char what[96];
-  snprintf(what, sizeof what, "all_reduce %s %s count %zu", rr_dtype_name(d), rr_op_name(op), count);
+  snprintf(what, sizeof what, "all_reduce %s %s count %zu", rr_dtype_name(d), rr_op_name(op),
+           count);
   size_t wrong = t_check_reduced(dst, count, d, op, s, n, 0, what);
   if (!inplace) wrong += t_check_copied(src, count, d, op, s, r, 0, "all_reduce input");
   if (!inplace) free(dst);
@@ -54,9 +55,13 @@ int main(int argc, char **argv) {
   int n = rr_get_world_size(pg), r = rr_get_rank(pg);
   uint64_t seed = t_seed();
 
-  static const struct { rr_dtype d; rr_op op; size_t count; } ar[] = {
-      {RR_INT32, RR_SUM, 1},          {RR_FLOAT32, RR_SUM, 1000},    {RR_INT64, RR_BXOR, 100003},
-      {RR_FLOAT64, RR_MAX, 300007},   {RR_BFLOAT16, RR_SUM, 4099},  {RR_INT8, RR_PROD, 77},
+  static const struct {
+    rr_dtype d;
+    rr_op op;
+    size_t count;
+  } ar[] = {
+      {RR_INT32, RR_SUM, 1},         {RR_FLOAT32, RR_SUM, 1000},  {RR_INT64, RR_BXOR, 100003},
+      {RR_FLOAT64, RR_MAX, 300007},  {RR_BFLOAT16, RR_SUM, 4099}, {RR_INT8, RR_PROD, 77},
       {RR_FLOAT32, RR_AVG, 1 << 20},
   };
   for (size_t i = 0; i < sizeof ar / sizeof ar[0]; i++)
@@ -79,7 +84,9 @@ int main(int argc, char **argv) {
   t_fill(g + (size_t)r * gc, gc, RR_FLOAT32, RR_SUM, seed + 60, r, 0);
   T_OK(rr_all_gather(pg, g + (size_t)r * gc, g, gc, RR_FLOAT32));
   size_t wrong = 0;
-  for (int q = 0; q < n; q++) wrong += t_check_copied(g + (size_t)q * gc, gc, RR_FLOAT32, RR_SUM, seed + 60, q, 0, "all_gather");
+  for (int q = 0; q < n; q++)
+    wrong +=
+        t_check_copied(g + (size_t)q * gc, gc, RR_FLOAT32, RR_SUM, seed + 60, q, 0, "all_gather");
   free(g);
   T_CHECK(!wrong, "all_gather: %zu wrong", wrong);
 
@@ -91,7 +98,8 @@ int main(int argc, char **argv) {
   ns[l] = '\0';
   T_OK(rr_all_gather(pg, ns, all, 64, RR_UINT8));
   for (int q = 0; q < n; q++)
-    T_CHECK(q == r || strcmp(all + 64 * q, ns) != 0, "ranks %d and %d share the network namespace %s", q, r, ns);
+    T_CHECK(q == r || strcmp(all + 64 * q, ns) != 0,
+            "ranks %d and %d share the network namespace %s", q, r, ns);
   T_OK(rr_destroy_process_group(pg));
 
   /* The log: where the data sockets listened, with which host identity, and the pairs. */
@@ -108,7 +116,8 @@ int main(int argc, char **argv) {
   snprintf(over, sizeof over, " over %s", want_tp);
   while (fgets(line, sizeof line, f)) {
     if (strstr(line, "group w rank") && strstr(line, "listening on")) {
-      T_CHECK(strstr(line, want_addr) && strstr(line, want_if), "want '%s' on %s: %s", want_addr, want_if, line);
+      T_CHECK(strstr(line, want_addr) && strstr(line, want_if), "want '%s' on %s: %s", want_addr,
+              want_if, line);
       T_CHECK(strstr(line, ns) != NULL, "the host identity lacks this namespace %s: %s", ns, line);
       listen_ok++;
     }

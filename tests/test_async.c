@@ -16,7 +16,14 @@
 #define MIB64 ((size_t)64 << 20)
 
 /* A pending call and how to check it afterwards. */
-typedef enum { K_ALL_REDUCE, K_BROADCAST, K_BARRIER, K_ALL_GATHER, K_REDUCE_SCATTER, K_REDUCE } kind;
+typedef enum {
+  K_ALL_REDUCE,
+  K_BROADCAST,
+  K_BARRIER,
+  K_ALL_GATHER,
+  K_REDUCE_SCATTER,
+  K_REDUCE
+} kind;
 
 typedef struct job {
   kind k;
@@ -39,9 +46,12 @@ static void job_prepare(job *j, int n, int r) {
   if (j->k == K_BARRIER) in = out = 0;
   j->dst = t_alloc(out);
   memset(j->dst, 0xa5, out);
-  if (j->inplace && (j->k == K_ALL_REDUCE || j->k == K_BROADCAST)) j->src = j->dst;
-  else if (j->inplace && j->k == K_ALL_GATHER) j->src = j->dst + (size_t)r * in;
-  else j->src = t_alloc(in);
+  if (j->inplace && (j->k == K_ALL_REDUCE || j->k == K_BROADCAST))
+    j->src = j->dst;
+  else if (j->inplace && j->k == K_ALL_GATHER)
+    j->src = j->dst + (size_t)r * in;
+  else
+    j->src = t_alloc(in);
   size_t fill = j->k == K_REDUCE_SCATTER ? c * (size_t)n : c;
   if (j->k == K_BROADCAST) {
     if (r == j->root) t_fill(j->src, c, j->d, RR_SUM, j->seed, r, 0);
@@ -52,18 +62,24 @@ static void job_prepare(job *j, int n, int r) {
 
 static int job_issue(rr_pg *pg, job *j) {
   switch (j->k) {
-    case K_ALL_REDUCE: return rr_all_reduce_async(pg, j->src, j->dst, j->count, j->d, j->op, &j->w);
-    case K_BROADCAST: return rr_broadcast_async(pg, j->src, j->dst, j->count, j->d, j->root, &j->w);
-    case K_BARRIER: return rr_barrier_async(pg, &j->w);
-    case K_ALL_GATHER: return rr_all_gather_async(pg, j->src, j->dst, j->count, j->d, &j->w);
+    case K_ALL_REDUCE:
+      return rr_all_reduce_async(pg, j->src, j->dst, j->count, j->d, j->op, &j->w);
+    case K_BROADCAST:
+      return rr_broadcast_async(pg, j->src, j->dst, j->count, j->d, j->root, &j->w);
+    case K_BARRIER:
+      return rr_barrier_async(pg, &j->w);
+    case K_ALL_GATHER:
+      return rr_all_gather_async(pg, j->src, j->dst, j->count, j->d, &j->w);
     case K_REDUCE_SCATTER:
       return rr_reduce_scatter_async(pg, j->src, j->dst, j->count, j->d, j->op, &j->w);
-    default: return rr_reduce_async(pg, j->src, j->dst, j->count, j->d, j->op, j->root, &j->w);
+    default:
+      return rr_reduce_async(pg, j->src, j->dst, j->count, j->d, j->op, j->root, &j->w);
   }
 }
 
 /* Fast exact check for big int32 sums: rank q's element i is t_value_bits(q, i). */
-static size_t check_i32_sum(const int32_t *got, size_t n, uint64_t seed, int nranks, const char *what) {
+static size_t check_i32_sum(const int32_t *got, size_t n, uint64_t seed, int nranks,
+                            const char *what) {
   size_t wrong = 0;
   for (size_t i = 0; i < n; i++) {
     uint32_t want = 0;
@@ -82,12 +98,18 @@ static size_t job_check(const job *j, int n, int r, const char *what) {
   size_t c = j->count, es = rr_dtype_size(j->d), wrong = 0;
   switch (j->k) {
     case K_ALL_REDUCE:
-      if (j->d == RR_INT32 && j->op == RR_SUM) wrong = check_i32_sum((const int32_t *)j->dst, c, j->seed, n, what);
-      else wrong = t_check_reduced(j->dst, c, j->d, j->op, j->seed, n, 0, what);
-      if (!j->inplace && j->d != RR_INT32) wrong += t_check_copied(j->src, c, j->d, j->op, j->seed, r, 0, "input");
+      if (j->d == RR_INT32 && j->op == RR_SUM)
+        wrong = check_i32_sum((const int32_t *)j->dst, c, j->seed, n, what);
+      else
+        wrong = t_check_reduced(j->dst, c, j->d, j->op, j->seed, n, 0, what);
+      if (!j->inplace && j->d != RR_INT32)
+        wrong += t_check_copied(j->src, c, j->d, j->op, j->seed, r, 0, "input");
       break;
-    case K_BROADCAST: wrong = t_check_copied(j->dst, c, j->d, RR_SUM, j->seed, j->root, 0, what); break;
-    case K_BARRIER: break;
+    case K_BROADCAST:
+      wrong = t_check_copied(j->dst, c, j->d, RR_SUM, j->seed, j->root, 0, what);
+      break;
+    case K_BARRIER:
+      break;
     case K_ALL_GATHER:
       for (int q = 0; q < n; q++)
         wrong += t_check_copied(j->dst + (size_t)q * c * es, c, j->d, RR_SUM, j->seed, q, 0, what);
@@ -137,8 +159,8 @@ static int monitor_main(void *p) {
         if (later_done < 0) later_done = k;
       } else if (later_done >= 0) {
         if (!m->violations++)
-          snprintf(m->first, sizeof m->first, "work %d was finished while work %d (issued before it) was not",
-                   later_done, k);
+          snprintf(m->first, sizeof m->first,
+                   "work %d was finished while work %d (issued before it) was not", later_done, k);
       }
     }
     m->passes++;
@@ -176,7 +198,8 @@ static int order(int rank, void *arg) {
   /* The calls returned at once: the last one cannot have run yet (64 MiB are ahead of it). */
   T_CHECK(rr_work_test(jobs[nj - 1].w) == RR_INPROGRESS,
           "the last async call had finished %.3f ms after the batch was issued: the calls did "
-          "not return at once", issued * 1e3);
+          "not return at once",
+          issued * 1e3);
   monitor m = {.jobs = jobs, .n = nj};
   t_thread th;
   T_CHECK(t_thread_start(&th, monitor_main, &m) == 0, "pthread_create");
@@ -190,8 +213,8 @@ static int order(int rank, void *arg) {
     for (int j = 0; j < k && !bad; j++) {
       int tj = rr_work_test(jobs[j].w);
       if (tj != RR_OK) {
-        fprintf(stderr, "rank %d: work %d is done but work %d issued before it is %s\n", rank, k,
-                j, rr_status_name(tj));
+        fprintf(stderr, "rank %d: work %d is done but work %d issued before it is %s\n", rank, k, j,
+                rr_status_name(tj));
         bad = 1;
       }
     }
@@ -210,9 +233,10 @@ static int order(int rank, void *arg) {
   T_CHECK(!wrong, "%zu wrong elements in the batch", wrong);
   T_OK(rr_destroy_process_group(pg));
   if (rank == 0)
-    printf("order world %d: %d works issued in %.1f us, all correct; monitor made %d passes, "
-           "64 MiB all_reduce seen done after %.3f s\n",
-           n, nj, issued * 1e6, m.passes, jobs[0].done_at > 0 ? jobs[0].done_at - t0 : -1.0);
+    printf(
+        "order world %d: %d works issued in %.1f us, all correct; monitor made %d passes, "
+        "64 MiB all_reduce seen done after %.3f s\n",
+        n, nj, issued * 1e6, m.passes, jobs[0].done_at > 0 ? jobs[0].done_at - t0 : -1.0);
   return 0;
 }
 
@@ -220,7 +244,8 @@ static int order(int rank, void *arg) {
  * overlap: an async 64 MiB all-reduce completes while the caller only computes and polls
  * rr_work_test (which moves no bytes), so a background thread ran it. */
 static uint64_t compute_chunk(uint64_t x) {
-  for (int i = 0; i < 20000; i++) x = x * 6364136223846793005ull + 1442695040888963407ull, x ^= x >> 29;
+  for (int i = 0; i < 20000; i++)
+    x = x * 6364136223846793005ull + 1442695040888963407ull, x ^= x >> 29;
   return x;
 }
 
@@ -279,11 +304,12 @@ static int overlap(int rank, void *arg) {
   T_OK(rr_destroy_process_group(pg));
   if (rank == 0) {
     for (int q = 0; q < n; q++)
-      printf("overlap rank %d: blocking 64 MiB all_reduce %.3f s; async one finished after "
-             "%.3f s without rr_work_wait, during which the caller computed %.3f s (%.0f%%) "
-             "in %.0f chunks\n",
-             q, all[4 * q], all[4 * q + 1], all[4 * q + 2],
-             100.0 * all[4 * q + 2] / all[4 * q + 1], all[4 * q + 3]);
+      printf(
+          "overlap rank %d: blocking 64 MiB all_reduce %.3f s; async one finished after "
+          "%.3f s without rr_work_wait, during which the caller computed %.3f s (%.0f%%) "
+          "in %.0f chunks\n",
+          q, all[4 * q], all[4 * q + 1], all[4 * q + 2], 100.0 * all[4 * q + 2] / all[4 * q + 1],
+          all[4 * q + 3]);
     printf("(checksum %llx)\n", (unsigned long long)acc);
   }
   return 0;
@@ -317,10 +343,13 @@ static int blocker_body(void *p) {
   /* Everything issued before this call has finished. */
   for (int k = 0; k < b->nj; k++) {
     int st = rr_work_test(b->jobs[k].w);
-    T_CHECK(st == RR_OK, "round %d: the blocking call from another thread returned while work %d "
-                         "(issued before it) is %s", b->round, k, rr_status_name(st));
+    T_CHECK(st == RR_OK,
+            "round %d: the blocking call from another thread returned while work %d "
+            "(issued before it) is %s",
+            b->round, k, rr_status_name(st));
   }
-  size_t wrong = t_check_reduced(x, 1000, RR_FLOAT32, RR_SUM, s, n, 0, "blocking all_reduce from a 2nd thread");
+  size_t wrong = t_check_reduced(x, 1000, RR_FLOAT32, RR_SUM, s, n, 0,
+                                 "blocking all_reduce from a 2nd thread");
   T_CHECK(!wrong, "%zu wrong", wrong);
   return 0;
 }
@@ -362,7 +391,8 @@ static int thread_order(int rank, void *arg) {
   /* The check means something only if works were still pending when the call was made. */
   T_CHECK(pending_rounds > 0, "the async works had always finished before the blocking call");
   T_OK(rr_destroy_process_group(pg));
-  if (rank == 0) printf("thread_order world %d: ok (works pending in %d of 3 rounds)\n", n, pending_rounds);
+  if (rank == 0)
+    printf("thread_order world %d: ok (works pending in %d of 3 rounds)\n", n, pending_rounds);
   return 0;
 }
 
@@ -396,7 +426,8 @@ static int wait_free(int rank, void *arg) {
     T_CHECK(t_now() - t0 < 0.05, "waits on a finished work took %.3f s", t_now() - t0);
     T_CHECK(rr_work_test(w) == RR_OK, "test after wait");
     T_CHECK(!strcmp(rr_work_error(w), ""), "error text of a good work: '%s'", rr_work_error(w));
-    size_t wrong = t_check_reduced(x, 100, RR_INT64, RR_SUM, s + 1, n, 0, "all_reduce waited thrice");
+    size_t wrong =
+        t_check_reduced(x, 100, RR_INT64, RR_SUM, s + 1, n, 0, "all_reduce waited thrice");
     T_CHECK(!wrong, "%zu wrong", wrong);
     rr_work_free(w);
     /* Finished as seen by rr_work_test only, then waited with a timeout. */
@@ -426,14 +457,17 @@ static int wait_free(int rank, void *arg) {
     int32_t *a = t_alloc(c * 4);
     float *bc = t_alloc(1 << 22);
     t_fill(a, c, RR_INT32, RR_SUM, s + 3, rank, 0);
-    if (rank == 0) t_fill(bc, 1 << 20, RR_FLOAT32, RR_SUM, s + 4, 0, 0);
-    else memset(bc, 0xa5, 1 << 22);
+    if (rank == 0)
+      t_fill(bc, 1 << 20, RR_FLOAT32, RR_SUM, s + 4, 0, 0);
+    else
+      memset(bc, 0xa5, 1 << 22);
     rr_work *w1, *w2;
     T_OK(rr_all_reduce_async(pg, a, a, c, RR_INT32, RR_SUM, &w1));
     T_OK(rr_broadcast_async(pg, bc, bc, 1 << 20, RR_FLOAT32, 0, &w2));
     int drop = rank % 2 == 1;
     if (drop) {
-      T_CHECK(rr_work_test(w1) == RR_INPROGRESS, "16 MiB all_reduce already done: the free is not early");
+      T_CHECK(rr_work_test(w1) == RR_INPROGRESS,
+              "16 MiB all_reduce already done: the free is not early");
       rr_work_free(w1);
       rr_work_free(w2);
     } else {
@@ -451,10 +485,12 @@ static int wait_free(int rank, void *arg) {
       rr_work_free(w);
     }
     T_OK(rr_barrier(pg)); /* runs after all of them */
-    size_t wrong = check_i32_sum(a, c, s + 3, n, drop ? "freed 16 MiB all_reduce" : "waited 16 MiB all_reduce");
+    size_t wrong = check_i32_sum(a, c, s + 3, n,
+                                 drop ? "freed 16 MiB all_reduce" : "waited 16 MiB all_reduce");
     wrong += t_check_copied(bc, 1 << 20, RR_FLOAT32, RR_SUM, s + 4, 0, 0, "broadcast");
     for (int i = 0; i < 50; i++)
-      wrong += t_check_reduced(small[i], 8, RR_INT64, RR_BXOR, s + 10 + (uint64_t)i, n, 0, "freed small all_reduce");
+      wrong += t_check_reduced(small[i], 8, RR_INT64, RR_BXOR, s + 10 + (uint64_t)i, n, 0,
+                               "freed small all_reduce");
     free(a);
     free(bc);
     T_CHECK(!wrong, "%zu wrong elements after freeing works early", wrong);
@@ -468,7 +504,8 @@ static int wait_free(int rank, void *arg) {
   T_OK(rr_all_reduce_async(pg, f, f, c, RR_FLOAT32, RR_SUM, &w));
   rr_work_free(w);
   T_OK(rr_destroy_process_group(pg));
-  size_t wrong = t_check_reduced(f, c, RR_FLOAT32, RR_SUM, s + 99, n, 0, "all_reduce pending at destroy");
+  size_t wrong =
+      t_check_reduced(f, c, RR_FLOAT32, RR_SUM, s + 99, n, 0, "all_reduce pending at destroy");
   free(f);
   T_CHECK(!wrong, "%zu wrong", wrong);
   if (rank == 0) printf("wait_free world %d: ok\n", n);
@@ -515,19 +552,25 @@ static int error_rank(int rank, void *arg) {
   snprintf(victim, sizeof victim, "rank %d", n - 1);
   char me[32];
   snprintf(me, sizeof me, "rank %d", rank);
-  T_CHECK(st == RR_EPEER || st == RR_EABORTED, "rr_work_test on the failed work: %s", rr_status_name(st));
+  T_CHECK(st == RR_EPEER || st == RR_EABORTED, "rr_work_test on the failed work: %s",
+          rr_status_name(st));
   char e[512]; /* a copy: the text lives in the work, freed below */
   snprintf(e, sizeof e, "%s", rr_work_error(w));
   T_CHECK(e[0] != '\0', "rr_work_error is empty for a failed work");
   T_HAS(e, victim);
   T_HAS(e, me);
   T_HAS(e, "all_reduce");
-  T_CHECK(!strcmp(rr_last_error(), e), "rr_last_error after rr_work_test ('%s') differs from "
-          "rr_work_error ('%s')", rr_last_error(), e);
+  T_CHECK(!strcmp(rr_last_error(), e),
+          "rr_last_error after rr_work_test ('%s') differs from "
+          "rr_work_error ('%s')",
+          rr_last_error(), e);
   int st2 = rr_work_wait(w, 0);
-  T_CHECK(st2 == st, "rr_work_wait returned %s, rr_work_test %s", rr_status_name(st2), rr_status_name(st));
-  T_CHECK(!strcmp(rr_last_error(), e), "rr_last_error after rr_work_wait ('%s') differs from "
-          "rr_work_error ('%s')", rr_last_error(), e);
+  T_CHECK(st2 == st, "rr_work_wait returned %s, rr_work_test %s", rr_status_name(st2),
+          rr_status_name(st));
+  T_CHECK(!strcmp(rr_last_error(), e),
+          "rr_last_error after rr_work_wait ('%s') differs from "
+          "rr_work_error ('%s')",
+          rr_last_error(), e);
   T_CHECK(rr_work_test(w) == st, "rr_work_test changed its answer");
   rr_work_free(w);
   /* A later work on the failed group fails too, with a reason. */
@@ -556,7 +599,8 @@ int main(int argc, char **argv) {
     if (world < 2 || world > 16) return 2;
     if (t_run(world, error_rank, NULL, NULL, 90, codes, sigs)) return 1;
     int bad = t_exits_ok(world - 1, codes, sigs, NULL);
-    if (sigs[world - 1] != SIGKILL) fprintf(stderr, "the victim was not killed (exit %d)\n", codes[world - 1]), bad = 1;
+    if (sigs[world - 1] != SIGKILL)
+      fprintf(stderr, "the victim was not killed (exit %d)\n", codes[world - 1]), bad = 1;
     return bad;
   }
   int (*fn)(int, void *) = !strcmp(s, "order")          ? order

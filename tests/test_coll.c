@@ -12,12 +12,12 @@
  * every dtype (two ops each, rotating); where the count is one block of n (reduce_scatter,
  * all_gather, gather, scatter, all_to_all) the big count is 1,000,003 / n but at least
  * 300,007, so a rank moves about as much as in an all-reduce of 1,000,003 while every
- * dtype's block still spans more than two default segments (128 KiB; before, all_to_all at 8 ranks moved
- * 8M elements per rank per case: most of the matrix's time under the sanitizers, no path
- * the smaller blocks miss). large: 64 MiB of float32 and of int32. all_to_all
- * and all_to_allv have no in-place form: their second placement is the _async call. For
- * all_to_allv the count sets the scale of random per-pair counts (zeros among them).
- * RR_TEST_MATRIX=lean (the sanitizer stages) narrows dtypes and ops: see lean_dtype. */
+ * dtype's block still spans more than two default segments (128 KiB; before, all_to_all at 8 ranks
+ * moved 8M elements per rank per case: most of the matrix's time under the sanitizers, no path the
+ * smaller blocks miss). large: 64 MiB of float32 and of int32. all_to_all and all_to_allv have no
+ * in-place form: their second placement is the _async call. For all_to_allv the count sets the
+ * scale of random per-pair counts (zeros among them). RR_TEST_MATRIX=lean (the sanitizer stages)
+ * narrows dtypes and ops: see lean_dtype. */
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -34,11 +34,13 @@ typedef struct targs {
 static int same_everywhere(rr_pg *pg, const void *buf, size_t bytes, const char *what) {
   int differs;
   T_OK(t_differing_rank(pg, buf, bytes, &differs));
-  T_CHECK(differs < 0, "%s: rank %d's result differs in its bits from rank %d's", what, differs, t_rank);
+  T_CHECK(differs < 0, "%s: rank %d's result differs in its bits from rank %d's", what, differs,
+          t_rank);
   return 0;
 }
 
-static int case_all_reduce(rr_pg *pg, size_t count, rr_dtype d, rr_op op, int inplace, uint64_t seed) {
+static int case_all_reduce(rr_pg *pg, size_t count, rr_dtype d, rr_op op, int inplace,
+                           uint64_t seed) {
   int n = rr_get_world_size(pg), r = rr_get_rank(pg);
   size_t bytes = count * rr_dtype_size(d);
   char *src = t_alloc(bytes), *dst = inplace ? src : t_alloc(bytes);
@@ -46,9 +48,11 @@ static int case_all_reduce(rr_pg *pg, size_t count, rr_dtype d, rr_op op, int in
   if (!inplace) memset(dst, 0xa5, bytes); /* an element never written fails the check */
   T_OK(rr_all_reduce(pg, src, dst, count, d, op));
   char what[96];
-  snprintf(what, sizeof what, "all_reduce %s count %zu", inplace ? "in place" : "out of place", count);
+  snprintf(what, sizeof what, "all_reduce %s count %zu", inplace ? "in place" : "out of place",
+           count);
   size_t wrong = t_check_reduced(dst, count, d, op, seed, n, 0, what);
-  if (!inplace) wrong += t_check_copied(src, count, d, op, seed, r, 0, "all_reduce input (must be unchanged)");
+  if (!inplace)
+    wrong += t_check_copied(src, count, d, op, seed, r, 0, "all_reduce input (must be unchanged)");
   int bad = wrong || same_everywhere(pg, dst, bytes, what);
   if (!inplace) free(dst);
   free(src);
@@ -56,7 +60,8 @@ static int case_all_reduce(rr_pg *pg, size_t count, rr_dtype d, rr_op op, int in
   return 0;
 }
 
-static int case_reduce_scatter(rr_pg *pg, size_t count, rr_dtype d, rr_op op, int inplace, uint64_t seed) {
+static int case_reduce_scatter(rr_pg *pg, size_t count, rr_dtype d, rr_op op, int inplace,
+                               uint64_t seed) {
   int n = rr_get_world_size(pg), r = rr_get_rank(pg);
   size_t es = rr_dtype_size(d), blk = count * es;
   char *src = t_alloc(blk * (size_t)n);
@@ -65,12 +70,16 @@ static int case_reduce_scatter(rr_pg *pg, size_t count, rr_dtype d, rr_op op, in
   if (!inplace) memset(dst, 0xa5, blk);
   T_OK(rr_reduce_scatter(pg, src, dst, count, d, op));
   char what[96];
-  snprintf(what, sizeof what, "reduce_scatter %s count %zu", inplace ? "in place" : "out of place", count);
+  snprintf(what, sizeof what, "reduce_scatter %s count %zu", inplace ? "in place" : "out of place",
+           count);
   size_t wrong = t_check_reduced(dst, count, d, op, seed, n, (size_t)r * count, what);
-  if (!inplace) wrong += t_check_copied(src, count * (size_t)n, d, op, seed, r, 0, "reduce_scatter input");
+  if (!inplace)
+    wrong += t_check_copied(src, count * (size_t)n, d, op, seed, r, 0, "reduce_scatter input");
   else /* in place, the other blocks of the input must be left alone */
     for (int q = 0; q < n; q++)
-      if (q != r) wrong += t_check_copied(src + (size_t)q * blk, count, d, op, seed, r, (size_t)q * count, "reduce_scatter untouched block");
+      if (q != r)
+        wrong += t_check_copied(src + (size_t)q * blk, count, d, op, seed, r, (size_t)q * count,
+                                "reduce_scatter untouched block");
   if (!inplace) free(dst);
   free(src);
   T_CHECK(!wrong, "%s: %zu wrong elements", what, wrong);
@@ -85,9 +94,11 @@ static int case_all_gather(rr_pg *pg, size_t count, rr_dtype d, int inplace, uin
   t_fill(src, count, d, RR_SUM, seed, r, 0);
   T_OK(rr_all_gather(pg, src, dst, count, d));
   char what[96];
-  snprintf(what, sizeof what, "all_gather %s count %zu", inplace ? "in place" : "out of place", count);
+  snprintf(what, sizeof what, "all_gather %s count %zu", inplace ? "in place" : "out of place",
+           count);
   size_t wrong = 0;
-  for (int q = 0; q < n; q++) wrong += t_check_copied(dst + (size_t)q * blk, count, d, RR_SUM, seed, q, 0, what);
+  for (int q = 0; q < n; q++)
+    wrong += t_check_copied(dst + (size_t)q * blk, count, d, RR_SUM, seed, q, 0, what);
   int bad = wrong || same_everywhere(pg, dst, blk * (size_t)n, what);
   if (!inplace) free(src);
   free(dst);
@@ -95,7 +106,8 @@ static int case_all_gather(rr_pg *pg, size_t count, rr_dtype d, int inplace, uin
   return 0;
 }
 
-static int case_broadcast(rr_pg *pg, size_t count, rr_dtype d, int inplace, int root, uint64_t seed) {
+static int case_broadcast(rr_pg *pg, size_t count, rr_dtype d, int inplace, int root,
+                          uint64_t seed) {
   int r = rr_get_rank(pg);
   size_t bytes = count * rr_dtype_size(d);
   char *dst = t_alloc(bytes), *src = NULL;
@@ -109,9 +121,11 @@ static int case_broadcast(rr_pg *pg, size_t count, rr_dtype d, int inplace, int 
   } /* out of place, other ranks pass NULL: their sendbuf is never read */
   T_OK(rr_broadcast(pg, src, dst, count, d, rr_get_global_rank(pg, root)));
   char what[96];
-  snprintf(what, sizeof what, "broadcast %s count %zu root %d", inplace ? "in place" : "out of place", count, root);
+  snprintf(what, sizeof what, "broadcast %s count %zu root %d",
+           inplace ? "in place" : "out of place", count, root);
   size_t wrong = t_check_copied(dst, count, d, RR_SUM, seed, root, 0, what);
-  if (!inplace && r == root) wrong += t_check_copied(src, count, d, RR_SUM, seed, root, 0, "broadcast input");
+  if (!inplace && r == root)
+    wrong += t_check_copied(src, count, d, RR_SUM, seed, root, 0, "broadcast input");
   int bad = wrong || same_everywhere(pg, dst, bytes, what);
   if (!inplace && r == root) free(src);
   free(dst);
@@ -119,7 +133,8 @@ static int case_broadcast(rr_pg *pg, size_t count, rr_dtype d, int inplace, int 
   return 0;
 }
 
-static int case_reduce(rr_pg *pg, size_t count, rr_dtype d, rr_op op, int inplace, int root, uint64_t seed) {
+static int case_reduce(rr_pg *pg, size_t count, rr_dtype d, rr_op op, int inplace, int root,
+                       uint64_t seed) {
   int n = rr_get_world_size(pg), r = rr_get_rank(pg);
   size_t bytes = count * rr_dtype_size(d);
   char *src = t_alloc(bytes), *dst = inplace ? src : t_alloc(bytes);
@@ -127,7 +142,8 @@ static int case_reduce(rr_pg *pg, size_t count, rr_dtype d, rr_op op, int inplac
   if (!inplace) memset(dst, 0xa5, bytes);
   T_OK(rr_reduce(pg, src, dst, count, d, op, rr_get_global_rank(pg, root)));
   char what[96];
-  snprintf(what, sizeof what, "reduce %s count %zu root %d", inplace ? "in place" : "out of place", count, root);
+  snprintf(what, sizeof what, "reduce %s count %zu root %d", inplace ? "in place" : "out of place",
+           count, root);
   size_t wrong = 0;
   if (r == root) {
     wrong = t_check_reduced(dst, count, d, op, seed, n, 0, what);
@@ -167,10 +183,13 @@ static int case_gather(rr_pg *pg, size_t count, rr_dtype d, int inplace, int roo
   t_fill(src, count, d, RR_SUM, seed, r, 0);
   T_OK(rr_gather(pg, src, dst, count, d, rr_get_global_rank(pg, root)));
   char what[96];
-  snprintf(what, sizeof what, "gather %s count %zu root %d", inplace ? "in place" : "out of place", count, root);
-  size_t wrong = t_check_copied(src, count, d, RR_SUM, seed, r, 0, "gather input (must be unchanged)");
+  snprintf(what, sizeof what, "gather %s count %zu root %d", inplace ? "in place" : "out of place",
+           count, root);
+  size_t wrong =
+      t_check_copied(src, count, d, RR_SUM, seed, r, 0, "gather input (must be unchanged)");
   if (r == root) {
-    for (int q = 0; q < n; q++) wrong += t_check_copied(dst + (size_t)q * blk, count, d, RR_SUM, seed, q, 0, what);
+    for (int q = 0; q < n; q++)
+      wrong += t_check_copied(dst + (size_t)q * blk, count, d, RR_SUM, seed, q, 0, what);
   } else if (inplace) { /* a non-root's recvbuf: everything but its own block still the fill */
     wrong += untouched(dst, 0, (size_t)r * blk) + untouched(dst, (size_t)(r + 1) * blk, all);
   }
@@ -196,10 +215,12 @@ static int case_scatter(rr_pg *pg, size_t count, rr_dtype d, int inplace, int ro
   if (!inplace) memset(dst, 0xa5, blk);
   T_OK(rr_scatter(pg, src, dst, count, d, rr_get_global_rank(pg, root)));
   char what[96];
-  snprintf(what, sizeof what, "scatter %s count %zu root %d", inplace ? "in place" : "out of place", count, root);
+  snprintf(what, sizeof what, "scatter %s count %zu root %d", inplace ? "in place" : "out of place",
+           count, root);
   size_t wrong = t_check_copied(dst, count, d, RR_SUM, seed, root, (size_t)r * count, what);
   if (r == root)
-    wrong += t_check_copied(src, count * (size_t)n, d, RR_SUM, seed, root, 0, "scatter input (must be unchanged)");
+    wrong += t_check_copied(src, count * (size_t)n, d, RR_SUM, seed, root, 0,
+                            "scatter input (must be unchanged)");
   else if (inplace)
     wrong += untouched(src, 0, (size_t)r * blk) + untouched(src, (size_t)(r + 1) * blk, all);
   if (!inplace) free(dst);
@@ -226,9 +247,11 @@ static int case_all_to_all(rr_pg *pg, size_t count, rr_dtype d, int async, uint6
   }
   char what[96];
   snprintf(what, sizeof what, "all_to_all%s count %zu", async ? " (async)" : "", count);
-  size_t wrong = t_check_copied(src, count * (size_t)n, d, RR_SUM, seed, r, 0, "all_to_all input (must be unchanged)");
+  size_t wrong = t_check_copied(src, count * (size_t)n, d, RR_SUM, seed, r, 0,
+                                "all_to_all input (must be unchanged)");
   for (int q = 0; q < n; q++)
-    wrong += t_check_copied(dst + (size_t)q * blk, count, d, RR_SUM, seed, q, (size_t)r * count, what);
+    wrong +=
+        t_check_copied(dst + (size_t)q * blk, count, d, RR_SUM, seed, q, (size_t)r * count, what);
   free(src);
   free(dst);
   T_CHECK(!wrong, "%s: %zu wrong elements", what, wrong);
@@ -264,7 +287,8 @@ static size_t a2av_layout(uint64_t seed, int n, size_t count, int rank, int send
 static int case_all_to_allv(rr_pg *pg, size_t count, rr_dtype d, int async, uint64_t seed) {
   int n = rr_get_world_size(pg), r = rr_get_rank(pg);
   size_t es = rr_dtype_size(d);
-  size_t *sc = t_alloc(4 * (size_t)n * sizeof *sc), *sd = sc + n, *rc = sc + 2 * n, *rd = sc + 3 * n;
+  size_t *sc = t_alloc(4 * (size_t)n * sizeof *sc), *sd = sc + n, *rc = sc + 2 * n,
+         *rd = sc + 3 * n;
   size_t *peer = t_alloc(2 * (size_t)n * sizeof *peer); /* a sender's counts and displacements */
   size_t sspan = a2av_layout(seed, n, count, r, 1, sc, sd);
   size_t rspan = a2av_layout(seed, n, count, r, 0, rc, rd);
@@ -286,13 +310,15 @@ static int case_all_to_allv(rr_pg *pg, size_t count, rr_dtype d, int async, uint
   }
   char what[96];
   snprintf(what, sizeof what, "all_to_allv%s count %zu", async ? " (async)" : "", count);
-  size_t wrong = t_check_copied(src, sspan, d, RR_SUM, seed, r, 0, "all_to_allv input (must be unchanged)");
+  size_t wrong =
+      t_check_copied(src, sspan, d, RR_SUM, seed, r, 0, "all_to_allv input (must be unchanged)");
   size_t at = 0;
   for (int k = 0; k < n; k++) { /* in the order the blocks lie, checking the gaps too */
     int q = (r + k) % n;
     wrong += untouched(dst, at * es, rd[q] * es);
     a2av_layout(seed, n, count, q, 1, peer, peer + n);
-    T_CHECK(peer[r] == rc[q], "layout: rank %d sends %zu, rank %d expects %zu", q, peer[r], r, rc[q]);
+    T_CHECK(peer[r] == rc[q], "layout: rank %d sends %zu, rank %d expects %zu", q, peer[r], r,
+            rc[q]);
     wrong += t_check_copied(dst + rd[q] * es, rc[q], d, RR_SUM, seed, q, peer[n + r], what);
     at = rd[q] + rc[q];
   }
@@ -406,16 +432,26 @@ static int body(int rank, void *arg) {
       size_t per = count / (size_t)n;
       uint64_t s = seed + (uint64_t)k;
       int inplace = k;
-      if (!strcmp(c, "all_reduce")) fails += case_all_reduce(pg, count, ds[k], os[k], inplace, s);
-      else if (!strcmp(c, "reduce_scatter")) fails += case_reduce_scatter(pg, per, ds[k], os[k], inplace, s);
-      else if (!strcmp(c, "all_gather")) fails += case_all_gather(pg, per, ds[k], inplace, s);
-      else if (!strcmp(c, "broadcast")) fails += case_broadcast(pg, count, ds[k], inplace, (k + 1) % n, s);
-      else if (!strcmp(c, "reduce")) fails += case_reduce(pg, count, ds[k], os[k], inplace, (k + 1) % n, s);
-      else if (!strcmp(c, "sendrecv")) fails += case_sendrecv(pg, count, ds[k], s);
-      else if (!strcmp(c, "gather")) fails += case_gather(pg, per, ds[k], inplace, (k + 1) % n, s);
-      else if (!strcmp(c, "scatter")) fails += case_scatter(pg, per, ds[k], inplace, (k + 1) % n, s);
-      else if (!strcmp(c, "all_to_all")) fails += case_all_to_all(pg, per, ds[k], k, s);
-      else if (!strcmp(c, "all_to_allv")) fails += case_all_to_allv(pg, per, ds[k], k, s);
+      if (!strcmp(c, "all_reduce"))
+        fails += case_all_reduce(pg, count, ds[k], os[k], inplace, s);
+      else if (!strcmp(c, "reduce_scatter"))
+        fails += case_reduce_scatter(pg, per, ds[k], os[k], inplace, s);
+      else if (!strcmp(c, "all_gather"))
+        fails += case_all_gather(pg, per, ds[k], inplace, s);
+      else if (!strcmp(c, "broadcast"))
+        fails += case_broadcast(pg, count, ds[k], inplace, (k + 1) % n, s);
+      else if (!strcmp(c, "reduce"))
+        fails += case_reduce(pg, count, ds[k], os[k], inplace, (k + 1) % n, s);
+      else if (!strcmp(c, "sendrecv"))
+        fails += case_sendrecv(pg, count, ds[k], s);
+      else if (!strcmp(c, "gather"))
+        fails += case_gather(pg, per, ds[k], inplace, (k + 1) % n, s);
+      else if (!strcmp(c, "scatter"))
+        fails += case_scatter(pg, per, ds[k], inplace, (k + 1) % n, s);
+      else if (!strcmp(c, "all_to_all"))
+        fails += case_all_to_all(pg, per, ds[k], k, s);
+      else if (!strcmp(c, "all_to_allv"))
+        fails += case_all_to_allv(pg, per, ds[k], k, s);
       cases++;
     }
   } else {
@@ -440,32 +476,46 @@ static int body(int rank, void *arg) {
           ops[1] = ops[1 + (ci + (size_t)di) % (size_t)(nops - 1)];
           nops = 2;
         }
-        int reduces = !strcmp(c, "all_reduce") || !strcmp(c, "reduce_scatter") || !strcmp(c, "reduce");
+        int reduces =
+            !strcmp(c, "all_reduce") || !strcmp(c, "reduce_scatter") || !strcmp(c, "reduce");
         if (!reduces) nops = 1;
         for (int oi = 0; oi < nops; oi++) {
           for (int inplace = 0; inplace < 2; inplace++) {
             if (big && inplace != (di + oi) % 2) continue;
             uint64_t s = seed + (uint64_t)cases * 7919;
-            int nroots = (!strcmp(c, "broadcast") || !strcmp(c, "reduce") ||
-                          !strcmp(c, "gather") || !strcmp(c, "scatter")) ? n : 1;
+            int nroots = (!strcmp(c, "broadcast") || !strcmp(c, "reduce") || !strcmp(c, "gather") ||
+                          !strcmp(c, "scatter"))
+                             ? n
+                             : 1;
             for (int root = 0; root < nroots; root++) {
               /* A big count runs at one root per (dtype, op), rotating. all_to_all(v) have
                * no root and run it for every dtype; the other unrooted calls keep only the
                * (dtype, op) pairs whose rotation lands on 0. */
               int rotates = nroots > 1 || strncmp(c, "all_to_all", 10) != 0;
               if (big && rotates && root != (di + oi) % n) continue;
-              if (!strcmp(c, "all_reduce")) fails += case_all_reduce(pg, count, d, ops[oi], inplace, s);
-              else if (!strcmp(c, "reduce_scatter")) fails += case_reduce_scatter(pg, count, d, ops[oi], inplace, s);
-              else if (!strcmp(c, "all_gather")) fails += case_all_gather(pg, count, d, inplace, s);
-              else if (!strcmp(c, "broadcast")) fails += case_broadcast(pg, count, d, inplace, root, s);
-              else if (!strcmp(c, "reduce")) fails += case_reduce(pg, count, d, ops[oi], inplace, root, s);
-              else if (!strcmp(c, "sendrecv")) { if (!inplace) fails += case_sendrecv(pg, count, d, s); }
-              else if (!strcmp(c, "gather")) fails += case_gather(pg, count, d, inplace, root, s);
-              else if (!strcmp(c, "scatter")) fails += case_scatter(pg, count, d, inplace, root, s);
+              if (!strcmp(c, "all_reduce"))
+                fails += case_all_reduce(pg, count, d, ops[oi], inplace, s);
+              else if (!strcmp(c, "reduce_scatter"))
+                fails += case_reduce_scatter(pg, count, d, ops[oi], inplace, s);
+              else if (!strcmp(c, "all_gather"))
+                fails += case_all_gather(pg, count, d, inplace, s);
+              else if (!strcmp(c, "broadcast"))
+                fails += case_broadcast(pg, count, d, inplace, root, s);
+              else if (!strcmp(c, "reduce"))
+                fails += case_reduce(pg, count, d, ops[oi], inplace, root, s);
+              else if (!strcmp(c, "sendrecv")) {
+                if (!inplace) fails += case_sendrecv(pg, count, d, s);
+              } else if (!strcmp(c, "gather"))
+                fails += case_gather(pg, count, d, inplace, root, s);
+              else if (!strcmp(c, "scatter"))
+                fails += case_scatter(pg, count, d, inplace, root, s);
               /* No in-place form: the second placement runs the _async call instead. */
-              else if (!strcmp(c, "all_to_all")) fails += case_all_to_all(pg, count, d, inplace, s);
-              else if (!strcmp(c, "all_to_allv")) fails += case_all_to_allv(pg, count, d, inplace, s);
-              else T_FAIL("unknown collective %s", c);
+              else if (!strcmp(c, "all_to_all"))
+                fails += case_all_to_all(pg, count, d, inplace, s);
+              else if (!strcmp(c, "all_to_allv"))
+                fails += case_all_to_allv(pg, count, d, inplace, s);
+              else
+                T_FAIL("unknown collective %s", c);
               cases++;
               if (fails) goto out; /* the first failure is the informative one */
             }
@@ -476,7 +526,9 @@ static int body(int rank, void *arg) {
   }
 out:
   T_OK(rr_destroy_process_group(pg));
-  if (rank == 0) printf("%s world %d: %d cases%s, %d failed\n", c, n, cases, lean ? " (lean matrix)" : "", fails);
+  if (rank == 0)
+    printf("%s world %d: %d cases%s, %d failed\n", c, n, cases, lean ? " (lean matrix)" : "",
+           fails);
   return fails ? 1 : 0;
 }
 
@@ -485,7 +537,8 @@ int main(int argc, char **argv) {
     fprintf(stderr, "usage: %s <collective> <world> [matrix|large]\n", argv[0]);
     return 2;
   }
-  targs ta = {.coll = argv[1], .world = atoi(argv[2]), .large = argc > 3 && !strcmp(argv[3], "large")};
+  targs ta = {
+      .coll = argv[1], .world = atoi(argv[2]), .large = argc > 3 && !strcmp(argv[3], "large")};
   t_seed_announce(argv[1]);
   rr_spawn_status st;
   if (rr_spawn(ta.world, body, &ta, &st) != RR_OK) {

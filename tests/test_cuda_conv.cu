@@ -29,9 +29,9 @@
 
 static long g_fail, g_checks;
 
-#define FAIL(...)                                     \
-  do {                                                \
-    if (g_fail++ < 10) printf("FAIL " __VA_ARGS__);  \
+#define FAIL(...)                                   \
+  do {                                              \
+    if (g_fail++ < 10) printf("FAIL " __VA_ARGS__); \
   } while (0)
 
 static uint32_t fbits(float f) {
@@ -44,12 +44,22 @@ static float ffrom(uint32_t u) {
   memcpy(&f, &u, 4);
   return f;
 }
-static bool nan16(uint16_t h) { return (h & 0x7fffu) > 0x7c00u; }
-static bool nanbf(uint16_t h) { return (h & 0x7fffu) > 0x7f80u; }
-static bool nan32(uint32_t u) { return (u & 0x7fffffffu) > 0x7f800000u; }
+static bool nan16(uint16_t h) {
+  return (h & 0x7fffu) > 0x7c00u;
+}
+static bool nanbf(uint16_t h) {
+  return (h & 0x7fffu) > 0x7f80u;
+}
+static bool nan32(uint32_t u) {
+  return (u & 0x7fffffffu) > 0x7f800000u;
+}
 
-static uint16_t cu_f2h(float f) { return __half_as_ushort(__float2half_rn(f)); }
-static uint16_t cu_f2bf(float f) { return __bfloat16_as_ushort(__float2bfloat16_rn(f)); }
+static uint16_t cu_f2h(float f) {
+  return __half_as_ushort(__float2half_rn(f));
+}
+static uint16_t cu_f2bf(float f) {
+  return __bfloat16_as_ushort(__float2bfloat16_rn(f));
+}
 
 // One float through both narrowings, both implementations.
 static void narrow_one(uint32_t u) {
@@ -58,8 +68,10 @@ static void narrow_one(uint32_t u) {
   uint16_t cb = cu_f2bf(f), rb = rr__float_to_bf16(f);
   g_checks += 2;
   if (nan32(u)) {
-    if (!nan16(c) || !nan16(r)) FAIL("float16 of NaN 0x%08x: 0x%04x (CUDA), 0x%04x (half.h)\n", u, c, r);
-    if (!nanbf(cb) || !nanbf(rb)) FAIL("bfloat16 of NaN 0x%08x: 0x%04x (CUDA), 0x%04x (half.h)\n", u, cb, rb);
+    if (!nan16(c) || !nan16(r))
+      FAIL("float16 of NaN 0x%08x: 0x%04x (CUDA), 0x%04x (half.h)\n", u, c, r);
+    if (!nanbf(cb) || !nanbf(rb))
+      FAIL("bfloat16 of NaN 0x%08x: 0x%04x (CUDA), 0x%04x (half.h)\n", u, cb, rb);
     return;
   }
   if (c != r) FAIL("float16 of 0x%08x (%.9g): 0x%04x (CUDA), 0x%04x (half.h)\n", u, f, c, r);
@@ -83,12 +95,15 @@ int main(int argc, char **argv) {
   for (uint32_t i = 0; i < 65536; i++) {
     uint16_t h = (uint16_t)i;
     uint32_t c = fbits(__half2float(__ushort_as_half(h))), r = fbits(rr__half_to_float(h));
-    uint32_t cb = fbits(__bfloat162float(__ushort_as_bfloat16(h))), rb = fbits(rr__bf16_to_float(h));
+    uint32_t cb = fbits(__bfloat162float(__ushort_as_bfloat16(h))),
+             rb = fbits(rr__bf16_to_float(h));
     g_checks += 4;
     if (nan16(h)) {
-      if (!nan32(c) || !nan32(r)) FAIL("widened float16 NaN 0x%04x: 0x%08x (CUDA), 0x%08x (half.h)\n", h, c, r);
+      if (!nan32(c) || !nan32(r))
+        FAIL("widened float16 NaN 0x%04x: 0x%08x (CUDA), 0x%08x (half.h)\n", h, c, r);
       nan_f16_canon += c == 0x7fffffffu;
-      nan_f16_kept += c == ((uint32_t)(h & 0x8000u) << 16 | 0x7f800000u | (uint32_t)(h & 0x3ffu) << 13);
+      nan_f16_kept +=
+          c == ((uint32_t)(h & 0x8000u) << 16 | 0x7f800000u | (uint32_t)(h & 0x3ffu) << 13);
       if (rr__float_to_half(ffrom(r)) != (h | 0x0200u))
         FAIL("float16 NaN 0x%04x does not come back quieted from half.h\n", h);
     } else {
@@ -97,7 +112,8 @@ int main(int argc, char **argv) {
         FAIL("float16 0x%04x does not come back from its float32\n", h);
     }
     if (nanbf(h)) {
-      if (!nan32(cb) || !nan32(rb)) FAIL("widened bfloat16 NaN 0x%04x: 0x%08x (CUDA), 0x%08x (half.h)\n", h, cb, rb);
+      if (!nan32(cb) || !nan32(rb))
+        FAIL("widened bfloat16 NaN 0x%04x: 0x%08x (CUDA), 0x%08x (half.h)\n", h, cb, rb);
       nan_bf_canon += cb == 0x7fffffffu;
       nan_bf_kept += cb == (uint32_t)h << 16;
       if (rr__float_to_bf16(ffrom(rb)) != (h | 0x0040u))
@@ -140,13 +156,14 @@ int main(int argc, char **argv) {
 
   printf("CUDA host conversions vs common/half.h: %ld checks (%s), %ld mismatch(es)\n", g_checks,
          all ? "all 2^32 floats narrowed" : "every rounding case of the narrowings", g_fail);
-  printf("NaNs (no element function lets a converted NaN reach a result): of 2046 float16 / "
-         "254 bfloat16 NaNs the CUDA widenings return 0x7fffffff for %d / %d and the input's "
-         "bits unchanged (not quieted) for %d / %d (half.h: sign and payload kept, quiet bit "
-         "set); the narrowings give 0x%04x / 0x%04x for the float 0xffa00001 (half.h: 0x%04x / "
-         "0x%04x, quieted, sign and payload's top bits kept)\n",
-         nan_f16_canon, nan_bf_canon, nan_f16_kept, nan_bf_kept, cu_f2h(ffrom(0xffa00001u)),
-         cu_f2bf(ffrom(0xffa00001u)), rr__float_to_half(ffrom(0xffa00001u)),
-         rr__float_to_bf16(ffrom(0xffa00001u)));
+  printf(
+      "NaNs (no element function lets a converted NaN reach a result): of 2046 float16 / "
+      "254 bfloat16 NaNs the CUDA widenings return 0x7fffffff for %d / %d and the input's "
+      "bits unchanged (not quieted) for %d / %d (half.h: sign and payload kept, quiet bit "
+      "set); the narrowings give 0x%04x / 0x%04x for the float 0xffa00001 (half.h: 0x%04x / "
+      "0x%04x, quieted, sign and payload's top bits kept)\n",
+      nan_f16_canon, nan_bf_canon, nan_f16_kept, nan_bf_kept, cu_f2h(ffrom(0xffa00001u)),
+      cu_f2bf(ffrom(0xffa00001u)), rr__float_to_half(ffrom(0xffa00001u)),
+      rr__float_to_bf16(ffrom(0xffa00001u)));
   return g_fail ? 1 : 0;
 }

@@ -43,10 +43,16 @@ static void fill(void *buf, size_t n, rr_dtype d) {
   static const uint32_t f_special[] = {0x00000000u, 0x80000000u, 0x7f800000u, 0xff800000u,
                                        0x7fc00000u, 0x7f800001u, 0xffc12345u, 0x00000001u,
                                        0x007fffffu, 0x00800000u, 0x7f7fffffu, 0x3f800000u};
-  static const uint64_t d_special[] = {0, 0x8000000000000000ull, 0x7ff0000000000000ull,
-                                       0xfff0000000000000ull, 0x7ff8000000000000ull,
-                                       0x7ff0000000000001ull, 0xfff8000000abcdefull, 1,
-                                       0x000fffffffffffffull, 0x7fefffffffffffffull,
+  static const uint64_t d_special[] = {0,
+                                       0x8000000000000000ull,
+                                       0x7ff0000000000000ull,
+                                       0xfff0000000000000ull,
+                                       0x7ff8000000000000ull,
+                                       0x7ff0000000000001ull,
+                                       0xfff8000000abcdefull,
+                                       1,
+                                       0x000fffffffffffffull,
+                                       0x7fefffffffffffffull,
                                        0x3ff0000000000000ull};
   for (size_t i = 0; i < n; i++) {
     uint64_t r = rnd();
@@ -65,8 +71,10 @@ static void fill(void *buf, size_t n, rr_dtype d) {
       }
       case RR_FLOAT32: {
         uint32_t v;
-        if (kind < 8) v = (uint32_t)r;
-        else if (kind < 10) v = f_special[(r >> 16) % (sizeof f_special / 4)];
+        if (kind < 8)
+          v = (uint32_t)r;
+        else if (kind < 10)
+          v = f_special[(r >> 16) % (sizeof f_special / 4)];
         else {
           float f = (float)((int64_t)(r % 2000001) - 1000000) / 1024.0f;
           memcpy(&v, &f, 4);
@@ -76,8 +84,10 @@ static void fill(void *buf, size_t n, rr_dtype d) {
       }
       case RR_FLOAT64: {
         uint64_t v;
-        if (kind < 8) v = r;
-        else if (kind < 10) v = d_special[(r >> 8) % (sizeof d_special / 8)];
+        if (kind < 8)
+          v = r;
+        else if (kind < 10)
+          v = d_special[(r >> 8) % (sizeof d_special / 8)];
         else {
           double f = (double)((int64_t)(r % 2000001) - 1000000) / 3.0;
           memcpy(&v, &f, 8);
@@ -96,70 +106,104 @@ static void fill(void *buf, size_t n, rr_dtype d) {
  * functions (the host fake's); kern 1: what the kernels run, AVG by rre_*_avgm and, where
  * the kernel has them, the 32-bit word forms for all whole words (WORD: elements per word,
  * 0 for none), the rest one element at a time as the kernels' scalar tail. */
-#define ELEMS(T, tag, D, WORD, WEXPR)                                            \
-  {                                                                              \
-    T *o = (T *)dst;                                                             \
-    const T *x = (const T *)a, *y = (const T *)b;                                \
-    size_t i = 0, w_ = (size_t)(WORD);                                           \
-    if (kern && w_ && (op != RR_AVG || div > 1))                                 \
-      for (; i + w_ <= n; i += w_) {                                             \
-        uint32_t xw, yw, rw;                                                     \
-        memcpy(&xw, x + i, 4);                                                   \
-        memcpy(&yw, y + i, 4);                                                   \
-        rw = WEXPR;                                                              \
-        memcpy(o + i, &rw, 4);                                                   \
-      }                                                                          \
-    for (; i < n; i++) switch (op) {                                             \
-        case RR_SUM: o[i] = rre_##tag##_sum(x[i], y[i]); break;                  \
-        case RR_PROD: o[i] = rre_##tag##_prod(x[i], y[i]); break;                \
-        case RR_MIN: o[i] = rre_##tag##_min(x[i], y[i]); break;                  \
-        case RR_MAX: o[i] = rre_##tag##_max(x[i], y[i]); break;                  \
-        case RR_AVG:                                                             \
-          o[i] = div <= 1 ? rre_##tag##_sum(x[i], y[i])                          \
-                 : kern   ? avg_kern_##tag(x[i], y[i], div)                      \
-                          : rre_##tag##_avg(x[i], y[i], (D)div);                 \
-          break;                                                                 \
-        default: o[i] = bitwise_##tag(x[i], y[i], op);                           \
-      }                                                                          \
-    return;                                                                      \
+#define ELEMS(T, tag, D, WORD, WEXPR)                          \
+  {                                                            \
+    T *o = (T *)dst;                                           \
+    const T *x = (const T *)a, *y = (const T *)b;              \
+    size_t i = 0, w_ = (size_t)(WORD);                         \
+    if (kern && w_ && (op != RR_AVG || div > 1))               \
+      for (; i + w_ <= n; i += w_) {                           \
+        uint32_t xw, yw, rw;                                   \
+        memcpy(&xw, x + i, 4);                                 \
+        memcpy(&yw, y + i, 4);                                 \
+        rw = WEXPR;                                            \
+        memcpy(o + i, &rw, 4);                                 \
+      }                                                        \
+    for (; i < n; i++) switch (op) {                           \
+        case RR_SUM:                                           \
+          o[i] = rre_##tag##_sum(x[i], y[i]);                  \
+          break;                                               \
+        case RR_PROD:                                          \
+          o[i] = rre_##tag##_prod(x[i], y[i]);                 \
+          break;                                               \
+        case RR_MIN:                                           \
+          o[i] = rre_##tag##_min(x[i], y[i]);                  \
+          break;                                               \
+        case RR_MAX:                                           \
+          o[i] = rre_##tag##_max(x[i], y[i]);                  \
+          break;                                               \
+        case RR_AVG:                                           \
+          o[i] = div <= 1 ? rre_##tag##_sum(x[i], y[i])        \
+                 : kern   ? avg_kern_##tag(x[i], y[i], div)    \
+                          : rre_##tag##_avg(x[i], y[i], (D)div); \
+          break;                                               \
+        default:                                               \
+          o[i] = bitwise_##tag(x[i], y[i], op);                \
+      }                                                        \
+    return;                                                    \
   }
 
 /* AVG as the kernels do it: the integers by the magic multiplier the launcher makes. */
-static int8_t avg_kern_i8(int8_t x, int8_t y, int d) { return rre_i8_avgm(x, y, rre_div32_make((uint32_t)d)); }
-static uint8_t avg_kern_u8(uint8_t x, uint8_t y, int d) { return rre_u8_avgm(x, y, rre_div32_make((uint32_t)d)); }
-static int32_t avg_kern_i32(int32_t x, int32_t y, int d) { return rre_i32_avgm(x, y, rre_div32_make((uint32_t)d)); }
-static int64_t avg_kern_i64(int64_t x, int64_t y, int d) { return rre_i64_avgm(x, y, rre_div64_make((uint32_t)d)); }
-static uint16_t avg_kern_f16(uint16_t x, uint16_t y, int d) { return rre_f16_avg(x, y, (float)d); }
-static uint16_t avg_kern_bf16(uint16_t x, uint16_t y, int d) { return rre_bf16_avg(x, y, (float)d); }
-static float avg_kern_f32(float x, float y, int d) { return rre_f32_avg(x, y, (float)d); }
-static double avg_kern_f64(double x, double y, int d) { return rre_f64_avg(x, y, (double)d); }
+static int8_t avg_kern_i8(int8_t x, int8_t y, int d) {
+  return rre_i8_avgm(x, y, rre_div32_make((uint32_t)d));
+}
+static uint8_t avg_kern_u8(uint8_t x, uint8_t y, int d) {
+  return rre_u8_avgm(x, y, rre_div32_make((uint32_t)d));
+}
+static int32_t avg_kern_i32(int32_t x, int32_t y, int d) {
+  return rre_i32_avgm(x, y, rre_div32_make((uint32_t)d));
+}
+static int64_t avg_kern_i64(int64_t x, int64_t y, int d) {
+  return rre_i64_avgm(x, y, rre_div64_make((uint32_t)d));
+}
+static uint16_t avg_kern_f16(uint16_t x, uint16_t y, int d) {
+  return rre_f16_avg(x, y, (float)d);
+}
+static uint16_t avg_kern_bf16(uint16_t x, uint16_t y, int d) {
+  return rre_bf16_avg(x, y, (float)d);
+}
+static float avg_kern_f32(float x, float y, int d) {
+  return rre_f32_avg(x, y, (float)d);
+}
+static double avg_kern_f64(double x, double y, int d) {
+  return rre_f64_avg(x, y, (double)d);
+}
 
 /* The word forms of the kernels' vector path. */
-#define HALF_WORD(tag)                                                           \
-  static uint32_t word_##tag(uint32_t x, uint32_t y, rr_op op, int div) {        \
-    switch (op) {                                                                \
-      case RR_SUM: return rre_##tag##x2_sum(x, y);                               \
-      case RR_PROD: return rre_##tag##x2_prod(x, y);                             \
-      case RR_MIN: return rre_##tag##x2_min(x, y);                               \
-      case RR_MAX: return rre_##tag##x2_max(x, y);                               \
-      default: return rre_##tag##x2_avg(x, y, (float)div);                       \
-    }                                                                            \
+#define HALF_WORD(tag)                                                    \
+  static uint32_t word_##tag(uint32_t x, uint32_t y, rr_op op, int div) { \
+    switch (op) {                                                         \
+      case RR_SUM:                                                        \
+        return rre_##tag##x2_sum(x, y);                                   \
+      case RR_PROD:                                                       \
+        return rre_##tag##x2_prod(x, y);                                  \
+      case RR_MIN:                                                        \
+        return rre_##tag##x2_min(x, y);                                   \
+      case RR_MAX:                                                        \
+        return rre_##tag##x2_max(x, y);                                   \
+      default:                                                            \
+        return rre_##tag##x2_avg(x, y, (float)div);                       \
+    }                                                                     \
   }
 HALF_WORD(f16)
 HALF_WORD(bf16)
 
-#define BITWISE(tag, T)                                                          \
-  static T bitwise_##tag(T x, T y, rr_op op) {                                   \
-    return op == RR_BAND ? rre_##tag##_band(x, y)                                \
-           : op == RR_BOR ? rre_##tag##_bor(x, y) : rre_##tag##_bxor(x, y);      \
+#define BITWISE(tag, T)                             \
+  static T bitwise_##tag(T x, T y, rr_op op) {      \
+    return op == RR_BAND  ? rre_##tag##_band(x, y)  \
+           : op == RR_BOR ? rre_##tag##_bor(x, y)   \
+                          : rre_##tag##_bxor(x, y); \
   }
 BITWISE(i8, int8_t)
 BITWISE(u8, uint8_t)
 BITWISE(i32, int32_t)
 BITWISE(i64, int64_t)
 /* Never called for floating types (bitwise ops are rejected); present so the macro is one. */
-#define FLT_BITWISE(tag, T) \
-  static T bitwise_##tag(T x, T y, rr_op op) { (void)y, (void)op; return x; }
+#define FLT_BITWISE(tag, T)                    \
+  static T bitwise_##tag(T x, T y, rr_op op) { \
+    (void)y, (void)op;                         \
+    return x;                                  \
+  }
 FLT_BITWISE(f16, uint16_t)
 FLT_BITWISE(bf16, uint16_t)
 FLT_BITWISE(f32, float)
@@ -170,16 +214,25 @@ static void elem_reduce(void *dst, const void *a, const void *b, size_t n, rr_dt
   switch (d) {
     /* int8 has a word form for AVG only (the other ops' element functions are vectorised
      * by nvcc as they are). */
-    case RR_INT8: ELEMS(int8_t, i8, double, op == RR_AVG ? 4u : 0u,
-                        rre_i8x4_avgm(xw, yw, rre_div32_make((uint32_t)div)))
-    case RR_UINT8: ELEMS(uint8_t, u8, double, 0, 0)
-    case RR_INT32: ELEMS(int32_t, i32, double, 0, 0)
-    case RR_INT64: ELEMS(int64_t, i64, int64_t, 0, 0)
-    case RR_FLOAT16: ELEMS(uint16_t, f16, float, 2, word_f16(xw, yw, op, div))
-    case RR_BFLOAT16: ELEMS(uint16_t, bf16, float, 2, word_bf16(xw, yw, op, div))
-    case RR_FLOAT32: ELEMS(float, f32, float, 0, 0)
-    case RR_FLOAT64: ELEMS(double, f64, double, 0, 0)
-    default: abort();
+    case RR_INT8:
+      ELEMS(int8_t, i8, double, op == RR_AVG ? 4u : 0u,
+            rre_i8x4_avgm(xw, yw, rre_div32_make((uint32_t)div)))
+    case RR_UINT8:
+      ELEMS(uint8_t, u8, double, 0, 0)
+    case RR_INT32:
+      ELEMS(int32_t, i32, double, 0, 0)
+    case RR_INT64:
+      ELEMS(int64_t, i64, int64_t, 0, 0)
+    case RR_FLOAT16:
+      ELEMS(uint16_t, f16, float, 2, word_f16(xw, yw, op, div))
+    case RR_BFLOAT16:
+      ELEMS(uint16_t, bf16, float, 2, word_bf16(xw, yw, op, div))
+    case RR_FLOAT32:
+      ELEMS(float, f32, float, 0, 0)
+    case RR_FLOAT64:
+      ELEMS(double, f64, double, 0, 0)
+    default:
+      abort();
   }
 }
 
@@ -241,9 +294,10 @@ static long div_check(rr_dtype t, const void *v, size_t n, uint32_t d, void *ref
                   : t == RR_UINT8 ? ((const uint8_t *)v)[i]
                   : t == RR_INT32 ? ((const int32_t *)v)[i]
                                   : ((const int64_t *)v)[i];
-      printf("FAIL %s AVG by %u: sum %lld gives %lld in op.c, %lld by the magic multiplier "
-             "(%lld by the word form)\n",
-             rr_dtype_name(t), d, (long long)x, (long long)want, (long long)got, (long long)got_w);
+      printf(
+          "FAIL %s AVG by %u: sum %lld gives %lld in op.c, %lld by the magic multiplier "
+          "(%lld by the word form)\n",
+          rr_dtype_name(t), d, (long long)x, (long long)want, (long long)got, (long long)got_w);
       return 1;
     }
   }
@@ -255,9 +309,11 @@ static long div_check(rr_dtype t, const void *v, size_t n, uint32_t d, void *ref
 static size_t edges(int64_t *out, uint32_t d, int64_t lo, int64_t hi) {
   size_t k = 0;
   int64_t dd = d, top = hi / dd * dd, bot = lo / dd * dd;
-  int64_t base[] = {0, 1, -1, dd - 1, dd, dd + 1, 2 * dd - 1, 2 * dd, -dd + 1, -dd, -dd - 1,
-                    -2 * dd + 1, -2 * dd, top, top - 1, top + 1, top - dd, top - dd + 1,
-                    bot, bot + 1, bot - 1, bot + dd, bot + dd - 1, lo, lo + 1, hi, hi - 1};
+  int64_t base[] = {0,          1,       -1,      dd - 1,   dd,           dd + 1,
+                    2 * dd - 1, 2 * dd,  -dd + 1, -dd,      -dd - 1,      -2 * dd + 1,
+                    -2 * dd,    top,     top - 1, top + 1,  top - dd,     top - dd + 1,
+                    bot,        bot + 1, bot - 1, bot + dd, bot + dd - 1, lo,
+                    lo + 1,     hi,      hi - 1};
   for (size_t i = 0; i < sizeof base / sizeof base[0]; i++)
     if (base[i] >= lo && base[i] <= hi) out[k++] = base[i];
   return k;
@@ -321,7 +377,8 @@ static long test_divisions(void) {
       int64_t p = (int64_t)rnd(), q = (int64_t)rnd();
       int32_t s32 = (int32_t)((uint32_t)x + (uint32_t)y);
       int64_t s64 = (int64_t)((uint64_t)p + (uint64_t)q);
-      if (rre_i32_avgm(x, y, m) != s32 / (int32_t)d || rre_i64_avgm(p, q, m64) != s64 / (int64_t)d) {
+      if (rre_i32_avgm(x, y, m) != s32 / (int32_t)d ||
+          rre_i64_avgm(p, q, m64) != s64 / (int64_t)d) {
         printf("FAIL 32/64-bit AVG by %u: %d + %d or %lld + %lld\n", d, x, y, (long long)p,
                (long long)q);
         fails++;
@@ -366,19 +423,20 @@ int main(int argc, char **argv) {
             hex(y, sizeof y, (char *)b + i * es, es);
             hex(r, sizeof r, (char *)ref + i * es, es);
             hex(g, sizeof g, (char *)got + i * es, es);
-            printf("FAIL %s %s div %d (%s path, %s functions): element %zu: %s op %s = %s in "
-                   "op.c, %s in reduce_elem.cuh\n",
-                   rr_dtype_name((rr_dtype)d), rr_op_name((rr_op)op), div,
-                   path == 0 && paths == 2 ? "avx2" : "portable", kern ? "kernel" : "reference",
-                   i, x, y, r, g);
+            printf(
+                "FAIL %s %s div %d (%s path, %s functions): element %zu: %s op %s = %s in "
+                "op.c, %s in reduce_elem.cuh\n",
+                rr_dtype_name((rr_dtype)d), rr_op_name((rr_op)op), div,
+                path == 0 && paths == 2 ? "avx2" : "portable", kern ? "kernel" : "reference", i, x,
+                y, r, g);
           }
         }
       }
     }
   }
   rr__op_force_portable(0);
-  printf("%ld cases x %zu elements, %d op.c path(s), conversions: %s: %ld mismatch(es)\n", cases,
-         n, paths, RR__ELEM_CUDA_CONV ? "cuda_fp16.h / cuda_bf16.h" : "common/half.h", failures);
+  printf("%ld cases x %zu elements, %d op.c path(s), conversions: %s: %ld mismatch(es)\n", cases, n,
+         paths, RR__ELEM_CUDA_CONV ? "cuda_fp16.h / cuda_bf16.h" : "common/half.h", failures);
   failures += test_divisions();
   free(a), free(b), free(ref), free(got);
   return failures ? 1 : 0;

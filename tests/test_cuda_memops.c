@@ -88,7 +88,8 @@ static int test_rules(void) {
   C_OK(stream_write_value32(s, dword, 5, RR__CUDA_WRITE_DEFAULT));
   C_OK(stream_wait_value32(s, dword, 5, RR__CUDA_WAIT_GEQ));
   C_OK(stream_wait_value32(s, dword, 4, RR__CUDA_WAIT_GEQ));
-  C_OK(stream_wait_value32(s, dword, 0xfffffff0u, RR__CUDA_WAIT_GEQ)); /* 5 is past it, cyclically */
+  C_OK(
+      stream_wait_value32(s, dword, 0xfffffff0u, RR__CUDA_WAIT_GEQ)); /* 5 is past it, cyclically */
   C_OK(stream_wait_value32(s, dword, 5, RR__CUDA_WAIT_EQ));
   C_OK(event_record(ev, s));
   T_CHECK(done_within(ev, 5000) == 1, "waits that the written word satisfies did not pass");
@@ -100,7 +101,8 @@ static int test_rules(void) {
   C_OK(host_device_ptr(&dptr, page));
   if (wait_case(s, ev, dptr, hw, 5, RR__CUDA_WAIT_GEQ, 6, 5, 6, "GEQ 6")) return 1;
   /* Across the wrap: 0x10 is "after" 0xfffffff0, 0x0f is still before it. */
-  if (wait_case(s, ev, dptr, hw, 0xfffffff0u, RR__CUDA_WAIT_GEQ, 0x10, 0x0f, 0x10, "GEQ across 2^32"))
+  if (wait_case(s, ev, dptr, hw, 0xfffffff0u, RR__CUDA_WAIT_GEQ, 0x10, 0x0f, 0x10,
+                "GEQ across 2^32"))
     return 1;
   if (wait_case(s, ev, dptr, hw, 7, RR__CUDA_WAIT_EQ, 8, 9, 8, "EQ 8")) return 1;
   /* Work behind a wait nobody satisfies does not run, whatever else happens; the host's
@@ -122,8 +124,9 @@ static int test_rules(void) {
   atomic_store(hw, 1); /* the host's release */
   T_CHECK(done_within(ev, 5000) == 1, "the host's release did not drain the stream");
   memcpy(&got, page + 8, 4);
-  T_CHECK(atomic_load(&hw[1]) == 1 && got == 7, "the write (%u) or the copy before it (%u) is missing",
-          (unsigned)atomic_load(&hw[1]), got);
+  T_CHECK(atomic_load(&hw[1]) == 1 && got == 7,
+          "the write (%u) or the copy before it (%u) is missing", (unsigned)atomic_load(&hw[1]),
+          got);
   /* Refusals: managed memory (Driver API: "none of the operations accepts pointers to
    * managed memory"); the host address of registered memory, on the fake (a GPU that maps
    * host pointers may take it). */
@@ -190,7 +193,9 @@ static int pingpong_rank(int rank, void *arg) {
   C_OK(event_record(ev, s));
   T_CHECK(done_within(ev, 60000) == 1, "the ping-pong did not finish");
   double us = (t_now() - t0) * 1e6 / ROUNDS;
-  if (rank == 0) printf("pingpong: %d round trips, %.1f us each (stream write + wait, two processes)\n", ROUNDS, us);
+  if (rank == 0)
+    printf("pingpong: %d round trips, %.1f us each (stream write + wait, two processes)\n", ROUNDS,
+           us);
   T_CHECK(atomic_load(&g_sh->w[0]) == ROUNDS && atomic_load(&g_sh->w[1]) == ROUNDS, "final words");
   C_OK(host_unregister(g_sh));
   return 0;
@@ -207,7 +212,8 @@ static int spin_rank(int rank, void *arg) {
     C_OK(stream_wait_value32(s, w, 1, RR__CUDA_WAIT_GEQ));
     C_OK(event_record(ev, s));
     atomic_store(&g_sh->launched, 1);
-    T_CHECK(done_within(ev, 10000) == 1, "a stream wait answered by the other process's write did not pass");
+    T_CHECK(done_within(ev, 10000) == 1,
+            "a stream wait answered by the other process's write did not pass");
     atomic_store(&g_sh->phase, 1);
   } else {
     T_CHECK(flag_is(&g_sh->launched, 1), "the other process never queued its wait");
@@ -250,7 +256,8 @@ int main(int argc, char **argv) {
   if (!rr__cuda_built() && !g_fake)
     return printf("skipped: no CUDA device (this build has no CUDA; run with --fake)\n"), SKIP;
   if (!have_device_forked())
-    return printf("skipped: no CUDA device (the CUDA runtime found no usable driver or GPU)\n"), SKIP;
+    return printf("skipped: no CUDA device (the CUDA runtime found no usable driver or GPU)\n"),
+           SKIP;
   g_page = (size_t)sysconf(_SC_PAGESIZE);
   g_sh = mmap(NULL, g_page, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
   if (g_sh == MAP_FAILED) return perror("mmap"), 1;
@@ -268,7 +275,8 @@ int main(int argc, char **argv) {
   }
   if (!strcmp(what, "pingpong")) return t_run_all(2, pingpong_rank, NULL, 120, "pingpong");
   if (!strcmp(what, "spin")) {
-    if (!g_fake) return printf("skipped: the spin case plants a design the fake must catch\n"), SKIP;
+    if (!g_fake)
+      return printf("skipped: the spin case plants a design the fake must catch\n"), SKIP;
     return t_run_all(2, spin_rank, NULL, 120, "spin");
   }
   fprintf(stderr, "usage: test_cuda_memops [--fake] rules|pingpong|spin\n");

@@ -141,7 +141,8 @@ int main(int argc, char **argv) {
   if (!strcmp(sec, "elastic")) return sec_elastic(w);
   fprintf(stderr,
           "usage: %s buckets | grads W | order | equiv W | identical | nosync W | hooks W | "
-          "missing | mismatch | checkpoint | broadcast | cuda | args | gpu W | gpufake W | gpucost W | elastic W\n",
+          "missing | mismatch | checkpoint | broadcast | cuda | args | gpu W | gpufake W | gpucost "
+          "W | elastic W\n",
           argv[0]);
   return 2;
 }

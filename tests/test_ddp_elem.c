@@ -94,8 +94,8 @@ static void fill(void *buf, size_t n, rr_dtype d) {
         } else if (kind < 8) {
           v = d_special[(r >> 8) % (sizeof d_special / 8)];
         } else {
-          double f = kind < 11 ? (double)((int64_t)(r % 2000001) - 1000000) / 3.0
-                               : tie64(r, kind & 1);
+          double f =
+              kind < 11 ? (double)((int64_t)(r % 2000001) - 1000000) / 3.0 : tie64(r, kind & 1);
           memcpy(&v, &f, 8);
         }
         memcpy(p, &v, 8);
@@ -117,24 +117,54 @@ static void elem(int what, void *dst, const void *src, size_t n, rr_dtype d, rr_
   const uint16_t *i16 = src;
   for (size_t i = 0; i < n; i++) {
     switch (what * 4 + (d == RR_FLOAT16 ? 0 : d == RR_BFLOAT16 ? 1 : d == RR_FLOAT32 ? 2 : 3)) {
-      case SCALE * 4 + 0: o16[i] = rrd_scale_f16(i16[i], s); break;
-      case SCALE * 4 + 1: o16[i] = rrd_scale_bf16(i16[i], s); break;
-      case SCALE * 4 + 2: ((float *)dst)[i] = rrd_scale_f32(((const float *)src)[i], s); break;
-      case SCALE * 4 + 3: ((double *)dst)[i] = rrd_scale_f64(((const double *)src)[i], s64); break;
-      case DIVIDE * 4 + 0: o16[i] = rrd_divide_f16(i16[i], w); break;
-      case DIVIDE * 4 + 1: o16[i] = rrd_divide_bf16(i16[i], w); break;
-      case DIVIDE * 4 + 2: ((float *)dst)[i] = rrd_divide_f32(((const float *)src)[i], w); break;
+      case SCALE * 4 + 0:
+        o16[i] = rrd_scale_f16(i16[i], s);
+        break;
+      case SCALE * 4 + 1:
+        o16[i] = rrd_scale_bf16(i16[i], s);
+        break;
+      case SCALE * 4 + 2:
+        ((float *)dst)[i] = rrd_scale_f32(((const float *)src)[i], s);
+        break;
+      case SCALE * 4 + 3:
+        ((double *)dst)[i] = rrd_scale_f64(((const double *)src)[i], s64);
+        break;
+      case DIVIDE * 4 + 0:
+        o16[i] = rrd_divide_f16(i16[i], w);
+        break;
+      case DIVIDE * 4 + 1:
+        o16[i] = rrd_divide_bf16(i16[i], w);
+        break;
+      case DIVIDE * 4 + 2:
+        ((float *)dst)[i] = rrd_divide_f32(((const float *)src)[i], w);
+        break;
       case DIVIDE * 4 + 3:
         ((double *)dst)[i] = rrd_divide_f64(((const double *)src)[i], (double)world);
         break;
-      case COMPRESS * 4 + 0: o16[i] = rrd_compress_f16(i16[i], w, w16); break;
-      case COMPRESS * 4 + 1: o16[i] = rrd_compress_bf16(i16[i], w, w16); break;
-      case COMPRESS * 4 + 2: o16[i] = rrd_compress_f32(((const float *)src)[i], w, w16); break;
-      case COMPRESS * 4 + 3: o16[i] = rrd_compress_f64(((const double *)src)[i], w, w16); break;
-      case DECOMPRESS * 4 + 0: o16[i] = rrd_decompress_f16(i16[i], w16); break;
-      case DECOMPRESS * 4 + 1: o16[i] = rrd_decompress_bf16(i16[i], w16); break;
-      case DECOMPRESS * 4 + 2: ((float *)dst)[i] = rrd_decompress_f32(i16[i], w16); break;
-      case DECOMPRESS * 4 + 3: ((double *)dst)[i] = rrd_decompress_f64(i16[i], w16); break;
+      case COMPRESS * 4 + 0:
+        o16[i] = rrd_compress_f16(i16[i], w, w16);
+        break;
+      case COMPRESS * 4 + 1:
+        o16[i] = rrd_compress_bf16(i16[i], w, w16);
+        break;
+      case COMPRESS * 4 + 2:
+        o16[i] = rrd_compress_f32(((const float *)src)[i], w, w16);
+        break;
+      case COMPRESS * 4 + 3:
+        o16[i] = rrd_compress_f64(((const double *)src)[i], w, w16);
+        break;
+      case DECOMPRESS * 4 + 0:
+        o16[i] = rrd_decompress_f16(i16[i], w16);
+        break;
+      case DECOMPRESS * 4 + 1:
+        o16[i] = rrd_decompress_bf16(i16[i], w16);
+        break;
+      case DECOMPRESS * 4 + 2:
+        ((float *)dst)[i] = rrd_decompress_f32(i16[i], w16);
+        break;
+      case DECOMPRESS * 4 + 3:
+        ((double *)dst)[i] = rrd_decompress_f64(i16[i], w16);
+        break;
     }
   }
 }
@@ -143,13 +173,19 @@ static void elem(int what, void *dst, const void *src, size_t n, rr_dtype d, rr_
 static void host(int what, void *dst, const void *src, size_t n, rr_dtype d, rr_dtype wire,
                  int world) {
   switch (what) {
-    case SCALE: rr__ddp_copy_in(dst, src, n, d, 1, world); break;
+    case SCALE:
+      rr__ddp_copy_in(dst, src, n, d, 1, world);
+      break;
     case DIVIDE:
       memcpy(dst, src, n * rr_dtype_size(d));
       rr__ddp_divide(dst, n, d, world);
       break;
-    case COMPRESS: rr__ddp_compress(dst, src, n, d, wire, world); break;
-    default: rr__ddp_decompress(dst, src, n, d, wire); break;
+    case COMPRESS:
+      rr__ddp_compress(dst, src, n, d, wire, world);
+      break;
+    default:
+      rr__ddp_decompress(dst, src, n, d, wire);
+      break;
   }
 }
 
@@ -192,10 +228,12 @@ int main(int argc, char **argv) {
           hex(x, sizeof x, (char *)src + i * ies, ies);
           hex(r, sizeof r, (char *)ref + i * oes, oes);
           hex(g, sizeof g, (char *)got + i * oes, oes);
-          printf("FAIL %s %s gradients%s%s world %d: element %zu: input %s gives %s in ddp/hooks.c, %s "
-                 "in ddp_elem.cuh\n",
-                 g_what[what], rr_dtype_name(d), what >= COMPRESS ? ", wire " : "",
-                 what >= COMPRESS ? rr_dtype_name(wire) : "", world, i, x, r, g);
+          printf(
+              "FAIL %s %s gradients%s%s world %d: element %zu: input %s gives %s in ddp/hooks.c, "
+              "%s "
+              "in ddp_elem.cuh\n",
+              g_what[what], rr_dtype_name(d), what >= COMPRESS ? ", wire " : "",
+              what >= COMPRESS ? rr_dtype_name(wire) : "", world, i, x, r, g);
         }
       }
     }

@@ -234,10 +234,10 @@ int cuda_rank(int rank, void *arg) {
   T_OK(rr_ddp_init(&ddp, pg, &p, 1, &b, 1, NULL));
   T_OK(rr_ddp_destroy(ddp));
   if (rank == 0)
-    printf("cuda: device tensors refused: %s\n",
-           !rr__cuda_built()       ? "no CUDA in this build"
-           : !rr__cuda_available() ? "no CUDA device visible"
-                                   : "host memory described as device memory");
+    printf("cuda: device tensors refused: %s\n", !rr__cuda_built() ? "no CUDA in this build"
+                                                 : !rr__cuda_available()
+                                                     ? "no CUDA device visible"
+                                                     : "host memory described as device memory");
   T_OK(rr_destroy_process_group(pg));
   return 0;
 }

@@ -34,8 +34,7 @@ static int dev_equals(const void *dev, const void *host, size_t count, rr_dtype 
   char *h = malloc(bytes + 1);
   int e = h ? cu_copy(h, dev, bytes) : RR__CUDA_ERR_MEMORY_ALLOCATION;
   if (e != 0) {
-    fprintf(stderr, "rank %d: %s: reading device memory: %s\n", t_rank, what,
-            cu->error_string(e));
+    fprintf(stderr, "rank %d: %s: reading device memory: %s\n", t_rank, what, cu->error_string(e));
     free(h);
     return 0;
   }
@@ -62,7 +61,8 @@ static int gpu_rank(int rank, void *arg) {
   C_OK(set_device(dev));
   void *user;
   C_OK(stream_create(&user, 1));
-  const size_t slow_bytes = g_fake ? 4u << 20 : 64u << 20; /* copies that keep the user stream busy */
+  const size_t slow_bytes =
+      g_fake ? 4u << 20 : 64u << 20; /* copies that keep the user stream busy */
   char *slow_a, *slow_b;
   C_OK(malloc((void **)&slow_a, slow_bytes));
   C_OK(malloc((void **)&slow_b, slow_bytes));
@@ -75,8 +75,11 @@ static int gpu_rank(int rank, void *arg) {
     C_OK(malloc(&ddata[i], bytes));
     dgrad[i] = NULL;
     if (!frozen) C_OK(malloc(&dgrad[i], bytes));
-    hp[i] = (rr_ddp_tensor){.data = hdata[i], .grad = hgrad[i], .count = g_counts[i],
-                            .dtype = g_dtypes[i], .device = -1};
+    hp[i] = (rr_ddp_tensor){.data = hdata[i],
+                            .grad = hgrad[i],
+                            .count = g_counts[i],
+                            .dtype = g_dtypes[i],
+                            .device = -1};
     dp[i] = hp[i];
     dp[i].data = ddata[i], dp[i].grad = dgrad[i], dp[i].device = dev;
   }
@@ -87,10 +90,9 @@ static int gpu_rank(int rank, void *arg) {
   void *dstat, *dcount;
   C_OK(malloc(&dstat, sizeof hstat));
   C_OK(malloc(&dcount, sizeof hcount));
-  rr_ddp_tensor hb[2] = {{.name = "stat", .data = hstat, .count = NB, .dtype = RR_FLOAT32,
-                          .device = -1},
-                         {.name = "count", .data = hcount, .count = 2, .dtype = RR_INT64,
-                          .device = -1}};
+  rr_ddp_tensor hb[2] = {
+      {.name = "stat", .data = hstat, .count = NB, .dtype = RR_FLOAT32, .device = -1},
+      {.name = "count", .data = hcount, .count = 2, .dtype = RR_INT64, .device = -1}};
   rr_ddp_tensor db[2] = {hb[0], hb[1]};
   db[0].data = dstat, db[0].device = dev;
   db[1].data = dcount, db[1].device = dev;
@@ -115,7 +117,7 @@ static int gpu_rank(int rank, void *arg) {
       T_CHECK(!cu_copy(dstat, hstat, sizeof hstat), "upload");
       T_CHECK(!cu_copy(dcount, hcount, sizeof hcount), "upload");
       rr_ddp_options opt = RR_DDP_OPTIONS_INIT;
-      opt.bucket_cap_mb = 1000.0 / MIB; /* ~1000 bytes: many buckets */
+      opt.bucket_cap_mb = 1000.0 / MIB;      /* ~1000 bytes: many buckets */
       opt.broadcast_bucket_mb = 300.0 / MIB; /* chunks smaller than some tensors */
       opt.hook = hooks[h];
       rr_ddp *hd, *dd;
@@ -175,8 +177,7 @@ static int gpu_rank(int rank, void *arg) {
              * stretch of other work, then the real gradient. Only a copy-in ordered on the
              * group's stream (this one) sees the real one. */
             C_OK(memset_async(dgrad[i], 0xff, bytes, s));
-            for (int q = 0; k == 0 && q < 4; q++)
-              C_OK(memcpy_async(slow_b, slow_a, slow_bytes, s));
+            for (int q = 0; k == 0 && q < 4; q++) C_OK(memcpy_async(slow_b, slow_a, slow_bytes, s));
             C_OK(memcpy_async(dgrad[i], in[i], bytes, s));
           } else {
             T_CHECK(!cu_copy(dgrad[i], in[i], bytes), "upload");
@@ -191,8 +192,8 @@ static int gpu_rank(int rank, void *arg) {
           if (in[i]) C_OK(host_free(in[i])); /* its copies ran: the stream was waited for */
           if (!dgrad[i]) continue;
           char what[96];
-          snprintf(what, sizeof what, "hook %d stream %d iteration %d param %d (%s)", h,
-                   use_stream, it, i, rr_dtype_name(g_dtypes[i]));
+          snprintf(what, sizeof what, "hook %d stream %d iteration %d param %d (%s)", h, use_stream,
+                   it, i, rr_dtype_name(g_dtypes[i]));
           T_CHECK(dev_equals(dgrad[i], hgrad[i], g_counts[i], g_dtypes[i], what),
                   "%s: the device path's average differs from the host path's", what);
           int same;
@@ -234,11 +235,14 @@ static int gpu_rank(int rank, void *arg) {
             at++;
           } while (!differ && ca != EOF);
           fclose(a), fclose(b);
-          T_CHECK(!differ, "the device model's checkpoint differs from the host model's at "
-                  "byte %ld", at - 1);
+          T_CHECK(!differ,
+                  "the device model's checkpoint differs from the host model's at "
+                  "byte %ld",
+                  at - 1);
         }
         for (int i = 0; i < NP_GRADS; i++)
-          T_CHECK(!cu_set(ddata[i], 0x3c + rank, g_counts[i] * rr_dtype_size(g_dtypes[i])), "memset");
+          T_CHECK(!cu_set(ddata[i], 0x3c + rank, g_counts[i] * rr_dtype_size(g_dtypes[i])),
+                  "memset");
         T_CHECK(!cu_set(dcount, 0, sizeof hcount), "memset");
         T_OK(rr_ddp_load(dd, ckpt_d));
         for (int i = 0; i < NP_GRADS; i++)
@@ -263,10 +267,11 @@ static int gpu_rank(int rank, void *arg) {
   C_OK(free(slow_b));
   C_OK(stream_destroy(user));
   if (rank == 0)
-    printf("gpu: %d averaged gradients on device %d bit-identical to the host path on %d ranks "
-           "(hooks none/allreduce/fp16/bf16, legacy and user stream), broadcasts, no_sync and "
-           "checkpoints too\n",
-           cases, dev, w);
+    printf(
+        "gpu: %d averaged gradients on device %d bit-identical to the host path on %d ranks "
+        "(hooks none/allreduce/fp16/bf16, legacy and user stream), broadcasts, no_sync and "
+        "checkpoints too\n",
+        cases, dev, w);
   T_OK(rr_destroy_process_group(pg));
   return 0;
 }

@@ -180,8 +180,8 @@ static int revoke_leaks(int rank, void *arg) {
   T_CHECK(fds0 > 0 && fds1 == fds0, "open fds: %d before, %d after", fds0, fds1);
   T_CHECK(tasks0 > 0 && tasks1 == tasks0, "threads: %d before, %d after", tasks0, tasks1);
   T_CHECK(shm1 == shm0, "/dev/shm entries: %d before, %d after", shm0, shm1);
-  if (rank == 0) printf("revoke_leaks: %d fds, %d threads, %d shm files before and after\n",
-                        fds1, tasks1, shm1);
+  if (rank == 0)
+    printf("revoke_leaks: %d fds, %d threads, %d shm files before and after\n", fds1, tasks1, shm1);
   return 0;
 }
 
@@ -196,11 +196,11 @@ typedef struct shrink_case {
   int slow;            /* a rank that calls rr_pg_shrink only after 2 timeouts (-1: none) */
   /* Shared with the parent (MAP_SHARED): each rank's outcome, for the cross-rank checks. */
   struct {
-    int status;      /* of rr_pg_shrink; 1: not reached */
-    int size;        /* of the new group */
+    int status; /* of rr_pg_shrink; 1: not reached */
+    int size;   /* of the new group */
     int members[T_MAXW];
-    int used;        /* the new group carried an exact all_reduce */
-    int again;       /* ... after a second shrink (the first group lost a member) */
+    int used;  /* the new group carried an exact all_reduce */
+    int again; /* ... after a second shrink (the first group lost a member) */
   } out[T_MAXW];
 } shrink_case;
 
@@ -211,8 +211,8 @@ static int shrink_use(shrink_case *sc, int rank, rr_pg *np) {
   /* Contiguous ranks in the old order: members ascending, this rank where its old one is. */
   for (int i = 0; i + 1 < k; i++)
     T_CHECK(mine[i] < mine[i + 1], "members out of the old order at %d", i);
-  T_CHECK(mine[rr_get_rank(np)] == rank, "new rank %d holds old rank %d, not %d",
-          rr_get_rank(np), mine[rr_get_rank(np)], rank);
+  T_CHECK(mine[rr_get_rank(np)] == rank, "new rank %d holds old rank %d, not %d", rr_get_rank(np),
+          mine[rr_get_rank(np)], rank);
   int st = rr_all_gather(np, mine, all, (size_t)k, RR_INT32);
   if (st != RR_OK) return st;
   for (int r = 0; r < k; r++)
@@ -265,8 +265,7 @@ static int shrink_rank(int rank, void *arg) {
     for (int i = 0; i < N; i++) x[i] = rank + i;
     st = rr_all_reduce(pg, x, x, N, RR_INT32, RR_SUM);
     int w = sc->world;
-    if (st == RR_OK)
-      T_CHECK(x[5] == w * (w - 1) / 2 + 5 * w, "sum %d before the kill", (int)x[5]);
+    if (st == RR_OK) T_CHECK(x[5] == w * (w - 1) / 2 + 5 * w, "sum %d before the kill", (int)x[5]);
   }
   T_CHECK(st != RR_OK, "the loop never failed");
   /* Too slow: it comes after the coordinator's whole wait for votes (the group's timeout,
@@ -377,8 +376,8 @@ static int shrink_trial(shrink_case *sc, const char *what) {
  * second random rank killed at a random moment of its shrink; with `slow`, a random
  * survivor that comes too late. */
 static int shrink_trials(int world, int trials, int second, int slow) {
-  shrink_case *sc = mmap(NULL, sizeof *sc, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS,
-                         -1, 0);
+  shrink_case *sc =
+      mmap(NULL, sizeof *sc, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
   if (sc == MAP_FAILED) {
     perror("mmap");
     return 1;
@@ -392,13 +391,17 @@ static int shrink_trials(int world, int trials, int second, int slow) {
     sc->kill_at = 1 + (int)(t_bits(seed, (uint64_t)t, 1) % 5);
     sc->second = sc->slow = -1;
     if (second) {
-      sc->second = (sc->victim + 1 + (int)(t_bits(seed, (uint64_t)t, 2) % (uint64_t)(world - 1))) % world;
+      sc->second =
+          (sc->victim + 1 + (int)(t_bits(seed, (uint64_t)t, 2) % (uint64_t)(world - 1))) % world;
       sc->second_us = (int)(t_bits(seed, (uint64_t)t, 3) % 3000);
     }
-    if (slow) sc->slow = (sc->victim + 1 + (int)(t_bits(seed, (uint64_t)t, 2) % (uint64_t)(world - 1))) % world;
+    if (slow)
+      sc->slow =
+          (sc->victim + 1 + (int)(t_bits(seed, (uint64_t)t, 2) % (uint64_t)(world - 1))) % world;
     char what[128];
-    snprintf(what, sizeof what, "trial %d (world %d, rank %d killed at %d, second %d at %d us, slow %d)",
-             t, world, sc->victim, sc->kill_at, sc->second, sc->second_us, sc->slow);
+    snprintf(what, sizeof what,
+             "trial %d (world %d, rank %d killed at %d, second %d at %d us, slow %d)", t, world,
+             sc->victim, sc->kill_at, sc->second, sc->second_us, sc->slow);
     int bad = shrink_trial(sc, what);
     if (bad < 0 && retries < 10) {
       retries++;
@@ -408,18 +411,23 @@ static int shrink_trials(int world, int trials, int second, int slow) {
     failed += bad != 0;
     for (int r = 0; r < world; r++)
       if (r != sc->victim && r != sc->second && r != sc->slow) {
-        if (sc->out[r].status != RR_OK) errors++;
-        else if (sc->out[r].used && !sc->out[r].again) groups++;
-        else if (sc->out[r].used) regrouped++; /* its first group lost a member after the
-                                                 * commit; a second shrink worked */
-        else broken++;
+        if (sc->out[r].status != RR_OK)
+          errors++;
+        else if (sc->out[r].used && !sc->out[r].again)
+          groups++;
+        else if (sc->out[r].used)
+          regrouped++; /* its first group lost a member after the
+                        * commit; a second shrink worked */
+        else
+          broken++;
       }
   }
-  printf("shrink: world %d, %d trials, %d failed; survivors: %d got a working group; %d a "
-         "group that lost a member after the commit (its first call failed naming it), then a "
-         "working one from a second shrink; %d ended with no working group; %d a clear error "
-         "from the shrink (%d trials run again: their job could not start)\n",
-         world, trials, failed, groups, regrouped, broken, errors, retries);
+  printf(
+      "shrink: world %d, %d trials, %d failed; survivors: %d got a working group; %d a "
+      "group that lost a member after the commit (its first call failed naming it), then a "
+      "working one from a second shrink; %d ended with no working group; %d a clear error "
+      "from the shrink (%d trials run again: their job could not start)\n",
+      world, trials, failed, groups, regrouped, broken, errors, retries);
   munmap(sc, sizeof *sc);
   return failed != 0;
 }
@@ -471,8 +479,8 @@ static int shrink_leaks(int rank, void *arg) {
   T_CHECK(fds0 > 0 && fds1 == fds0, "open fds: %d before, %d after", fds0, fds1);
   T_CHECK(tasks0 > 0 && tasks1 == tasks0, "threads: %d before, %d after", tasks0, tasks1);
   T_CHECK(shm1 == shm0, "/dev/shm entries: %d before, %d after", shm0, shm1);
-  if (rank == 0) printf("shrink_leaks: %d fds, %d threads, %d shm files before and after\n",
-                        fds1, tasks1, shm1);
+  if (rank == 0)
+    printf("shrink_leaks: %d fds, %d threads, %d shm files before and after\n", fds1, tasks1, shm1);
   return 0;
 }
 
@@ -506,7 +514,8 @@ int main(int argc, char **argv) {
     t_seed_announce("test_elastic");
     return shrink_trials(world, trials, !strcmp(s, "shrink_second"), !strcmp(s, "shrink_slow"));
   }
-  fprintf(stderr, "usage: test_elastic revoke_blocked|revoke_kill9|revoke_leaks|"
-                  "shrink_leaks [world]|shrink|shrink_second|shrink_slow [world] [trials]\n");
+  fprintf(stderr,
+          "usage: test_elastic revoke_blocked|revoke_kill9|revoke_leaks|"
+          "shrink_leaks [world]|shrink|shrink_second|shrink_slow [world] [trials]\n");
   return 2;
 }

@@ -89,9 +89,12 @@ static int kill9(int rank, void *arg) {
   T_CHECK(f != NULL, "cannot create %s", path);
   fclose(f);
   for (long it = 0;; it++) {
-    if (!strcmp(kc->coll, "all_reduce")) st = rr_all_reduce(pg, x, x, n, RR_FLOAT32, RR_SUM);
-    else if (!strcmp(kc->coll, "broadcast")) st = rr_broadcast(pg, x, x, n, RR_FLOAT32, (int)(it % 4));
-    else st = rr_barrier(pg);
+    if (!strcmp(kc->coll, "all_reduce"))
+      st = rr_all_reduce(pg, x, x, n, RR_FLOAT32, RR_SUM);
+    else if (!strcmp(kc->coll, "broadcast"))
+      st = rr_broadcast(pg, x, x, n, RR_FLOAT32, (int)(it % 4));
+    else
+      st = rr_barrier(pg);
     if (st != RR_OK) break;
   }
   char want[32];
@@ -299,7 +302,8 @@ static int port_in_use(void) {
   struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_ANY)};
   socklen_t len = sizeof a;
   T_CHECK(bind(fd, (struct sockaddr *)&a, sizeof a) == 0 && listen(fd, 1) == 0 &&
-              getsockname(fd, (struct sockaddr *)&a, &len) == 0, "cannot occupy a port");
+              getsockname(fd, (struct sockaddr *)&a, &len) == 0,
+          "cannot occupy a port");
   char port[16];
   snprintf(port, sizeof port, "%d", ntohs(a.sin_port));
   setenv("MASTER_ADDR", "127.0.0.1", 1);
@@ -329,7 +333,8 @@ static int unreachable(void) {
   double t0 = t_now();
   int st = rr_init_process_group(&pg, NULL);
   double dt = t_now() - t0;
-  T_CHECK(st == RR_ETIMEDOUT || st == RR_EADDR, "status %s: %s", rr_status_name(st), rr_last_error());
+  T_CHECK(st == RR_ETIMEDOUT || st == RR_EADDR, "status %s: %s", rr_status_name(st),
+          rr_last_error());
   T_HAS(rr_last_error(), port);
   T_HAS(rr_last_error(), "127.0.0.1");
   T_CHECK(dt >= 1.5 && dt < 5.0, "gave up after %.1f s with RR_TIMEOUT=2", dt);
@@ -339,7 +344,8 @@ static int unreachable(void) {
 static int expect_env_error(const char *needle, int want) {
   rr_pg *pg = (rr_pg *)1;
   int st = rr_init_process_group(&pg, NULL);
-  T_CHECK(st == want, "status %s, want %s: %s", rr_status_name(st), rr_status_name(want), rr_last_error());
+  T_CHECK(st == want, "status %s, want %s: %s", rr_status_name(st), rr_status_name(want),
+          rr_last_error());
   T_CHECK(pg == NULL, "*pg not NULL after a failed init");
   T_HAS(rr_last_error(), needle);
   return 0;
@@ -371,28 +377,46 @@ static int env_errors(void) {
   rr_pg_options o = RR_PG_OPTIONS_INIT;
   rr_pg *pg;
   o.init_method = "tcp://127.0.0.1:29500?rank=0";
-  T_CHECK(rr_init_process_group(&pg, &o) == RR_EINVAL && strstr(rr_last_error(), "world_size"), "%s", rr_last_error());
+  T_CHECK(rr_init_process_group(&pg, &o) == RR_EINVAL && strstr(rr_last_error(), "world_size"),
+          "%s", rr_last_error());
   o.init_method = "tcp://127.0.0.1?rank=0&world_size=1";
-  T_CHECK(rr_init_process_group(&pg, &o) == RR_EINVAL && strstr(rr_last_error(), "host:port"), "%s", rr_last_error());
+  T_CHECK(rr_init_process_group(&pg, &o) == RR_EINVAL && strstr(rr_last_error(), "host:port"), "%s",
+          rr_last_error());
   o.init_method = "tcp://127.0.0.1:29500?rank=0&wrld_size=1";
-  T_CHECK(rr_init_process_group(&pg, &o) == RR_EINVAL && strstr(rr_last_error(), "wrld_size"), "%s", rr_last_error());
+  T_CHECK(rr_init_process_group(&pg, &o) == RR_EINVAL && strstr(rr_last_error(), "wrld_size"), "%s",
+          rr_last_error());
   o.init_method = "udp://x";
-  T_CHECK(rr_init_process_group(&pg, &o) == RR_EINVAL && strstr(rr_last_error(), "unknown init_method"), "%s", rr_last_error());
+  T_CHECK(
+      rr_init_process_group(&pg, &o) == RR_EINVAL && strstr(rr_last_error(), "unknown init_method"),
+      "%s", rr_last_error());
   /* As torch: env:// takes nothing but a query, whose rank and world_size win over RANK
    * and WORLD_SIZE one by one; a key given twice is refused, not settled silently. */
   o.init_method = "env://garbage";
-  T_CHECK(rr_init_process_group(&pg, &o) == RR_EINVAL && strstr(rr_last_error(), "env:// takes no host"), "%s", rr_last_error());
+  T_CHECK(rr_init_process_group(&pg, &o) == RR_EINVAL &&
+              strstr(rr_last_error(), "env:// takes no host"),
+          "%s", rr_last_error());
   o.init_method = "tcp://127.0.0.1:29500?rank=0&rank=1&world_size=2";
-  T_CHECK(rr_init_process_group(&pg, &o) == RR_EINVAL && strstr(rr_last_error(), "'rank' given twice"), "%s", rr_last_error());
+  T_CHECK(
+      rr_init_process_group(&pg, &o) == RR_EINVAL && strstr(rr_last_error(), "'rank' given twice"),
+      "%s", rr_last_error());
   o.init_method = "env://?world_size=2&rank=0&world_size=3";
-  T_CHECK(rr_init_process_group(&pg, &o) == RR_EINVAL && strstr(rr_last_error(), "'world_size' given twice"), "%s", rr_last_error());
+  T_CHECK(rr_init_process_group(&pg, &o) == RR_EINVAL &&
+              strstr(rr_last_error(), "'world_size' given twice"),
+          "%s", rr_last_error());
   setenv("RANK", "0", 1), setenv("WORLD_SIZE", "2", 1);
   o.init_method = "env://?rank=4&world_size=3";
-  T_CHECK(rr_init_process_group(&pg, &o) == RR_EINVAL && strstr(rr_last_error(), "rank 4 is outside 0..2 (world size 3, from init_method)"), "%s", rr_last_error());
+  T_CHECK(rr_init_process_group(&pg, &o) == RR_EINVAL &&
+              strstr(rr_last_error(), "rank 4 is outside 0..2 (world size 3, from init_method)"),
+          "%s", rr_last_error());
   o.init_method = "env://?rank=3";
-  T_CHECK(rr_init_process_group(&pg, &o) == RR_EINVAL && strstr(rr_last_error(), "rank 3 is outside 0..1 (world size 2"), "%s", rr_last_error());
+  T_CHECK(rr_init_process_group(&pg, &o) == RR_EINVAL &&
+              strstr(rr_last_error(), "rank 3 is outside 0..1 (world size 2"),
+          "%s", rr_last_error());
   unsetenv("WORLD_SIZE");
-  T_CHECK(rr_init_process_group(&pg, &o) == RR_EENV && strstr(rr_last_error(), "WORLD_SIZE expected, but not set (the init_method gives only rank)"), "%s", rr_last_error());
+  T_CHECK(rr_init_process_group(&pg, &o) == RR_EENV &&
+              strstr(rr_last_error(),
+                     "WORLD_SIZE expected, but not set (the init_method gives only rank)"),
+          "%s", rr_last_error());
   unsetenv("RANK");
   return bad;
 }
@@ -510,8 +534,11 @@ int main(int argc, char **argv) {
     int bad = 0;
     for (int victim = 0; victim < 4; victim++)
       for (int c = 0; c < 3; c++) {
-        kill_case kc = {.victim = victim, .coll = colls[c],
-                        .kill_after = 0.05 + (double)(t_bits(t_seed(), (uint64_t)victim, (uint64_t)c) % 400) / 1000.0};
+        kill_case kc = {
+            .victim = victim,
+            .coll = colls[c],
+            .kill_after =
+                0.05 + (double)(t_bits(t_seed(), (uint64_t)victim, (uint64_t)c) % 400) / 1000.0};
         snprintf(kc.ready_dir, sizeof kc.ready_dir, "/tmp/rr-kill9-XXXXXX");
         if (!mkdtemp(kc.ready_dir)) return 1;
         if (t_run(4, kill9, &kc, kill_one, 60, codes, sigs)) return 1;
@@ -557,8 +584,10 @@ int main(int argc, char **argv) {
     if (t_run(3, duplicate_rank, NULL, NULL, 60, codes, sigs)) return 1;
     int told = 0, bad = 0;
     for (int r = 0; r < 3; r++) {
-      if (codes[r] == 10) told++;
-      else if (codes[r] != 0 || sigs[r]) bad = 1;
+      if (codes[r] == 10)
+        told++;
+      else if (codes[r] != 0 || sigs[r])
+        bad = 1;
     }
     if (told != 1) fprintf(stderr, "%d processes were told about the duplicate, want 1\n", told);
     return bad || told != 1;

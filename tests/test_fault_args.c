@@ -24,26 +24,38 @@ static int invalid_args(int rank, void *arg) {
   int n = rr_get_world_size(pg);
   float buf[64] = {0};
   for (int i = 0; i < 64; i++) buf[i] = (float)(rank + 1);
-  struct { int st; const char *needle; } cases[12];
+  struct {
+    int st;
+    const char *needle;
+  } cases[12];
   int k = 0;
   rr_work *w = (rr_work *)1;
-  cases[k++] = (typeof(cases[0])){rr_all_reduce(pg, NULL, buf, 10, RR_FLOAT32, RR_SUM), "sendbuf is NULL"};
-  cases[k++] = (typeof(cases[0])){rr_all_reduce(pg, buf, NULL, 10, RR_FLOAT32, RR_SUM), "recvbuf is NULL"};
+  cases[k++] =
+      (typeof(cases[0])){rr_all_reduce(pg, NULL, buf, 10, RR_FLOAT32, RR_SUM), "sendbuf is NULL"};
+  cases[k++] =
+      (typeof(cases[0])){rr_all_reduce(pg, buf, NULL, 10, RR_FLOAT32, RR_SUM), "recvbuf is NULL"};
   cases[k++] = (typeof(cases[0])){rr_all_reduce(pg, buf, buf, 10, (rr_dtype)99, RR_SUM), "dtype"};
   cases[k++] = (typeof(cases[0])){rr_all_reduce(pg, buf, buf, 10, RR_FLOAT32, RR_BAND), "band"};
   cases[k++] = (typeof(cases[0])){rr_all_reduce(pg, buf, buf, 10, RR_FLOAT32, (rr_op)42), "op"};
-  cases[k++] = (typeof(cases[0])){rr_broadcast(pg, buf, buf, 10, RR_FLOAT32, n + 3), "out of range"};
-  cases[k++] = (typeof(cases[0])){rr_reduce(pg, buf, buf, 10, RR_FLOAT32, RR_SUM, -1), "out of range"};
-  cases[k++] = (typeof(cases[0])){rr_all_reduce(pg, buf, buf, SIZE_MAX / 2, RR_FLOAT32, RR_SUM), "overflows"};
-  cases[k++] = (typeof(cases[0])){rr_all_reduce(pg, buf, buf + 1, 10, RR_FLOAT32, RR_SUM), "overlap"};
+  cases[k++] =
+      (typeof(cases[0])){rr_broadcast(pg, buf, buf, 10, RR_FLOAT32, n + 3), "out of range"};
+  cases[k++] =
+      (typeof(cases[0])){rr_reduce(pg, buf, buf, 10, RR_FLOAT32, RR_SUM, -1), "out of range"};
+  cases[k++] = (typeof(cases[0])){rr_all_reduce(pg, buf, buf, SIZE_MAX / 2, RR_FLOAT32, RR_SUM),
+                                  "overflows"};
+  cases[k++] =
+      (typeof(cases[0])){rr_all_reduce(pg, buf, buf + 1, 10, RR_FLOAT32, RR_SUM), "overlap"};
   cases[k++] = (typeof(cases[0])){rr_send(pg, buf, 10, RR_FLOAT32, rank), "oneself"};
-  cases[k++] = (typeof(cases[0])){rr_all_reduce_async(pg, buf, buf, 10, RR_FLOAT32, RR_SUM, NULL), "work is NULL"};
-  cases[k++] = (typeof(cases[0])){rr_all_reduce_async(pg, NULL, buf, 10, RR_FLOAT32, RR_SUM, &w), "sendbuf is NULL"};
+  cases[k++] = (typeof(cases[0])){rr_all_reduce_async(pg, buf, buf, 10, RR_FLOAT32, RR_SUM, NULL),
+                                  "work is NULL"};
+  cases[k++] = (typeof(cases[0])){rr_all_reduce_async(pg, NULL, buf, 10, RR_FLOAT32, RR_SUM, &w),
+                                  "sendbuf is NULL"};
   T_CHECK(w == NULL, "a refused async call must leave *work NULL");
   char who[32];
   snprintf(who, sizeof who, "rank %d", rank);
   for (int i = 0; i < k; i++) {
-    T_CHECK(cases[i].st == RR_EINVAL, "case %d: status %s, want RR_EINVAL", i, rr_status_name(cases[i].st));
+    T_CHECK(cases[i].st == RR_EINVAL, "case %d: status %s, want RR_EINVAL", i,
+            rr_status_name(cases[i].st));
   }
   /* The messages (re-run each to read its text; the last error is per call). */
   rr_all_reduce(pg, NULL, buf, 10, RR_FLOAT32, RR_SUM);
@@ -65,7 +77,7 @@ static int invalid_args(int rank, void *arg) {
 /* ---- mismatched calls: every rank fails, and every message shows both calls ---- */
 typedef struct mm_case {
   const char *name;
-  const char *a, *b; /* substrings: both calls must appear in every rank's message */
+  const char *a, *b;  /* substrings: both calls must appear in every rank's message */
   const char *absent; /* a hint that would blame the wrong thing (NULL: none) */
 } mm_case;
 static const mm_case mm_cases[] = {
@@ -132,17 +144,20 @@ static int mismatch(int rank, void *arg) {
    * call #1, and then fails there, with that reason. */
   double t0 = t_now();
   int st = rr_barrier(pg);
-  T_CHECK(st == RR_OK || st == RR_EMISMATCH, "barrier #0: %s: %s", rr_status_name(st), rr_last_error());
+  T_CHECK(st == RR_OK || st == RR_EMISMATCH, "barrier #0: %s: %s", rr_status_name(st),
+          rr_last_error());
   const char *m = mc->name;
   int odd = rank >= 2; /* ranks 2 and 3 make the other call */
   if (st != RR_OK)
     ; /* overtaken: the barrier's status and message are checked as the call's */
   else if (!strcmp(m, "collective"))
-    st = odd ? rr_broadcast(pg, x, y, 100, RR_FLOAT32, 0) : rr_all_reduce(pg, x, y, 100, RR_FLOAT32, RR_SUM);
+    st = odd ? rr_broadcast(pg, x, y, 100, RR_FLOAT32, 0)
+             : rr_all_reduce(pg, x, y, 100, RR_FLOAT32, RR_SUM);
   else if (!strcmp(m, "count"))
     st = rr_all_reduce(pg, x, y, odd ? 101 : 100, RR_FLOAT32, RR_SUM);
   else if (!strcmp(m, "dtype"))
-    st = odd ? rr_all_reduce(pg, z, z, 100, RR_FLOAT64, RR_SUM) : rr_all_reduce(pg, x, y, 100, RR_FLOAT32, RR_SUM);
+    st = odd ? rr_all_reduce(pg, z, z, 100, RR_FLOAT64, RR_SUM)
+             : rr_all_reduce(pg, x, y, 100, RR_FLOAT32, RR_SUM);
   else if (!strcmp(m, "op"))
     st = rr_all_reduce(pg, x, y, 100, RR_FLOAT32, odd ? RR_MAX : RR_SUM);
   else if (!strcmp(m, "root"))
@@ -249,7 +264,8 @@ static int role_race(int rank, void *arg) {
       wrong++;
     } else {
       st = rr_broadcast(pg, buf, rank == 0 ? buf + 1 : buf, 32, RR_FLOAT32, 0);
-      T_CHECK(st == RR_EINVAL, "trial %d: broadcast %s: %s", trial, rr_status_name(st), rr_last_error());
+      T_CHECK(st == RR_EINVAL, "trial %d: broadcast %s: %s", trial, rr_status_name(st),
+              rr_last_error());
       T_HAS(rr_last_error(), "rank 0: broadcast");
     }
     rr_destroy_process_group(pg);
@@ -263,11 +279,11 @@ static int role_race(int rank, void *arg) {
 
 /* ---- gather, scatter, all_to_all(v): what each rank refuses alone, then the rooted calls'
  * role checks, which fail every rank ---- */
-#define T_REFUSED(call, needle)                                                              \
-  do {                                                                                     \
-    int st_ = (call);                                                                      \
+#define T_REFUSED(call, needle)                                                             \
+  do {                                                                                      \
+    int st_ = (call);                                                                       \
     T_CHECK(st_ == RR_EINVAL, "%s: status %s, want RR_EINVAL", #call, rr_status_name(st_)); \
-    T_HAS(rr_last_error(), needle);                                                        \
+    T_HAS(rr_last_error(), needle);                                                         \
   } while (0)
 
 static int coll_args_local(int rank, void *arg) {
@@ -278,19 +294,24 @@ static int coll_args_local(int rank, void *arg) {
   int n = rr_get_world_size(pg);
   float buf[4 * 64] = {0}, *out = buf + 2 * 64;
   size_t sc[3], sd[3], rc[3], rd[3], huge[3];
-  for (int j = 0; j < 3; j++) sc[j] = rc[j] = 4, sd[j] = rd[j] = 4 * (size_t)j, huge[j] = SIZE_MAX / 8;
+  for (int j = 0; j < 3; j++)
+    sc[j] = rc[j] = 4, sd[j] = rd[j] = 4 * (size_t)j, huge[j] = SIZE_MAX / 8;
   char who[32];
   snprintf(who, sizeof who, "rank %d: all_to_allv", rank);
   T_REFUSED(rr_all_to_all(pg, buf, buf, 4, RR_FLOAT32), "not possible for all_to_all");
   T_REFUSED(rr_all_to_all(pg, buf, buf + 2, 4, RR_FLOAT32), "overlap");
-  T_REFUSED(rr_all_to_allv(pg, buf, NULL, sd, out, rc, rd, RR_FLOAT32), "sendcounts or sdispls is NULL");
+  T_REFUSED(rr_all_to_allv(pg, buf, NULL, sd, out, rc, rd, RR_FLOAT32),
+            "sendcounts or sdispls is NULL");
   T_HAS(rr_last_error(), who);
-  T_REFUSED(rr_all_to_allv(pg, buf, sc, sd, out, rc, NULL, RR_FLOAT32), "recvcounts or rdispls is NULL");
+  T_REFUSED(rr_all_to_allv(pg, buf, sc, sd, out, rc, NULL, RR_FLOAT32),
+            "recvcounts or rdispls is NULL");
   T_REFUSED(rr_all_to_allv(pg, buf, huge, sd, out, rc, rd, RR_FLOAT32), "overflows");
-  T_REFUSED(rr_all_to_allv(pg, buf, sc, sd, buf + 8, rc, rd, RR_FLOAT32), "not possible for all_to_allv");
+  T_REFUSED(rr_all_to_allv(pg, buf, sc, sd, buf + 8, rc, rd, RR_FLOAT32),
+            "not possible for all_to_allv");
   T_REFUSED(rr_all_to_allv(pg, NULL, sc, sd, out, rc, rd, RR_FLOAT32), "sendbuf is NULL");
   rd[1] = 2; /* block 1 would cover elements 2..5 of block 0's 0..3 */
-  T_REFUSED(rr_all_to_allv(pg, buf, sc, sd, out, rc, rd, RR_FLOAT32), "recvbuf blocks 0 and 1 overlap");
+  T_REFUSED(rr_all_to_allv(pg, buf, sc, sd, out, rc, rd, RR_FLOAT32),
+            "recvbuf blocks 0 and 1 overlap");
   rd[1] = 4;
   T_REFUSED(rr_gather(pg, buf, out, 4, RR_FLOAT32, n + 1), "out of range");
   T_REFUSED(rr_scatter(pg, buf, out, 4, RR_FLOAT32, -2), "out of range");
@@ -309,7 +330,8 @@ static int coll_args_local(int rank, void *arg) {
   for (int i = 0; i < 3; i++)
     for (int e = 0; e < 6; e++) {
       float want = e < 4 ? (float)(i * 10 + rank) : -1;
-      T_CHECK(out[6 * i + e] == want, "element %d of block %d is %g, want %g", e, i, out[6 * i + e], want);
+      T_CHECK(out[6 * i + e] == want, "element %d of block %d is %g, want %g", e, i, out[6 * i + e],
+              want);
     }
   T_OK(rr_destroy_process_group(pg));
   return 0;
@@ -337,7 +359,8 @@ static int coll_args_rooted(int rank, void *arg) {
   /* As in mismatch(): a rank still leaving this barrier may be overtaken by the root's
    * abort, and then fails here with the root's reason. */
   int st = rr_barrier(pg);
-  T_CHECK(st == RR_OK || st == RR_EINVAL, "barrier #0: %s: %s", rr_status_name(st), rr_last_error());
+  T_CHECK(st == RR_OK || st == RR_EINVAL, "barrier #0: %s: %s", rr_status_name(st),
+          rr_last_error());
   const int gather = !strncmp(rc->name, "gather", 6), null = strstr(rc->name, "null") != NULL;
   const int bad = rank == rc->root;
   /* A correct call gathers from the tail of buf into its head, or scatters the head into

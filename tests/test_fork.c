@@ -38,10 +38,10 @@
 #include "tests/harness.h"
 
 typedef struct fork_case {
-  int clone;          /* kill: make the child with a raw clone(), not fork() */
+  int clone; /* kill: make the child with a raw clone(), not fork() */
   int victim;
   double killed_at;
-  char dir[64];       /* scratch: ready files, the children's pids */
+  char dir[64]; /* scratch: ready files, the children's pids */
 } fork_case;
 
 /* A child that holds whatever it inherited for a while and does nothing (bounded, in case the
@@ -319,7 +319,9 @@ static int store_case(void) {
 /* ---- bye ---- */
 
 static rr_pg *bye_pg;
-static void free_at_exit(void) { (void)rr_destroy_process_group(bye_pg); }
+static void free_at_exit(void) {
+  (void)rr_destroy_process_group(bye_pg);
+}
 
 static int bye_rank(int rank, void *arg) {
   int at_exit = *(int *)arg;

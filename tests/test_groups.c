@@ -53,8 +53,8 @@ static char *other_record(ctx *x, const char *key) {
       if (rr_store_get(x->inner, ik, &v, &len) != RR_OK) return NULL;
       char *k = strndup(v, len);
       free(v);
-      if (k && regexec(&record_re, k, 4, o, 0) == 0 &&
-          !strcmp(k + o[3].rm_so, key + m[3].rm_so) && strncmp(k, key, (size_t)m[3].rm_so))
+      if (k && regexec(&record_re, k, 4, o, 0) == 0 && !strcmp(k + o[3].rm_so, key + m[3].rm_so) &&
+          strncmp(k, key, (size_t)m[3].rm_so))
         return k;
       free(k);
     }
@@ -150,8 +150,7 @@ static int check_sum(rr_pg *pg, const int *members, int n, int me, uint64_t tag)
   T_OK(rr_all_reduce(pg, x, x, N, RR_INT64, RR_SUM));
   for (size_t i = 0; i < N; i++) {
     int64_t want = 0;
-    for (int q = 0; q < n; q++)
-      want += (int64_t)t_value_bits(RR_INT64, RR_SUM, tag, members[q], i);
+    for (int q = 0; q < n; q++) want += (int64_t)t_value_bits(RR_INT64, RR_SUM, tag, members[q], i);
     T_CHECK(x[i] == want, "group of %d: element %zu is %lld, the members' sum is %lld", n, i,
             (long long)x[i], (long long)want);
   }
@@ -180,8 +179,10 @@ static int swap_rank(int rank, targ *a) {
   if (rc == RR_OK) {
     int64_t v = rank + 1;
     rr_all_reduce(pg, &v, &v, 1, RR_INT64, RR_SUM);
-    T_FAIL("the groups set up with each other's records: rank %d summed %lld (its own group: "
-           "%d)", rank, (long long)v, half ? 7 : 3);
+    T_FAIL(
+        "the groups set up with each other's records: rank %d summed %lld (its own group: "
+        "%d)",
+        rank, (long long)v, half ? 7 : 3);
   }
   fprintf(stderr, "rank %d: %s\n", rank, rr_last_error());
   T_CHECK(pg == NULL, "a failed setup left a group");
@@ -240,9 +241,12 @@ int main(int argc, char **argv) {
   }
   if (regcomp(&record_re, "^(.*)rr/(w[^/]*)/peer/([0-9]+)$", REG_EXTENDED) != 0) return 1;
   targ a = {.mode = argv[1], .port = t_free_port(), .world = 4};
-  if (!strcmp(a.mode, "swap")) setenv("RR_JOB_TOKEN", "test-groups-token", 1);
-  else if (!strcmp(a.mode, "same_name") || !strcmp(a.mode, "same_name_unkeyed")) a.world = 5;
-  else return 2;
+  if (!strcmp(a.mode, "swap"))
+    setenv("RR_JOB_TOKEN", "test-groups-token", 1);
+  else if (!strcmp(a.mode, "same_name") || !strcmp(a.mode, "same_name_unkeyed"))
+    a.world = 5;
+  else
+    return 2;
   setenv("RR_TIMEOUT", "10", 1);
   return t_run_all(a.world, run_rank, &a, 90, a.mode);
 }

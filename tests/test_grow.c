@@ -202,8 +202,8 @@ static int requeue_rank(int id, void *arg) {
   T_OK(rr_barrier(pg));
   T_OK(rr_destroy_process_group(pg));
   char init[128];
-  snprintf(init, sizeof init, "file:///tmp/rr_grow_requeue_%d?rank=%d&world_size=3",
-           (int)getppid(), id);
+  snprintf(init, sizeof init, "file:///tmp/rr_grow_requeue_%d?rank=%d&world_size=3", (int)getppid(),
+           id);
   rr_pg_options o = RR_PG_OPTIONS_INIT;
   o.init_method = init;
   T_OK(rr_init_process_group(&pg2, &o));
@@ -265,8 +265,8 @@ static int orphan_rank(int id, void *arg) {
   double t0 = t_now();
   int st = rr_pg_join(gc->addr, &o, &np);
   double dt = t_now() - t0;
-  T_CHECK(st == RR_ETIMEDOUT && np == NULL, "join with nobody growing: %s: %s",
-          rr_status_name(st), rr_last_error());
+  T_CHECK(st == RR_ETIMEDOUT && np == NULL, "join with nobody growing: %s: %s", rr_status_name(st),
+          rr_last_error());
   T_HAS(rr_last_error(), "rr_pg_join at 127.0.0.1:");
   T_HAS(rr_last_error(), "cannot reach the rendezvous store");
   T_CHECK(dt < 10.0 * gc->timeout_ms / 1000.0 + 5.0, "the failed join took %.2f s", dt);

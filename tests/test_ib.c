@@ -70,11 +70,11 @@ static int hca_case(void) {
     const char *spec, *dev;
     int port, want;
   } c[] = {
-      {"", "mlx5_0", 1, 1},           {"mlx5", "mlx5_0", 1, 1},       {"mlx5", "mlx4_0", 1, 0},
-      {"mlx5_0:1", "mlx5_0", 1, 1},   {"mlx5_0:1", "mlx5_0", 2, 0},   {"=mlx5_0", "mlx5_01", 1, 0},
-      {"=mlx5_0", "mlx5_0", 1, 1},    {"^mlx5_1", "mlx5_0", 1, 1},    {"^mlx5_1", "mlx5_1", 1, 0},
-      {"^=mlx5", "mlx5_0", 1, 1},     {"^=mlx5_0", "mlx5_0", 1, 0},   {"a,mlx5_1:2", "mlx5_1", 2, 1},
-      {"a,mlx5_1:2", "mlx5_1", 1, 0}, {"^mlx5_0:2", "mlx5_0", 1, 1},  {"^mlx5_0:2", "mlx5_0", 2, 0},
+      {"", "mlx5_0", 1, 1},           {"mlx5", "mlx5_0", 1, 1},      {"mlx5", "mlx4_0", 1, 0},
+      {"mlx5_0:1", "mlx5_0", 1, 1},   {"mlx5_0:1", "mlx5_0", 2, 0},  {"=mlx5_0", "mlx5_01", 1, 0},
+      {"=mlx5_0", "mlx5_0", 1, 1},    {"^mlx5_1", "mlx5_0", 1, 1},   {"^mlx5_1", "mlx5_1", 1, 0},
+      {"^=mlx5", "mlx5_0", 1, 1},     {"^=mlx5_0", "mlx5_0", 1, 0},  {"a,mlx5_1:2", "mlx5_1", 2, 1},
+      {"a,mlx5_1:2", "mlx5_1", 1, 0}, {"^mlx5_0:2", "mlx5_0", 1, 1}, {"^mlx5_0:2", "mlx5_0", 2, 0},
   };
   for (size_t i = 0; i < sizeof c / sizeof c[0]; i++)
     T_CHECK(rr__ib_hca_match(c[i].spec, c[i].dev, c[i].port) == c[i].want,
@@ -182,11 +182,11 @@ static int fault_rank(int rank, void *arg) {
   T_CHECK(st != RR_OK, "no error after %ld calls", it);
   T_CHECK(dt < 30, "the error took %.1f s", dt);
   /* Whoever saw the completion error names its peer and the status; the rest hear it. */
-  const char *cause = !strcmp(t_kind, "retry") || !strcmp(t_kind, "mute") ||
-                              !strcmp(t_kind, "link_down")
-                          ? "retry counter exceeded"
-                      : !strcmp(t_kind, "flush") ? "flushed"
-                                                 : "remote access error";
+  const char *cause =
+      !strcmp(t_kind, "retry") || !strcmp(t_kind, "mute") || !strcmp(t_kind, "link_down")
+          ? "retry counter exceeded"
+      : !strcmp(t_kind, "flush") ? "flushed"
+                                 : "remote access error";
   if (!strcmp(t_kind, "mute") && strstr(e, "timed out")) {
     /* A peer that stops answering is seen by the ACK timeout only by a rank with writes
      * outstanding to it; when every rank already waits to receive, the call timeout

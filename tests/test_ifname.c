@@ -16,24 +16,52 @@
 
 /* ---- rr__if_match ---- */
 static int match(void) {
-  static const struct { const char *spec, *ifname; int want; } cases[] = {
+  static const struct {
+    const char *spec, *ifname;
+    int want;
+  } cases[] = {
       /* empty: everything */
-      {NULL, "eth0", 1}, {"", "eth0", 1}, {"", "lo", 1},
+      {NULL, "eth0", 1},
+      {"", "eth0", 1},
+      {"", "lo", 1},
       /* prefixes */
-      {"eth", "eth0", 1}, {"eth", "eth10", 1}, {"eth", "ib0", 0}, {"eth", "veth0", 0},
-      {"eth0", "eth", 0}, {"eth0", "eth0", 1}, {"eth0", "eth01", 1}, {"lo", "lo", 1},
-      {"eth,ib", "ib0", 1}, {"eth,ib", "eth1", 1}, {"eth,ib", "lo", 0},
-      {"eth,,ib", "ib3", 1}, {"docker,eth,", "eth2", 1},
+      {"eth", "eth0", 1},
+      {"eth", "eth10", 1},
+      {"eth", "ib0", 0},
+      {"eth", "veth0", 0},
+      {"eth0", "eth", 0},
+      {"eth0", "eth0", 1},
+      {"eth0", "eth01", 1},
+      {"lo", "lo", 1},
+      {"eth,ib", "ib0", 1},
+      {"eth,ib", "eth1", 1},
+      {"eth,ib", "lo", 0},
+      {"eth,,ib", "ib3", 1},
+      {"docker,eth,", "eth2", 1},
       /* ^ excludes */
-      {"^eth", "eth0", 0}, {"^eth", "lo", 1}, {"^eth", "ib0", 1},
-      {"^docker,lo", "lo", 0}, {"^docker,lo", "docker0", 0}, {"^docker,lo", "eth0", 1},
+      {"^eth", "eth0", 0},
+      {"^eth", "lo", 1},
+      {"^eth", "ib0", 1},
+      {"^docker,lo", "lo", 0},
+      {"^docker,lo", "docker0", 0},
+      {"^docker,lo", "eth0", 1},
       {"^", "eth0", 1},
       /* = exact */
-      {"=eth0", "eth0", 1}, {"=eth0", "eth01", 0}, {"=eth0", "eth", 0}, {"=eth", "eth0", 0},
-      {"=eth0,ib0", "ib0", 1}, {"=eth0,ib0", "ib01", 0}, {"=lo", "lo", 1}, {"=lo", "lo0", 0},
+      {"=eth0", "eth0", 1},
+      {"=eth0", "eth01", 0},
+      {"=eth0", "eth", 0},
+      {"=eth", "eth0", 0},
+      {"=eth0,ib0", "ib0", 1},
+      {"=eth0,ib0", "ib01", 0},
+      {"=lo", "lo", 1},
+      {"=lo", "lo0", 0},
       /* ^= exact exclude */
-      {"^=eth0", "eth0", 0}, {"^=eth0", "eth01", 1}, {"^=eth0", "lo", 1},
-      {"^=lo,eth0", "lo", 0}, {"^=lo,eth0", "eth0", 0}, {"^=lo,eth0", "eth00", 1},
+      {"^=eth0", "eth0", 0},
+      {"^=eth0", "eth01", 1},
+      {"^=eth0", "lo", 1},
+      {"^=lo,eth0", "lo", 0},
+      {"^=lo,eth0", "eth0", 0},
+      {"^=lo,eth0", "eth00", 1},
   };
   int bad = 0;
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
@@ -77,18 +105,23 @@ static int select_case(const char *spec, const char *hint_host, const char *want
   T_OK(rr__if_select(spec, hint_host ? &hint : NULL, &out, ifname, sizeof ifname));
   char s[RR__ADDRSTRLEN];
   rr__addr_str(&out, s, sizeof s);
-  T_CHECK(rr__addr_port(&out) == 0, "spec '%s': port %d, want 0", spec ? spec : "", rr__addr_port(&out));
+  T_CHECK(rr__addr_port(&out) == 0, "spec '%s': port %d, want 0", spec ? spec : "",
+          rr__addr_port(&out));
   if (want_ip) {
     char w[RR__ADDRSTRLEN];
     snprintf(w, sizeof w, "%s:0", want_ip);
     T_CHECK(!strcmp(s, w), "spec '%s' hint %s: picked %s (%s), want %s", spec ? spec : "",
             hint_host ? hint_host : "none", s, ifname, w);
   }
-  if (want_if) T_CHECK(!strcmp(ifname, want_if), "spec '%s': interface %s, want %s", spec ? spec : "", ifname, want_if);
+  if (want_if)
+    T_CHECK(!strcmp(ifname, want_if), "spec '%s': interface %s, want %s", spec ? spec : "", ifname,
+            want_if);
   if (want_loopback >= 0)
-    T_CHECK(rr__addr_is_loopback(&out) == want_loopback, "spec '%s' hint %s: picked %s (%s), loopback %d",
-            spec ? spec : "", hint_host ? hint_host : "none", s, ifname, want_loopback);
-  printf("select: spec '%s' hint %s -> %s (%s)\n", spec ? spec : "", hint_host ? hint_host : "none", s, ifname);
+    T_CHECK(rr__addr_is_loopback(&out) == want_loopback,
+            "spec '%s' hint %s: picked %s (%s), loopback %d", spec ? spec : "",
+            hint_host ? hint_host : "none", s, ifname, want_loopback);
+  printf("select: spec '%s' hint %s -> %s (%s)\n", spec ? spec : "", hint_host ? hint_host : "none",
+         s, ifname);
   return 0;
 }
 
@@ -107,7 +140,8 @@ static int select_(void) {
     inet_ntop(AF_INET, &addr, ip, sizeof ip);
     /* Another host of the same subnet as the master: the interface on that subnet. */
     struct in_addr peer = {.s_addr = (addr.s_addr & mask.s_addr) | (~mask.s_addr & htonl(7))};
-    if (peer.s_addr == addr.s_addr) peer.s_addr = (addr.s_addr & mask.s_addr) | (~mask.s_addr & htonl(9));
+    if (peer.s_addr == addr.s_addr)
+      peer.s_addr = (addr.s_addr & mask.s_addr) | (~mask.s_addr & htonl(9));
     inet_ntop(AF_INET, &peer, other, sizeof other);
     if (select_case(NULL, other, ip, name, 0)) return 1;
     /* ^lo: anything but loopback. */
@@ -134,7 +168,8 @@ static int select_(void) {
     int has6 = 0;
     if (getifaddrs(&list) == 0) {
       for (i = list; i; i = i->ifa_next)
-        if (i->ifa_addr && i->ifa_addr->sa_family == AF_INET6 && (i->ifa_flags & IFF_LOOPBACK)) has6 = 1;
+        if (i->ifa_addr && i->ifa_addr->sa_family == AF_INET6 && (i->ifa_flags & IFF_LOOPBACK))
+          has6 = 1;
       freeifaddrs(list);
     }
     if (has6 && select_case(NULL, "::1", "[::1]", "lo", 1)) return 1;
@@ -154,10 +189,10 @@ static int select_(void) {
 
 /* ---- groups ---- */
 typedef struct garg {
-  const char *spec;     /* RR_SOCKET_IFNAME */
-  const char *want_ip;  /* the data address expected in the log, "" to skip */
+  const char *spec;    /* RR_SOCKET_IFNAME */
+  const char *want_ip; /* the data address expected in the log, "" to skip */
   const char *want_if;
-  const char *master;   /* MASTER_ADDR; NULL: t_run's 127.0.0.1 */
+  const char *master; /* MASTER_ADDR; NULL: t_run's 127.0.0.1 */
   char tag[64];
 } garg;
 
@@ -173,7 +208,8 @@ static int nomatch_rank(int rank, void *p) {
   double t0 = t_now();
   int st = rr_init_process_group(&pg, NULL);
   double dt = t_now() - t0;
-  T_CHECK(st != RR_OK && pg == NULL, "init with RR_SOCKET_IFNAME matching nothing: %s", rr_status_name(st));
+  T_CHECK(st != RR_OK && pg == NULL, "init with RR_SOCKET_IFNAME matching nothing: %s",
+          rr_status_name(st));
   T_CHECK(st == RR_EADDR, "status %s, want RR_EADDR: %s", rr_status_name(st), rr_last_error());
   T_HAS(rr_last_error(), "RR_SOCKET_IFNAME");
   T_HAS(rr_last_error(), "rr_nosuch_if0");
@@ -270,7 +306,8 @@ int main(int argc, char **argv) {
     g.spec = "=lo";
     snprintf(g.tag, sizeof g.tag, "rr-test-ifname-%d-b", (int)getpid());
     if (run_all(3, group_rank, &g)) return 1;
-    printf("group_lo: master on %s, data on 127.0.0.1 (lo): ok\n", g.master ? g.master : "127.0.0.1");
+    printf("group_lo: master on %s, data on 127.0.0.1 (lo): ok\n",
+           g.master ? g.master : "127.0.0.1");
     return 0;
   }
   if (!strcmp(s, "group_nonlo")) {

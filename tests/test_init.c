@@ -4,7 +4,9 @@
  * Each rank is a process of t_run with its own environment; each checks its rank, the
  * group's size and a collective's exact result.
  *
- *   test_init <tcp|file|options|slurm|ompi|slurm_lists|ipv6|debug_file|debug_link|debug_fifo|trace_fifo|file_perms|timeout_opt|store_callbacks> */
+ *   test_init
+ * <tcp|file|options|slurm|ompi|slurm_lists|ipv6|debug_file|debug_link|debug_fifo|trace_fifo|file_perms|timeout_opt|store_callbacks>
+ */
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -20,9 +22,9 @@
 
 typedef struct iarg {
   int world;
-  int port;        /* for tcp:// */
-  char path[256];  /* for file:// */
-  char tag[96];    /* per-run prefix of files under /tmp */
+  int port;       /* for tcp:// */
+  char path[256]; /* for file:// */
+  char tag[96];   /* per-run prefix of files under /tmp */
   int phase;
 } iarg;
 
@@ -30,7 +32,8 @@ typedef struct iarg {
  * all-reduce of random int64 data. */
 static int check_group(rr_pg *pg, int rank, int world, uint64_t seed) {
   T_CHECK(rr_get_rank(pg) == rank, "rr_get_rank = %d, want %d", rr_get_rank(pg), rank);
-  T_CHECK(rr_get_world_size(pg) == world, "rr_get_world_size = %d, want %d", rr_get_world_size(pg), world);
+  T_CHECK(rr_get_world_size(pg) == world, "rr_get_world_size = %d, want %d", rr_get_world_size(pg),
+          world);
   int32_t me = rank * 1000 + 7, all[64];
   T_CHECK(world <= 64, "world too big");
   memset(all, 0xa5, sizeof all);
@@ -62,10 +65,18 @@ static char *slurp(const char *path) {
 }
 
 static void clear_rank_env(void) {
-  static const char *const vars[] = {
-      "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "SLURM_PROCID", "SLURM_NTASKS",
-      "SLURM_LOCALID", "SLURM_NTASKS_PER_NODE", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE",
-      "OMPI_COMM_WORLD_LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_SIZE"};
+  static const char *const vars[] = {"RANK",
+                                     "WORLD_SIZE",
+                                     "LOCAL_RANK",
+                                     "LOCAL_WORLD_SIZE",
+                                     "SLURM_PROCID",
+                                     "SLURM_NTASKS",
+                                     "SLURM_LOCALID",
+                                     "SLURM_NTASKS_PER_NODE",
+                                     "OMPI_COMM_WORLD_RANK",
+                                     "OMPI_COMM_WORLD_SIZE",
+                                     "OMPI_COMM_WORLD_LOCAL_RANK",
+                                     "OMPI_COMM_WORLD_LOCAL_SIZE"};
   for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++) unsetenv(vars[i]);
 }
 
@@ -109,7 +120,8 @@ static int tcp_rank(int rank, void *p) {
   int st = rr_init_process_group(&pg, &opt);
   T_CHECK(st == RR_EINVAL && pg == NULL, "URL without rank: %s", rr_status_name(st));
   T_HAS(rr_last_error(), "rank");
-  snprintf(url, sizeof url, "tcp://127.0.0.1:%d?rank=%d&world_size=%d&wrld=2", a->port, rank, a->world);
+  snprintf(url, sizeof url, "tcp://127.0.0.1:%d?rank=%d&world_size=%d&wrld=2", a->port, rank,
+           a->world);
   st = rr_init_process_group(&pg, &opt);
   T_CHECK(st == RR_EINVAL, "URL with a typo: %s", rr_status_name(st));
   T_HAS(rr_last_error(), "wrld");
@@ -162,7 +174,8 @@ static int options_rank(int rank, void *p) {
   if (log_has(logp, "ready (rank and size from options)")) return 1;
   /* So does a URL's query. */
   char url[256];
-  snprintf(url, sizeof url, "tcp://127.0.0.1:%d?rank=%d&world_size=7", a->port, (rank + 2) % a->world);
+  snprintf(url, sizeof url, "tcp://127.0.0.1:%d?rank=%d&world_size=7", a->port,
+           (rank + 2) % a->world);
   opt.init_method = url;
   T_OK(rr_init_process_group(&pg, &opt));
   if (check_group(pg, rank, a->world, 14)) return 1;
@@ -212,8 +225,12 @@ static int launcher_rank(int rank, void *p) {
 static int slurm_lists(void) {
   static const struct {
     const char *list, *first;
-  } hosts[] = {{"node[01-04,07],gpu5", "node01"}, {"n[3,5-7]", "n3"}, {"login", "login"},
-               {"a,b", "a"}, {"rack[1-2]-gpu[03-04]", "rack1-gpu03"}, {"x[007]y", "x007y"}};
+  } hosts[] = {{"node[01-04,07],gpu5", "node01"},
+               {"n[3,5-7]", "n3"},
+               {"login", "login"},
+               {"a,b", "a"},
+               {"rack[1-2]-gpu[03-04]", "rack1-gpu03"},
+               {"x[007]y", "x007y"}};
   char out[64];
   for (size_t i = 0; i < sizeof hosts / sizeof hosts[0]; i++) {
     int rc = rr__slurm_first_host(hosts[i].list, out, sizeof out);
@@ -229,11 +246,11 @@ static int slurm_lists(void) {
     const char *per_node;
     int node, tasks;
   } per[] = {{"2(x3),1", 0, 2}, {"2(x3),1", 2, 2}, {"2(x3),1", 3, 1}, {"2(x3),1", 4, -1},
-             {"4", 0, 4},       {"1,3,2", 1, 3},  {"2(3)", 0, -1},   {"", 0, -1}};
+             {"4", 0, 4},       {"1,3,2", 1, 3},   {"2(3)", 0, -1},   {"", 0, -1}};
   for (size_t i = 0; i < sizeof per / sizeof per[0]; i++) {
     int t = rr__slurm_tasks_on_node(per[i].per_node, per[i].node);
-    T_CHECK(t == per[i].tasks, "'%s' node %d: %d tasks, want %d", per[i].per_node, per[i].node,
-            t, per[i].tasks);
+    T_CHECK(t == per[i].tasks, "'%s' node %d: %d tasks, want %d", per[i].per_node, per[i].node, t,
+            per[i].tasks);
   }
   return 0;
 }
@@ -303,17 +320,20 @@ static int debug_file_rank(int rank, void *p) {
     char h[256], level[16];
     int pid = -1, tid = -1, r = -2, used = 0;
     int got = sscanf(line, "%255[^:]:%d:%d [%d] RR %15s %n", h, &pid, &tid, &r, level, &used);
-    T_CHECK(got == 5 && used > 0, "line %d does not look like 'host:pid:tid [rank] RR LEVEL msg': %s", lines, line);
-    T_CHECK(!strcmp(h, host) && pid == (int)getpid() && tid > 0, "line %d has host '%s' pid %d tid %d; want %s, %d: %s",
-            lines, h, pid, tid, host, (int)getpid(), line);
+    T_CHECK(got == 5 && used > 0,
+            "line %d does not look like 'host:pid:tid [rank] RR LEVEL msg': %s", lines, line);
+    T_CHECK(!strcmp(h, host) && pid == (int)getpid() && tid > 0,
+            "line %d has host '%s' pid %d tid %d; want %s, %d: %s", lines, h, pid, tid, host,
+            (int)getpid(), line);
     T_CHECK(!strcmp(level, "INFO") || !strcmp(level, "WARN"), "line %d: level %s", lines, level);
     if (r == rank && !strcmp(level, "INFO")) mine++;
     if (r == rank && strstr(line, "ready")) ready++;
     lines++;
   }
   free(s);
-  T_CHECK(mine > 0 && ready == 1, "%d lines, %d 'RR INFO' lines with prefix [%d], %d 'ready' lines in %s",
-          lines, mine, rank, ready, path);
+  T_CHECK(mine > 0 && ready == 1,
+          "%d lines, %d 'RR INFO' lines with prefix [%d], %d 'ready' lines in %s", lines, mine,
+          rank, ready, path);
   unlink(path);
   return 0;
 }
@@ -334,7 +354,8 @@ static int debug_link_rank(int rank, void *p) {
   T_CHECK(fd >= 0, "create %s: %s", victim, strerror(errno));
   close(fd);
   unlink(logp), unlink(tracep);
-  T_CHECK(symlink(victim, logp) == 0 && symlink(victim, tracep) == 0, "symlink: %s", strerror(errno));
+  T_CHECK(symlink(victim, logp) == 0 && symlink(victim, tracep) == 0, "symlink: %s",
+          strerror(errno));
   setenv("RR_DEBUG", "INFO", 1);
   setenv("RR_DEBUG_FILE", pattern, 1);
   setenv("RR_TRACE", tracep, 1);
@@ -348,8 +369,10 @@ static int debug_link_rank(int rank, void *p) {
   int links = lstat(logp, &l1) == 0 && S_ISLNK(l1.st_mode) && lstat(tracep, &l2) == 0 &&
               S_ISLNK(l2.st_mode);
   unlink(victim), unlink(logp), unlink(tracep);
-  T_CHECK(ok, "the file behind the planted links got %lld bytes: RR_DEBUG_FILE or RR_TRACE "
-          "followed a symbolic link", (long long)st.st_size);
+  T_CHECK(ok,
+          "the file behind the planted links got %lld bytes: RR_DEBUG_FILE or RR_TRACE "
+          "followed a symbolic link",
+          (long long)st.st_size);
   T_CHECK(links, "a planted link was replaced");
   return 0;
 }
@@ -404,19 +427,22 @@ static int debug_fifo_rank(int rank, void *p) {
   T_CHECK(err != NULL, "cannot read %s", errp);
   char want[512];
   if (trace)
-    snprintf(want, sizeof want, "RR_TRACE=%s: cannot open it for appending (it is a FIFO, "
-             "not a regular file); no trace is written", fifo);
+    snprintf(want, sizeof want,
+             "RR_TRACE=%s: cannot open it for appending (it is a FIFO, "
+             "not a regular file); no trace is written",
+             fifo);
   else
-    snprintf(want, sizeof want, "refusing RR_DEBUG_FILE %s (it is a FIFO, not a regular "
-             "file); logging to stderr", fifo);
+    snprintf(want, sizeof want,
+             "refusing RR_DEBUG_FILE %s (it is a FIFO, not a regular "
+             "file); logging to stderr",
+             fifo);
   int ok = strstr(err, want) && strstr(err, "RR INFO") && strstr(err, " ready (");
   if (st != RR_OK || group_bad || !ok) fprintf(stderr, "rank %d: its stderr:\n%s\n", rank, err);
   free(err);
   unlink(errp);
   T_CHECK(st == RR_OK && !group_bad, "the group failed beside a FIFO at %s (init: %s)", fifo,
           init_err);
-  T_CHECK(ok, "stderr lacks the warning '%s' or the INFO lines logged in the file's place",
-          want);
+  T_CHECK(ok, "stderr lacks the warning '%s' or the INFO lines logged in the file's place", want);
   T_CHECK(dt < 10.0, "init, two collectives and destroy took %.1f s beside a FIFO", dt);
   struct stat sb;
   T_CHECK(lstat(fifo, &sb) == 0 && S_ISFIFO(sb.st_mode), "the FIFO %s was replaced", fifo);
@@ -506,7 +532,8 @@ static int timeout_rank(int rank, void *p) {
     double t0 = t_now();
     int st = rr_init_process_group(&pg, &opt);
     double dt = t_now() - t0;
-    T_CHECK(st == RR_ETIMEDOUT && pg == NULL, "init without rank 2: %s: %s", rr_status_name(st), rr_last_error());
+    T_CHECK(st == RR_ETIMEDOUT && pg == NULL, "init without rank 2: %s: %s", rr_status_name(st),
+            rr_last_error());
     T_HAS(rr_last_error(), "rank 2");
     T_CHECK(dt >= 1.5 && dt < 8.0, "init gave up after %.2f s with timeout_ms 2000", dt);
     return 0;
@@ -524,7 +551,8 @@ static int timeout_rank(int rank, void *p) {
   if (rank == 2) {
     T_CHECK(st != RR_OK, "the late rank's call on an aborted group succeeded");
   } else {
-    T_CHECK(st == RR_ETIMEDOUT, "all_reduce with rank 2 late: %s: %s", rr_status_name(st), rr_last_error());
+    T_CHECK(st == RR_ETIMEDOUT, "all_reduce with rank 2 late: %s: %s", rr_status_name(st),
+            rr_last_error());
     T_HAS(rr_last_error(), "1.5 s");
     T_CHECK(dt >= 1.3 && dt < 3.8, "the call gave up after %.2f s with timeout_ms 1500", dt);
   }
@@ -532,7 +560,8 @@ static int timeout_rank(int rank, void *p) {
   return 0;
 }
 
-/* ---- rr_init_process_group_on_store: the rendezvous on the caller's store, through callbacks ---- */
+/* ---- rr_init_process_group_on_store: the rendezvous on the caller's store, through callbacks ----
+ */
 /* The callbacks wrap a real TCP store (as a framework's store would be wrapped) and count
  * what the library asked of it; "fail_get" (a status) makes every get fail with it, as a
  * broken store would. */
@@ -569,7 +598,9 @@ static int cb_del(void *c, const char *k, int *deleted) {
   ((cb_ctx *)c)->calls++;
   return rr_store_delete(((cb_ctx *)c)->inner, k, deleted);
 }
-static void cb_free(void *c) { ((cb_ctx *)c)->freed++; }
+static void cb_free(void *c) {
+  ((cb_ctx *)c)->freed++;
+}
 
 static int callbacks_rank(int rank, void *p) {
   iarg *a = p;
@@ -647,7 +678,11 @@ static void cleanup_tmp(const char *tag) {
 
 int main(int argc, char **argv) {
   if (argc < 2) {
-    fprintf(stderr, "usage: %s <tcp|file|options|slurm|ompi|slurm_lists|ipv6|debug_file|debug_link|debug_fifo|trace_fifo|file_perms|timeout_opt|store_callbacks>\n", argv[0]);
+    fprintf(stderr,
+            "usage: %s "
+            "<tcp|file|options|slurm|ompi|slurm_lists|ipv6|debug_file|debug_link|debug_fifo|trace_"
+            "fifo|file_perms|timeout_opt|store_callbacks>\n",
+            argv[0]);
     return 2;
   }
   const char *s = argv[1];
@@ -663,7 +698,8 @@ int main(int argc, char **argv) {
     unlink(a.path);
     rc = t_run_all(3, file_rank, &a, 45, NULL);
     if (access(a.path, F_OK) == 0) {
-      fprintf(stderr, "the store file %s is still there after every rank destroyed its group\n", a.path);
+      fprintf(stderr, "the store file %s is still there after every rank destroyed its group\n",
+              a.path);
       rc = 1;
     }
   } else if (!strcmp(s, "options")) {

@@ -51,8 +51,8 @@ static int rank_main(int rank, void *arg) {
     int fds[STRANGERS];
     for (int i = 0; i < STRANGERS; i++) {
       fds[i] = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-      T_CHECK(fds[i] >= 0 && connect(fds[i], (struct sockaddr *)&sa, sizeof sa) == 0,
-              "stranger %d", i);
+      T_CHECK(fds[i] >= 0 && connect(fds[i], (struct sockaddr *)&sa, sizeof sa) == 0, "stranger %d",
+              i);
     }
     /* The strangers are another process's, silent for 5 s: this rank fails and exits at
      * once too, and its exit must not close them. */

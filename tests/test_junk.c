@@ -134,15 +134,18 @@ static uint64_t rnd(void) {
 
 static void hold(int fd) {
   pthread_mutex_lock(&g_held_mu);
-  if (g_nheld < MAXHELD) g_held[g_nheld++] = fd;
-  else close(fd);
+  if (g_nheld < MAXHELD)
+    g_held[g_nheld++] = fd;
+  else
+    close(fd);
   pthread_mutex_unlock(&g_held_mu);
 }
 
 static int dial(int port) {
   int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
   if (fd < 0) return -1;
-  struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port),
+  struct sockaddr_in a = {.sin_family = AF_INET,
+                          .sin_port = htons((uint16_t)port),
                           .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
   if (connect(fd, (struct sockaddr *)&a, sizeof a) != 0) {
     close(fd);
@@ -170,8 +173,11 @@ static void junk(int port) {
 
 static size_t store_req(uint8_t *out, uint8_t op, int64_t num, const char *a, const char *b) {
   size_t la = strlen(a), lb = b ? strlen(b) : 0;
-  rr__store_hdr h = {.magic = RR__STORE_REQ_MAGIC, .op = op, .nargs = b ? 2 : 1,
-                     .body_len = (uint32_t)(4 + la + (b ? 4 + lb : 0)), .num = num};
+  rr__store_hdr h = {.magic = RR__STORE_REQ_MAGIC,
+                     .op = op,
+                     .nargs = b ? 2 : 1,
+                     .body_len = (uint32_t)(4 + la + (b ? 4 + lb : 0)),
+                     .num = num};
   rr__store_hdr_encode(&h, out);
   size_t o = RR__STORE_HDR;
   rr__put_u32(out + o, (uint32_t)la), o += 4;
@@ -202,8 +208,11 @@ static void wrong_token_hello(int port) {
   if (fd < 0) return;
   uint8_t b[256], r[RR__STORE_HDR], cn[RR__STORE_NONCE], ch[RR__STORE_NONCE + RR__STORE_MAC];
   for (size_t i = 0; i < sizeof cn; i++) cn[i] = (uint8_t)rnd();
-  rr__store_hdr h = {.magic = RR__STORE_REQ_MAGIC, .op = RR__SOP_HELLO, .nargs = 1,
-                     .body_len = 4 + RR__STORE_NONCE, .num = RR__STORE_VERSION};
+  rr__store_hdr h = {.magic = RR__STORE_REQ_MAGIC,
+                     .op = RR__SOP_HELLO,
+                     .nargs = 1,
+                     .body_len = 4 + RR__STORE_NONCE,
+                     .num = RR__STORE_VERSION};
   rr__store_hdr_encode(&h, b);
   rr__put_u32(b + RR__STORE_HDR, RR__STORE_NONCE);
   memcpy(b + RR__STORE_HDR + 4, cn, RR__STORE_NONCE);
@@ -211,7 +220,9 @@ static void wrong_token_hello(int port) {
   if (recv_n(fd, r, sizeof r) && recv_n(fd, ch, sizeof ch)) {
     uint8_t key[16];
     rr__token_key("not-the-job-token", key);
-    h = (rr__store_hdr){.magic = RR__STORE_REQ_MAGIC, .op = RR__SOP_AUTH, .nargs = 1,
+    h = (rr__store_hdr){.magic = RR__STORE_REQ_MAGIC,
+                        .op = RR__SOP_AUTH,
+                        .nargs = 1,
                         .body_len = 4 + RR__STORE_MAC};
     rr__store_hdr_encode(&h, b);
     rr__put_u32(b + RR__STORE_HDR, RR__STORE_MAC);
@@ -219,8 +230,10 @@ static void wrong_token_hello(int port) {
     send_nb(fd, b, RR__STORE_HDR + 4 + RR__STORE_MAC);
     if (recv_n(fd, r, sizeof r)) {
       rr__store_hdr_decode(r, &h);
-      if (h.status == RR__SST_DENIED) atomic_fetch_add(&n_denied, 1);
-      else if (g_with_token) atomic_fetch_add(&n_wrong_accepted, 1);
+      if (h.status == RR__SST_DENIED)
+        atomic_fetch_add(&n_denied, 1);
+      else if (g_with_token)
+        atomic_fetch_add(&n_wrong_accepted, 1);
     }
   }
   close(fd);
@@ -230,12 +243,17 @@ static void store_attack(int i) {
   int port = g_store_port;
   uint8_t b[256];
   switch (i % 6) {
-    case 0: junk(port); break;
-    case 1: wrong_token_hello(port); break;
+    case 0:
+      junk(port);
+      break;
+    case 1:
+      wrong_token_hello(port);
+      break;
     case 2: { /* a request before the handshake */
       int fd = dial(port);
       if (fd < 0) break;
-      size_t n = store_req(b, RR__SOP_SET, 0, "rr/w/peer/0", "global=0 pid=1 nsocks=1 addr=1.2.3.4:5 host=x");
+      size_t n = store_req(b, RR__SOP_SET, 0, "rr/w/peer/0",
+                           "global=0 pid=1 nsocks=1 addr=1.2.3.4:5 host=x");
       send_nb(fd, b, n);
       usleep(2000);
       close(fd);
@@ -374,14 +392,20 @@ static void boot_attack(int port, int rank) {
   rr__token_key(g_token, key);
   for (int g = 0; g < 8 * 3 && rank + 1 < W; g++) {
     char ctx[160];
-    int n = g % 3 == 1 ? snprintf(ctx, sizeof ctx, "rr-hello-v1/w.%d/%d/%d/0", g / 3, rank + 1, rank)
-                       : snprintf(ctx, sizeof ctx, "rr-hello-v2/w.%d/%d/%d/0/%016llx", g / 3,
-                                  rank + 1, rank, (unsigned long long)rnd());
+    int n = g % 3 == 1
+                ? snprintf(ctx, sizeof ctx, "rr-hello-v1/w.%d/%d/%d/0", g / 3, rank + 1, rank)
+                : snprintf(ctx, sizeof ctx, "rr-hello-v2/w.%d/%d/%d/0/%016llx", g / 3, rank + 1,
+                           rank, (unsigned long long)rnd());
     uint64_t recorded = rr__siphash(key, ctx, (size_t)n);
-    rr__hello h = {.from = rank + 1, .to = rank, .index = 0, .nsockets = 2,
+    rr__hello h = {.from = rank + 1,
+                   .to = rank,
+                   .index = 0,
+                   .nsockets = 2,
                    .token_hash = g % 3 == 0 || !g_with_token ? rnd() | 1 : recorded};
-    if (g_with_token) snprintf(h.group, sizeof h.group, "w.%d", g / 3);
-    else snprintf(h.group, sizeof h.group, "stranger.%d", g / 3); /* no token: only foreign ids */
+    if (g_with_token)
+      snprintf(h.group, sizeof h.group, "w.%d", g / 3);
+    else
+      snprintf(h.group, sizeof h.group, "stranger.%d", g / 3); /* no token: only foreign ids */
     snprintf(h.transport, sizeof h.transport, "tcp");
     uint8_t wire[RR__HELLO_BYTES];
     rr__hello_encode(&h, wire);
@@ -398,8 +422,10 @@ static void boot_attack(int port, int rank) {
   for (int k = 0; k < 100; k++) { /* a flood, held */
     int fd = dial(port);
     if (fd < 0) break;
-    if (k % 2) hold(fd);
-    else close(fd);
+    if (k % 2)
+      hold(fd);
+    else
+      close(fd);
   }
   atomic_fetch_add(&n_boot_attacks, 1);
 }
@@ -497,8 +523,8 @@ static void show_examples(const char *needle) {
 }
 
 int main(int argc, char **argv) {
-  if (argc != 2 || (strcmp(argv[1], "token") && strcmp(argv[1], "notoken") &&
-                    strcmp(argv[1], "silent_flood"))) {
+  if (argc != 2 ||
+      (strcmp(argv[1], "token") && strcmp(argv[1], "notoken") && strcmp(argv[1], "silent_flood"))) {
     fprintf(stderr, "usage: %s token|notoken|silent_flood\n", argv[0]);
     return 2;
   }
@@ -513,8 +539,8 @@ int main(int argc, char **argv) {
   setenv("RR_DEBUG_FILE", logfile, 1);
   setenv("RR_DEBUG", "WARN", 1);
   unsetenv("RR_JOB_TOKEN");
-  g_port_shared = mmap(NULL, sizeof *g_port_shared, PROT_READ | PROT_WRITE,
-                       MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+  g_port_shared =
+      mmap(NULL, sizeof *g_port_shared, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
   if (g_port_shared == MAP_FAILED) return perror("mmap"), 1;
   atomic_store(g_port_shared, 0);
 
@@ -532,14 +558,17 @@ int main(int argc, char **argv) {
     if (codes[r] || sigs[r]) bad = 1, printf("rank %d: exit %d signal %d\n", r, codes[r], sigs[r]);
   printf("job: %d ranks x %d verified rounds and %d subgroups: %s in %.1f s\n", W, ROUNDS,
          ROUNDS / SUBGROUP_EVERY, bad ? "FAILED" : "completed", wall);
-  printf("attacks: %d on the store (port %d), %d setup listeners found and attacked, "
-         "%d connections held open, %d slow writers\n",
-         atomic_load(&n_store_attacks), g_store_port, atomic_load(&n_boot_attacks), g_nheld,
-         g_nslow);
+  printf(
+      "attacks: %d on the store (port %d), %d setup listeners found and attacked, "
+      "%d connections held open, %d slow writers\n",
+      atomic_load(&n_store_attacks), g_store_port, atomic_load(&n_boot_attacks), g_nheld, g_nslow);
   if (atomic_load(&n_store_attacks) < 20) bad = 1, printf("too few store attacks\n");
   if (atomic_load(&n_boot_ports) < 1) bad = 1, printf("no setup listener was reached\n");
 
-  struct { const char *needle; int required; } want[8];
+  struct {
+    const char *needle;
+    int required;
+  } want[8];
   int nw = 0;
   if (g_silent_flood) {
     /* The server must shed strangers that never speak (as the setup listener does, and

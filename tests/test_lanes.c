@@ -101,27 +101,33 @@ static int lanes(int rank, void *arg) {
     uint64_t r = after[fd].recvd - (before[fd].open ? before[fd].recvd : 0);
     if (s > BIG && r > BIG) {
       both++;
-      T_CHECK(nsocks == 1, "fd %d carried data both ways (%llu bytes sent, %llu received) with "
-              "RR_NSOCKS=%d: lanes are meant to be one-way", fd, (unsigned long long)s,
-              (unsigned long long)r, nsocks);
+      T_CHECK(nsocks == 1,
+              "fd %d carried data both ways (%llu bytes sent, %llu received) with "
+              "RR_NSOCKS=%d: lanes are meant to be one-way",
+              fd, (unsigned long long)s, (unsigned long long)r, nsocks);
       continue;
     }
     if (s > BIG) {
-      T_CHECK(r <= SMALL, "fd %d sent %llu bytes and received %llu: more than headers the other "
-              "way", fd, (unsigned long long)s, (unsigned long long)r);
+      T_CHECK(r <= SMALL,
+              "fd %d sent %llu bytes and received %llu: more than headers the other "
+              "way",
+              fd, (unsigned long long)s, (unsigned long long)r);
       senders++;
       total_sent += s;
       if (s < least_sent) least_sent = s;
     } else if (r > BIG) {
-      T_CHECK(s <= SMALL, "fd %d received %llu bytes and sent %llu: more than headers the other "
-              "way", fd, (unsigned long long)r, (unsigned long long)s);
+      T_CHECK(s <= SMALL,
+              "fd %d received %llu bytes and sent %llu: more than headers the other "
+              "way",
+              fd, (unsigned long long)r, (unsigned long long)s);
       receivers++;
     }
   }
   if (nsocks == 1 && w == 2) {
     T_CHECK(both == 1 && senders == 0 && receivers == 0,
             "RR_NSOCKS=1 at world 2: want one socket carrying both ways, found %d (and %d "
-            "sending, %d receiving only)", both, senders, receivers);
+            "sending, %d receiving only)",
+            both, senders, receivers);
   } else {
     /* One peer sent to (the right neighbour), one received from (the left). */
     const int want = nsocks == 1 ? 1 : nsocks / 2;
@@ -131,8 +137,8 @@ static int lanes(int rank, void *arg) {
     if (want > 1)
       T_CHECK(least_sent * 10 >= total_sent * 3,
               "the data is not spread over the %d sending sockets: the least carried %llu of "
-              "%llu bytes", want, (unsigned long long)least_sent,
-              (unsigned long long)total_sent);
+              "%llu bytes",
+              want, (unsigned long long)least_sent, (unsigned long long)total_sent);
   }
   free(buf);
   T_OK(rr_destroy_process_group(pg));

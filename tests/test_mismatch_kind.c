@@ -13,8 +13,8 @@
 #include "tests/harness.h"
 
 typedef struct mk_case {
-  int root;   /* the broadcast's root */
-  int bcast;  /* the rank that broadcasts; the other all-reduces */
+  int root;  /* the broadcast's root */
+  int bcast; /* the rank that broadcasts; the other all-reduces */
 } mk_case;
 
 static int bcast_all_reduce_rank(int rank, void *arg) {
@@ -62,8 +62,7 @@ int main(int argc, char **argv) {
   int bad = 0;
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
     char what[64];
-    snprintf(what, sizeof what, "rank %d broadcasts from root %d", cases[i].bcast,
-             cases[i].root);
+    snprintf(what, sizeof what, "rank %d broadcasts from root %d", cases[i].bcast, cases[i].root);
     printf("%s\n", what);
     fflush(stdout);
     bad |= t_run_all(2, bcast_all_reduce_rank, (void *)&cases[i], 60, what);

@@ -70,11 +70,11 @@ void bufs_init(bufs *b, rr_dtype dt, size_t maxn);
 void bufs_free(bufs *b);
 
 /* The sections. */
-void test_names(void);     /* test_op_names.c */
-void test_check(void);     /* test_op_names.c */
-void test_convert(void);   /* test_op_convert.c */
-void test_reduce(void);    /* test_op_reduce.c */
-int test_paths(void);      /* test_op_paths.c: 77 without the AVX2 path */
-void bench(void);          /* test_op_paths.c */
+void test_names(void);   /* test_op_names.c */
+void test_check(void);   /* test_op_names.c */
+void test_convert(void); /* test_op_convert.c */
+void test_reduce(void);  /* test_op_reduce.c */
+int test_paths(void);    /* test_op_paths.c: 77 without the AVX2 path */
+void bench(void);        /* test_op_paths.c */
 
 #endif /* RR__TESTS_TEST_OP_H_ */

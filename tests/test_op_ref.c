@@ -239,8 +239,7 @@ static int nan_ok(rr_dtype dt, rr_op op, const void *a, const void *b, const voi
 }
 
 /* One element of rr__reduce's output. */
-int check_elem(rr_dtype dt, rr_op op, int div, const void *a, const void *b,
-                      const void *got) {
+int check_elem(rr_dtype dt, rr_op op, int div, const void *a, const void *b, const void *got) {
   size_t es = k_dtype_sizes[dt];
   uint8_t want[8];
   if (expect(dt, op, div, a, b, want)) return nan_ok(dt, op, a, b, got);

@@ -42,7 +42,9 @@ typedef struct targs {
 } targs;
 
 /* Data of sender `rank` in round `round`: its own stream under a seed per round. */
-static uint64_t round_seed(int round) { return t_seed() + (uint64_t)round * 104729; }
+static uint64_t round_seed(int round) {
+  return t_seed() + (uint64_t)round * 104729;
+}
 
 /* Each sender named once: seen[src] counts, src must be another rank. */
 static int note_source(int *seen, int n, int src, const char *what) {
@@ -69,8 +71,7 @@ static int gather_recv(rr_pg *pg, size_t count, rr_dtype d, int mode, int round)
     memset(buf[k], 0xa5, bytes);
     src[k] = -7;
   }
-  for (int k = 0; k < nasync; k++)
-    T_OK(rr_recv_async(pg, buf[k], count, d, RR_ANY_SOURCE, &w[k]));
+  for (int k = 0; k < nasync; k++) T_OK(rr_recv_async(pg, buf[k], count, d, RR_ANY_SOURCE, &w[k]));
   for (int k = nasync; k < n - 1; k++) T_OK(rr_recv_any(pg, buf[k], count, d, &src[k]));
   for (int k = 0; k < nasync; k++) {
     T_OK(rr_work_wait(w[k], 0));
@@ -80,8 +81,8 @@ static int gather_recv(rr_pg *pg, size_t count, rr_dtype d, int mode, int round)
   size_t wrong = 0;
   for (int k = 0; k < n - 1; k++) {
     char what[128];
-    snprintf(what, sizeof what, "round %d (mode %d) receive %d: %zu x %s from rank %d", round,
-             mode, k, count, rr_dtype_name(d), src[k]);
+    snprintf(what, sizeof what, "round %d (mode %d) receive %d: %zu x %s from rank %d", round, mode,
+             k, count, rr_dtype_name(d), src[k]);
     if (note_source(seen, n, src[k], what)) return 1;
     wrong += t_check_copied(buf[k], count, d, RR_SUM, round_seed(round), src[k], 0, what);
     free(buf[k]);
@@ -211,12 +212,14 @@ static int fair(rr_pg *pg, int rank) {
   } else {
     T_OK(rr_barrier(side));
     usleep(50000); /* bytes handed to a socket reach its peer's buffer: give them time */
-    int last = 0; /* a new group starts its scan after rank 0 */
+    int last = 0;  /* a new group starts its scan after rank 0 */
     for (int k = 0; k < FAIR_MSGS * (n - 1); k++) {
       int src = -1, want = last % (n - 1) + 1;
       T_OK(rr_recv_any(pg, v, 4, RR_INT64, &src));
-      T_CHECK(src == want, "receive %d came from rank %d; with every message waiting, the "
-              "rank after %d (rank %d) is next", k, src, last, want);
+      T_CHECK(src == want,
+              "receive %d came from rank %d; with every message waiting, the "
+              "rank after %d (rank %d) is next",
+              k, src, last, want);
       T_CHECK(v[0] == src * 100 + k / (n - 1), "receive %d from rank %d holds %lld", k, src,
               (long long)v[0]);
       last = src;
@@ -255,8 +258,8 @@ static int mismatch(rr_pg *pg, int rank, int dtype) {
   st = rr_barrier(pg);
   T_CHECK(st != RR_OK, "the barrier after a mismatch succeeded");
   T_HAS(rr_last_error(), "mismatched calls");
-  if (rank == 0) printf("mismatch (%s) w%d: reported\n", dtype ? "dtype" : "count",
-                        rr_get_world_size(pg));
+  if (rank == 0)
+    printf("mismatch (%s) w%d: reported\n", dtype ? "dtype" : "count", rr_get_world_size(pg));
   return 0;
 }
 
@@ -422,8 +425,7 @@ static int device(rr_pg *pg, int rank) {
     T_HAS(rr_last_error(), "RR_ANY_SOURCE takes host buffers only");
     rr_work *w = (rr_work *)1;
     st = rr_recv_async(pg, man, 4, RR_FLOAT32, RR_ANY_SOURCE, &w);
-    T_CHECK(st == RR_EINVAL && w == NULL, "recv_async into managed memory: %s",
-            rr_status_name(st));
+    T_CHECK(st == RR_EINVAL && w == NULL, "recv_async into managed memory: %s", rr_status_name(st));
     C_OK(free(dev));
     C_OK(free(man));
     for (int k = 0; k < n - 1; k++) {
@@ -446,18 +448,30 @@ static int body(int rank, void *arg) {
   T_OK(rr_init_process_group(&pg, NULL));
   const char *w = ta->what;
   int rc;
-  if (!strcmp(w, "gather")) rc = gather(pg, rank);
-  else if (!strcmp(w, "order")) rc = order(pg, rank);
-  else if (!strcmp(w, "fair")) rc = fair(pg, rank);
-  else if (!strcmp(w, "mismatch_count")) rc = mismatch(pg, rank, 0);
-  else if (!strcmp(w, "mismatch_dtype")) rc = mismatch(pg, rank, 1);
-  else if (!strcmp(w, "timeout")) rc = timeout_case(pg, rank, 0);
-  else if (!strcmp(w, "timeout_async")) rc = timeout_case(pg, rank, 1);
-  else if (!strcmp(w, "dies")) rc = dies(pg, rank);
-  else if (!strcmp(w, "abort")) rc = abort_case(pg, rank);
-  else if (!strcmp(w, "invalid")) rc = invalid(pg, rank);
-  else if (!strcmp(w, "device")) rc = device(pg, rank);
-  else T_FAIL("unknown scenario %s", w);
+  if (!strcmp(w, "gather"))
+    rc = gather(pg, rank);
+  else if (!strcmp(w, "order"))
+    rc = order(pg, rank);
+  else if (!strcmp(w, "fair"))
+    rc = fair(pg, rank);
+  else if (!strcmp(w, "mismatch_count"))
+    rc = mismatch(pg, rank, 0);
+  else if (!strcmp(w, "mismatch_dtype"))
+    rc = mismatch(pg, rank, 1);
+  else if (!strcmp(w, "timeout"))
+    rc = timeout_case(pg, rank, 0);
+  else if (!strcmp(w, "timeout_async"))
+    rc = timeout_case(pg, rank, 1);
+  else if (!strcmp(w, "dies"))
+    rc = dies(pg, rank);
+  else if (!strcmp(w, "abort"))
+    rc = abort_case(pg, rank);
+  else if (!strcmp(w, "invalid"))
+    rc = invalid(pg, rank);
+  else if (!strcmp(w, "device"))
+    rc = device(pg, rank);
+  else
+    T_FAIL("unknown scenario %s", w);
   /* After a failure the group returns its first error here; the scenario judged it. */
   int st = rr_destroy_process_group(pg);
   if (!rc && st != RR_OK && strncmp(w, "mismatch", 8) && strncmp(w, "timeout", 7) &&

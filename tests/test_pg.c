@@ -4,7 +4,8 @@
  * against an exact (integers) or float64 (floats, tolerance in harness.h) reference on
  * random non-zero data that each rank regenerates for all the others.
  *
- *   test_pg <subgroups|nested|concurrent|errors|timeout|many_small|early_exit|dies_in_new_group> <world>
+ *   test_pg <subgroups|nested|concurrent|errors|timeout|many_small|early_exit|dies_in_new_group>
+ * <world>
  *
  * Data inside a group: the stream of group rank q under a seed derived from the group's
  * tag, so a result built from the wrong group, the wrong member or the wrong root fails. */
@@ -49,8 +50,8 @@ static int check_identity(rr_pg *g, const int *list, int n, int world, int me) {
   for (int i = 0; i < n; i++) {
     T_CHECK(rr_get_global_rank(g, i) == sorted[i], "rr_get_global_rank(%d) = %d, want %d", i,
             rr_get_global_rank(g, i), sorted[i]);
-    T_CHECK(rr_get_group_rank(g, sorted[i]) == i, "rr_get_group_rank(%d) = %d, want %d",
-            sorted[i], rr_get_group_rank(g, sorted[i]), i);
+    T_CHECK(rr_get_group_rank(g, sorted[i]) == i, "rr_get_group_rank(%d) = %d, want %d", sorted[i],
+            rr_get_group_rank(g, sorted[i]), i);
   }
   for (int x = -1; x <= world; x++)
     if (sorted_index(sorted, n, x) < 0)
@@ -103,10 +104,11 @@ static int g_broadcast(rr_pg *g, size_t count, rr_dtype d, int root_g, int inpla
   }
   T_OK(rr_broadcast(g, src, dst, count, d, root)); /* root is a global rank */
   char what[128];
-  snprintf(what, sizeof what, "%s: broadcast %s count %zu from global rank %d (group rank %d)",
-           tag, rr_dtype_name(d), count, root, root_g);
+  snprintf(what, sizeof what, "%s: broadcast %s count %zu from global rank %d (group rank %d)", tag,
+           rr_dtype_name(d), count, root, root_g);
   size_t wrong = t_check_copied(dst, count, d, RR_SUM, s, root_g, 0, what);
-  if (!inplace && r == root_g) wrong += t_check_copied(src, count, d, RR_SUM, s, root_g, 0, "broadcast input");
+  if (!inplace && r == root_g)
+    wrong += t_check_copied(src, count, d, RR_SUM, s, root_g, 0, "broadcast input");
   if (!inplace && r == root_g) free(src);
   free(dst);
   T_CHECK(!wrong, "%s: %zu wrong elements", what, wrong);
@@ -125,11 +127,13 @@ static int g_reduce(rr_pg *g, size_t count, rr_dtype d, rr_op op, int root_g, ui
   if (dst) memset(dst, 0xa5, bytes);
   T_OK(rr_reduce(g, src, dst, count, d, op, root));
   char what[128];
-  snprintf(what, sizeof what, "%s: reduce %s %s count %zu to global rank %d", tag,
-           rr_dtype_name(d), rr_op_name(op), count, root);
+  snprintf(what, sizeof what, "%s: reduce %s %s count %zu to global rank %d", tag, rr_dtype_name(d),
+           rr_op_name(op), count, root);
   size_t wrong = t_check_copied(src, count, d, op, s, r, 0, "reduce input (must be unchanged)");
-  if (r == root_g) wrong += t_check_reduced(dst, count, d, op, s, n, 0, what);
-  else if (dst) wrong += not_byte(dst, bytes, 0xa5);
+  if (r == root_g)
+    wrong += t_check_reduced(dst, count, d, op, s, n, 0, what);
+  else if (dst)
+    wrong += not_byte(dst, bytes, 0xa5);
   free(src);
   free(dst);
   T_CHECK(!wrong, "%s: %zu wrong elements", what, wrong);
@@ -179,8 +183,8 @@ static int g_barrier(rr_pg *g, uint64_t s, int iter, const char *tag) {
   int early;
   double left, entered;
   T_OK(t_barrier_early(g, s, iter, &early, &left, &entered));
-  T_CHECK(early < 0, "%s: barrier %d: group rank %d left before group rank %d entered", tag,
-          iter, rr_get_rank(g), early);
+  T_CHECK(early < 0, "%s: barrier %d: group rank %d left before group rank %d entered", tag, iter,
+          rr_get_rank(g), early);
   return 0;
 }
 
@@ -226,17 +230,22 @@ static int g_p2p(rr_pg *g, size_t count, rr_dtype d, uint64_t s, const char *tag
 /* Every collective on a group, roots given as global ranks. */
 static int group_suite(rr_pg *g, uint64_t seed, const char *tag) {
   int n = rr_get_world_size(g);
-  static const struct { rr_dtype d; rr_op op; size_t count; } ar[] = {
-      {RR_INT32, RR_SUM, 1},         {RR_INT64, RR_BXOR, 7},     {RR_FLOAT32, RR_SUM, 1000},
-      {RR_FLOAT64, RR_MAX, 33},      {RR_FLOAT16, RR_AVG, 100},  {RR_INT8, RR_PROD, 65},
-      {RR_UINT8, RR_MIN, 5},         {RR_BFLOAT16, RR_SUM, 10007}, {RR_INT32, RR_BAND, 100003},
+  static const struct {
+    rr_dtype d;
+    rr_op op;
+    size_t count;
+  } ar[] = {
+      {RR_INT32, RR_SUM, 1},        {RR_INT64, RR_BXOR, 7},       {RR_FLOAT32, RR_SUM, 1000},
+      {RR_FLOAT64, RR_MAX, 33},     {RR_FLOAT16, RR_AVG, 100},    {RR_INT8, RR_PROD, 65},
+      {RR_UINT8, RR_MIN, 5},        {RR_BFLOAT16, RR_SUM, 10007}, {RR_INT32, RR_BAND, 100003},
       {RR_FLOAT32, RR_PROD, 70001},
   };
   uint64_t s = seed;
   for (size_t i = 0; i < sizeof ar / sizeof ar[0]; i++)
     if (g_all_reduce(g, ar[i].count, ar[i].d, ar[i].op, (int)(i % 2), s += 101, tag)) return 1;
   for (int root = 0; root < n; root++) {
-    if (g_broadcast(g, 1001, root % 2 ? RR_FLOAT16 : RR_INT32, root, root % 2, s += 101, tag)) return 1;
+    if (g_broadcast(g, 1001, root % 2 ? RR_FLOAT16 : RR_INT32, root, root % 2, s += 101, tag))
+      return 1;
     if (g_reduce(g, 513, root % 2 ? RR_FLOAT64 : RR_INT64, root % 2 ? RR_SUM : RR_MAX, root,
                  s += 101, tag))
       return 1;
@@ -252,7 +261,9 @@ static int group_suite(rr_pg *g, uint64_t seed, const char *tag) {
   return 0;
 }
 
-static uint64_t group_seed(int tag) { return t_seed() ^ ((uint64_t)(tag + 1) * 0x100000001b3ull); }
+static uint64_t group_seed(int tag) {
+  return t_seed() ^ ((uint64_t)(tag + 1) * 0x100000001b3ull);
+}
 
 /* ---------------------------------------------------------------------------------------
  * subgroups: {3,1,4}, {0,2} and the whole world (unsorted), plus {7,5,6} at world 8. */
@@ -371,7 +382,8 @@ static int loop_body(void *p) {
   for (int it = 0; it < la->iters; it++) {
     uint64_t s = group_seed(la->tag) + (uint64_t)it * 7919;
     size_t c = counts[it % 4];
-    if (g_all_reduce(la->g, c, it % 2 ? RR_FLOAT32 : RR_INT32, RR_SUM, it % 3 == 0, s, tag)) return 1;
+    if (g_all_reduce(la->g, c, it % 2 ? RR_FLOAT32 : RR_INT32, RR_SUM, it % 3 == 0, s, tag))
+      return 1;
     if (g_broadcast(la->g, c, RR_INT64, it % n, it % 2, s + 1, tag)) return 1;
     if (g_all_gather(la->g, c / 4 + 1, RR_INT32, 0, s + 2, tag)) return 1;
   }
@@ -456,7 +468,11 @@ static int errors(int rank, void *arg) {
     if (g_all_reduce(g, 77, RR_INT32, RR_SUM, 1, group_seed(31), "G after refused calls")) return 1;
   }
   /* Bad lists fail on every rank, member or not, and create nothing. */
-  struct { int ranks[8]; int n; const char *needle; } bad[] = {
+  struct {
+    int ranks[8];
+    int n;
+    const char *needle;
+  } bad[] = {
       {{1, 1, 2}, 3, "rank 1 is listed twice"},
       {{0, 5}, 2, "rank 5 is not in the parent"},
       {{4, -1}, 2, "rank -1 is not in the parent"},
@@ -466,7 +482,8 @@ static int errors(int rank, void *arg) {
   for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
     rr_pg *x = (rr_pg *)1;
     int st = rr_new_group(world, bad[i].ranks, bad[i].n, 0, &x);
-    T_CHECK(st == RR_EINVAL && x == NULL, "bad list %zu: %s, group %p", i, rr_status_name(st), (void *)x);
+    T_CHECK(st == RR_EINVAL && x == NULL, "bad list %zu: %s, group %p", i, rr_status_name(st),
+            (void *)x);
     T_HAS(rr_last_error(), bad[i].needle);
   }
   {
@@ -490,7 +507,8 @@ static int errors(int rank, void *arg) {
     T_HAS(rr_last_error(), me);
     T_HAS(rr_last_error(), "subgroup");
   }
-  if (g_all_reduce(world, 1003, RR_INT32, RR_SUM, 0, group_seed(33), "world after refused destroy")) return 1;
+  if (g_all_reduce(world, 1003, RR_INT32, RR_SUM, 0, group_seed(33), "world after refused destroy"))
+    return 1;
   if (g) T_OK(rr_destroy_process_group(g));
   if (h) T_OK(rr_destroy_process_group(h));
   T_OK(rr_destroy_process_group(world));
@@ -538,7 +556,8 @@ static int timeouts(int rank, void *arg) {
   T_OK(rr_barrier(world));
   double waited = t_now() - t0;
   if (rank == 0 || rank == 3)
-    T_CHECK(waited >= 2.0, "the world barrier returned after %.2f s; expected to wait for ranks 1 and 2", waited);
+    T_CHECK(waited >= 2.0,
+            "the world barrier returned after %.2f s; expected to wait for ranks 1 and 2", waited);
   if (rank == 3) {
     /* S was aborted by its other members: this rank's call fails at once. */
     double t1 = t_now();
@@ -585,7 +604,8 @@ static int timeouts(int rank, void *arg) {
     T_CHECK(st != RR_OK, "destroying the timed-out B returned RR_OK");
   }
   if (c) T_OK(rr_destroy_process_group(c));
-  if (g_all_reduce(world, 100, RR_FLOAT64, RR_SUM, 0, group_seed(40), "world after sub-timeouts")) return 1;
+  if (g_all_reduce(world, 100, RR_FLOAT64, RR_SUM, 0, group_seed(40), "world after sub-timeouts"))
+    return 1;
   T_OK(rr_destroy_process_group(world));
   (void)st_s;
   if (rank == 0) printf("timeout world %d: ok\n", n);
@@ -613,7 +633,8 @@ static int early_exit(int rank, void *arg) {
     T_OK(rr_destroy_process_group(world));
     return 0;
   }
-  if (g_all_reduce(g, 1000, RR_INT32, RR_SUM, 0, group_seed(50), "{1,2} after rank 0 left")) return 1;
+  if (g_all_reduce(g, 1000, RR_INT32, RR_SUM, 0, group_seed(50), "{1,2} after rank 0 left"))
+    return 1;
   T_OK(rr_destroy_process_group(g));
   rr_destroy_process_group(world); /* rank 0 is gone: its status is not the point here */
   return 0;
@@ -683,10 +704,18 @@ static int many_small(int rank, void *arg) {
     counts[kind]++;
     int rc = 0;
     switch (kind) {
-      case 0: rc = small_all_reduce(pg, s + 77, i, "mixed"); break;
-      case 1: rc = g_broadcast(pg, count, d, root, (int)(bits >> 32) & 1, si, what); break;
-      case 2: T_OK(rr_barrier(pg)); break;
-      case 3: rc = g_all_gather(pg, count, d, (int)(bits >> 32) & 1, si, what); break;
+      case 0:
+        rc = small_all_reduce(pg, s + 77, i, "mixed");
+        break;
+      case 1:
+        rc = g_broadcast(pg, count, d, root, (int)(bits >> 32) & 1, si, what);
+        break;
+      case 2:
+        T_OK(rr_barrier(pg));
+        break;
+      case 3:
+        rc = g_all_gather(pg, count, d, (int)(bits >> 32) & 1, si, what);
+        break;
       default: {
         rr_op ops[8];
         int nops = t_valid_ops(d, ops);
@@ -698,30 +727,34 @@ static int many_small(int rank, void *arg) {
   double t2 = t_now();
   T_OK(rr_destroy_process_group(pg));
   if (rank == 0)
-    printf("many_small world %d: 1000 all_reduces in %.3f s (%.0f us each); 1000 mixed calls "
-           "(%d all_reduce, %d broadcast, %d barrier, %d all_gather, %d reduce) in %.3f s\n",
-           n, t1 - t0, (t1 - t0) * 1e3, counts[0], counts[1], counts[2], counts[3], counts[4],
-           t2 - t1);
+    printf(
+        "many_small world %d: 1000 all_reduces in %.3f s (%.0f us each); 1000 mixed calls "
+        "(%d all_reduce, %d broadcast, %d barrier, %d all_gather, %d reduce) in %.3f s\n",
+        n, t1 - t0, (t1 - t0) * 1e3, counts[0], counts[1], counts[2], counts[3], counts[4],
+        t2 - t1);
   return 0;
 }
 
 int main(int argc, char **argv) {
   if (argc < 3) {
-    fprintf(stderr, "usage: %s <subgroups|nested|concurrent|errors|timeout|many_small|early_exit|dies_in_new_group> <world>\n",
+    fprintf(stderr,
+            "usage: %s "
+            "<subgroups|nested|concurrent|errors|timeout|many_small|early_exit|dies_in_new_group> "
+            "<world>\n",
             argv[0]);
     return 2;
   }
   const char *s = argv[1];
   int world = atoi(argv[2]);
-  int (*fn)(int, void *) = !strcmp(s, "subgroups")    ? subgroups
-                           : !strcmp(s, "nested")     ? nested
-                           : !strcmp(s, "concurrent") ? concurrent
-                           : !strcmp(s, "errors")     ? errors
-                           : !strcmp(s, "timeout")    ? timeouts
-                           : !strcmp(s, "many_small") ? many_small
-                           : !strcmp(s, "early_exit") ? early_exit
+  int (*fn)(int, void *) = !strcmp(s, "subgroups")           ? subgroups
+                           : !strcmp(s, "nested")            ? nested
+                           : !strcmp(s, "concurrent")        ? concurrent
+                           : !strcmp(s, "errors")            ? errors
+                           : !strcmp(s, "timeout")           ? timeouts
+                           : !strcmp(s, "many_small")        ? many_small
+                           : !strcmp(s, "early_exit")        ? early_exit
                            : !strcmp(s, "dies_in_new_group") ? dies_in_new_group
-                                                      : NULL;
+                                                             : NULL;
   if (!fn || world < 1) {
     fprintf(stderr, "unknown scenario %s\n", s);
     return 2;

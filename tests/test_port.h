@@ -30,7 +30,8 @@ static inline int rr_test_free_port(void) {
     int port = RR_TEST_PORT_LO + (int)(x % (RR_TEST_PORT_HI - RR_TEST_PORT_LO));
     int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
     if (fd < 0) return -1;
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port),
+    struct sockaddr_in a = {.sin_family = AF_INET,
+                            .sin_port = htons((uint16_t)port),
                             .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
     int ok = bind(fd, (struct sockaddr *)&a, sizeof a) == 0;
     close(fd);

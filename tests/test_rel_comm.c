@@ -31,9 +31,11 @@ static int tcp_pair(int *near_fd, int *far_fd) {
   struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
   socklen_t len = sizeof a;
   T_CHECK(l >= 0 && bind(l, (struct sockaddr *)&a, sizeof a) == 0 && listen(l, 1) == 0 &&
-              getsockname(l, (struct sockaddr *)&a, &len) == 0, "listen: %s", strerror(errno));
+              getsockname(l, (struct sockaddr *)&a, &len) == 0,
+          "listen: %s", strerror(errno));
   int c = socket(AF_INET, SOCK_STREAM, 0);
-  T_CHECK(c >= 0 && connect(c, (struct sockaddr *)&a, sizeof a) == 0, "connect: %s", strerror(errno));
+  T_CHECK(c >= 0 && connect(c, (struct sockaddr *)&a, sizeof a) == 0, "connect: %s",
+          strerror(errno));
   int s = accept(l, NULL, NULL);
   T_CHECK(s >= 0, "accept: %s", strerror(errno));
   close(l);
@@ -56,8 +58,9 @@ static int scenario(int via_sniff, int peer2_dead) {
   /* Peer 1: a TCP lane and a control socket. */
   int lane_near, lane_far, c1[2], c2[2];
   if (tcp_pair(&lane_near, &lane_far)) return 1;
-  T_CHECK(socketpair(AF_UNIX, SOCK_STREAM, 0, c1) == 0 && socketpair(AF_UNIX, SOCK_STREAM, 0, c2) == 0,
-          "socketpair");
+  T_CHECK(
+      socketpair(AF_UNIX, SOCK_STREAM, 0, c1) == 0 && socketpair(AF_UNIX, SOCK_STREAM, 0, c2) == 0,
+      "socketpair");
   cm->peers[1].tp = &rr__tcp_transport;
   T_OK(rr__tcp_transport.connect(&cm->peers[0].info, &cm->peers[1].info, 1, &lane_near, 1, c1[0],
                                  rr__now_ms() + 1000, cm->peers[1].lane, RR__MAX_LANES,
@@ -76,8 +79,8 @@ static int scenario(int via_sniff, int peer2_dead) {
   } else {
     const char *why = "rank 2: all_reduce #5 (1000 x float, sum, ring): timed out after 3.0 s";
     uint8_t msg[RR__CTL_FIXED + 128];
-    rr__ctl c = {.type = RR__CTL_ABORT, .origin = 2, .status = RR_ETIMEDOUT,
-                 .len = (uint32_t)strlen(why)};
+    rr__ctl c = {
+        .type = RR__CTL_ABORT, .origin = 2, .status = RR_ETIMEDOUT, .len = (uint32_t)strlen(why)};
     rr__ctl_encode(&c, msg);
     memcpy(msg + RR__CTL_FIXED, why, c.len);
     T_CHECK(write(c2[1], msg, RR__CTL_FIXED + c.len) == (ssize_t)(RR__CTL_FIXED + c.len), "write");

@@ -38,8 +38,10 @@ static void expect(const char *shape, const rr__cpu_place *cpus, int count, int 
   }
   if (strcmp(got, want) != 0) {
     fprintf(stderr, "FAIL %s, %s, n=%d: got '%s', want '%s'\n", shape,
-            mode == RRUN_BIND_CORE ? "core" : mode == RRUN_BIND_SLICE ? "slice" : "none", n, got,
-            want);
+            mode == RRUN_BIND_CORE    ? "core"
+            : mode == RRUN_BIND_SLICE ? "slice"
+                                      : "none",
+            n, got, want);
     failures++;
   }
 }
@@ -63,7 +65,7 @@ static void fixed_shapes(void) {
   /* 4 cores x 2 threads, siblings 4 apart: 0/4, 1/5, 2/6, 3/7. */
   int c = shape(p, 1, 4, 2, 0);
   const char *ht = "4 cores x 2 threads (siblings 4 apart)";
-  expect(ht, p, c, C, 2, "0 1");       /* two physical cores, not 0 and its sibling 4 */
+  expect(ht, p, c, C, 2, "0 1"); /* two physical cores, not 0 and its sibling 4 */
   expect(ht, p, c, C, 4, "0 1 2 3");
   expect(ht, p, c, C, 8, "0 1 2 3 4 5 6 7");
   expect(ht, p, c, C, 9, "0 1 2 3 4 5 6 7 0"); /* core binds whatever n */
@@ -71,7 +73,7 @@ static void fixed_shapes(void) {
   expect(ht, p, c, S, 2, "0,4,1,5 2,6,3,7");
   expect(ht, p, c, S, 3, "0,4 1,5 2,6,3,7"); /* whole cores, never half of one */
   expect(ht, p, c, S, 4, "0,4 1,5 2,6 3,7");
-  expect(ht, p, c, S, 5, "0 1 2 3 4");       /* more workers than cores: one CPU each */
+  expect(ht, p, c, S, 5, "0 1 2 3 4"); /* more workers than cores: one CPU each */
   expect(ht, p, c, S, 8, "0 1 2 3 4 5 6 7");
   expect(ht, p, c, S, 16, "0 1 2 3 4 5 6 7 0 1 2 3 4 5 6 7");
   expect(ht, p, c, S, 12, "- - - - - - - - - - - -"); /* 8 does not divide 12: unbound */
@@ -148,13 +150,13 @@ static void sweep(void) {
             if (p[j].cpu == cpu) in_set = 1, core = p[j].core, pkg = p[j].package;
           }
           if (!in_set) {
-            fprintf(stderr, "FAIL sweep %d n=%d: rank %d got CPU %d outside the set\n", trial,
-                    n, k, cpu);
+            fprintf(stderr, "FAIL sweep %d n=%d: rank %d got CPU %d outside the set\n", trial, n, k,
+                    cpu);
             failures++;
           }
           if (n <= count && owner[cpu] >= 0) {
-            fprintf(stderr, "FAIL sweep %d n=%d: CPU %d given to ranks %d and %d\n", trial, n,
-                    cpu, owner[cpu], k);
+            fprintf(stderr, "FAIL sweep %d n=%d: CPU %d given to ranks %d and %d\n", trial, n, cpu,
+                    owner[cpu], k);
             failures++;
           }
           owner[cpu] = k;
@@ -177,8 +179,8 @@ static void sweep(void) {
       /* everyone bound, or (more workers than CPUs, not a multiple) nobody */
       bool want_all = n <= count || n % count == 0;
       if (bound != (want_all ? n : 0)) {
-        fprintf(stderr, "FAIL sweep %d n=%d (%d CPUs): %d of the ranks bound\n", trial, n,
-                count, bound);
+        fprintf(stderr, "FAIL sweep %d n=%d (%d CPUs): %d of the ranks bound\n", trial, n, count,
+                bound);
         failures++;
       }
       /* n <= count: the first min(n, cores) ranks sit on distinct cores */
@@ -195,8 +197,8 @@ static void sweep(void) {
                 if (p[j].cpu == b[y]) cy = p[j].core, py = p[j].package;
               }
               if (cx == cy && px == py) {
-                fprintf(stderr, "FAIL sweep %d n=%d: ranks %d and %d share a core\n", trial, n,
-                        k, m);
+                fprintf(stderr, "FAIL sweep %d n=%d: ranks %d and %d share a core\n", trial, n, k,
+                        m);
                 failures++;
               }
             }

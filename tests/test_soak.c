@@ -10,9 +10,9 @@
  * Resources: after the warm-up (WARMUP calls plus every collective once at the largest
  * count, so buffers and scratch reached their final size) each rank records its open file
  * descriptors (/proc/self/fd), threads (/proc/self/task) and resident set
- * (RssAnon in /proc/self/status). At the end the descriptors and threads must be exactly equal, and the
- * resident set may not have grown by more than RSS_SLACK (malloc's arenas breathe a
- * little; a leak of one buffer per call would be 100s of MiB at 100,000 calls).
+ * (RssAnon in /proc/self/status). At the end the descriptors and threads must be exactly equal, and
+ * the resident set may not have grown by more than RSS_SLACK (malloc's arenas breathe a little; a
+ * leak of one buffer per call would be 100s of MiB at 100,000 calls).
  *
  *   test_soak <calls>      (5000 in the default suite, 100000 with label soak)
  * Seed: $RR_TEST_SEED; a failing call prints its index and parameters. */
@@ -30,8 +30,17 @@
 #define WARMUP 500
 #define RSS_SLACK (4 << 20) /* bytes the resident set may grow after the warm-up */
 
-enum { K_ALL_REDUCE, K_REDUCE_SCATTER, K_ALL_GATHER, K_BROADCAST, K_REDUCE, K_BARRIER,
-       K_SENDRECV, K_SENDRECV_PAIR, K_NKINDS };
+enum {
+  K_ALL_REDUCE,
+  K_REDUCE_SCATTER,
+  K_ALL_GATHER,
+  K_BROADCAST,
+  K_REDUCE,
+  K_BARRIER,
+  K_SENDRECV,
+  K_SENDRECV_PAIR,
+  K_NKINDS
+};
 static const char *kind_names[K_NKINDS] = {"all_reduce", "reduce_scatter", "all_gather",
                                            "broadcast",  "reduce",         "barrier",
                                            "sendrecv",   "send/recv"};
@@ -67,10 +76,23 @@ static void make_call(long i, call *c, int force_kind, size_t force_count) {
   c->op = t_is_float(c->dtype) ? float_ops[ob % 5] : (rr_op)(ob % RR_NUM_OPS);
   uint64_t cb = t_bits(s, 4, (uint64_t)i);
   switch (cb % 10) { /* mostly small: the soak is about many calls, not many bytes */
-    case 0: c->count = 0; break;
-    case 1: case 2: case 3: c->count = 1 + (cb >> 8) % 16; break;
-    case 4: case 5: case 6: case 7: c->count = 17 + (cb >> 8) % 4080; break;
-    default: c->count = 4097 + (cb >> 8) % (MAXC - 4096); break;
+    case 0:
+      c->count = 0;
+      break;
+    case 1:
+    case 2:
+    case 3:
+      c->count = 1 + (cb >> 8) % 16;
+      break;
+    case 4:
+    case 5:
+    case 6:
+    case 7:
+      c->count = 17 + (cb >> 8) % 4080;
+      break;
+    default:
+      c->count = 4097 + (cb >> 8) % (MAXC - 4096);
+      break;
   }
   if (force_count) c->count = force_count;
   c->root = (int)(t_bits(s, 5, (uint64_t)i) % W);
@@ -124,8 +146,10 @@ static long run_call(rr_pg *pg, int rank, const call *c, char *a, char *b) {
       return bad;
     }
     case K_BROADCAST: {
-      if (rank == c->root) t_fill(a, n, d, RR_SUM, sd, rank, 0);
-      else memset(a, 0x5a, n * es);
+      if (rank == c->root)
+        t_fill(a, n, d, RR_SUM, sd, rank, 0);
+      else
+        memset(a, 0x5a, n * es);
       char *out = c->in_place ? a : b;
       st = wp ? rr_broadcast_async(pg, a, out, n, d, c->root, wp)
               : rr_broadcast(pg, a, out, n, d, c->root);
@@ -317,11 +341,12 @@ int main(int argc, char **argv) {
   int bad = rc != 0;
   for (int r = 0; r < W; r++) {
     report *p = &g_rep[r];
-    printf("rank %d: exit %d signal %d, %ld calls in %.1f s (%.0f calls/s); fds %ld -> %ld, "
-           "threads %ld -> %ld, anon RSS %.2f -> %.2f MiB\n",
-           r, codes[r], sigs[r], p->calls, p->secs, p->secs > 0 ? (double)p->calls / p->secs : 0,
-           p->fd_warm, p->fd_end, p->thr_warm, p->thr_end, (double)p->rss_warm / 1048576,
-           (double)p->rss_end / 1048576);
+    printf(
+        "rank %d: exit %d signal %d, %ld calls in %.1f s (%.0f calls/s); fds %ld -> %ld, "
+        "threads %ld -> %ld, anon RSS %.2f -> %.2f MiB\n",
+        r, codes[r], sigs[r], p->calls, p->secs, p->secs > 0 ? (double)p->calls / p->secs : 0,
+        p->fd_warm, p->fd_end, p->thr_warm, p->thr_end, (double)p->rss_warm / 1048576,
+        (double)p->rss_end / 1048576);
     if (p->msg[0]) printf("rank %d: %s\n", r, p->msg);
     if (codes[r] || sigs[r] || !atomic_load(&p->done)) bad = 1;
     if (p->wrong) bad = 1;
@@ -335,7 +360,9 @@ int main(int argc, char **argv) {
       bad = 1, printf("rank %d: RSS grew by %.2f MiB (slack %d MiB)\n", r,
                       (double)(p->rss_end - p->rss_warm) / 1048576, RSS_SLACK >> 20);
   }
-  printf("test_soak: %ld random calls (+%d warm-up extras) on %d ranks, all verified: %s in "
-         "%.1f s\n", g_ncalls, K_NKINDS * 2, W, bad ? "FAILED" : "passed", wall);
+  printf(
+      "test_soak: %ld random calls (+%d warm-up extras) on %d ranks, all verified: %s in "
+      "%.1f s\n",
+      g_ncalls, K_NKINDS * 2, W, bad ? "FAILED" : "passed", wall);
   return bad;
 }

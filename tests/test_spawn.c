@@ -403,9 +403,9 @@ static int listener_rank(int rank, void *arg) {
     socklen_t al = sizeof a;
     T_CHECK(getsockopt(atoi(fd), SOL_SOCKET, SO_ACCEPTCONN, &listening, &ol) == 0 && listening,
             "RR_STORE_LISTEN_FD=%s is not a listening socket", fd);
-    T_CHECK(getsockname(atoi(fd), (struct sockaddr *)&a, &al) == 0 &&
-                ntohs(a.sin_port) == atoi(port),
-            "the listener is not on MASTER_PORT=%s", port);
+    T_CHECK(
+        getsockname(atoi(fd), (struct sockaddr *)&a, &al) == 0 && ntohs(a.sin_port) == atoi(port),
+        "the listener is not on MASTER_PORT=%s", port);
   } else {
     T_CHECK(fd == NULL, "rank %d got RR_STORE_LISTEN_FD=%s", rank, fd);
   }
@@ -434,9 +434,12 @@ int main(int argc, char **argv) {
   static const struct {
     const char *name;
     int (*fn)(void);
-  } cases[] = {{"success", case_success},       {"fail_code", case_fail_code},
-               {"grace_kill", case_grace_kill}, {"signal", case_signal},
-               {"exit_codes", case_exit_codes}, {"unrelated_child", case_unrelated_child},
+  } cases[] = {{"success", case_success},
+               {"fail_code", case_fail_code},
+               {"grace_kill", case_grace_kill},
+               {"signal", case_signal},
+               {"exit_codes", case_exit_codes},
+               {"unrelated_child", case_unrelated_child},
                {"store_listener", case_store_listener}};
   if (argc == 2)
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)

@@ -63,7 +63,10 @@ int main(void) {
   static const spin_case cases[] = {
       {{"RR_HOST_CPUS=4", NULL}, 4, 50, 0},
       {{"RR_HOST_CPUS=4", NULL}, 5, 100, 1},
-      {{"RR_HOST_CPUS=2", "LOCAL_WORLD_SIZE=8", NULL}, 3, 100, 1}, /* the comm counts what it is told */
+      {{"RR_HOST_CPUS=2", "LOCAL_WORLD_SIZE=8", NULL},
+       3,
+       100,
+       1}, /* the comm counts what it is told */
       {{"RR_SPIN_US=0", NULL}, 1, 0, 0},
       {{"RR_SPIN_US=7", "RR_HOST_CPUS=1", NULL}, 2, 7, 1},
       {{"RR_SPIN_YIELD=0", "RR_HOST_CPUS=1", NULL}, 4, 50, 0},

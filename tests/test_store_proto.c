@@ -1,6 +1,6 @@
 /* White-box tests of the TCP store's server: raw sockets speaking the wire protocol of
- * rendezvous/store_proto.h, correctly (layout) and badly (garbage, lies in length fields, half-written
- * requests, clients that never send or never read). The server must close only the
+ * rendezvous/store_proto.h, correctly (layout) and badly (garbage, lies in length fields,
+ * half-written requests, clients that never send or never read). The server must close only the
  * offending client and keep serving everyone else. Also the job-token handshake hook, and
  * the goodbye a failing process leaves its clients (rr__store_goodbye: internal, so here
  * and not in test_store, which links only the public library).
@@ -478,8 +478,8 @@ static void test_proto_stalls(void) {
   fill_rnd(big, bign);
   OK(rr_store_set(good, "big", big, bign));
 
-  int silent = raw_connect(port);     /* never says HELLO: a stranger holding a descriptor */
-  int idle = raw_greeted(port);       /* a real client between requests: must be kept */
+  int silent = raw_connect(port); /* never says HELLO: a stranger holding a descriptor */
+  int idle = raw_greeted(port);   /* a real client between requests: must be kept */
   int half_hdr = raw_greeted(port);
   msg q = {0};
   msg_req(&q, RR__SOP_SET, 0, (const char *const[]){"k", "v"}, 2);
@@ -748,8 +748,10 @@ static void test_proto_replay(void) {
     struct pollfd pf = {.fd = fd, .events = POLLIN};
     if (poll(&pf, 1, 100) <= 0) continue;
     ssize_t r = recv(fd, got + n, sizeof got - n, 0);
-    if (r <= 0) closed = 1;
-    else n += (size_t)r;
+    if (r <= 0)
+      closed = 1;
+    else
+      n += (size_t)r;
   }
   close(fd);
   int leaked = 0, denied = 0;
@@ -760,8 +762,8 @@ static void test_proto_replay(void) {
     if (h.status == RR__SST_DENIED) denied = 1;
     o += RR__STORE_HDR + h.body_len;
   }
-  printf("replay: %zu bytes replayed, %zu bytes of replies, denied %d, secret leaked %d\n",
-         px.nrec, n, denied, leaked);
+  printf("replay: %zu bytes replayed, %zu bytes of replies, denied %d, secret leaked %d\n", px.nrec,
+         n, denied, leaked);
   CHECK(!leaked, "the replayed handshake let a process without the token read a key");
   CHECK(denied && closed, "the replay was not refused and closed (denied %d closed %d)", denied,
         closed);

@@ -40,11 +40,19 @@
 #define STOP_SLACK_S 2.0
 #define MAXW 8
 
-enum { C_ALL_REDUCE, C_BROADCAST, C_BARRIER, C_REDUCE_SCATTER, C_ALL_GATHER, C_SENDRECV,
-       C_REDUCE, C_ASYNC, C_NCOLL };
-static const char *coll_names[C_NCOLL] = {"all_reduce", "broadcast", "barrier",
-                                          "reduce_scatter", "all_gather", "sendrecv",
-                                          "reduce", "all_reduce_async"};
+enum {
+  C_ALL_REDUCE,
+  C_BROADCAST,
+  C_BARRIER,
+  C_REDUCE_SCATTER,
+  C_ALL_GATHER,
+  C_SENDRECV,
+  C_REDUCE,
+  C_ASYNC,
+  C_NCOLL
+};
+static const char *coll_names[C_NCOLL] = {"all_reduce", "broadcast", "barrier", "reduce_scatter",
+                                          "all_gather", "sendrecv",  "reduce",  "all_reduce_async"};
 
 typedef struct trial {
   int world, coll, victim, nsocks;
@@ -86,10 +94,12 @@ static long verify_call(const trial *t, int rank, long it, const bufs *B) {
   int root = (int)(it % W), left = (rank + W - 1) % W;
   switch (t->coll) {
     case C_ALL_REDUCE:
-    case C_ASYNC: return (long)t_check_reduced(B->a, n, d, RR_SUM, seed, W, 0, coll_names[t->coll]);
+    case C_ASYNC:
+      return (long)t_check_reduced(B->a, n, d, RR_SUM, seed, W, 0, coll_names[t->coll]);
     case C_REDUCE:
       return rank == root ? (long)t_check_reduced(B->b, n, d, RR_SUM, seed, W, 0, "reduce") : 0;
-    case C_BROADCAST: return (long)t_check_copied(B->a, n, d, RR_SUM, seed, root, 0, "broadcast");
+    case C_BROADCAST:
+      return (long)t_check_copied(B->a, n, d, RR_SUM, seed, root, 0, "broadcast");
     case C_REDUCE_SCATTER:
       return (long)t_check_reduced(B->b, n, d, RR_SUM, seed, W, (size_t)rank * n, "reduce_scatter");
     case C_ALL_GATHER: {
@@ -99,8 +109,10 @@ static long verify_call(const trial *t, int rank, long it, const bufs *B) {
                                     "all_gather");
       return bad;
     }
-    case C_SENDRECV: return (long)t_check_copied(B->b, n, d, RR_SUM, seed, left, 0, "sendrecv");
-    default: return 0;
+    case C_SENDRECV:
+      return (long)t_check_copied(B->b, n, d, RR_SUM, seed, left, 0, "sendrecv");
+    default:
+      return 0;
   }
 }
 
@@ -118,10 +130,13 @@ static int one_call(rr_pg *pg, const trial *t, int rank, long it, const bufs *B)
       t_fill(B->a, n, d, RR_SUM, seed, rank, 0);
       return rr_reduce(pg, B->a, B->b, n, d, RR_SUM, root);
     case C_BROADCAST:
-      if (rank == root) t_fill(B->a, n, d, RR_SUM, seed, rank, 0);
-      else memset(B->a, 0, n * rr_dtype_size(d));
+      if (rank == root)
+        t_fill(B->a, n, d, RR_SUM, seed, rank, 0);
+      else
+        memset(B->a, 0, n * rr_dtype_size(d));
       return rr_broadcast(pg, B->a, B->a, n, d, root);
-    case C_BARRIER: return rr_barrier(pg);
+    case C_BARRIER:
+      return rr_barrier(pg);
     case C_REDUCE_SCATTER:
       t_fill(B->a, n * (size_t)W, d, RR_SUM, seed, rank, 0);
       return rr_reduce_scatter(pg, B->a, B->b, n, d, RR_SUM);
@@ -222,7 +237,9 @@ static void strike(const int *pids, int n, void *arg) {
   kill(pids[t->victim], SIGKILL);
 }
 
-static int has(const char *s, const char *sub) { return strstr(s, sub) != NULL; }
+static int has(const char *s, const char *sub) {
+  return strstr(s, sub) != NULL;
+}
 
 /* The reasons a trial failed, one line each. */
 typedef struct verdict {
@@ -262,7 +279,8 @@ static int run_trial(int idx, trial *t, double *worst) {
     double lat = s->t_err - g_sh->t_fault;
     calls += atomic_load(&s->calls);
     if (lat > slowest) slowest = lat;
-    if (codes[r] != 0 || sigs[r] != 0) why(&v, "  rank %d: exit %d signal %d\n", r, codes[r], sigs[r]);
+    if (codes[r] != 0 || sigs[r] != 0)
+      why(&v, "  rank %d: exit %d signal %d\n", r, codes[r], sigs[r]);
     if (!atomic_load(&s->done)) {
       why(&v, "  rank %d never finished\n", r);
       continue;
@@ -273,35 +291,46 @@ static int run_trial(int idx, trial *t, double *worst) {
     char victim[32];
     snprintf(victim, sizeof victim, "rank %d", t->victim);
     if (!t->stop) {
-      if (s->status != RR_EPEER) why(&v, "  rank %d: status %s, want RR_EPEER\n", r, rr_status_name(s->status));
+      if (s->status != RR_EPEER)
+        why(&v, "  rank %d: status %s, want RR_EPEER\n", r, rr_status_name(s->status));
       if (!has(s->msg, victim)) why(&v, "  rank %d: message does not name %s\n", r, victim);
       if (!has(s->msg, "lost rank") && !has(s->msg, "closed") && !has(s->msg, "reset"))
         why(&v, "  rank %d: message does not say a peer is gone\n", r);
       for (int q = 0; q < t->world; q++) {
         char wrongly[32];
         snprintf(wrongly, sizeof wrongly, "lost rank %d:", q);
-        if (q != t->victim && has(s->msg, wrongly)) why(&v, "  rank %d: blames survivor %d\n", r, q);
+        if (q != t->victim && has(s->msg, wrongly))
+          why(&v, "  rank %d: blames survivor %d\n", r, q);
       }
-      if (lat > KILL_BOUND_S) why(&v, "  rank %d: reported %.2f s after the kill (bound %.1f s)\n", r, lat, KILL_BOUND_S);
+      if (lat > KILL_BOUND_S)
+        why(&v, "  rank %d: reported %.2f s after the kill (bound %.1f s)\n", r, lat, KILL_BOUND_S);
     } else {
       double bound = STOP_TIMEOUT_MS / 1000.0 + STOP_SLACK_S;
-      if (s->status != RR_ETIMEDOUT) why(&v, "  rank %d: status %s, want RR_ETIMEDOUT\n", r, rr_status_name(s->status));
-      if (!has(s->msg, "timed out after 3.0 s waiting")) why(&v, "  rank %d: not a timeout message\n", r);
-      if (!has(s->msg, "from rank") && !has(s->msg, "waiting for rank")) why(&v, "  rank %d: message does not name the rank waited for\n", r);
+      if (s->status != RR_ETIMEDOUT)
+        why(&v, "  rank %d: status %s, want RR_ETIMEDOUT\n", r, rr_status_name(s->status));
+      if (!has(s->msg, "timed out after 3.0 s waiting"))
+        why(&v, "  rank %d: not a timeout message\n", r);
+      if (!has(s->msg, "from rank") && !has(s->msg, "waiting for rank"))
+        why(&v, "  rank %d: message does not name the rank waited for\n", r);
       if (!has(s->msg, "step ") && !has(s->msg, "segment") && !has(s->msg, "round") &&
-          !has(s->msg, "chain") && !has(s->msg, "exchanging") && !has(s->msg, "completion notice") &&
-          !has(s->msg, "checking the call against") && !has(s->msg, "recursive doubling"))
+          !has(s->msg, "chain") && !has(s->msg, "exchanging") &&
+          !has(s->msg, "completion notice") && !has(s->msg, "checking the call against") &&
+          !has(s->msg, "recursive doubling"))
         why(&v, "  rank %d: message gives no position in the algorithm\n", r);
-      if (lat > bound) why(&v, "  rank %d: reported %.2f s after the freeze (bound %.1f s)\n", r, lat, bound);
+      if (lat > bound)
+        why(&v, "  rank %d: reported %.2f s after the freeze (bound %.1f s)\n", r, lat, bound);
     }
-    if (s->destroy_s > DESTROY_BOUND_S) why(&v, "  rank %d: destroy took %.2f s\n", r, s->destroy_s);
-    if (s->destroy_status == RR_OK) why(&v, "  rank %d: destroy returned RR_OK after a failure\n", r);
+    if (s->destroy_s > DESTROY_BOUND_S)
+      why(&v, "  rank %d: destroy took %.2f s\n", r, s->destroy_s);
+    if (s->destroy_status == RR_OK)
+      why(&v, "  rank %d: destroy returned RR_OK after a failure\n", r);
   }
-  printf("trial %3d: %-7s world %d, %-16s %7zu x %-6s nsocks %d, rank %d after %.0f ms: "
-         "%ld verified calls, survivors reported within %.3f s (%.1f s wall)%s\n",
-         idx, t->stop ? "SIGSTOP" : "SIGKILL", t->world, coll_names[t->coll], t->count,
-         rr_dtype_name(t->dtype), t->nsocks, t->victim, t->delay_s * 1000, calls, slowest, wall,
-         v.bad ? "  FAILED" : "");
+  printf(
+      "trial %3d: %-7s world %d, %-16s %7zu x %-6s nsocks %d, rank %d after %.0f ms: "
+      "%ld verified calls, survivors reported within %.3f s (%.1f s wall)%s\n",
+      idx, t->stop ? "SIGSTOP" : "SIGKILL", t->world, coll_names[t->coll], t->count,
+      rr_dtype_name(t->dtype), t->nsocks, t->victim, t->delay_s * 1000, calls, slowest, wall,
+      v.bad ? "  FAILED" : "");
   if (v.bad) {
     printf("%s", v.text);
     for (int r = 0; r < t->world; r++)
@@ -323,8 +352,8 @@ static void make_trial(trial *t, int i, int sample, int stop) {
   if (sample) {
     /* Every collective, worlds 2..8, the victim at the start, middle and end of the ring. */
     static const int colls[10] = {C_ALL_REDUCE, C_BROADCAST, C_BARRIER, C_REDUCE_SCATTER,
-                                  C_ALL_GATHER, C_SENDRECV, C_REDUCE, C_ASYNC, C_ALL_REDUCE,
-                                  C_BROADCAST};
+                                  C_ALL_GATHER, C_SENDRECV,  C_REDUCE,  C_ASYNC,
+                                  C_ALL_REDUCE, C_BROADCAST};
     static const int worlds[10] = {4, 3, 5, 2, 6, 4, 3, 4, 8, 7};
     t->coll = colls[i % 10];
     t->world = worlds[i % 10];
@@ -338,7 +367,8 @@ static void make_trial(trial *t, int i, int sample, int stop) {
     t->count = t->coll == C_BARRIER ? 0 : counts[t_bits(s, 5, (uint64_t)i) % 4];
   }
   /* Keep each rank's buffers and verification modest: at most 2^21 elements per call. */
-  if (t->count * (size_t)t->world > ((size_t)1 << 21)) t->count = ((size_t)1 << 21) / (size_t)t->world;
+  if (t->count * (size_t)t->world > ((size_t)1 << 21))
+    t->count = ((size_t)1 << 21) / (size_t)t->world;
   t->dtype = dtypes[t_bits(s, 6, (uint64_t)i) % 4];
   t->nsocks = 1 + (int)(t_bits(s, 7, (uint64_t)i) % 2);
   t->delay_s = (double)(t_bits(s, 8, (uint64_t)i) % 300) / 1000.0;
@@ -426,7 +456,8 @@ int main(int argc, char **argv) {
   t_seed_announce("test_stress");
   if (!strcmp(argv[1], "cause")) return cause_test();
   int sample = !strcmp(argv[1], "sample"), stop = !strcmp(argv[1], "stop");
-  if (!sample && !stop && strcmp(argv[1], "kill")) return fprintf(stderr, "unknown mode %s\n", argv[1]), 2;
+  if (!sample && !stop && strcmp(argv[1], "kill"))
+    return fprintf(stderr, "unknown mode %s\n", argv[1]), 2;
   int n = sample ? 10 : argc > 2 ? atoi(argv[2]) : 100;
   int first = argc > 3 ? atoi(argv[3]) : 0;
   int failed = 0;
@@ -436,7 +467,9 @@ int main(int argc, char **argv) {
     make_trial(&t, i, sample, stop);
     failed += run_trial(i, &t, &worst);
   }
-  printf("test_stress %s: %d trial(s), %d failed; slowest survivor report %.3f s after the "
-         "fault; %.1f s in all\n", argv[1], n, failed, worst, t_now() - t0);
+  printf(
+      "test_stress %s: %d trial(s), %d failed; slowest survivor report %.3f s after the "
+      "fault; %.1f s in all\n",
+      argv[1], n, failed, worst, t_now() - t0);
   return failed ? 1 : 0;
 }

@@ -51,7 +51,8 @@ static int hdr_roundtrip(void) {
     T_CHECK(rr__hdr_decode(bad, &d) == RR_EPROTO, "bad magic accepted");
     memcpy(bad, w, sizeof bad);
     bad[4] = 99;
-    T_CHECK(rr__hdr_decode(bad, &d) == RR_EPROTO && strstr(rr_last_error(), "version"), "bad version accepted");
+    T_CHECK(rr__hdr_decode(bad, &d) == RR_EPROTO && strstr(rr_last_error(), "version"),
+            "bad version accepted");
     memcpy(bad, w, sizeof bad);
     bad[5] = RR__K_COUNT;
     T_CHECK(rr__hdr_decode(bad, &d) == RR_EPROTO, "bad kind accepted");
@@ -63,19 +64,30 @@ static int hdr_roundtrip(void) {
     T_CHECK(rr__hdr_decode(bad, &d) == RR_EPROTO, "non-zero padding accepted");
   }
   char desc[160];
-  rr__hdr h = {.kind = RR__K_ALL_REDUCE, .dtype = RR_FLOAT32, .op = RR_SUM, .algo = 1, .seq = 5, .count = 10};
-  T_CHECK(!strcmp(rr__hdr_describe(&h, desc, sizeof desc), "all_reduce #5 (10 x float, sum, ring)"), "%s", desc);
+  rr__hdr h = {.kind = RR__K_ALL_REDUCE,
+               .dtype = RR_FLOAT32,
+               .op = RR_SUM,
+               .algo = 1,
+               .seq = 5,
+               .count = 10};
+  T_CHECK(!strcmp(rr__hdr_describe(&h, desc, sizeof desc), "all_reduce #5 (10 x float, sum, ring)"),
+          "%s", desc);
   return 0;
 }
 
 static int ctl_and_hello(void) {
   uint8_t w[RR__CTL_FIXED];
-  rr__ctl c = {.type = RR__CTL_ABORT, .origin = 3, .status = RR_EPEER, .len = 17,
-               .seq = 0x123456789aULL}, d;
+  rr__ctl c = {.type = RR__CTL_ABORT,
+               .origin = 3,
+               .status = RR_EPEER,
+               .len = 17,
+               .seq = 0x123456789aULL},
+          d;
   rr__ctl_encode(&c, w);
   T_OK(rr__ctl_decode(w, &d));
   T_CHECK(d.type == c.type && d.origin == 3 && d.status == RR_EPEER && d.len == 17 &&
-          d.seq == 0x123456789aULL, "ctl round trip");
+              d.seq == 0x123456789aULL,
+          "ctl round trip");
   c.len = RR__CTL_TEXT_MAX + 1;
   rr__ctl_encode(&c, w);
   T_CHECK(rr__ctl_decode(w, &d) == RR_EPROTO, "oversized control text accepted");
@@ -86,17 +98,17 @@ static int ctl_and_hello(void) {
   rr__ctl_encode(&c, w);
   T_CHECK(rr__ctl_decode(w, &d) == RR_EPROTO, "positive status accepted");
 
-  rr__hello h = {.from = 4, .to = 1, .index = 2, .nsockets = 3, .token_hash = 0x1234,
-                 .nonce = 0xfeedULL};
+  rr__hello h = {
+      .from = 4, .to = 1, .index = 2, .nsockets = 3, .token_hash = 0x1234, .nonce = 0xfeedULL};
   snprintf(h.group, sizeof h.group, "w.3");
   snprintf(h.transport, sizeof h.transport, "tcp");
   uint8_t hw[RR__HELLO_BYTES];
   rr__hello_encode(&h, hw);
   rr__hello e;
   T_OK(rr__hello_decode(hw, &e));
-  T_CHECK(!strcmp(e.group, "w.3") && e.from == 4 && e.to == 1 && e.index == 2 &&
-          e.nsockets == 3 && !strcmp(e.transport, "tcp") && e.token_hash == 0x1234 &&
-              e.nonce == 0xfeedULL, "hello round trip");
+  T_CHECK(!strcmp(e.group, "w.3") && e.from == 4 && e.to == 1 && e.index == 2 && e.nsockets == 3 &&
+              !strcmp(e.transport, "tcp") && e.token_hash == 0x1234 && e.nonce == 0xfeedULL,
+          "hello round trip");
   h.index = 3; /* index must be below nsockets */
   rr__hello_encode(&h, hw);
   T_CHECK(rr__hello_decode(hw, &e) == RR_EPROTO, "socket index out of range accepted");
@@ -119,7 +131,7 @@ static int kind_table(void) {
     int kind;
     size_t in_root, out_root, in0, out0; /* elements; 0 also where the side is not touched */
   } want[] = {
-      {RR__K_ALL_REDUCE, 3, 3, 3, 3},  {RR__K_REDUCE_SCATTER, 12, 3, 12, 3},
+      {RR__K_ALL_REDUCE, 3, 3, 3, 3},   {RR__K_REDUCE_SCATTER, 12, 3, 12, 3},
       {RR__K_ALL_GATHER, 3, 12, 3, 12}, {RR__K_BROADCAST, 3, 3, 0, 3},
       {RR__K_REDUCE, 3, 3, 3, 0},       {RR__K_BARRIER, 0, 0, 0, 0},
       {RR__K_SEND, 3, 0, 3, 0},         {RR__K_GATHER, 3, 12, 3, 0},
@@ -131,16 +143,19 @@ static int kind_table(void) {
     rr__call_io r = rr__kind_io(&a, 4, 2), z = rr__kind_io(&a, 4, 0);
     T_CHECK(r.in == want[i].in_root && r.out == want[i].out_root && z.in == want[i].in0 &&
                 z.out == want[i].out0 && !r.gaps,
-            "%s: root %zu/%zu, rank 0 %zu/%zu", rr__kind(a.kind)->name, r.in, r.out, z.in,
-            z.out);
+            "%s: root %zu/%zu, rank 0 %zu/%zu", rr__kind(a.kind)->name, r.in, r.out, z.in, z.out);
     T_CHECK(r.reads == (r.in > 0) && z.writes == (z.out > 0), "%s", rr__kind(a.kind)->name);
   }
   /* all_to_allv: to the end of the last non-empty block; an empty block's displacement
    * counts for nothing. */
   const size_t sc[4] = {1, 0, 2, 0}, sd[4] = {0, 9, 4, 0}, rc[4] = {0, 3, 0, 1},
                rd[4] = {5, 0, 0, 7};
-  rr__args v = {.kind = RR__K_ALL_TO_ALLV, .sendcounts = sc, .sdispls = sd, .recvcounts = rc,
-                .rdispls = rd, .root = -1};
+  rr__args v = {.kind = RR__K_ALL_TO_ALLV,
+                .sendcounts = sc,
+                .sdispls = sd,
+                .recvcounts = rc,
+                .rdispls = rd,
+                .root = -1};
   rr__call_io io = rr__kind_io(&v, 4, 1);
   T_CHECK(io.in == 6 && io.out == 8 && io.gaps, "all_to_allv: %zu/%zu", io.in, io.out);
   char b[64];

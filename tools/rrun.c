@@ -97,7 +97,8 @@ static void ephemeral_range(int *lo, int *hi) {
 static int port_bindable(int port) {
   int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
   if (fd < 0) return -1;
-  struct sockaddr_in addr = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port),
+  struct sockaddr_in addr = {.sin_family = AF_INET,
+                             .sin_port = htons((uint16_t)port),
                              .sin_addr.s_addr = htonl(INADDR_ANY)};
   int ok = bind(fd, (struct sockaddr *)&addr, sizeof addr) == 0;
   int saved = errno;

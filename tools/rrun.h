@@ -45,7 +45,7 @@ typedef struct {
   int replace;     /* --replace N: start up to N replacements that join the running group */
   int bind;        /* --bind-to: RRUN_BIND_NONE, _CORE or _SLICE (default; rrun_bind.c) */
   bool bind_asked; /* --bind-to or RR_BIND_TO given: a binding that cannot be done fails */
-  int tee; /* bit 0: prefix stdout, bit 1: prefix stderr */
+  int tee;         /* bit 0: prefix stdout, bit 1: prefix stderr */
   double grace_s;
   const char *run_id; /* --rdzv-id; NULL: "none" */
   char **argv;        /* the program and its arguments */
@@ -81,8 +81,8 @@ typedef struct {
 
 /* rrun_notice.c: what rrun tells the job's rendezvous store about deaths. */
 typedef struct {
-  bool ready;        /* the store's address is known (MASTER_ADDR, MASTER_PORT) */
-  bool gone;         /* what answers there is not this job's store: no more tries this attempt */
+  bool ready; /* the store's address is known (MASTER_ADDR, MASTER_PORT) */
+  bool gone;  /* what answers there is not this job's store: no more tries this attempt */
   char host[256], port[16];
   unsigned char key[16]; /* the job token's key (all zeros without one) */
   double patience_ms;    /* how long a death stays worth telling: the rendezvous's timeout */

@@ -376,8 +376,10 @@ void rr__parse_args(int argc, char **argv, options *o) {
   if (o->replace > 0 && !o->keep_going)
     usage_error("--replace needs --keep-going (without it the first death stops the job)");
   if (o->replace > 0 && o->nnodes > 1 && !getenv("RR_GROW_ADDR"))
-    usage_error("--replace across %d nodes needs RR_GROW_ADDR exported (host:port where the "
-                "group's rank 0 serves growths)", o->nnodes);
+    usage_error(
+        "--replace across %d nodes needs RR_GROW_ADDR exported (host:port where the "
+        "group's rank 0 serves growths)",
+        o->nnodes);
   if ((long long)o->nnodes * o->nproc > INT_MAX) {
     usage_error("--nnodes %d times --nproc-per-node %d is too many workers", o->nnodes, o->nproc);
   }

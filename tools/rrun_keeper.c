@@ -176,8 +176,9 @@ int rr__keeper_start(launcher *L) {
   close(p[0]);
   int st = 0;
   if (RRUN_SYS(waitpid(a, &st, 0)) != a || !WIFEXITED(st) || WEXITSTATUS(st) != 0) {
-    rr__say("cannot start the keeper process (a job killed with SIGKILL could leave processes "
-            "its workers started)");
+    rr__say(
+        "cannot start the keeper process (a job killed with SIGKILL could leave processes "
+        "its workers started)");
     close(p[1]);
     return -1;
   }

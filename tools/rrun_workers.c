@@ -85,9 +85,9 @@ enum child_stage {
   STAGE_AFFINITY,
   STAGE_EXEC
 };
-static const char *const kStageNames[] = {"setpgid", "prctl(PR_SET_PDEATHSIG)", "dup2",
-                                          "restoring signals", "sched_setaffinity (--bind-to)",
-                                          "exec"};
+static const char *const kStageNames[] = {
+    "setpgid",           "prctl(PR_SET_PDEATHSIG)",       "dup2",
+    "restoring signals", "sched_setaffinity (--bind-to)", "exec"};
 
 /* What a child that could not exec tells rrun through its close-on-exec pipe. */
 struct child_report {
@@ -410,18 +410,21 @@ static worker *find_worker(launcher *L, pid_t pid) {
  * replacement that cannot start is a failure of its own, reaped as one. */
 static void start_replacement(launcher *L, const worker *dead, bool inplace) {
   worker *w = &L->w[L->nw++];
-  *w = (worker){.local_rank = dead->local_rank, .rank = dead->rank, .joiner = !inplace,
+  *w = (worker){.local_rank = dead->local_rank,
+                .rank = dead->rank,
+                .joiner = !inplace,
                 .gen = inplace ? dead->gen + 1 : 0};
   w->prefix_len = (size_t)snprintf(w->prefix, sizeof w->prefix, "[rank%d]: ", w->rank);
   for (int s = 0; s < 2; s++) w->out[s] = (stream){.fd = -1, .target = s + 1};
   L->replaced++;
   if (inplace)
-    rr__say("--replace: starting a replacement for rank %d in its place (it died before "
-            "joining the rendezvous; RR_RANK_GENERATION=%d; %d of %d)", dead->rank, w->gen,
-            L->replaced, L->opt->replace);
+    rr__say(
+        "--replace: starting a replacement for rank %d in its place (it died before "
+        "joining the rendezvous; RR_RANK_GENERATION=%d; %d of %d)",
+        dead->rank, w->gen, L->replaced, L->opt->replace);
   else
-    rr__say("--replace: starting a replacement for rank %d (RR_GROW_JOIN=1; %d of %d)",
-            dead->rank, L->replaced, L->opt->replace);
+    rr__say("--replace: starting a replacement for rank %d (RR_GROW_JOIN=1; %d of %d)", dead->rank,
+            L->replaced, L->opt->replace);
   if (spawn_worker(L, w) == SPAWN_ERROR) rr__say("--replace: the replacement did not start");
 }
 
@@ -442,8 +445,10 @@ static void stop_orphaned_newcomers(launcher *L) {
     /* A member still running, or one that exited 0 (or was stopped by rrun). */
     if (!w->joiner && (w->alive || (w->pid > 0 && !w->failed))) return;
   }
-  rr__say("--replace: every other worker failed, so no group is left for the %d replacement(s) "
-          "to join; stopping them", L->live);
+  rr__say(
+      "--replace: every other worker failed, so no group is left for the %d replacement(s) "
+      "to join; stopping them",
+      L->live);
   stop_group(L, SIGTERM);
 }
 
@@ -648,8 +653,16 @@ static void run_group(launcher *L) {
  * scheduler's preemption): a crash is never a death the job survived. */
 static bool crash_signal(int sig) {
   switch (sig) {
-    case SIGSEGV: case SIGBUS: case SIGILL: case SIGFPE: case SIGABRT: case SIGSYS:
-    case SIGTRAP: case SIGQUIT: case SIGXCPU: case SIGXFSZ:
+    case SIGSEGV:
+    case SIGBUS:
+    case SIGILL:
+    case SIGFPE:
+    case SIGABRT:
+    case SIGSYS:
+    case SIGTRAP:
+    case SIGQUIT:
+    case SIGXCPU:
+    case SIGXFSZ:
       return true;
     default:
       return false;

@@ -33,14 +33,18 @@
 
 static atomic_int rr__exiting_now;
 
-void rr__comm_exiting(void) { atomic_store(&rr__exiting_now, 1); }
+void rr__comm_exiting(void) {
+  atomic_store(&rr__exiting_now, 1);
+}
 
 /* Exit handlers run in the reverse order of their registration: this one, registered when
  * the first group of the process is made, runs before the handlers registered earlier and
  * before the destructors of C++ objects built earlier, so a group those free says goodbye
  * as "exiting". A handler registered after it runs first, and its goodbye says "destroyed". */
 static pthread_once_t rr__exit_once = PTHREAD_ONCE_INIT;
-static void rr__exit_handler(void) { rr__comm_exiting(); }
+static void rr__exit_handler(void) {
+  rr__comm_exiting();
+}
 static void rr__exit_install(void) {
   if (atexit(rr__exit_handler) != 0)
     RR__LOG_INFO(RR__SUB_INIT, "atexit failed: goodbyes at exit will not say so");
@@ -73,8 +77,10 @@ static void rr__comm_fork_child(rr__fork_hook *h) {
       p->ctrl_fd = p->pid_fd = -1;
       for (int l = 0; l < p->nlanes; l++) {
         if (!p->lane[l]) continue;
-        if (p->lane[l]->tp == &rr__tcp_transport) rr__tcp_forked(p->lane[l]);
-        else if (p->lane[l]->tp == &rr__shm_transport) rr__shm_forked(p->lane[l]);
+        if (p->lane[l]->tp == &rr__tcp_transport)
+          rr__tcp_forked(p->lane[l]);
+        else if (p->lane[l]->tp == &rr__shm_transport)
+          rr__shm_forked(p->lane[l]);
       }
     }
     if (cm->wake_fd >= 0) close(cm->wake_fd);
@@ -147,8 +153,7 @@ void rr__comm_free(rr__comm *cm) {
       if (!cm->no_bye && atomic_load(&cm->aborted)) {
         uint64_t from = atomic_load(&cm->abort_from);
         rr__ctl_send(p->ctrl_fd, RR__CTL_ABORT, cm->global_rank, cm->abort_status,
-                     from ? from : atomic_load(&cm->unfinished),
-                     cm->abort_reason);
+                     from ? from : atomic_load(&cm->unfinished), cm->abort_reason);
       }
       if (!cm->no_bye) rr__ctl_send(p->ctrl_fd, RR__CTL_BYE, cm->global_rank, 0, why, NULL);
       close(p->ctrl_fd);
@@ -185,8 +190,7 @@ static int rr__abort_set(rr__comm *cm, int status, const char *reason, int tell_
     if (revoke && !first) {
       char before[RR__ERRMSG_MAX];
       snprintf(before, sizeof before, "%s", cm->abort_reason);
-      snprintf(cm->abort_reason, sizeof cm->abort_reason, "%.600s (after: %.300s)", reason,
-               before);
+      snprintf(cm->abort_reason, sizeof cm->abort_reason, "%.600s (after: %.300s)", reason, before);
     } else {
       snprintf(cm->abort_reason, sizeof cm->abort_reason, "%s", reason);
     }
@@ -263,8 +267,7 @@ int rr__comm_check(rr__comm *cm) {
  * small exchange (recursive doubling), where one socket each way cost 2 µs of the 5.6 of an
  * 8 B all-reduce at world 2 (each side's data no longer carries the ACK of the other's). */
 static rr__conn *rr__lane_for(rr__comm *cm, int peer, int msg, int sending) {
-  if (peer < 0 || peer >= cm->size || peer == cm->rank || cm->peers[peer].nlanes == 0)
-    return NULL;
+  if (peer < 0 || peer >= cm->size || peer == cm->rank || cm->peers[peer].nlanes == 0) return NULL;
   rr__peer *p = &cm->peers[peer];
   unsigned n = (unsigned)p->nlanes;
   if (n < 2 || !p->lane[0]->tp->one_way_lanes || msg == 0) return p->lane[(unsigned)msg % n];
@@ -295,7 +298,9 @@ void rr__comm_new_call(rr__comm *cm, int coll, uint64_t seq) {
   cm->cur_seq = seq;
 }
 
-void rr__comm_call_done(rr__comm *cm, uint64_t seq) { atomic_store(&cm->unfinished, seq + 1); }
+void rr__comm_call_done(rr__comm *cm, uint64_t seq) {
+  atomic_store(&cm->unfinished, seq + 1);
+}
 
 int rr__comm_irecv(rr__comm *cm, int peer, int msg, rr__req *r) {
   rr__conn *c = rr__lane_for(cm, peer, msg, 0);
@@ -309,11 +314,13 @@ int rr__comm_irecv(rr__comm *cm, int peer, int msg, rr__req *r) {
 /* What a peer's goodbye says it did, for messages: "rank 3 <this>". */
 static const char *rr__bye_text(const rr__peer *p) {
   switch (p->bye_why) {
-    case RR__BYE_DESTROYED: return "destroyed its process group";
+    case RR__BYE_DESTROYED:
+      return "destroyed its process group";
     case RR__BYE_EXITING:
       return "exited without destroying its process group first (the group was freed as the "
              "process ended)";
-    default: return "left its process group (it destroyed the group, or its process exited)";
+    default:
+      return "left its process group (it destroyed the group, or its process exited)";
   }
 }
 
@@ -346,11 +353,10 @@ static int rr__read_ctl_msgs(rr__comm *cm, int i, int *lost) {
       char reason[RR__ERRMSG_MAX];
       int revoked = c.status == RR_EREVOKED;
       if (revoked) /* the text names the rank that revoked; this is who passed it on */
-        snprintf(reason, sizeof reason, "%.900s (heard from rank %d)", text,
-                 p->info.global_rank);
+        snprintf(reason, sizeof reason, "%.900s (heard from rank %d)", text, p->info.global_rank);
       else
-        snprintf(reason, sizeof reason, "rank %d aborted the group: %.900s",
-                 p->info.global_rank, text);
+        snprintf(reason, sizeof reason, "rank %d aborted the group: %.900s", p->info.global_rank,
+                 text);
       /* A revoke is passed on to every peer (ULFM's reliable revoke): a peer the revoking
        * rank could not reach, or reached only partly before dying, still hears it. Like an
        * ABORT it concerns the collectives from the first one its origin did not finish: a
@@ -372,7 +378,7 @@ static int rr__read_ctl_msgs(rr__comm *cm, int i, int *lost) {
     if (!p->said_bye) *lost = 1;
     return RR_OK;
   }
-garbage: {
+garbage : {
   char reason[RR__ERRMSG_MAX];
   snprintf(reason, sizeof reason, "garbage on the control connection from rank %d",
            p->info.global_rank);
@@ -523,7 +529,9 @@ static int rr__ctl_watched(const rr__peer *p) {
 }
 
 /* Has the peer left (a goodbye), lost its control socket or exited? It sends nothing more. */
-static int rr__peer_gone(const rr__peer *p) { return p->said_bye || p->ctrl_fd < 0 || p->exited; }
+static int rr__peer_gone(const rr__peer *p) {
+  return p->said_bye || p->ctrl_fd < 0 || p->exited;
+}
 
 /* Should a waiting call watch the lane of this peer's message 0 (where its headers come) for
  * a header nobody asked for? */
@@ -555,8 +563,7 @@ int rr__comm_wait(rr__comm *cm, int64_t deadline_ms, const rr__sniff *sn) {
   if (cm->forked) return rr__comm_check(cm);
   rr__comm_watch_pids(cm);
   int n = 0;
-  for (int i = 0; i < cm->nactive; i++)
-    n += cm->active[i]->tp->pollfd(cm->active[i], &cm->pfds[n]);
+  for (int i = 0; i < cm->nactive; i++) n += cm->active[i]->tp->pollfd(cm->active[i], &cm->pfds[n]);
   int first_sniff = n;
   for (int i = 0; i < cm->size; i++) {
     rr__conn *l0 = rr__sniffable(cm, i, sn);
@@ -648,9 +655,10 @@ void rr__comm_spin_policy(rr__comm *cm, int local) {
   if (rr__params_get()->host_cpus > 0) cpus = (int)rr__params_get()->host_cpus;
   cm->spin.yield = yield >= 0 ? (int)yield : local > cpus;
   cm->spin.us = want >= 0 ? (int)want : cm->spin.yield ? 100 : 50;
-  RR__LOG_INFO(RR__SUB_INIT, "%d rank(s) on this host, %d core(s) usable: blocking calls poll %d us "
-          "before sleeping%s", local, cpus, cm->spin.us,
-          cm->spin.yield ? ", yielding the core between polls" : "");
+  RR__LOG_INFO(RR__SUB_INIT,
+               "%d rank(s) on this host, %d core(s) usable: blocking calls poll %d us "
+               "before sleeping%s",
+               local, cpus, cm->spin.us, cm->spin.yield ? ", yielding the core between polls" : "");
 }
 
 void rr__comm_spin_inherit(rr__comm *cm, const rr__comm *from) {

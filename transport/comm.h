@@ -24,11 +24,18 @@
  * one, so a peer still in an earlier collective completes it and fails from that one on
  * (every rank fails in the same call). A BYE's seq says why the group went (enum
  * rr__bye_why), so that a peer still in a call that needed it can tell the user. */
-enum rr__ctl_type { RR__CTL_ABORT = 1, RR__CTL_BYE = 2,
-                   /* rr_pg_shrink's agreement and the new group's lanes (group/elastic.c):
-                    * seq carries the agreement's epoch, the text its data. */
-                   RR__CTL_VOTE = 3, RR__CTL_DECIDE = 4, RR__CTL_ACK = 5, RR__CTL_COMMIT = 6,
-                   RR__CTL_OUT = 7, RR__CTL_SETUP = 8 };
+enum rr__ctl_type {
+  RR__CTL_ABORT = 1,
+  RR__CTL_BYE = 2,
+  /* rr_pg_shrink's agreement and the new group's lanes (group/elastic.c):
+   * seq carries the agreement's epoch, the text its data. */
+  RR__CTL_VOTE = 3,
+  RR__CTL_DECIDE = 4,
+  RR__CTL_ACK = 5,
+  RR__CTL_COMMIT = 6,
+  RR__CTL_OUT = 7,
+  RR__CTL_SETUP = 8
+};
 #define RR__CTL_IS_SHRINK(t) ((t) >= RR__CTL_VOTE && (t) <= RR__CTL_SETUP)
 /* Why a BYE was sent, in its seq. Builds before the reason sent 0 there and ignore the field,
  * so old and new builds still understand each other's goodbyes: no new wire version. */
@@ -61,7 +68,6 @@ int rr__ctl_next_is_ctl(int fd, int64_t deadline_ms);
  * failure is then the one to report). */
 int rr__ctl_read_abort(int fd, int64_t deadline_ms, int *status, char *text, size_t n);
 
-
 /* A waiting call peeks at most this many bytes of a peer's next message: a call header. */
 #define RR__SNIFF_BYTES 48
 
@@ -86,7 +92,7 @@ typedef struct rr__peer {
   int nlanes;
   rr__conn *lane[RR__MAX_LANES];
   uint8_t active[RR__MAX_LANES]; /* lane[i] is listed in the comm's active lanes */
-  int ctrl_fd; /* -1 once closed */
+  int ctrl_fd;                   /* -1 once closed */
   int said_bye;
   uint32_t bye_why; /* its goodbye's enum rr__bye_why */
   /* A peer on this host whose pid is known to be its own (rr__watch_pids): a pidfd that
@@ -101,7 +107,7 @@ typedef struct rr__peer {
 } rr__peer;
 
 typedef struct rr__comm {
-  int rank, size;    /* in the group */
+  int rank, size; /* in the group */
   int global_rank;
   rr__peer *peers;   /* [size]; peers[rank] is this process (no lanes) */
   int wake_fd;       /* eventfd written by rr__comm_abort */
@@ -136,9 +142,9 @@ typedef struct rr__comm {
    * subgroups, which this layer does not know. NULL: nothing to do. */
   void (*on_revoke)(void *ctx, const char *reason);
   void *on_revoke_ctx;
-  uint64_t cur_seq;            /* the call running now (rr__comm_new_call) ... */
-  int cur_coll;                /* ... and whether it is a collective */
-  int pids_watched;            /* rr__watch_pids ran */
+  uint64_t cur_seq; /* the call running now (rr__comm_new_call) ... */
+  int cur_coll;     /* ... and whether it is a collective */
+  int pids_watched; /* rr__watch_pids ran */
   /* fork() without exec: the child closes this comm's descriptors and marks it (common/fork.h). */
   rr__fork_hook fork;
   int forked; /* this process is a child forked after the comm was made */

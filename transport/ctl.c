@@ -46,12 +46,10 @@ int rr__ctl_decode(const uint8_t in[RR__CTL_FIXED], rr__ctl *c) {
   return RR_OK;
 }
 
-void rr__ctl_send(int fd, uint32_t type, int origin, int status, uint64_t seq,
-                         const char *text) {
+void rr__ctl_send(int fd, uint32_t type, int origin, int status, uint64_t seq, const char *text) {
   uint8_t buf[RR__CTL_FIXED + RR__CTL_TEXT_MAX];
   size_t len = text ? strnlen(text, RR__CTL_TEXT_MAX) : 0;
-  rr__ctl c = {.type = type, .origin = origin, .status = status, .len = (uint32_t)len,
-               .seq = seq};
+  rr__ctl c = {.type = type, .origin = origin, .status = status, .len = (uint32_t)len, .seq = seq};
   rr__ctl_encode(&c, buf);
   if (len) memcpy(buf + RR__CTL_FIXED, text, len);
   /* Best effort and never blocking: control sockets carry a few small messages, so the
@@ -70,19 +68,18 @@ int rr__ctl_next_is_ctl(int fd, int64_t deadline_ms) {
   for (;;) {
     ssize_t r = recv(fd, b, sizeof b, MSG_PEEK | MSG_DONTWAIT);
     if (r == (ssize_t)sizeof b) return rr__get_u32(b) == RR__CTL_MAGIC;
-    if (r == 0 || (r < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR))
-      return 0;
+    if (r == 0 || (r < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) return 0;
     if (rr__ms_left(deadline_ms) == 0) return 0;
     struct pollfd p = {.fd = fd, .events = POLLIN};
     /* Fewer than 4 bytes so far: poll returns at once while they sit there; nap briefly. */
-    if (r > 0) usleep(1000);
+    if (r > 0)
+      usleep(1000);
     else if (poll(&p, 1, (int)RR__MIN(rr__ms_left(deadline_ms), 1000)) < 0 && errno != EINTR)
       return 0;
   }
 }
 
-static int rr__ctl_read_abort_msg(int fd, int64_t deadline_ms, int *status, char *text,
-                                  size_t n) {
+static int rr__ctl_read_abort_msg(int fd, int64_t deadline_ms, int *status, char *text, size_t n) {
   uint8_t hdr[RR__CTL_FIXED];
   RR__CHECK(rr__sock_recv_all(fd, hdr, sizeof hdr, deadline_ms));
   rr__ctl c;
@@ -203,7 +200,8 @@ int rr__comm_ctl_next(rr__comm *cm, const uint8_t *watch, int64_t deadline_ms, i
                                : p->bye_why == RR__BYE_EXITING
                                    ? "its process exited without destroying the group first"
                                    : "it destroyed the group, or its process exited");
-        return rr__set_error(RR_EPEER, "lost rank %d: its connection closed without a goodbye "
+        return rr__set_error(RR_EPEER,
+                             "lost rank %d: its connection closed without a goodbye "
                              "(the process exited, crashed or was killed)",
                              p->info.global_rank);
       }

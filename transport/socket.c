@@ -88,8 +88,7 @@ int rr__addr_parse(const char *s, rr__addr *out) {
 
 int rr__addr_port(const rr__addr *a) {
   if (a->ss.ss_family == AF_INET) return ntohs(((const struct sockaddr_in *)&a->ss)->sin_port);
-  if (a->ss.ss_family == AF_INET6)
-    return ntohs(((const struct sockaddr_in6 *)&a->ss)->sin6_port);
+  if (a->ss.ss_family == AF_INET6) return ntohs(((const struct sockaddr_in6 *)&a->ss)->sin6_port);
   return -1;
 }
 
@@ -163,8 +162,8 @@ static int rr__same_subnet(const struct sockaddr *ifa, const struct sockaddr *ma
 
 static void rr__take(const struct ifaddrs *i, rr__addr *out, char *ifname, size_t n) {
   memset(out, 0, sizeof *out);
-  out->len = i->ifa_addr->sa_family == AF_INET ? sizeof(struct sockaddr_in)
-                                               : sizeof(struct sockaddr_in6);
+  out->len =
+      i->ifa_addr->sa_family == AF_INET ? sizeof(struct sockaddr_in) : sizeof(struct sockaddr_in6);
   memcpy(&out->ss, i->ifa_addr, out->len);
   rr__addr_set_port(out, 0);
   if (ifname && n) snprintf(ifname, n, "%s", i->ifa_name);
@@ -173,8 +172,7 @@ static void rr__take(const struct ifaddrs *i, rr__addr *out, char *ifname, size_
 int rr__if_select(const char *spec, const rr__addr *hint, rr__addr *out, char *ifname,
                   size_t ifname_len) {
   struct ifaddrs *list = NULL;
-  if (getifaddrs(&list) != 0)
-    return rr__set_error(RR_ESYS, "getifaddrs: %s", strerror(errno));
+  if (getifaddrs(&list) != 0) return rr__set_error(RR_ESYS, "getifaddrs: %s", strerror(errno));
   const struct ifaddrs *best = NULL;
   int best_rank = 1 << 30;
   /* Rank candidates: lower is better. Families: IPv4 before IPv6 (link-local IPv6 is
@@ -256,8 +254,7 @@ int rr__sock_listen(const rr__addr *addr, int backlog, int reuse, int *fd_out, r
     return rr__set_error(e == EADDRINUSE || e == EADDRNOTAVAIL ? RR_EADDR : RR_ESYS,
                          "cannot listen on %s: %s%s", rr__addr_str(addr, as, sizeof as),
                          strerror(e),
-                         e == EADDRINUSE ? " (another process holds this port; pick another)"
-                                         : "");
+                         e == EADDRINUSE ? " (another process holds this port; pick another)" : "");
   }
   if (listen(fd, backlog) != 0) {
     int e = errno;
@@ -326,11 +323,11 @@ int rr__sock_connect(const rr__addr *to, int64_t deadline_ms, int *fd_out) {
     last_err = errno;
     close(fd);
     int retryable = last_err == ECONNREFUSED || last_err == ECONNRESET ||
-                    last_err == EHOSTUNREACH || last_err == ENETUNREACH ||
-                    last_err == ETIMEDOUT || last_err == EAGAIN || last_err == EINTR;
+                    last_err == EHOSTUNREACH || last_err == ENETUNREACH || last_err == ETIMEDOUT ||
+                    last_err == EAGAIN || last_err == EINTR;
     if (!retryable)
-      return rr__set_error(RR_EADDR, "cannot connect to %s: %s",
-                           rr__addr_str(to, as, sizeof as), strerror(last_err));
+      return rr__set_error(RR_EADDR, "cannot connect to %s: %s", rr__addr_str(to, as, sizeof as),
+                           strerror(last_err));
     if (rr__ms_left(deadline_ms) == 0) break;
     usleep((useconds_t)RR__MIN(backoff_ms, rr__ms_left(deadline_ms) + 1) * 1000);
     backoff_ms = RR__MIN(backoff_ms * 2, 500);
@@ -376,8 +373,7 @@ int rr__sock_recv_all(int fd, void *buf, size_t n, int64_t deadline_ms) {
       if (rc != RR_OK) return rc;
       continue;
     }
-    if (errno == ECONNRESET)
-      return rr__set_error(RR_EPEER, "connection reset by the peer");
+    if (errno == ECONNRESET) return rr__set_error(RR_EPEER, "connection reset by the peer");
     return rr__set_error(RR_ESYS, "recv: %s", strerror(errno));
   }
   return RR_OK;
@@ -410,8 +406,7 @@ static int rr__sockets_on_port(int dfd, int port, int *fds, int max) {
       socklen_t tl = sizeof type;
       /* ENOTSOCK for files and pipes: not ours to look at. */
       if (getsockname((int)fd, (struct sockaddr *)&a.ss, &a.len) != 0 ||
-          (a.ss.ss_family != AF_INET && a.ss.ss_family != AF_INET6) ||
-          rr__addr_port(&a) != port ||
+          (a.ss.ss_family != AF_INET && a.ss.ss_family != AF_INET6) || rr__addr_port(&a) != port ||
           getsockopt((int)fd, SOL_SOCKET, SO_TYPE, &type, &tl) != 0 || type != SOCK_STREAM)
         continue;
       if (n < max) fds[n++] = (int)fd;

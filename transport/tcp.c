@@ -220,4 +220,3 @@ const rr__transport rr__tcp_transport = {
     .peekfd = rr__tcp_peekfd,
     .close = rr__tcp_close,
 };
-

@@ -34,10 +34,20 @@ static inline size_t cmp_parse_size(const char *s) {
   char *end;
   double v = strtod(s, &end);
   switch (*end) {
-  case 'k': case 'K': v *= 1024.0; break;
-  case 'm': case 'M': v *= 1024.0 * 1024.0; break;
-  case 'g': case 'G': v *= 1024.0 * 1024.0 * 1024.0; break;
-  default: break;
+    case 'k':
+    case 'K':
+      v *= 1024.0;
+      break;
+    case 'm':
+    case 'M':
+      v *= 1024.0 * 1024.0;
+      break;
+    case 'g':
+    case 'G':
+      v *= 1024.0 * 1024.0 * 1024.0;
+      break;
+    default:
+      break;
   }
   return (size_t)v;
 }
@@ -63,19 +73,40 @@ static inline void cmp_parse(int argc, char **argv, cmp_opts *o, const char *sys
   o->algo = "ring";
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i];
-    if (strcmp(a, "-N") == 0) { o->auto_iters = 1; continue; }
-    if (strcmp(a, "-I") == 0) { o->in_place = 1; continue; }
+    if (strcmp(a, "-N") == 0) {
+      o->auto_iters = 1;
+      continue;
+    }
+    if (strcmp(a, "-I") == 0) {
+      o->in_place = 1;
+      continue;
+    }
     if (i + 1 >= argc || a[0] != '-' || a[2] != 0) cmp_usage(argv[0]);
     const char *v = argv[++i];
     switch (a[1]) {
-    case 'b': o->minbytes = cmp_parse_size(v); break;
-    case 'e': o->maxbytes = cmp_parse_size(v); break;
-    case 'f': o->factor = (size_t)atol(v); break;
-    case 'n': o->iters = atoi(v); break;
-    case 'w': o->warmup = atoi(v); break;
-    case 's': o->system = v; break;
-    case 'a': o->algo = v; break;
-    default: cmp_usage(argv[0]);
+      case 'b':
+        o->minbytes = cmp_parse_size(v);
+        break;
+      case 'e':
+        o->maxbytes = cmp_parse_size(v);
+        break;
+      case 'f':
+        o->factor = (size_t)atol(v);
+        break;
+      case 'n':
+        o->iters = atoi(v);
+        break;
+      case 'w':
+        o->warmup = atoi(v);
+        break;
+      case 's':
+        o->system = v;
+        break;
+      case 'a':
+        o->algo = v;
+        break;
+      default:
+        cmp_usage(argv[0]);
     }
   }
   if (o->factor < 2) o->factor = 2;
@@ -89,11 +120,16 @@ static inline void cmp_parse(int argc, char **argv, cmp_opts *o, const char *sys
 static inline int cmp_iters(const cmp_opts *o, size_t bytes) {
   if (!o->auto_iters) return o->iters;
   int n;
-  if (bytes <= (128u << 10)) n = 200;
-  else if (bytes <= (2u << 20)) n = 50;
-  else if (bytes <= (8u << 20)) n = 20;
-  else if (bytes <= (32u << 20)) n = 10;
-  else n = 5;
+  if (bytes <= (128u << 10))
+    n = 200;
+  else if (bytes <= (2u << 20))
+    n = 50;
+  else if (bytes <= (8u << 20))
+    n = 20;
+  else if (bytes <= (32u << 20))
+    n = 10;
+  else
+    n = 5;
   return n < o->iters ? n : o->iters;
 }
 static inline int cmp_warmup(const cmp_opts *o, size_t bytes) {
@@ -103,7 +139,9 @@ static inline int cmp_warmup(const cmp_opts *o, size_t bytes) {
 }
 
 /* Small integers, exact in float32 when summed over up to thousands of ranks. */
-static inline float cmp_value(int rank, size_t i) { return (float)(rank + 1 + (int)(i % 7)); }
+static inline float cmp_value(int rank, size_t i) {
+  return (float)(rank + 1 + (int)(i % 7));
+}
 static inline float cmp_expected(int np, size_t i) {
   return (float)(np * (np + 1) / 2 + np * (int)(i % 7));
 }

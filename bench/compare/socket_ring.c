@@ -117,7 +117,10 @@ static void recv_all(int fd, void *p, size_t n) {
   char *c = p;
   while (n) {
     ssize_t r = recv(fd, c, n, 0);
-    if (r == 0) { errno = ECONNRESET; die("recv"); }
+    if (r == 0) {
+      errno = ECONNRESET;
+      die("recv");
+    }
     if (r < 0) {
       if (errno == EINTR) continue;
       die("recv");
@@ -208,8 +211,16 @@ static void step(const char *sp, size_t sn, char *dst, const float *red, size_t 
   while (sent < sn || got < rn) {
     struct pollfd p[2];
     int np = 0, is = -1, ir = -1;
-    if (sent < sn) { p[np].fd = g_right; p[np].events = POLLOUT; is = np++; }
-    if (got < rn) { p[np].fd = g_left; p[np].events = POLLIN; ir = np++; }
+    if (sent < sn) {
+      p[np].fd = g_right;
+      p[np].events = POLLOUT;
+      is = np++;
+    }
+    if (got < rn) {
+      p[np].fd = g_left;
+      p[np].events = POLLIN;
+      ir = np++;
+    }
     if (poll(p, (nfds_t)np, -1) < 0) {
       if (errno == EINTR) continue;
       die("poll");
@@ -222,14 +233,20 @@ static void step(const char *sp, size_t sn, char *dst, const float *red, size_t 
     if (ir >= 0 && (p[ir].revents & (POLLIN | POLLERR | POLLHUP))) {
       if (red == NULL) {
         ssize_t r = recv(g_left, dst + got, rn - got, MSG_DONTWAIT);
-        if (r == 0) { errno = ECONNRESET; die("recv"); }
+        if (r == 0) {
+          errno = ECONNRESET;
+          die("recv");
+        }
         if (r < 0 && errno != EAGAIN && errno != EINTR) die("recv");
         if (r > 0) got += (size_t)r;
       } else {
         size_t want = g_seg - fill;
         if (want > rn - got) want = rn - got;
         ssize_t r = recv(g_left, (char *)g_tmp + fill, want, MSG_DONTWAIT);
-        if (r == 0) { errno = ECONNRESET; die("recv"); }
+        if (r == 0) {
+          errno = ECONNRESET;
+          die("recv");
+        }
         if (r < 0 && errno != EAGAIN && errno != EINTR) die("recv");
         if (r > 0) {
           fill += (size_t)r;
@@ -259,8 +276,8 @@ static void allreduce(const float *src, float *dst, size_t count) {
   for (int s = 0; s < n - 1; s++) {
     int sc = ((r - s) % n + n) % n, rc = ((r - s - 1) % n + n) % n;
     const float *sb = s == 0 ? src : dst;
-    step((const char *)(sb + CB(sc)), (CB(sc + 1) - CB(sc)) * sizeof(float),
-         (char *)(dst + CB(rc)), src + CB(rc), (CB(rc + 1) - CB(rc)) * sizeof(float));
+    step((const char *)(sb + CB(sc)), (CB(sc + 1) - CB(sc)) * sizeof(float), (char *)(dst + CB(rc)),
+         src + CB(rc), (CB(rc + 1) - CB(rc)) * sizeof(float));
   }
   for (int s = 0; s < n - 1; s++) {
     int sc = ((r + 1 - s) % n + n) % n, rc = ((r - s) % n + n) % n;

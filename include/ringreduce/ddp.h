@@ -122,7 +122,8 @@ typedef struct rr_ddp_options {
   double broadcast_bucket_mb;
 } rr_ddp_options;
 
-#define RR_DDP_OPTIONS_INIT {0.0, 1, RR_DDP_HOOK_NONE, 0, 0.0}
+#define RR_DDP_OPTIONS_INIT \
+  { 0.0, 1, RR_DDP_HOOK_NONE, 0, 0.0 }
 void rr_ddp_options_init(rr_ddp_options *opt);
 
 typedef struct rr_ddp rr_ddp;

@@ -41,23 +41,23 @@ extern "C" {
  * Status codes. One list generates the enum, the names and the messages (as libuv's
  * UV_ERRNO_MAP): 0 is success, RR_INPROGRESS the one positive value, errors are negative.
  */
-#define RR_STATUS_MAP(XX)                                                                     \
-  XX(OK, 0, "success")                                                                        \
-  XX(INPROGRESS, 1, "operation still in progress")                                            \
-  XX(EINVAL, -1, "invalid argument")                                                          \
-  XX(ENOMEM, -2, "out of memory")                                                             \
-  XX(ESYS, -3, "system call failed")                                                          \
-  XX(ETIMEDOUT, -4, "timed out")                                                              \
-  XX(EPEER, -5, "a peer failed or closed its connection")                                     \
-  XX(EMISMATCH, -6, "ranks made mismatched calls or use different settings")                 \
-  XX(EPROTO, -7, "protocol error: unexpected data on a connection")                           \
-  XX(EABORTED, -8, "the group was aborted")                                                   \
-  XX(ENOTSUP, -9, "operation not supported")                                                  \
-  XX(ESTATE, -10, "call not valid in the current state")                                      \
-  XX(EENV, -11, "environment variable missing or malformed")                                  \
-  XX(EADDR, -12, "address unusable: in use, unreachable or unresolvable")                     \
-  XX(ECUDA, -13, "CUDA error")                                                                \
-  XX(ENOTMEMBER, -14, "this rank is not a member of the group")                              \
+#define RR_STATUS_MAP(XX)                                                    \
+  XX(OK, 0, "success")                                                       \
+  XX(INPROGRESS, 1, "operation still in progress")                           \
+  XX(EINVAL, -1, "invalid argument")                                         \
+  XX(ENOMEM, -2, "out of memory")                                            \
+  XX(ESYS, -3, "system call failed")                                         \
+  XX(ETIMEDOUT, -4, "timed out")                                             \
+  XX(EPEER, -5, "a peer failed or closed its connection")                    \
+  XX(EMISMATCH, -6, "ranks made mismatched calls or use different settings") \
+  XX(EPROTO, -7, "protocol error: unexpected data on a connection")          \
+  XX(EABORTED, -8, "the group was aborted")                                  \
+  XX(ENOTSUP, -9, "operation not supported")                                 \
+  XX(ESTATE, -10, "call not valid in the current state")                     \
+  XX(EENV, -11, "environment variable missing or malformed")                 \
+  XX(EADDR, -12, "address unusable: in use, unreachable or unresolvable")    \
+  XX(ECUDA, -13, "CUDA error")                                               \
+  XX(ENOTMEMBER, -14, "this rank is not a member of the group")              \
   XX(EREVOKED, -15, "the group was revoked")
 
 typedef enum rr_status {
@@ -101,7 +101,7 @@ typedef enum rr_op {
   RR_NUM_OPS
 } rr_op;
 
-size_t rr_dtype_size(rr_dtype dtype);   /* 0 for an invalid dtype */
+size_t rr_dtype_size(rr_dtype dtype);      /* 0 for an invalid dtype */
 const char *rr_dtype_name(rr_dtype dtype); /* nccl-tests names: "int8", "float", "half", ... */
 const char *rr_op_name(rr_op op);          /* "sum", "prod", "min", "max", "avg", "band", ... */
 /* Parse a name ("float", "float32", "half", "bf16", "sum", ...). RR_EINVAL if unknown. */
@@ -140,7 +140,8 @@ typedef struct rr_pg_options {
   const char *group_key;
 } rr_pg_options;
 
-#define RR_PG_OPTIONS_INIT {NULL, 0, 0, 0, -1, NULL}
+#define RR_PG_OPTIONS_INIT \
+  { NULL, 0, 0, 0, -1, NULL }
 void rr_pg_options_init(rr_pg_options *opt);
 
 /* What env:// would read from this process's environment, without joining anything: rank and
@@ -225,11 +226,12 @@ void rr_process_exiting(void);
  * MPIX_Comm_revoke and NCCL's ncclCommRevoke: the running call and every pending and later
  * call on it fail promptly with RR_EREVOKED, here and on every peer that can still be reached
  * (they are told, and pass it on, so a peer this rank cannot reach still hears it from
- * another; a peer still in a collective this rank had finished may complete that one). rr_last_error() names the rank that revoked it and the failure that came before,
- * if any. A revoke replaces an earlier abort's status (calls then say RR_EREVOKED), keeping
- * its reason in the text. Every subgroup made from it by rr_new_group is revoked too (a
- * subgroup's revoke leaves its parent alone). Revoking twice is harmless. Destroying the
- * group afterwards does not block. See docs/elastic.md. */
+ * another; a peer still in a collective this rank had finished may complete that one).
+ * rr_last_error() names the rank that revoked it and the failure that came before, if any. A revoke
+ * replaces an earlier abort's status (calls then say RR_EREVOKED), keeping its reason in the text.
+ * Every subgroup made from it by rr_new_group is revoked too (a subgroup's revoke leaves its parent
+ * alone). Revoking twice is harmless. Destroying the group afterwards does not block. See
+ * docs/elastic.md. */
 int rr_pg_revoke(rr_pg *pg);
 
 /* After a failure, called by the survivors only (every rank that is still alive and means
@@ -262,8 +264,7 @@ int rr_pg_shrink(rr_pg *pg, int flags, rr_pg **newpg);
  * come fail too. Otherwise destroy pg when done with it (its connections are not reused).
  * Not thread safe against other calls of rr_pg_grow / rr_pg_grow_pending on pg. flags: 0
  * (reserved). */
-int rr_pg_grow(rr_pg *pg, const char *addr, int nnew, int64_t wait_ms, int flags,
-               rr_pg **newpg);
+int rr_pg_grow(rr_pg *pg, const char *addr, int nnew, int64_t wait_ms, int flags, rr_pg **newpg);
 
 /* Is a newcomer waiting to join at addr (NULL or "": $RR_GROW_ADDR)? Collective on every
  * member of pg, cheap (one broadcast of an int): the group's rank 0 keeps a listener on
@@ -309,14 +310,13 @@ int rr_all_reduce(rr_pg *pg, const void *sendbuf, void *recvbuf, size_t count, r
 int rr_reduce_scatter(rr_pg *pg, const void *sendbuf, void *recvbuf, size_t recvcount,
                       rr_dtype dtype, rr_op op);
 /* recvbuf receives world_size * sendcount elements: block r from rank r. */
-int rr_all_gather(rr_pg *pg, const void *sendbuf, void *recvbuf, size_t sendcount,
-                  rr_dtype dtype);
+int rr_all_gather(rr_pg *pg, const void *sendbuf, void *recvbuf, size_t sendcount, rr_dtype dtype);
 /* sendbuf is read on the root only; every rank (the root too) gets the data in recvbuf. */
 int rr_broadcast(rr_pg *pg, const void *sendbuf, void *recvbuf, size_t count, rr_dtype dtype,
                  int root);
 /* The root gets the reduction in recvbuf; other ranks' recvbuf is not touched (may be NULL). */
-int rr_reduce(rr_pg *pg, const void *sendbuf, void *recvbuf, size_t count, rr_dtype dtype,
-              rr_op op, int root);
+int rr_reduce(rr_pg *pg, const void *sendbuf, void *recvbuf, size_t count, rr_dtype dtype, rr_op op,
+              int root);
 /* The root's recvbuf receives world_size * count elements, block r from (group) rank r;
  * other ranks' recvbuf is not touched (may be NULL). In place at the root when
  * sendbuf == recvbuf + root_group_rank * count. */
@@ -336,9 +336,8 @@ int rr_all_to_all(rr_pg *pg, const void *sendbuf, void *recvbuf, size_t count, r
  * rank j: where a pair disagrees, every rank fails with RR_EMISMATCH naming the pair and
  * both counts. The arrays are copied when the call is made. Receive blocks must not overlap
  * each other, nor the send blocks. */
-int rr_all_to_allv(rr_pg *pg, const void *sendbuf, const size_t *sendcounts,
-                   const size_t *sdispls, void *recvbuf, const size_t *recvcounts,
-                   const size_t *rdispls, rr_dtype dtype);
+int rr_all_to_allv(rr_pg *pg, const void *sendbuf, const size_t *sendcounts, const size_t *sdispls,
+                   void *recvbuf, const size_t *recvcounts, const size_t *rdispls, rr_dtype dtype);
 int rr_barrier(rr_pg *pg);
 /* Point to point: matched in order between each pair of ranks. Calls on a group run in
  * issue order, so a send completes before a later recv starts: two ranks that both send a
@@ -365,22 +364,22 @@ int rr_sendrecv(rr_pg *pg, const void *sendbuf, size_t sendcount, int dst, void 
 /* The same calls, asynchronous: they return at once with *work set, and the group's
  * background thread runs them in issue order while the caller computes. Buffers must stay
  * valid and untouched until the work completes. */
-int rr_all_reduce_async(rr_pg *pg, const void *sendbuf, void *recvbuf, size_t count,
-                        rr_dtype dtype, rr_op op, rr_work **work);
+int rr_all_reduce_async(rr_pg *pg, const void *sendbuf, void *recvbuf, size_t count, rr_dtype dtype,
+                        rr_op op, rr_work **work);
 int rr_reduce_scatter_async(rr_pg *pg, const void *sendbuf, void *recvbuf, size_t recvcount,
                             rr_dtype dtype, rr_op op, rr_work **work);
 int rr_all_gather_async(rr_pg *pg, const void *sendbuf, void *recvbuf, size_t sendcount,
                         rr_dtype dtype, rr_work **work);
-int rr_broadcast_async(rr_pg *pg, const void *sendbuf, void *recvbuf, size_t count,
-                       rr_dtype dtype, int root, rr_work **work);
+int rr_broadcast_async(rr_pg *pg, const void *sendbuf, void *recvbuf, size_t count, rr_dtype dtype,
+                       int root, rr_work **work);
 int rr_reduce_async(rr_pg *pg, const void *sendbuf, void *recvbuf, size_t count, rr_dtype dtype,
                     rr_op op, int root, rr_work **work);
 int rr_gather_async(rr_pg *pg, const void *sendbuf, void *recvbuf, size_t count, rr_dtype dtype,
                     int root, rr_work **work);
-int rr_scatter_async(rr_pg *pg, const void *sendbuf, void *recvbuf, size_t count,
-                     rr_dtype dtype, int root, rr_work **work);
-int rr_all_to_all_async(rr_pg *pg, const void *sendbuf, void *recvbuf, size_t count,
-                        rr_dtype dtype, rr_work **work);
+int rr_scatter_async(rr_pg *pg, const void *sendbuf, void *recvbuf, size_t count, rr_dtype dtype,
+                     int root, rr_work **work);
+int rr_all_to_all_async(rr_pg *pg, const void *sendbuf, void *recvbuf, size_t count, rr_dtype dtype,
+                        rr_work **work);
 int rr_all_to_allv_async(rr_pg *pg, const void *sendbuf, const size_t *sendcounts,
                          const size_t *sdispls, void *recvbuf, const size_t *recvcounts,
                          const size_t *rdispls, rr_dtype dtype, rr_work **work);
@@ -418,8 +417,7 @@ typedef struct rr_store rr_store;
 
 /* is_master: this process serves the store on host:port (port 0 picks a free one; see
  * rr_store_port). Every process, the master too, is a client. */
-int rr_store_tcp(const char *host, int port, int is_master, int64_t timeout_ms,
-                 rr_store **store);
+int rr_store_tcp(const char *host, int port, int is_master, int64_t timeout_ms, rr_store **store);
 int rr_store_file(const char *path, int64_t timeout_ms, rr_store **store);
 int rr_store_port(const rr_store *store); /* the TCP port served or used */
 int rr_store_set(rr_store *store, const char *key, const void *value, size_t len);

@@ -90,7 +90,6 @@
 
 fstate F = {.mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER};
 
-
 /* ---- the allocation registry ---- */
 
 falloc *f_find(const void *p) {
@@ -188,9 +187,12 @@ void f_wait_locked(void) {
  * comparison which ignores wraparound"; EQ "*addr == value"; AND "(*addr & value) != 0". */
 int f_compare(uint32_t w, uint32_t v, int cmp) {
   switch (cmp) {
-    case RR__CUDA_WAIT_GEQ: return (int32_t)(w - v) >= 0;
-    case RR__CUDA_WAIT_EQ: return w == v;
-    default: return (w & v) != 0;
+    case RR__CUDA_WAIT_GEQ:
+      return (int32_t)(w - v) >= 0;
+    case RR__CUDA_WAIT_EQ:
+      return w == v;
+    default:
+      return (w & v) != 0;
   }
 }
 
@@ -702,7 +704,10 @@ static int f_stream_begin_capture(void *stream) {
   pthread_mutex_lock(&F.mu);
   int err;
   fstream *s = f_stream(stream, &err);
-  e = !s ? err : s->legacy ? RR__CUDA_ERR_CAPTURE_UNSUPPORTED : s->cap ? RR__CUDA_ERR_ILLEGAL_STATE : 0;
+  e = !s          ? err
+      : s->legacy ? RR__CUDA_ERR_CAPTURE_UNSUPPORTED
+      : s->cap    ? RR__CUDA_ERR_ILLEGAL_STATE
+                  : 0;
   if (!e) s->cap = s;
   pthread_mutex_unlock(&F.mu);
   return e ? fail(e) : 0;

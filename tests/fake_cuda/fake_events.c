@@ -181,7 +181,7 @@ int f_event_query(void *event) {
   fevent *ev = f_event(event);
   if (!ev) return fail(RR__CUDA_ERR_INVALID_HANDLE);
   pthread_mutex_lock(&F.mu); /* pairs with the worker's unlock: the work's effects are seen */
-  if (ev->captured) { /* as f_event_sync */
+  if (ev->captured) {        /* as f_event_sync */
     pthread_mutex_unlock(&F.mu);
     return fail(RR__CUDA_ERR_CAPTURED_EVENT);
   }

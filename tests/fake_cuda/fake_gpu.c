@@ -80,7 +80,9 @@ void rr__fk_gpu_setup(void) {
   G = m; /* zero: every device free */
 }
 
-long rr__fk_watchdog_ms(void) { return g_watchdog_ms; }
+long rr__fk_watchdog_ms(void) {
+  return g_watchdog_ms;
+}
 
 /* Is the holder still there? A killed rank stays a zombie until its parent reaps it: that
  * counts as gone. */
@@ -164,7 +166,9 @@ void rr__fk_gpu_leave(int d) {
   pthread_mutex_unlock(&g_mu);
 }
 
-int rr__fk_sticky(void) { return atomic_load(&g_sticky); }
+int rr__fk_sticky(void) {
+  return atomic_load(&g_sticky);
+}
 
 void rr__fk_set_sticky(int e) {
   int none = 0;

@@ -168,4 +168,3 @@ int f_ipc_open_event_handle(void **event, const rr__cuda_ipc_handle *in) {
   *event = ev;
   return 0;
 }
-

@@ -219,7 +219,8 @@ int f_direct_launch(const rr__cuda_direct *d, void *stream, const char **what) {
   int bad = 0;
   for (int k = 0; k < d->ntasks; k++) {
     rr__cuda_direct_task *t = &o->direct->task[k];
-    for (int r = 0; r < t->nin; r++) t->in[r] = f_kernel_ptr(t->in[r], bytes, &bad), bad |= !t->in[r];
+    for (int r = 0; r < t->nin; r++)
+      t->in[r] = f_kernel_ptr(t->in[r], bytes, &bad), bad |= !t->in[r];
     for (int j = 0; j < t->nout; j++)
       t->out[j] = f_kernel_ptr(t->out[j], bytes, &bad), bad |= !t->out[j];
   }
@@ -262,4 +263,3 @@ int rr_fake_cuda_malloc_noexport(void **p, size_t bytes) {
   pthread_mutex_unlock(&F.mu);
   return 0;
 }
-

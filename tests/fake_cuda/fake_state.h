@@ -64,8 +64,18 @@ typedef struct fdep {
   int cmp;
 } fdep;
 
-enum { OP_COPY, OP_SET, OP_REDUCE, OP_DDP, OP_RECORD, OP_WAIT, OP_WAITV, OP_WRITEV, OP_SPIN,
-       OP_DIRECT };
+enum {
+  OP_COPY,
+  OP_SET,
+  OP_REDUCE,
+  OP_DDP,
+  OP_RECORD,
+  OP_WAIT,
+  OP_WAITV,
+  OP_WRITEV,
+  OP_SPIN,
+  OP_DIRECT
+};
 
 typedef struct fop {
   int kind;
@@ -77,7 +87,7 @@ typedef struct fop {
   _Atomic uint32_t *word; /* OP_WRITEV / OP_SPIN: the word (readable view), its value */
   uint32_t uval;
   rr__cuda_direct *direct; /* OP_DIRECT: its tasks, pointers translated (owned) */
-  struct fevent *hold; /* an event this operation keeps alive until it ran */
+  struct fevent *hold;     /* an event this operation keeps alive until it ran */
   uint64_t gen, seq;
   fdep *deps;
   int ndeps;
@@ -102,12 +112,15 @@ typedef struct fstream {
 typedef struct fstate {
   pthread_mutex_t mu;
   pthread_cond_t cv;
-  long delay_us;   /* set at install, before any thread */
-  int ptr_fail;    /* RR_FAKE_CUDA_PTR_FAIL: pointer attributes fail (set at install) */
-  int no_memops;   /* RR_FAKE_CUDA_NO_MEMOPS: devices without stream memory operations */
+  long delay_us; /* set at install, before any thread */
+  int ptr_fail;  /* RR_FAKE_CUDA_PTR_FAIL: pointer attributes fail (set at install) */
+  int no_memops; /* RR_FAKE_CUDA_NO_MEMOPS: devices without stream memory operations */
   /* Device ranges freed last, handed out again first (the runtime reuses freed addresses;
    * a cache keyed by address must be caught). */
-  struct { char *base; size_t bytes; } freed[8];
+  struct {
+    char *base;
+    size_t bytes;
+  } freed[8];
   uint64_t next_id;
   falloc *allocs;
   fstream *streams;
@@ -115,11 +128,12 @@ typedef struct fstate {
 } fstate;
 extern fstate F;
 
-
 #define fail rr__fk_fail
 
 /* A call that needs a context on the calling thread's current device (fake_devices.c). */
-static inline int f_ctx(const char *call) { return rr__fk_ctx(call); }
+static inline int f_ctx(const char *call) {
+  return rr__fk_ctx(call);
+}
 
 /* fake_cuda.c: the registry, the streams, the launch checks (F.mu held where they say). */
 falloc *f_find(const void *p);

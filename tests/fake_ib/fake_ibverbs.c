@@ -336,8 +336,8 @@ static void fk_read(fk_link *l) {
 
 static void fk_write(fk_link *l) {
   while (l->fd >= 0 && !l->dead && l->out.off < l->out.len) {
-    ssize_t w = send(l->fd, l->out.p + l->out.off, l->out.len - l->out.off,
-                     MSG_DONTWAIT | MSG_NOSIGNAL);
+    ssize_t w =
+        send(l->fd, l->out.p + l->out.off, l->out.len - l->out.off, MSG_DONTWAIT | MSG_NOSIGNAL);
     if (w > 0) {
       l->out.off += (size_t)w;
       continue;
@@ -377,7 +377,7 @@ static void fk_consume(fk_qp *q, fk_link *l, int rsp) {
       }
     } else if (h.type == FK_ACK && !rsp) {
       if (q->sq_n > 0 && q->sq[q->sq_head].seq == h.seq && q->qp.state != IBV_QPS_ERR)
-        fk_sq_done(q, h.status == FK_OK ? IBV_WC_SUCCESS
+        fk_sq_done(q, h.status == FK_OK        ? IBV_WC_SUCCESS
                       : h.status == FK_NAK_RNR ? IBV_WC_RNR_RETRY_EXC_ERR
                                                : IBV_WC_REM_ACCESS_ERR);
     }
@@ -415,8 +415,9 @@ static void *fk_nic(void *arg) {
       fk_link *ls[2] = {&q->req, &q->rsp};
       for (int k = 0; k < 2; k++)
         if (ls[k]->fd >= 0 && !ls[k]->dead)
-          pfd[n++] = (struct pollfd){.fd = ls[k]->fd,
-                                     .events = (short)(POLLIN | (ls[k]->out.len > ls[k]->out.off ? POLLOUT : 0))};
+          pfd[n++] = (struct pollfd){
+              .fd = ls[k]->fd,
+              .events = (short)(POLLIN | (ls[k]->out.len > ls[k]->out.off ? POLLOUT : 0))};
     }
     pthread_mutex_unlock(&fk_mu);
     if (poll(pfd, (nfds_t)n, 5) > 0 && pfd[0].revents) {
@@ -554,7 +555,7 @@ FK_API int ibv_query_port(struct ibv_context *c, uint8_t port, struct _compat_ib
   a->lid = fk_roce ? 0 : fk_lid;
   a->gid_tbl_len = fk_roce ? 4 : 1;
   a->link_layer = fk_roce ? IBV_LINK_LAYER_ETHERNET : IBV_LINK_LAYER_INFINIBAND;
-  a->active_width = 2; /* 4x */
+  a->active_width = 2;  /* 4x */
   a->active_speed = 32; /* EDR */
   return 0;
 }
@@ -564,7 +565,7 @@ FK_API int ibv_query_gid(struct ibv_context *c, uint8_t port, int index, union i
   if (port != 1 || index < 0 || index >= (fk_roce ? 4 : 1)) return -1;
   memset(gid, 0, sizeof *gid);
   if (index == 0) {
-    *gid = fk_gid; /* fe80::pid: link-local (IB's default GID; RoCE's skipped entry) */
+    *gid = fk_gid;         /* fe80::pid: link-local (IB's default GID; RoCE's skipped entry) */
   } else if (index == 2) { /* RoCE: ::ffff:127.77.x.y, an IPv4-mapped address */
     gid->raw[10] = gid->raw[11] = 0xff;
     gid->raw[12] = 127;
@@ -843,8 +844,8 @@ FK_API int ibv_modify_qp(struct ibv_qp *qp, struct ibv_qp_attr *a, int mask) {
   int from = q->qp.state, to = (mask & IBV_QP_STATE) ? (int)a->qp_state : from, e = 0;
   if (!(mask & IBV_QP_STATE) || !fk_mask_ok(from, to, mask)) e = EINVAL;
   if (!e && (mask & IBV_QP_PORT) && a->port_num != 1) e = EINVAL;
-  if (!e && (mask & IBV_QP_PATH_MTU) && (a->path_mtu < IBV_MTU_256 ||
-                                         a->path_mtu > (fk_roce ? IBV_MTU_1024 : IBV_MTU_4096)))
+  if (!e && (mask & IBV_QP_PATH_MTU) &&
+      (a->path_mtu < IBV_MTU_256 || a->path_mtu > (fk_roce ? IBV_MTU_1024 : IBV_MTU_4096)))
     e = EINVAL;
   if (!e && (mask & IBV_QP_TIMEOUT) && a->timeout > 31) e = EINVAL;
   if (!e && (mask & IBV_QP_RETRY_CNT) && a->retry_cnt > 7) e = EINVAL;
@@ -879,8 +880,11 @@ FK_API int ibv_modify_qp(struct ibv_qp *qp, struct ibv_qp_attr *a, int mask) {
     if (fd >= 0 && connect(fd, (struct sockaddr *)&sa, sl) == 0 &&
         fcntl(fd, F_SETFL, O_NONBLOCK) == 0) {
       q->req.fd = fd;
-      fk_pkt h = {.magic = FK_MAGIC, .type = FK_HELLO, .src_qpn = q->qp.qp_num,
-                  .dst_qpn = q->dest_qpn, .src_lid = fk_roce ? 0 : fk_lid};
+      fk_pkt h = {.magic = FK_MAGIC,
+                  .type = FK_HELLO,
+                  .src_qpn = q->qp.qp_num,
+                  .dst_qpn = q->dest_qpn,
+                  .src_lid = fk_roce ? 0 : fk_lid};
       if (fk_roce) {
         union ibv_gid g;
         ibv_query_gid(NULL, 1, 2, &g);
@@ -910,22 +914,28 @@ static int fk_post_send(struct ibv_qp *qp, struct ibv_send_wr *wr, struct ibv_se
   int e = 0;
   pthread_mutex_lock(&fk_mu);
   for (; wr; wr = wr->next) {
-    if (q->qp.state != IBV_QPS_RTS && q->qp.state != IBV_QPS_ERR) e = EINVAL;
-    else if (wr->opcode != IBV_WR_RDMA_WRITE && wr->opcode != IBV_WR_RDMA_WRITE_WITH_IMM) e = EINVAL;
-    else if (wr->num_sge < 0 || wr->num_sge > (int)q->cap.max_send_sge) e = EINVAL;
-    else if (q->sq_n == (int)q->cap.max_send_wr) e = ENOMEM;
+    if (q->qp.state != IBV_QPS_RTS && q->qp.state != IBV_QPS_ERR)
+      e = EINVAL;
+    else if (wr->opcode != IBV_WR_RDMA_WRITE && wr->opcode != IBV_WR_RDMA_WRITE_WITH_IMM)
+      e = EINVAL;
+    else if (wr->num_sge < 0 || wr->num_sge > (int)q->cap.max_send_sge)
+      e = EINVAL;
+    else if (q->sq_n == (int)q->cap.max_send_wr)
+      e = ENOMEM;
     if (e) break;
     long n = ++fk_posts;
     fk_swr *w = &q->sq[(q->sq_head + q->sq_n) % (int)q->cap.max_send_wr];
-    *w = (fk_swr){.wr_id = wr->wr_id, .seq = q->next_seq++,
+    *w = (fk_swr){.wr_id = wr->wr_id,
+                  .seq = q->next_seq++,
                   .signaled = (wr->send_flags & IBV_SEND_SIGNALED) != 0};
     q->sq_n++;
     if (q->qp.state == IBV_QPS_ERR) { /* flushed at once */
       fk_qp_error(q);
       continue;
     }
-    int64_t t = fk_ack_ms >= 0 ? fk_ack_ms
-                               : (int64_t)(4.096e-3 * (double)(1ull << q->timeout) * (q->retry_cnt + 1));
+    int64_t t = fk_ack_ms >= 0
+                    ? fk_ack_ms
+                    : (int64_t)(4.096e-3 * (double)(1ull << q->timeout) * (q->retry_cnt + 1));
     w->deadline_ms = fk_now_ms() + t;
     size_t len = 0;
     for (int i = 0; i < wr->num_sge; i++) {
@@ -933,7 +943,8 @@ static int fk_post_send(struct ibv_qp *qp, struct ibv_send_wr *wr, struct ibv_se
       len += wr->sg_list[i].length;
     }
     if (fk_fault_n == n && !strcmp(fk_fault, "retry")) w->fault_status = IBV_WC_RETRY_EXC_ERR;
-    if (fk_fault_n == n && !strcmp(fk_fault, "link_down")) fk_link_down = fk_port_down = fk_muted = 1;
+    if (fk_fault_n == n && !strcmp(fk_fault, "link_down"))
+      fk_link_down = fk_port_down = fk_muted = 1;
     if (fk_link_down) { /* the muted NIC runs no timers: every QP's sends fail here */
       for (fk_qp *o = fk_qps; o; o = o->next)
         if (o->qp.state == IBV_QPS_RTS && o->sq_n > 0) fk_sq_done(o, IBV_WC_RETRY_EXC_ERR);
@@ -945,9 +956,14 @@ static int fk_post_send(struct ibv_qp *qp, struct ibv_send_wr *wr, struct ibv_se
     }
     if (w->fault_status) q->tx_stopped = 1; /* completes in error on the NIC's next turn */
     if (q->tx_stopped) continue;
-    fk_pkt h = {.magic = FK_MAGIC, .type = FK_WRITE, .seq = w->seq,
-                .has_imm = wr->opcode == IBV_WR_RDMA_WRITE_WITH_IMM, .imm = wr->imm_data,
-                .raddr = wr->wr.rdma.remote_addr, .rkey = wr->wr.rdma.rkey, .len = (uint32_t)len,
+    fk_pkt h = {.magic = FK_MAGIC,
+                .type = FK_WRITE,
+                .seq = w->seq,
+                .has_imm = wr->opcode == IBV_WR_RDMA_WRITE_WITH_IMM,
+                .imm = wr->imm_data,
+                .raddr = wr->wr.rdma.remote_addr,
+                .rkey = wr->wr.rdma.rkey,
+                .len = (uint32_t)len,
                 .rnr_retry = (uint32_t)q->rnr_retry};
     if (fk_fault_n == n && !strcmp(fk_fault, "rkey")) h.rkey++;
     if (fk_grow(&q->req.out, sizeof h + len) == 0 && q->req.fd >= 0 && !q->req.dead) {
@@ -975,9 +991,12 @@ static int fk_post_recv(struct ibv_qp *qp, struct ibv_recv_wr *wr, struct ibv_re
   int e = 0;
   pthread_mutex_lock(&fk_mu);
   for (; wr; wr = wr->next) {
-    if (q->qp.state == IBV_QPS_RESET) e = EINVAL;
-    else if (wr->num_sge < 0 || wr->num_sge > (int)q->cap.max_recv_sge) e = EINVAL;
-    else if (q->rq_n == (int)q->cap.max_recv_wr) e = ENOMEM;
+    if (q->qp.state == IBV_QPS_RESET)
+      e = EINVAL;
+    else if (wr->num_sge < 0 || wr->num_sge > (int)q->cap.max_recv_sge)
+      e = EINVAL;
+    else if (q->rq_n == (int)q->cap.max_recv_wr)
+      e = ENOMEM;
     if (e) break;
     q->rq[(q->rq_head + q->rq_n) % (int)q->cap.max_recv_wr] = wr->wr_id;
     q->rq_n++;

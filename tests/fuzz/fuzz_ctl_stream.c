@@ -25,13 +25,13 @@
 int LLVMFuzzerInitialize(int *argc, char ***argv);
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
-#define FZ_ASSERT(cond)                                                                   \
-  do {                                                                                    \
-    if (!(cond)) {                                                                        \
+#define FZ_ASSERT(cond)                                                                     \
+  do {                                                                                      \
+    if (!(cond)) {                                                                          \
       fprintf(stderr, "fuzz_ctl_stream: %s:%d: invariant failed: %s\n", __FILE__, __LINE__, \
-              #cond);                                                                     \
-      abort();                                                                            \
-    }                                                                                     \
+              #cond);                                                                       \
+      abort();                                                                              \
+    }                                                                                       \
   } while (0)
 
 int LLVMFuzzerInitialize(int *argc, char ***argv) {

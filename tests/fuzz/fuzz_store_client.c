@@ -30,13 +30,13 @@
 int LLVMFuzzerInitialize(int *argc, char ***argv);
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
-#define FZ_ASSERT(cond)                                                                      \
-  do {                                                                                       \
-    if (!(cond)) {                                                                           \
-      fprintf(stderr, "fuzz_store_client: %s:%d: invariant failed: %s (%s)\n", __FILE__,    \
-              __LINE__, #cond, rr_last_error());                                             \
-      abort();                                                                               \
-    }                                                                                        \
+#define FZ_ASSERT(cond)                                                                            \
+  do {                                                                                             \
+    if (!(cond)) {                                                                                 \
+      fprintf(stderr, "fuzz_store_client: %s:%d: invariant failed: %s (%s)\n", __FILE__, __LINE__, \
+              #cond, rr_last_error());                                                             \
+      abort();                                                                                     \
+    }                                                                                              \
   } while (0)
 
 static int g_lfd = -1, g_port;

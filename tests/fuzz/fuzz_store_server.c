@@ -1,7 +1,7 @@
 /* libFuzzer harness: the rendezvous store's server (rendezvous/store_server.c), fed arbitrary bytes
  * over a real TCP connection. The request parser (header checks, body split, arity, keys,
- * the HELLO / AUTH handshake of store_proto.h, parked GET / WAIT) is static inside the server thread,
- * so the harness runs the real server in-process and plays a client:
+ * the HELLO / AUTH handshake of store_proto.h, parked GET / WAIT) is static inside the server
+ * thread, so the harness runs the real server in-process and plays a client:
  *
  *   byte 0, bit 0   the server holds a job token (what rr_init_process_group does when
  *                   RR_JOB_TOKEN is set): the input's own handshake cannot prove it, so
@@ -41,13 +41,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 #define FZ_TOKEN "fuzz-job-token-0123456789abcdef"
 #define RESTART 256
 
-#define FZ_ASSERT(cond)                                                                      \
-  do {                                                                                       \
-    if (!(cond)) {                                                                           \
-      fprintf(stderr, "fuzz_store_server: %s:%d: invariant failed: %s (%s)\n", __FILE__,    \
-              __LINE__, #cond, rr_last_error());                                             \
-      abort();                                                                               \
-    }                                                                                        \
+#define FZ_ASSERT(cond)                                                                            \
+  do {                                                                                             \
+    if (!(cond)) {                                                                                 \
+      fprintf(stderr, "fuzz_store_server: %s:%d: invariant failed: %s (%s)\n", __FILE__, __LINE__, \
+              #cond, rr_last_error());                                                             \
+      abort();                                                                                     \
+    }                                                                                              \
   } while (0)
 
 static rr_store *g_store[2]; /* [0] without a token, [1] with FZ_TOKEN */
@@ -77,7 +77,8 @@ static rr_store *server(int with_token) {
 }
 
 static int connect_to(int port) {
-  struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port),
+  struct sockaddr_in a = {.sin_family = AF_INET,
+                          .sin_port = htons((uint16_t)port),
                           .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
   /* Hundreds of connections a second for minutes, other harnesses beside: a connect can
    * fail for a moment for reasons that are the host's, not the parser's (ports momentarily
@@ -95,13 +96,13 @@ static int connect_to(int port) {
     close(fd);
     fd = -1;
     if (++retries <= 20)
-      fprintf(stderr, "fuzz_store_server: connect to port %d: %s; retrying (%lu so far)\n",
-              port, strerror(err), retries);
+      fprintf(stderr, "fuzz_store_server: connect to port %d: %s; retrying (%lu so far)\n", port,
+              strerror(err), retries);
     usleep(20000);
   }
   if (fd < 0) {
-    fprintf(stderr, "fuzz_store_server: connect to the store on port %d failed for 2 s: %s\n",
-            port, strerror(err));
+    fprintf(stderr, "fuzz_store_server: connect to the store on port %d failed for 2 s: %s\n", port,
+            strerror(err));
     abort();
   }
   int one = 1;
@@ -170,8 +171,11 @@ static void handshake(int fd, int with_token) {
   uint8_t key[16], cn[RR__STORE_NONCE] = "fuzz-cli-nonce-", b[RR__STORE_HDR + 4 + RR__STORE_NONCE];
   uint8_t reply[RR__STORE_HDR + RR__STORE_NONCE + RR__STORE_MAC];
   rr__token_key(with_token ? FZ_TOKEN : "", key);
-  rr__store_hdr h = {.magic = RR__STORE_REQ_MAGIC, .op = RR__SOP_HELLO, .nargs = 1,
-                     .body_len = 4 + RR__STORE_NONCE, .num = RR__STORE_VERSION};
+  rr__store_hdr h = {.magic = RR__STORE_REQ_MAGIC,
+                     .op = RR__SOP_HELLO,
+                     .nargs = 1,
+                     .body_len = 4 + RR__STORE_NONCE,
+                     .num = RR__STORE_VERSION};
   rr__store_hdr_encode(&h, b);
   rr__put_u32(b + RR__STORE_HDR, RR__STORE_NONCE);
   memcpy(b + RR__STORE_HDR + 4, cn, RR__STORE_NONCE);
@@ -182,8 +186,8 @@ static void handshake(int fd, int with_token) {
     FZ_ASSERT(r > 0); /* a correct HELLO is answered */
     got += (size_t)r;
   }
-  h = (rr__store_hdr){.magic = RR__STORE_REQ_MAGIC, .op = RR__SOP_AUTH, .nargs = 1,
-                      .body_len = 4 + RR__STORE_MAC};
+  h = (rr__store_hdr){
+      .magic = RR__STORE_REQ_MAGIC, .op = RR__SOP_AUTH, .nargs = 1, .body_len = 4 + RR__STORE_MAC};
   rr__store_hdr_encode(&h, b);
   rr__put_u32(b + RR__STORE_HDR, RR__STORE_MAC);
   rr__store_mac(key, 2, cn, reply + RR__STORE_HDR, b + RR__STORE_HDR + 4);

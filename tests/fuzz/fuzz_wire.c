@@ -1,5 +1,5 @@
-/* libFuzzer harness: the transport's fixed-size wire decoders (ring/hdr.c, transport/comm.c, rendezvous/hello.c), the ones that
- * read bytes straight off a data or control socket.
+/* libFuzzer harness: the transport's fixed-size wire decoders (ring/hdr.c, transport/comm.c,
+ * rendezvous/hello.c), the ones that read bytes straight off a data or control socket.
  *
  * The first input byte picks the target, the rest is the message (zero padded or cut to
  * the decoder's size):
@@ -23,12 +23,12 @@
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
-#define FZ_ASSERT(cond)                                                            \
-  do {                                                                             \
-    if (!(cond)) {                                                                 \
+#define FZ_ASSERT(cond)                                                                       \
+  do {                                                                                        \
+    if (!(cond)) {                                                                            \
       fprintf(stderr, "fuzz_wire: %s:%d: invariant failed: %s\n", __FILE__, __LINE__, #cond); \
-      abort();                                                                     \
-    }                                                                              \
+      abort();                                                                                \
+    }                                                                                         \
   } while (0)
 
 static void take(uint8_t *dst, size_t n, const uint8_t *src, size_t avail) {
@@ -106,15 +106,16 @@ static void fuzz_hello(const uint8_t *p, size_t n) {
 static void fuzz_compare(const uint8_t *p, size_t n) {
   uint8_t a_in[RR__HDR_BYTES], b_in[RR__HDR_BYTES];
   take(a_in, sizeof a_in, p, n);
-  take(b_in, sizeof b_in, n > RR__HDR_BYTES ? p + RR__HDR_BYTES : p, n > RR__HDR_BYTES ? n - RR__HDR_BYTES : 0);
+  take(b_in, sizeof b_in, n > RR__HDR_BYTES ? p + RR__HDR_BYTES : p,
+       n > RR__HDR_BYTES ? n - RR__HDR_BYTES : 0);
   rr__hdr a, b;
   memset(&a, 0, sizeof a);
   memset(&b, 0, sizeof b);
   int sa = rr__hdr_decode(a_in, &a), sb = rr__hdr_decode(b_in, &b);
   if (sa != RR_OK || sb != RR_OK) return;
   int same = a.kind == b.kind && a.seq == b.seq && a.count == b.count && a.dtype == b.dtype &&
-             a.op == b.op && a.algo == b.algo && a.root == b.root &&
-             a.seg_bytes == b.seg_bytes && a.aux == b.aux && a.from == b.from;
+             a.op == b.op && a.algo == b.algo && a.root == b.root && a.seg_bytes == b.seg_bytes &&
+             a.aux == b.aux && a.from == b.from;
   char da[160], db[160], msg[512];
   rr__hdr_describe(&a, da, sizeof da);
   rr__hdr_describe(&b, db, sizeof db);
@@ -130,10 +131,18 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   const uint8_t *p = data + 1;
   size_t n = size - 1;
   switch (data[0] & 3) {
-    case 0: fuzz_hdr(p, n); break;
-    case 1: fuzz_ctl(p, n); break;
-    case 2: fuzz_hello(p, n); break;
-    default: fuzz_compare(p, n); break;
+    case 0:
+      fuzz_hdr(p, n);
+      break;
+    case 1:
+      fuzz_ctl(p, n);
+      break;
+    case 2:
+      fuzz_hello(p, n);
+      break;
+    default:
+      fuzz_compare(p, n);
+      break;
   }
   return 0;
 }

@@ -35,13 +35,13 @@
 #include <time.h>
 #include <unistd.h>
 
-#define CK(x)                                                                              \
-  do {                                                                                     \
-    cudaError_t e_ = (x);                                                                  \
-    if (e_ != cudaSuccess) {                                                               \
-      fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_));   \
-      _exit(1);                                                                            \
-    }                                                                                      \
+#define CK(x)                                                                            \
+  do {                                                                                   \
+    cudaError_t e_ = (x);                                                                \
+    if (e_ != cudaSuccess) {                                                             \
+      fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_)); \
+      _exit(1);                                                                          \
+    }                                                                                    \
   } while (0)
 
 __global__ void empty_kernel(int *p) {
@@ -52,9 +52,9 @@ enum { M_HOST, M_COPY, M_KERNEL, M_IPC, M_BOTH };
 #define MAXI (1 << 14)
 
 struct shared {
-  int turn;    /* whose turn: 0 or 1 (__atomic builtins) */
-  int ready;   /* players with their device set up */
-  int arrive;  /* M_BOTH: a counting barrier */
+  int turn;               /* whose turn: 0 or 1 (__atomic builtins) */
+  int ready;              /* players with their device set up */
+  int arrive;             /* M_BOTH: a counting barrier */
   cudaIpcMemHandle_t buf; /* M_IPC: player 1's buffer */
   int buf_ready;
   double us[2][MAXI];
@@ -99,7 +99,9 @@ static void op(int kernel, int *d, int *dst, cudaStream_t s, cudaEvent_t ev) {
   wait_event(ev);
 }
 
-static int load(int *p) { return __atomic_load_n(p, __ATOMIC_ACQUIRE); }
+static int load(int *p) {
+  return __atomic_load_n(p, __ATOMIC_ACQUIRE);
+}
 
 /* Player `me` of two (a process, or a thread with threads = 1). Returns 0, or exits. */
 static void *player(struct shared *sh, int me, int mode) {
@@ -202,7 +204,8 @@ static int two(const char *name, int mode, int threads) {
   static double g[2 * MAXI];
   int n = 0;
   if (mode == M_BOTH) { /* a round lasts as long as its slower player */
-    for (int i = 0; i < iters; i++) g[n++] = sh->us[0][i] > sh->us[1][i] ? sh->us[0][i] : sh->us[1][i];
+    for (int i = 0; i < iters; i++)
+      g[n++] = sh->us[0][i] > sh->us[1][i] ? sh->us[0][i] : sh->us[1][i];
   } else { /* a hand-off: from my turn's start to yours */
     for (int i = 0; i < iters; i++) {
       g[n++] = sh->us[1][i] - sh->us[0][i];
@@ -261,8 +264,7 @@ static int one(const char *name, int kernel, int idle_peer) {
       op(kernel, d, d + 2, s, ev);
       if (i >= 100) g[i - 100] = now_us() - t0;
     }
-    printf("%-11s %9.1f us per operation and wait (median of %d)\n", name, median(g, iters),
-           iters);
+    printf("%-11s %9.1f us per operation and wait (median of %d)\n", name, median(g, iters), iters);
     fflush(stdout);
     _exit(0);
   }

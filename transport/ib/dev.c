@@ -77,9 +77,10 @@ static int rr__pick_gid(const rr__ibv *v, struct ibv_context *ctx, const char *d
                         int tbl_len, union ibv_gid *out) {
   int forced = (int)rr__params_get()->ib_gid_index;
   if (forced >= 0) {
-    if (forced >= tbl_len || v->query_gid(ctx, (uint8_t)port, forced, out) != 0 || rr__gid_zero(out)) {
-      snprintf(rr__dev_why, sizeof rr__dev_why, "%s:%d: RR_IB_GID_INDEX=%d is not a valid GID",
-               dev, port, forced);
+    if (forced >= tbl_len || v->query_gid(ctx, (uint8_t)port, forced, out) != 0 ||
+        rr__gid_zero(out)) {
+      snprintf(rr__dev_why, sizeof rr__dev_why, "%s:%d: RR_IB_GID_INDEX=%d is not a valid GID", dev,
+               port, forced);
       return -1;
     }
     return forced;
@@ -97,7 +98,8 @@ static int rr__pick_gid(const rr__ibv *v, struct ibv_context *ctx, const char *d
   if (best < 0)
     snprintf(rr__dev_why, sizeof rr__dev_why,
              "%s:%d is RoCE but has no RoCE v2 GID with an IPv4 or global IPv6 address (set "
-             "RR_IB_GID_INDEX)", dev, port);
+             "RR_IB_GID_INDEX)",
+             dev, port);
   return best;
 }
 
@@ -184,7 +186,8 @@ static void rr__dev_open(void) {
   if (!rr__dev_ok) return;
   rr__dev_why[0] = '\0';
   RR__LOG_INFO(RR__SUB_INIT, "ib: using %s port %u (%s, %s %u, MTU %d, %.0f Gbit/s)", rr__dev.name,
-               rr__dev.port, rr__dev.roce ? "RoCE" : "InfiniBand", rr__dev.roce ? "GID index" : "LID",
+               rr__dev.port, rr__dev.roce ? "RoCE" : "InfiniBand",
+               rr__dev.roce ? "GID index" : "LID",
                rr__dev.roce ? (unsigned)rr__dev.gid_index : rr__dev.lid, 128 << rr__dev.mtu,
                rr__ib_link_gbps(&rr__dev));
 }
@@ -208,10 +211,20 @@ double rr__ib_link_gbps(const rr__ib_dev *d) {
   /* ibv_query_port(3): active_width 1,2,4,8,16 = 1x,4x,8x,12x,2x; active_speed codes
    * 1 SDR 2.5, 2 DDR 5, 4 QDR 10 / FDR10, 8 FDR10 10.3125, 16 FDR 14.0625, 32 EDR 25.78125,
    * 64 HDR 53.125, 128 NDR 106.25 (Gbit/s per lane, signalling rate). */
-  double lanes = d->width == 1 ? 1 : d->width == 2 ? 4 : d->width == 4 ? 8 : d->width == 8 ? 12
-               : d->width == 16 ? 2 : 0;
-  double gbps = d->speed == 1 ? 2.5 : d->speed == 2 ? 5 : d->speed == 4 ? 10 : d->speed == 8 ? 10.3125
-              : d->speed == 16 ? 14.0625 : d->speed == 32 ? 25.78125 : d->speed == 64 ? 53.125
-              : d->speed == 128 ? 106.25 : 0;
+  double lanes = d->width == 1    ? 1
+                 : d->width == 2  ? 4
+                 : d->width == 4  ? 8
+                 : d->width == 8  ? 12
+                 : d->width == 16 ? 2
+                                  : 0;
+  double gbps = d->speed == 1     ? 2.5
+                : d->speed == 2   ? 5
+                : d->speed == 4   ? 10
+                : d->speed == 8   ? 10.3125
+                : d->speed == 16  ? 14.0625
+                : d->speed == 32  ? 25.78125
+                : d->speed == 64  ? 53.125
+                : d->speed == 128 ? 106.25
+                                  : 0;
   return lanes * gbps;
 }

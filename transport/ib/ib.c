@@ -61,8 +61,8 @@
 #define RR__IB_MIN_SLOT 4096u
 #define RR__IB_MAX_SLOT (4u << 20) /* the immediate has 22 bits of length */
 #define RR__IB_MAX_SLOTS 64u
-#define RR__IB_SIGNAL 4            /* a signalled send completion every this many posts */
-#define RR__IB_POLL 32             /* completions taken per ibv_poll_cq */
+#define RR__IB_SIGNAL 4 /* a signalled send completion every this many posts */
+#define RR__IB_POLL 32  /* completions taken per ibv_poll_cq */
 #define RR__IB_ACKQ 256 /* > the send queue depth */
 #define RR__IB_CREDIT_BIT 0x80000000u
 #define RR__IB_SEQ_SHIFT 22
@@ -114,7 +114,7 @@ typedef struct rr__ib_conn {
   uint64_t ack_wr[RR__IB_ACKQ];
   uint32_t ack_first, ack_n;
   size_t acked_bytes; /* of sends completed since progress last reported them */
-  int failed; /* an error completion came; the last error text is in fail_msg */
+  int failed;         /* an error completion came; the last error text is in fail_msg */
   int fail_status;
   char fail_msg[256];
   rr__reqq sq, rq;
@@ -143,8 +143,7 @@ static int rr__ib_post_recvs(rr__ib_conn *c, uint32_t n) {
     for (uint32_t i = 0; i < k; i++)
       wr[i] = (struct ibv_recv_wr){.wr_id = 0, .next = i + 1 < k ? &wr[i + 1] : NULL};
     int e = c->v->post_recv(c->qp, wr, &bad);
-    if (e)
-      return rr__ib_fail(c, RR_ESYS, "ib: rank %d: ibv_post_recv: %s", strerror(e));
+    if (e) return rr__ib_fail(c, RR_ESYS, "ib: rank %d: ibv_post_recv: %s", strerror(e));
     n -= k;
   }
   return RR_OK;
@@ -156,7 +155,8 @@ static int rr__ib_write(rr__ib_conn *c, void *src, uint32_t lkey, uint32_t len, 
                         uint32_t rkey, const uint32_t *imm, int signal) {
   if (c->sq_posted - c->sq_retired >= c->sq_depth) return 0;
   struct ibv_sge sge = {.addr = (uintptr_t)src, .length = len, .lkey = lkey};
-  struct ibv_send_wr wr = {.wr_id = c->sq_posted, .sg_list = len ? &sge : NULL,
+  struct ibv_send_wr wr = {.wr_id = c->sq_posted,
+                           .sg_list = len ? &sge : NULL,
                            .num_sge = len ? 1 : 0,
                            .opcode = imm ? IBV_WR_RDMA_WRITE_WITH_IMM : IBV_WR_RDMA_WRITE,
                            .imm_data = imm ? htonl(*imm) : 0};
@@ -214,10 +214,12 @@ static int rr__ib_poll(rr__ib_conn *c) {
         return rr__ib_fail(c, RR_EPROTO, "ib: rank %d: unexpected completion (%s)", "opcode");
       reposts++;
       uint32_t imm = ntohl(wc[i].imm_data);
-      RR__LOG_TRACE(RR__SUB_NET, "ib: from rank %d: imm %08x len %u (arrived %llu tail %llu credit %llu head %llu)",
-                    c->base.peer_global, imm, wc[i].byte_len, (unsigned long long)c->rx_arrived,
-                    (unsigned long long)c->rx_tail, (unsigned long long)c->tx_credit,
-                    (unsigned long long)c->tx_head);
+      RR__LOG_TRACE(
+          RR__SUB_NET,
+          "ib: from rank %d: imm %08x len %u (arrived %llu tail %llu credit %llu head %llu)",
+          c->base.peer_global, imm, wc[i].byte_len, (unsigned long long)c->rx_arrived,
+          (unsigned long long)c->rx_tail, (unsigned long long)c->tx_credit,
+          (unsigned long long)c->tx_head);
       if (imm & RR__IB_CREDIT_BIT) {
         uint64_t delta = ((imm & ~RR__IB_CREDIT_BIT) - (uint32_t)c->tx_credit) & ~RR__IB_CREDIT_BIT;
         if (delta > c->tx_head - c->tx_credit)
@@ -278,7 +280,8 @@ static int rr__ib_send_some(rr__ib_conn *c, size_t *moved) {
     size_t k = (size_t)(c->tx_head % c->tx_nslots);
     char *stage = c->tx_ring + k * c->tx_slot;
     memcpy(stage, r->buf + r->done, n);
-    uint32_t imm = (((uint32_t)c->tx_head & RR__IB_SEQ_MASK) << RR__IB_SEQ_SHIFT) | (uint32_t)(n - 1);
+    uint32_t imm =
+        (((uint32_t)c->tx_head & RR__IB_SEQ_MASK) << RR__IB_SEQ_SHIFT) | (uint32_t)(n - 1);
     int last = r->done + n == r->len;
     RR__LOG_TRACE(RR__SUB_NET, "ib: to rank %d: piece %llu len %zu", c->base.peer_global,
                   (unsigned long long)c->tx_head, n);
@@ -360,7 +363,8 @@ static void rr__ib_arm(rr__ib_conn *c, int peeking, struct pollfd *pfd) {
     else
       c->armed = 1;
   }
-  if (!ready) ready = rr__ib_poll(c) != RR_OK || before != c->rx_arrived + c->tx_credit + c->sq_retired;
+  if (!ready)
+    ready = rr__ib_poll(c) != RR_OK || before != c->rx_arrived + c->tx_credit + c->sq_retired;
   if (!ready && (c->rq.head || peeking) && c->rx_tail < c->rx_arrived) ready = 1;
   pthread_once(&rr__ib_ready_once, rr__ib_ready_init);
   pfd->fd = ready && rr__ib_ready_fd >= 0 ? rr__ib_ready_fd : c->ch->fd;
@@ -508,14 +512,15 @@ static int rr__ib_alloc_mr(rr__ib_conn *c, size_t bytes, int access, char **mem,
 
 static int rr__ib_modify(rr__ib_conn *c, struct ibv_qp_attr *a, int mask, const char *to) {
   int e = c->v->modify_qp(c->qp, a, mask);
-  if (e)
-    return rr__set_error(RR_ESYS, "ibv_modify_qp to %s: %s", to, strerror(e > 0 ? e : errno));
+  if (e) return rr__set_error(RR_ESYS, "ibv_modify_qp to %s: %s", to, strerror(e > 0 ? e : errno));
   return RR_OK;
 }
 
 /* RESET -> INIT: the port, and remote writes allowed into our memory. */
 static int rr__ib_to_init(rr__ib_conn *c) {
-  struct ibv_qp_attr a = {.qp_state = IBV_QPS_INIT, .pkey_index = 0, .port_num = c->dev->port,
+  struct ibv_qp_attr a = {.qp_state = IBV_QPS_INIT,
+                          .pkey_index = 0,
+                          .port_num = c->dev->port,
                           .qp_access_flags = IBV_ACCESS_REMOTE_WRITE};
   return rr__ib_modify(c, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS,
                        "INIT");
@@ -571,13 +576,18 @@ static int rr__ib_build(rr__ib_conn *c) {
     return rr__set_error(RR_ESYS, "completion channel O_NONBLOCK: %s", strerror(errno));
   c->cq = v->create_cq(c->dev->ctx, (int)(c->rq_depth + c->sq_depth), c, c->ch, 0);
   if (!c->cq) return rr__set_error(RR_ESYS, "ibv_create_cq: %s", strerror(errno));
-  struct ibv_qp_init_attr ia = {.send_cq = c->cq, .recv_cq = c->cq, .qp_type = IBV_QPT_RC,
-                                .cap = {.max_send_wr = c->sq_depth, .max_recv_wr = c->rq_depth,
-                                        .max_send_sge = 1, .max_recv_sge = 1}};
+  struct ibv_qp_init_attr ia = {.send_cq = c->cq,
+                                .recv_cq = c->cq,
+                                .qp_type = IBV_QPT_RC,
+                                .cap = {.max_send_wr = c->sq_depth,
+                                        .max_recv_wr = c->rq_depth,
+                                        .max_send_sge = 1,
+                                        .max_recv_sge = 1}};
   c->qp = v->create_qp(c->dev->pd, &ia);
   if (!c->qp) return rr__set_error(RR_ESYS, "ibv_create_qp: %s", strerror(errno));
   RR__CHECK(rr__ib_alloc_mr(c, (size_t)c->rx_nslots * c->rx_slot,
-                            IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE, &c->rx_ring, &c->rx_mr));
+                            IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE, &c->rx_ring,
+                            &c->rx_mr));
   RR__CHECK(rr__ib_alloc_mr(c, 4096, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE,
                             (char **)&c->credit, &c->cr_mr));
   RR__CHECK(rr__ib_to_init(c));
@@ -627,11 +637,19 @@ static int rr__ib_connect(const rr__peer_info *self, const rr__peer_info *peer, 
   uint32_t psn = 0;
   if (getrandom(&psn, sizeof psn, 0) != (ssize_t)sizeof psn) psn = (uint32_t)rr__now_ns();
   psn &= 0xffffff;
-  rr__ib_hello mine = {.magic = RR__IB_MAGIC, .global_rank = (uint32_t)self->global_rank,
-                       .qpn = c->qp->qp_num, .psn = psn, .lid = d->lid, .roce = (uint32_t)d->roce,
-                       .mtu = (uint32_t)d->mtu, .nslots = c->rx_nslots, .slot_bytes = c->rx_slot,
-                       .ring_addr = (uintptr_t)c->rx_ring, .credit_addr = (uintptr_t)&c->credit[0],
-                       .ring_rkey = c->rx_mr->rkey, .credit_rkey = c->cr_mr->rkey};
+  rr__ib_hello mine = {.magic = RR__IB_MAGIC,
+                       .global_rank = (uint32_t)self->global_rank,
+                       .qpn = c->qp->qp_num,
+                       .psn = psn,
+                       .lid = d->lid,
+                       .roce = (uint32_t)d->roce,
+                       .mtu = (uint32_t)d->mtu,
+                       .nslots = c->rx_nslots,
+                       .slot_bytes = c->rx_slot,
+                       .ring_addr = (uintptr_t)c->rx_ring,
+                       .credit_addr = (uintptr_t)&c->credit[0],
+                       .ring_rkey = c->rx_mr->rkey,
+                       .credit_rkey = c->cr_mr->rkey};
   memcpy(mine.gid, d->gid.raw, 16);
   uint8_t out[RR__IB_HELLO_BYTES], in[RR__IB_HELLO_BYTES];
   rr__ib_hello_put(&mine, out);
@@ -648,7 +666,8 @@ static int rr__ib_connect(const rr__peer_info *self, const rr__peer_info *peer, 
   c->remote_credit = theirs.credit_addr;
   c->remote_credit_rkey = theirs.credit_rkey;
   RR__CHECK_GOTO(rr__ib_alloc_mr(c, (size_t)c->tx_nslots * c->tx_slot, IBV_ACCESS_LOCAL_WRITE,
-                                 &c->tx_ring, &c->tx_mr), st, fail);
+                                 &c->tx_ring, &c->tx_mr),
+                 st, fail);
   RR__CHECK_GOTO(rr__ib_to_rts(c, &theirs, psn), st, fail);
   /* Both in RTS before the first write: a write reaching a queue pair still in INIT would
    * be dropped and retried only after the 4 s timeout. */

@@ -17,12 +17,12 @@ typedef struct rr__ib_dev {
   struct ibv_pd *pd;
   char name[64];
   uint8_t port;
-  int roce;              /* link layer Ethernet: address by GID (RoCE v2) */
-  uint16_t lid;          /* InfiniBand: the port's LID */
-  int gid_index;         /* RoCE: the GID table entry used */
+  int roce;      /* link layer Ethernet: address by GID (RoCE v2) */
+  uint16_t lid;  /* InfiniBand: the port's LID */
+  int gid_index; /* RoCE: the GID table entry used */
   union ibv_gid gid;
-  enum ibv_mtu mtu;      /* the port's active MTU */
-  uint8_t speed, width;  /* active_speed / active_width, for the link rate */
+  enum ibv_mtu mtu;     /* the port's active MTU */
+  uint8_t speed, width; /* active_speed / active_width, for the link rate */
 } rr__ib_dev;
 
 /* The chosen port, opened once per process; NULL when there is none (the reason is logged

@@ -50,13 +50,27 @@ static void rr__ibv_do_load(void) {
     void **slot;
   } syms[] = {
 #define RR__SYM(field) {"ibv_" #field, (void **)&t->field}
-      RR__SYM(get_device_list),  RR__SYM(free_device_list), RR__SYM(get_device_name),
-      RR__SYM(open_device),      RR__SYM(close_device),     RR__SYM(query_device),
-      RR__SYM(query_port),       RR__SYM(query_gid),        RR__SYM(alloc_pd),
-      RR__SYM(dealloc_pd),       RR__SYM(reg_mr),           RR__SYM(dereg_mr),
-      RR__SYM(create_comp_channel), RR__SYM(destroy_comp_channel), RR__SYM(create_cq),
-      RR__SYM(destroy_cq),       RR__SYM(get_cq_event),     RR__SYM(ack_cq_events),
-      RR__SYM(create_qp),        RR__SYM(modify_qp),        RR__SYM(destroy_qp),
+      RR__SYM(get_device_list),
+      RR__SYM(free_device_list),
+      RR__SYM(get_device_name),
+      RR__SYM(open_device),
+      RR__SYM(close_device),
+      RR__SYM(query_device),
+      RR__SYM(query_port),
+      RR__SYM(query_gid),
+      RR__SYM(alloc_pd),
+      RR__SYM(dealloc_pd),
+      RR__SYM(reg_mr),
+      RR__SYM(dereg_mr),
+      RR__SYM(create_comp_channel),
+      RR__SYM(destroy_comp_channel),
+      RR__SYM(create_cq),
+      RR__SYM(destroy_cq),
+      RR__SYM(get_cq_event),
+      RR__SYM(ack_cq_events),
+      RR__SYM(create_qp),
+      RR__SYM(modify_qp),
+      RR__SYM(destroy_qp),
 #undef RR__SYM
   };
   for (size_t i = 0; i < sizeof syms / sizeof syms[0]; i++) {
@@ -88,18 +102,31 @@ int rr__ibv_load(const rr__ibv **out) {
 
 const char *rr__ibv_wc_status(int s) {
   switch (s) {
-    case IBV_WC_SUCCESS: return "success";
-    case IBV_WC_LOC_LEN_ERR: return "local length error";
-    case IBV_WC_LOC_QP_OP_ERR: return "local QP operation error";
-    case IBV_WC_LOC_PROT_ERR: return "local protection error";
-    case IBV_WC_WR_FLUSH_ERR: return "work request flushed (the queue pair is in error)";
-    case IBV_WC_REM_ACCESS_ERR: return "remote access error (bad rkey or bounds)";
-    case IBV_WC_REM_OP_ERR: return "remote operation error";
-    case IBV_WC_REM_INV_REQ_ERR: return "remote invalid request";
-    case IBV_WC_RETRY_EXC_ERR: return "transport retry counter exceeded (peer unreachable)";
-    case IBV_WC_RNR_RETRY_EXC_ERR: return "receiver-not-ready retry counter exceeded";
-    case IBV_WC_FATAL_ERR: return "fatal error";
-    case IBV_WC_GENERAL_ERR: return "general error";
-    default: return "error";
+    case IBV_WC_SUCCESS:
+      return "success";
+    case IBV_WC_LOC_LEN_ERR:
+      return "local length error";
+    case IBV_WC_LOC_QP_OP_ERR:
+      return "local QP operation error";
+    case IBV_WC_LOC_PROT_ERR:
+      return "local protection error";
+    case IBV_WC_WR_FLUSH_ERR:
+      return "work request flushed (the queue pair is in error)";
+    case IBV_WC_REM_ACCESS_ERR:
+      return "remote access error (bad rkey or bounds)";
+    case IBV_WC_REM_OP_ERR:
+      return "remote operation error";
+    case IBV_WC_REM_INV_REQ_ERR:
+      return "remote invalid request";
+    case IBV_WC_RETRY_EXC_ERR:
+      return "transport retry counter exceeded (peer unreachable)";
+    case IBV_WC_RNR_RETRY_EXC_ERR:
+      return "receiver-not-ready retry counter exceeded";
+    case IBV_WC_FATAL_ERR:
+      return "fatal error";
+    case IBV_WC_GENERAL_ERR:
+      return "general error";
+    default:
+      return "error";
   }
 }

@@ -6,7 +6,7 @@
 # Long or special labels stay out: stress, soak (long; run with ctest -L), fuzz (.ci/run).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-RR_DEPS_TORCH=1 RR_DEPS_VIEW=1 RR_DEPS_SLURM=1 bash tools/deps.sh
+RR_DEPS_TORCH=1 RR_DEPS_VIEW=1 RR_DEPS_SLURM=1 RR_DEPS_FORMAT=1 bash tools/deps.sh
 dir=build-test
 flags=(-DCMAKE_BUILD_TYPE=RelWithDebInfo -DRR_WERROR=ON)
 exclude='stress|soak|fuzz'

@@ -44,6 +44,11 @@ fi
 if [ "${RR_DEPS_PLOT:-0}" = 1 ]; then                   # bench/*/run.sh: the plots
   command -v gnuplot >/dev/null 2>&1 || need+=(gnuplot-nox)
 fi
+# tests/run.sh: clang-format 14 for the format check (tools/check_format.sh; `format` skips
+# without it).
+if [ "${RR_DEPS_FORMAT:-0}" = 1 ]; then
+  command -v clang-format-14 >/dev/null 2>&1 || need+=(clang-format-14)
+fi
 if [ "${RR_DEPS_FUZZ:-0}" = 1 ]; then                   # CI: libFuzzer harnesses
   command -v clang >/dev/null 2>&1 || need+=(clang)
   dpkg -s libclang-rt-14-dev >/dev/null 2>&1 || need+=(libclang-rt-14-dev)

@@ -11,61 +11,68 @@
  * naming the variable and its range: a timeout of "inf" or 1e-9 s, a segment of 1 byte, are
  * mistakes to report, not to clamp or wrap around. */
 #define RR__INT_PARAMS(XX)                                                                    \
-  XX(nsocks, "RR_NSOCKS", 2, 1, 16, "TCP data sockets per peer")                            \
+  XX(nsocks, "RR_NSOCKS", 2, 1, 16, "TCP data sockets per peer")                              \
   XX(seg_bytes, "RR_SEG_BYTES", 128 * 1024, 4096, 64 << 20, "pipeline segment size in bytes") \
-  XX(slots, "RR_SLOTS", 4, 2, 64, "receive segments in flight per step")                    \
-  XX(ipc_seg_bytes, "RR_IPC_SEG_BYTES", 4 << 20, 4096, 64 << 20,                             \
-     "segment size of collectives through CUDA IPC (device buffers, ranks on one host)")   \
-  XX(small_bytes, "RR_SMALL_BYTES", 64 * 1024, 0, (int64_t)1 << 40,                         \
-     "all-reduce up to this many bytes uses recursive doubling (RR_ALGO=auto)")             \
-  XX(sockbuf, "RR_SOCKBUF", 4 * 1024 * 1024, 0, 1 << 30,                                    \
-     "socket buffer bytes (0: kernel autotuning)")                                          \
-  XX(spin_us, "RR_SPIN_US", -1, -1, 1000000,                                                \
-     "microseconds a blocking call polls before sleeping (unset: 50, or 100 yielding the "  \
-     "core when this host's ranks outnumber its cores)")                                    \
-  XX(spin_yield, "RR_SPIN_YIELD", -1, -1, 1,                                                \
-     "1: a blocking call's polling yields the core between polls (ranks share cores); 0: "   \
-     "it does not; unset: yield when this host's ranks outnumber its cores (RR_HOST_CPUS)") \
-  XX(host_cpus, "RR_HOST_CPUS", 0, 0, 1 << 20,                                              \
-     "the cores this host's ranks share (rrun sets it when it binds them); 0: the CPUs "     \
-     "this process may run on")                                                              \
-  XX(cuda_ipc, "RR_CUDA_IPC", 1, 0, 1,                                                      \
-     "1: device buffers of ranks on one host go device to device through CUDA IPC "         \
+  XX(slots, "RR_SLOTS", 4, 2, 64, "receive segments in flight per step")                      \
+  XX(ipc_seg_bytes, "RR_IPC_SEG_BYTES", 4 << 20, 4096, 64 << 20,                              \
+     "segment size of collectives through CUDA IPC (device buffers, ranks on one host)")      \
+  XX(small_bytes, "RR_SMALL_BYTES", 64 * 1024, 0, (int64_t)1 << 40,                           \
+     "all-reduce up to this many bytes uses recursive doubling (RR_ALGO=auto)")               \
+  XX(sockbuf, "RR_SOCKBUF", 4 * 1024 * 1024, 0, 1 << 30,                                      \
+     "socket buffer bytes (0: kernel autotuning)")                                            \
+  XX(spin_us, "RR_SPIN_US", -1, -1, 1000000,                                                  \
+     "microseconds a blocking call polls before sleeping (unset: 50, or 100 yielding the "    \
+     "core when this host's ranks outnumber its cores)")                                      \
+  XX(spin_yield, "RR_SPIN_YIELD", -1, -1, 1,                                                  \
+     "1: a blocking call's polling yields the core between polls (ranks share cores); 0: "    \
+     "it does not; unset: yield when this host's ranks outnumber its cores (RR_HOST_CPUS)")   \
+  XX(host_cpus, "RR_HOST_CPUS", 0, 0, 1 << 20,                                                \
+     "the cores this host's ranks share (rrun sets it when it binds them); 0: the CPUs "      \
+     "this process may run on")                                                               \
+  XX(cuda_ipc, "RR_CUDA_IPC", 1, 0, 1,                                                        \
+     "1: device buffers of ranks on one host go device to device through CUDA IPC "           \
      "(all_reduce, reduce_scatter, all_gather, broadcast; docs/cuda.md); 0: staged")          \
-  XX(cuda_pipe, "RR_CUDA_PIPE", 1, 0, 1,                                                    \
+  XX(cuda_pipe, "RR_CUDA_PIPE", 1, 0, 1,                                                      \
      "1: ring collectives on device buffers over host lanes (TCP, verbs, shm without CUDA "   \
      "IPC) pipeline each segment through pinned memory and reduce on the GPU; 0: stage the "  \
-     "whole buffer through the host (docs/cuda.md)")                                         \
-  XX(ib_gid_index, "RR_IB_GID_INDEX", -1, -1, 255,                                          \
+     "whole buffer through the host (docs/cuda.md)")                                          \
+  XX(cuda_memops, "RR_CUDA_MEMOPS", 1, 0, 1,                                                  \
+     "1: ring and chain collectives through CUDA IPC hand segments over with stream memory "  \
+     "operations on the GPUs' streams, where the devices have them; 0: the host hands each "  \
+     "segment over (docs/cuda.md)")                                                           \
+  XX(ipc_epoch0, "RR_IPC_EPOCH0", 0, 0, 4294967295LL,                                         \
+     "tests: the first value of the stream-memory flag words (near 2^32: their epochs wrap "  \
+     "around soon)")                                                                          \
+  XX(ib_gid_index, "RR_IB_GID_INDEX", -1, -1, 255,                                            \
      "RoCE: the GID table index to use (unset: the first RoCE v2 GID of the address family)")
 
-#define RR__DBL_PARAMS(XX)                                                                   \
-  XX(timeout_s, "RR_TIMEOUT", 1800.0, 0.001, 1e9,                                            \
-     "seconds a call may take before it fails (default 30 min)")                            \
-  XX(grace_s, "RR_GRACE_PERIOD", 30.0, 0.0, 1e6,                                             \
+#define RR__DBL_PARAMS(XX)                                       \
+  XX(timeout_s, "RR_TIMEOUT", 1800.0, 0.001, 1e9,                \
+     "seconds a call may take before it fails (default 30 min)") \
+  XX(grace_s, "RR_GRACE_PERIOD", 30.0, 0.0, 1e6,                 \
      "seconds rr_spawn waits between SIGTERM and SIGKILL")
 
-#define RR__STR_PARAMS(XX)                                                                   \
-  XX(debug, "RR_DEBUG", "WARN", "log level: NONE, WARN, INFO or TRACE")                     \
-  XX(debug_file, "RR_DEBUG_FILE", "", "log to this file (%h: host, %p: pid) instead of stderr") \
+#define RR__STR_PARAMS(XX)                                                                       \
+  XX(debug, "RR_DEBUG", "WARN", "log level: NONE, WARN, INFO or TRACE")                          \
+  XX(debug_file, "RR_DEBUG_FILE", "", "log to this file (%h: host, %p: pid) instead of stderr")  \
   XX(debug_subsys, "RR_DEBUG_SUBSYS", "ALL", "log subsystems: INIT,COLL,NET,STORE; ^X excludes") \
-  XX(algo, "RR_ALGO", "auto",                                                                \
-     "all-reduce algorithm: auto, ring, rd (recursive doubling) or star (via rank 0)")       \
-  XX(socket_ifname, "RR_SOCKET_IFNAME", "",                                                 \
-     "interfaces for data sockets: prefixes, ^ excludes, = exact (NCCL syntax)")            \
-  XX(hostid, "RR_HOSTID", "", "override the host identity used to find ranks on one host")   \
-  XX(transport, "RR_TRANSPORT", "auto",                                                       \
-     "auto picks per peer (shared memory on one host, InfiniBand between hosts where up); "   \
-     "shm: as auto, but device buffers staged (never CUDA IPC); tcp forces sockets; "          \
-     "ib forces verbs between every pair")                                                     \
-  XX(ib_hca, "RR_IB_HCA", "",                                                                  \
-     "InfiniBand devices/ports: prefixes, ^ excludes, = exact, dev:port (NCCL syntax)")       \
-  XX(ib_library, "RR_IB_LIBRARY", "",                                                          \
-     "the verbs library to dlopen (unset: libibverbs.so.1); tests point it at their fake")   \
-  XX(job_token, "RR_JOB_TOKEN", "",                                                          \
-     "secret shared by the ranks of one job (rrun sets it); other connections are refused") \
-  XX(trace, "RR_TRACE", "0",                                                                 \
-     "1: one text line per rank per step on stderr; a file path: one JSON line per rank "   \
+  XX(algo, "RR_ALGO", "auto",                                                                    \
+     "all-reduce algorithm: auto, ring, rd (recursive doubling) or star (via rank 0)")           \
+  XX(socket_ifname, "RR_SOCKET_IFNAME", "",                                                      \
+     "interfaces for data sockets: prefixes, ^ excludes, = exact (NCCL syntax)")                 \
+  XX(hostid, "RR_HOSTID", "", "override the host identity used to find ranks on one host")       \
+  XX(transport, "RR_TRANSPORT", "auto",                                                          \
+     "auto picks per peer (shared memory on one host, InfiniBand between hosts where up); "      \
+     "shm: as auto, but device buffers staged (never CUDA IPC); tcp forces sockets; "            \
+     "ib forces verbs between every pair")                                                       \
+  XX(ib_hca, "RR_IB_HCA", "",                                                                    \
+     "InfiniBand devices/ports: prefixes, ^ excludes, = exact, dev:port (NCCL syntax)")          \
+  XX(ib_library, "RR_IB_LIBRARY", "",                                                            \
+     "the verbs library to dlopen (unset: libibverbs.so.1); tests point it at their fake")       \
+  XX(job_token, "RR_JOB_TOKEN", "",                                                              \
+     "secret shared by the ranks of one job (rrun sets it); other connections are refused")      \
+  XX(trace, "RR_TRACE", "0",                                                                     \
+     "1: one text line per rank per step on stderr; a file path: one JSON line per rank "        \
      "per step appended to it (ring/trace.c, tools/ringreduce-view)")
 
 typedef struct rr__params {

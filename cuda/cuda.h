@@ -132,6 +132,26 @@ int rr__cuda_ipc_mem_handle(rr__cuda_ipc_handle *h, void *p);
 int rr__cuda_ipc_open_mem(void **p, const rr__cuda_ipc_handle *h);
 void rr__cuda_ipc_close_mem(void *p);
 
+/* Stream memory operations (cuda/api.h; docs/cuda.md, "Stream memory operations").
+ * rr__cuda_mem_ops: 1 when `device` can run them, 0 when not (or no CUDA); asked once per
+ * device. The wait holds back `stream`'s later work until (int32_t)(*addr - value) >= 0 (a
+ * cyclic comparison: epochs may wrap around); the write stores value after the stream's
+ * earlier work, fenced. addr is a device pointer (rr__cuda_host_register gives one for host
+ * memory). */
+int rr__cuda_mem_ops(int device);
+int rr__cuda_wait_value(void *stream, void *addr, uint32_t value);
+int rr__cuda_write_value(void *stream, void *addr, uint32_t value);
+/* Register page-aligned host memory with every device; *dptr its device pointer. */
+int rr__cuda_host_register(void *p, size_t bytes, void **dptr);
+void rr__cuda_host_unregister(void *p);
+/* Events without timing from a per-device pool instead of made and destroyed per call
+ * (cudaEventCreate and cudaEventDestroy each cost a driver call): take one on the current
+ * device, give it back with the device it was taken on (that device current). An event
+ * given back may still have work recorded on it; a later record replaces it, which is all
+ * a pool's user does next. */
+int rr__cuda_event_take(void **event);
+void rr__cuda_event_give(void *event, int device);
+
 /* The DDP wrapper's element work on device memory (cuda/ddp.cu), queued on `stream` (not
  * waited for); bit-identical to ddp/hooks.c's host loops (cuda/ddp_elem.cuh). dtype is the
  * gradient's (float16, bfloat16, float32, float64); wire the hook's 16-bit type.
@@ -153,8 +173,8 @@ int rr__cuda_reduce(void *dst, void *dst2, const void *a, const void *b, size_t 
 
 /* ---- implemented in cuda/reduce.cu (nvcc); the real table's reduce entry ---- */
 /* Launches the kernel; returns a cudaError_t and, on failure, the call that failed. */
-int rr__cuda_reduce_launch(void *dst, void *dst2, const void *a, const void *b, size_t n,
-                           int dtype, int op, int avg_div, void *stream, const char **what);
+int rr__cuda_reduce_launch(void *dst, void *dst2, const void *a, const void *b, size_t n, int dtype,
+                           int op, int avg_div, void *stream, const char **what);
 int rr__cuda_direct_launch(const rr__cuda_direct *d, void *stream, const char **what);
 /* ---- implemented in cuda/ddp.cu (nvcc); the real table's ddp entry ---- */
 int rr__cuda_ddp_launch(int kind, void *dst, const void *src, size_t n, int dtype, int wire,

@@ -179,15 +179,17 @@ static int rr__cuda_alloc(void **p, size_t bytes, int pinned) {
   if (e != 0) {
     *p = NULL;
     rr__cuda_fail(e, call);
-    return rr__prefix_error(RR_ECUDA,
-                            pinned ? "pinned staging buffer of %zu bytes"
-                                   : "allocating %zu bytes of device memory",
-                            bytes);
+    return rr__prefix_error(
+        RR_ECUDA,
+        pinned ? "pinned staging buffer of %zu bytes" : "allocating %zu bytes of device memory",
+        bytes);
   }
   return RR_OK;
 }
 
-int rr__cuda_host_alloc(void **p, size_t bytes) { return rr__cuda_alloc(p, bytes, 1); }
+int rr__cuda_host_alloc(void **p, size_t bytes) {
+  return rr__cuda_alloc(p, bytes, 1);
+}
 
 void rr__cuda_host_free(void *p) {
   const rr__cuda_api *api = rr__cu();
@@ -206,7 +208,9 @@ int rr__cuda_stream_sync(void *stream) {
   return RR_OK;
 }
 
-int rr__cuda_malloc(void **p, size_t bytes) { return rr__cuda_alloc(p, bytes, 0); }
+int rr__cuda_malloc(void **p, size_t bytes) {
+  return rr__cuda_alloc(p, bytes, 0);
+}
 
 void rr__cuda_free(void *p) {
   const rr__cuda_api *api = rr__cu();
@@ -373,4 +377,86 @@ int rr__cuda_reduce(void *dst, void *dst2, const void *a, const void *b, size_t 
   int e = api->reduce(dst, dst2, a, b, n, (int)dtype, (int)op, avg_div, stream, &what);
   if (e != 0) return rr__cuda_fail(e, what);
   return RR_OK;
+}
+
+/* ---- stream memory operations, registered host memory, allocations, pooled events ---- */
+
+#define RR__CUDA_DEV_CACHE 64 /* devices whose answers are cached (more: asked every time) */
+
+/* 0: not asked yet, 1: no, 2: yes (racing threads store the same answer). */
+static atomic_int rr__memops_known[RR__CUDA_DEV_CACHE];
+
+int rr__cuda_mem_ops(int device) {
+  const rr__cuda_api *api = rr__cu();
+  if (!api || !rr__cuda_available() || device < 0) return 0;
+  int k = device < RR__CUDA_DEV_CACHE ? atomic_load(&rr__memops_known[device]) : 0;
+  if (k) return k == 2;
+  int ok = 0;
+  if (api->mem_ops(device, &ok) != 0) {
+    api->clear_error();
+    ok = 0;
+  }
+  if (device < RR__CUDA_DEV_CACHE) atomic_store(&rr__memops_known[device], ok ? 2 : 1);
+  return ok;
+}
+
+int rr__cuda_wait_value(void *stream, void *addr, uint32_t value) {
+  RR__CU("cuStreamWaitValue32(CU_STREAM_WAIT_VALUE_GEQ)",
+         stream_wait_value32(stream, addr, value, RR__CUDA_WAIT_GEQ));
+  return RR_OK;
+}
+
+int rr__cuda_write_value(void *stream, void *addr, uint32_t value) {
+  RR__CU("cuStreamWriteValue32", stream_write_value32(stream, addr, value, RR__CUDA_WRITE_DEFAULT));
+  return RR_OK;
+}
+
+int rr__cuda_host_register(void *p, size_t bytes, void **dptr) {
+  *dptr = NULL;
+  RR__CU("cudaHostRegister(cudaHostRegisterMapped | cudaHostRegisterPortable)",
+         host_register(p, bytes));
+  const rr__cuda_api *api = rr__cu();
+  int e = api->host_device_ptr(dptr, p);
+  if (e != 0) {
+    *dptr = NULL;
+    if (api->host_unregister(p) != 0) api->clear_error();
+    return rr__cuda_fail(e, "cudaHostGetDevicePointer");
+  }
+  return RR_OK;
+}
+
+void rr__cuda_host_unregister(void *p) {
+  const rr__cuda_api *api = rr__cu();
+  if (p && api && api->host_unregister(p) != 0) api->clear_error();
+}
+
+/* The pool: a few events per device, enough for the calls in flight at once (two each). */
+#define RR__EVENT_POOL 64
+static pthread_mutex_t rr__pool_mu = PTHREAD_MUTEX_INITIALIZER;
+static void *rr__pool[RR__CUDA_DEV_CACHE][RR__EVENT_POOL];
+static int rr__pool_n[RR__CUDA_DEV_CACHE];
+
+int rr__cuda_event_take(void **event) {
+  *event = NULL;
+  int d = -1;
+  RR__CHECK(rr__cuda_get_device(&d));
+  if (d >= 0 && d < RR__CUDA_DEV_CACHE) {
+    pthread_mutex_lock(&rr__pool_mu);
+    if (rr__pool_n[d] > 0) *event = rr__pool[d][--rr__pool_n[d]];
+    pthread_mutex_unlock(&rr__pool_mu);
+    if (*event) return RR_OK;
+  }
+  return rr__cuda_event_create(event);
+}
+
+void rr__cuda_event_give(void *event, int device) {
+  if (!event) return;
+  if (device >= 0 && device < RR__CUDA_DEV_CACHE) {
+    pthread_mutex_lock(&rr__pool_mu);
+    int kept = rr__pool_n[device] < RR__EVENT_POOL;
+    if (kept) rr__pool[device][rr__pool_n[device]++] = event;
+    pthread_mutex_unlock(&rr__pool_mu);
+    if (kept) return;
+  }
+  rr__cuda_event_destroy(event);
 }

@@ -3,7 +3,9 @@
  * group/run.c's rr__pg_path), and what running one adds around the ring (rr__pg_ipc_in and
  * rr__pg_ipc_out, around group/run.c's run of the ring on the device buffers themselves).
  * The events and copy streams are group/device.c's, shared with the staged path. */
+#include <sched.h>
 #include <string.h>
+#include <time.h>
 
 #include "common/param.h"
 #include "common/status.h"
@@ -12,7 +14,7 @@
 
 static const char *rr__ipc_how(const rr__pg_call *call) {
   return call->path == RR__PATH_PIPED ? "device buffer piped through pinned host memory"
-                                   : "device buffer through CUDA IPC";
+                                      : "device buffer through CUDA IPC";
 }
 
 /* What both device-to-device paths need: a kind that may take the path (its dev column,
@@ -49,8 +51,7 @@ static int rr__pg_ring_on_device(const rr_pg *pg, const rr__pg_call *call, int i
  * it could complete (transport/cuda_ipc.h; cudafake.ipc_kill_w3). */
 int rr__pg_ipc_call(const rr_pg *pg, const rr__pg_call *call) {
   const rr__params *p = rr__params_get();
-  if (!p->cuda_ipc || strcmp(p->transport, "auto") || !rr__pg_ring_on_device(pg, call, 1))
-    return 0;
+  if (!p->cuda_ipc || strcmp(p->transport, "auto") || !rr__pg_ring_on_device(pg, call, 1)) return 0;
   /* A segment must fit one device message on the lane to every peer (0 where a peer's
    * transport carries none). */
   return rr__pg_ipc_seg(pg, call->a.kind) <= rr__comm_device_msg_max(pg->comm);
@@ -75,6 +76,17 @@ int rr__pg_piped_call(const rr_pg *pg, const rr__pg_call *call) {
   return 1;
 }
 
+/* Stream memory operations (transport/cuda_ipc.h) for the ring and chain kinds, where every
+ * rank moves the same bytes (all_reduce, reduce_scatter, all_gather, broadcast, reduce): every
+ * rank decides alike from RR_CUDA_MEMOPS (set alike) and its device's support (a driver
+ * without them has none on any device). The others keep the host hand-off: their ranks may
+ * meet host buffers (point to point, an all_to_allv rank that moves nothing). */
+static int rr__pg_memops(const rr__pg_call *call) {
+  const int form = rr__kind(call->a.kind)->dev;
+  return (form == RR__DEV_IPC_SEG || form == RR__DEV_PIPE) && rr__params_get()->cuda_memops &&
+         call->path == RR__PATH_IPC && rr__cuda_mem_ops(call->device);
+}
+
 /* The ring runs on the group's copy stream for the device, which first waits for the call's
  * stream (cuda_ready); cuda_done is recorded behind the last of it, and nothing is waited
  * for here (rr__cuda_pg_finish does, as for the staged path). */
@@ -89,8 +101,65 @@ int rr__pg_ipc_in(rr_pg *pg, const rr__pg_call *call, rr__req_dev *dev, int *pre
     rr__cuda_restore_device(*prev);
     return rr__cuda_pg_fail(pg, a, st, "ordering the call after its stream", rr__ipc_how(call));
   }
-  *dev = (rr__req_dev){.stream = cs, .device = call->device};
+  *dev = (rr__req_dev){.stream = cs, .device = call->device, .memops = rr__pg_memops(call)};
   return RR_OK;
+}
+
+int rr__pg_memop_wait(rr_pg *pg, const rr__pg_call *call, rr__coll *c, const rr__req_dev *dev) {
+  RR__WHERE(c, "waiting for the call's device work");
+  int st = rr__cuda_event_record(call->cuda_done, dev->stream);
+  int64_t looked = 0;
+  for (int spins = 0; st == RR_OK; spins++) {
+    int d = rr__cuda_event_done(call->cuda_done);
+    if (d != 0) return d < 0 ? d : RR_OK;
+    /* Once per millisecond: the control sockets (a death, a peer's abort) and the deadline.
+     * The wait is this rank's own: the comm's spin policy is not involved. */
+    int64_t now = rr__now_ms();
+    if (now != looked) {
+      looked = now;
+      rr__comm_poll_ctl(pg->comm);
+      if (rr__comm_abort_concerns(pg->comm, 1, c->hdr.seq)) {
+        return rr__comm_check(pg->comm);
+      }
+      if (now >= c->deadline_ms)
+        return rr__set_error(RR_ETIMEDOUT,
+                             "timed out after %.1f s waiting for this rank's device work (its "
+                             "stream waits for the peers' streams: is a peer's GPU stuck?)",
+                             (double)c->timeout_ms / 1000.0);
+    }
+    /* The first ~100 looks give the core away; a longer call sleeps between looks. */
+    if (spins < 100) {
+      sched_yield();
+    } else {
+      struct timespec ts = {0, 20000};
+      nanosleep(&ts, NULL);
+    }
+  }
+  return st;
+}
+
+void rr__pg_memop_release(const rr__pg_call *call, const rr__req_dev *dev) {
+  /* The failure's text is what the caller reports: nothing here may replace it. */
+  char why[RR__ERRMSG_MAX];
+  snprintf(why, sizeof why, "%s", rr__error());
+  void *ev = NULL;
+  if (rr__cuda_event_take(&ev) == RR_OK && rr__cuda_event_record(ev, dev->stream) == RR_OK) {
+    /* A live peer that fails too may still write an older value into a word after ours, so
+     * the release is stored again until the stream is through. Bounded by the device work
+     * queued before the failure. */
+    for (int d = 0; d == 0;) {
+      rr__dev_release(dev->waits);
+      d = rr__cuda_event_done(ev);
+      if (d == 0) {
+        struct timespec ts = {0, 50000};
+        nanosleep(&ts, NULL);
+      }
+    }
+  } else {
+    rr__dev_release(dev->waits);
+  }
+  rr__cuda_event_give(ev, call->device);
+  rr__copy_error(why);
 }
 
 int rr__pg_ipc_out(rr_pg *pg, const rr__pg_call *call, const rr__req_dev *dev, int prev, int st) {

@@ -66,8 +66,8 @@ typedef struct rr__grow_watch {
 struct rr_work {
   rr_pg *pg;
   rr__pg_call call;
-  int cuda_owned;  /* async: the call's CUDA events are freed with the work */
-  int cuda_waited; /* rr_work_wait made the call's stream wait for call.cuda_done */
+  int cuda_owned;       /* async: the call's CUDA events are freed with the work */
+  int cuda_waited;      /* rr_work_wait made the call's stream wait for call.cuda_done */
   struct rr_work *next; /* queue link */
   atomic_int refs;      /* the caller's handle + the queue */
   pthread_mutex_t mu;
@@ -191,11 +191,11 @@ int rr__cuda_pg_buffers(const rr_pg *pg, rr__pg_call *call);
  * result back. Each fails as a failure inside the call does (the group aborts); on a failed
  * stage_in there is nothing to run and nothing to finish. */
 typedef struct rr__stage {
-  int staged;     /* device buffers were copied: stage_out has work */
-  int prev;       /* the device to make current again */
-  void *stream;   /* the copies' */
-  char *result;   /* the receive buffer's host copy; NULL: none to copy back */
-  size_t out;     /* its bytes */
+  int staged;   /* device buffers were copied: stage_out has work */
+  int prev;     /* the device to make current again */
+  void *stream; /* the copies' */
+  char *result; /* the receive buffer's host copy; NULL: none to copy back */
+  size_t out;   /* its bytes */
 } rr__stage;
 int rr__pg_stage_in(rr_pg *pg, const rr__pg_call *call, rr__args *h, rr__stage *sg);
 int rr__pg_stage_out(rr_pg *pg, const rr__pg_call *call, const rr__stage *sg, int st);
@@ -216,6 +216,13 @@ size_t rr__pg_ipc_seg(const rr_pg *pg, int kind);
 int rr__pg_piped_call(const rr_pg *pg, const rr__pg_call *call);
 int rr__pg_ipc_in(rr_pg *pg, const rr__pg_call *call, rr__req_dev *dev, int *prev);
 int rr__pg_ipc_out(rr_pg *pg, const rr__pg_call *call, const rr__req_dev *dev, int prev, int st);
+/* A call through CUDA IPC whose segments the streams hand over (dev->memops): every segment
+ * is queued when the ring returns, and the host waits here for the call's device work, while
+ * it watches the group (an abort, a dead peer, the deadline end the wait with that error).
+ * After any failure of such a call, release gives this rank's waits the values no peer will
+ * write (rr__dev_release) until its stream drained: no wait outlives the call. */
+int rr__pg_memop_wait(rr_pg *pg, const rr__pg_call *call, rr__coll *c, const rr__req_dev *dev);
+void rr__pg_memop_release(const rr__pg_call *call, const rr__req_dev *dev);
 /* Shared by the device paths (group/device.c): the stream their copies and kernels go on
  * (the group's own for the device, after cuda_ready; without events, the call's), and a
  * failure on a device path: its message names the rank, the call and `how` it ran, and the
@@ -242,6 +249,5 @@ int rr__cuda_pg_done(const rr__pg_call *call);
  * makes its CUDA calls on the call's device (call->device, recorded at submission), whatever
  * the calling thread's current device. */
 void rr__cuda_pg_release(rr__pg_call *call);
-
 
 #endif /* RR__GROUP_PG_H_ */

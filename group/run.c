@@ -18,7 +18,7 @@
 /* dev != NULL: the algorithm runs on the device buffers themselves (CUDA IPC, or piped:
  * through pinned slots over host lanes). */
 static int rr__run_coll(rr_pg *pg, const rr__args *a, int64_t timeout_ms, const rr__req_dev *dev,
-                        int piped) {
+                        int piped, const rr__pg_call *call) {
   rr__coll c;
   rr__coll_init(&c, &pg->cs, pg->comm, a, pg->rank, pg->size, timeout_ms);
   c.may_spin = pg->inline_call;
@@ -48,18 +48,25 @@ static int rr__run_coll(rr_pg *pg, const rr__args *a, int64_t timeout_ms, const 
     rr__coll_describe(&c, desc, sizeof desc);
     /* A revoked group says so in every call, with who revoked it (rr_pg_revoke). */
     if (pg->comm->reported && st != RR_EREVOKED)
-      return rr__prefix_error(RR_EABORTED, "rank %d: %s: the group is unusable after an earlier failure", me, desc);
+      return rr__prefix_error(
+          RR_EABORTED, "rank %d: %s: the group is unusable after an earlier failure", me, desc);
     pg->comm->reported = 1;
     return rr__prefix_error(st, "rank %d: %s", me, desc);
   }
 
   int st = rr__coll_exec(&c);
+  /* Stream memory operations: the ring only queued the call's device work; it runs now, and
+   * a peer's death is seen here (group/ipc.c). */
+  const int memops = dev && dev->memops;
+  if (st == RR_OK && memops) st = rr__pg_memop_wait(pg, call, &c, dev);
   if (st != RR_OK) {
     if (rr__coll_where(&c)[0]) rr__prefix_error(st, "%s", c.where);
     rr__prefix_error(st, "rank %d: %s", me, rr__coll_describe(&c, desc, sizeof desc));
     /* The group's state is unknown now: stop it here and tell every peer why. */
     rr__comm_abort(pg->comm, st, rr__error(), 1);
     pg->comm->reported = 1;
+    /* No wait of this rank's stream may outlive the call. */
+    if (memops) rr__pg_memop_release(call, dev);
     return st;
   }
   if (rr__log_enabled(RR__LEVEL_TRACE, RR__SUB_COLL))
@@ -73,7 +80,8 @@ int rr__pg_path(const rr_pg *pg, rr__pg_call *call) {
   /* Without a CUDA driver every buffer is host memory: nothing to look at. */
   if (!rr__cuda_available()) return RR_OK;
   RR__CHECK(rr__cuda_pg_buffers(pg, call));
-  if (call->path == RR__PATH_STAGED && rr__pg_ipc_call(pg, call)) call->path = RR__PATH_IPC;
+  if (call->path == RR__PATH_STAGED && rr__pg_ipc_call(pg, call))
+    call->path = RR__PATH_IPC;
   else if (call->path == RR__PATH_STAGED && rr__pg_piped_call(pg, call))
     call->path = RR__PATH_PIPED;
   return RR_OK;
@@ -84,25 +92,32 @@ static int rr__run_staged(rr_pg *pg, const rr__pg_call *call, int64_t timeout_ms
   rr__args h;
   rr__stage sg;
   RR__CHECK(rr__pg_stage_in(pg, call, &h, &sg));
-  return rr__pg_stage_out(pg, call, &sg, rr__run_coll(pg, &h, timeout_ms, NULL, 0));
+  return rr__pg_stage_out(pg, call, &sg, rr__run_coll(pg, &h, timeout_ms, NULL, 0, call));
 }
 
 /* CUDA IPC and piped: the ring on the device buffers, on the group's copy stream. */
 static int rr__run_device(rr_pg *pg, const rr__pg_call *call, int64_t timeout_ms, int piped) {
   rr__req_dev dev;
+  rr__dev_waits waits;
+  waits.n = 0;
   int prev = -1;
   RR__CHECK(rr__pg_ipc_in(pg, call, &dev, &prev));
+  dev.waits = &waits;
   return rr__pg_ipc_out(pg, call, &dev, prev,
-                        rr__run_coll(pg, &call->a, timeout_ms, &dev, piped));
+                        rr__run_coll(pg, &call->a, timeout_ms, &dev, piped, call));
 }
 
 int rr__pg_run(rr_pg *pg, const rr__pg_call *call, int64_t timeout_ms) {
   switch (call->path) {
     case RR__PATH_MANAGED:
-    case RR__PATH_STAGED: return rr__run_staged(pg, call, timeout_ms);
-    case RR__PATH_IPC: return rr__run_device(pg, call, timeout_ms, 0);
-    case RR__PATH_PIPED: return rr__run_device(pg, call, timeout_ms, 1);
+    case RR__PATH_STAGED:
+      return rr__run_staged(pg, call, timeout_ms);
+    case RR__PATH_IPC:
+      return rr__run_device(pg, call, timeout_ms, 0);
+    case RR__PATH_PIPED:
+      return rr__run_device(pg, call, timeout_ms, 1);
     case RR__PATH_HOST:
-    default: return rr__run_coll(pg, &call->a, timeout_ms, NULL, 0);
+    default:
+      return rr__run_coll(pg, &call->a, timeout_ms, NULL, 0, call);
   }
 }

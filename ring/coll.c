@@ -157,7 +157,7 @@ void rr__coll_init(rr__coll *c, rr__coll_state *cs, rr__comm *cm, const rr__args
 
 void rr__coll_on_device(rr__coll *c, const rr__req_dev *dev, int piped) {
   c->dev = dev;
-  c->mem = piped ? &rr__mem_piped : &rr__mem_ipc;
+  c->mem = piped ? &rr__mem_piped : dev->memops ? &rr__mem_memop : &rr__mem_ipc;
 }
 
 int rr__coll_exec(rr__coll *c) {
@@ -176,4 +176,3 @@ int rr__coll_exec(rr__coll *c) {
   if (trace) rr__trace_end(c, st);
   return st;
 }
-

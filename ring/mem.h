@@ -8,13 +8,14 @@
  * segments of a pipelined step reach the wire and leave it, through the hooks that the one
  * segment loop of ring/pipe.c calls.
  *
- * Three memories today: host memory (ring/pipe.c), and device buffers (ring/pipe_dev.c)
+ * Four memories today: host memory (ring/pipe.c), and device buffers (ring/pipe_dev.c)
  * either over lanes that carry device messages (CUDA IPC: a segment is reduced by a kernel
  * straight out of the transport's device slot) or piped through pinned host slots over any
  * lanes (a segment is copied off the device before it is sent, and onto it before it is
- * reduced). A new way to hand device segments over (stream memory operations instead of
- * the host polling events, a one-kernel path for ranks that share a GPU) is a new table
- * beside these, chosen by the group (ring/coll.h, rr__coll_on_device); no algorithm changes. */
+ * reduced), or whose segments the GPUs' streams hand over by stream
+ * memory operations (the host only queues them). A new way to hand device segments over is
+ * a new table beside these, chosen by the group (ring/coll.h, rr__coll_on_device); no
+ * algorithm changes. */
 #ifndef RR__RING_MEM_H_
 #define RR__RING_MEM_H_
 
@@ -82,8 +83,7 @@ typedef struct rr__mem {
    * (regions may overlap) and a reduction, dst[i] = a[i] (op) b[i] for i < n elements (AVG
    * divides by avg_div when > 0). */
   int (*copy)(const rr__coll *c, void *dst, const void *src, size_t bytes);
-  int (*reduce)(const rr__coll *c, void *dst, const void *a, const void *b, size_t n,
-                int avg_div);
+  int (*reduce)(const rr__coll *c, void *dst, const void *a, const void *b, size_t n, int avg_div);
   /* The group's grow-only scratch buffer of this memory, at least `bytes`. */
   int (*scratch)(rr__coll *c, size_t bytes, void **out);
 
@@ -112,6 +112,9 @@ typedef struct rr__mem {
 extern const rr__mem rr__mem_host;  /* ring/pipe.c */
 extern const rr__mem rr__mem_ipc;   /* ring/pipe_dev.c: device buffers, device messages */
 extern const rr__mem rr__mem_piped; /* ring/pipe_dev.c: device buffers, pinned host slots */
+/* ring/pipe_dev.c: device buffers, device messages handed over on the GPUs' streams by
+ * stream memory operations (rr__req_dev.memops); the loop only queues them, in order */
+extern const rr__mem rr__mem_memop;
 
 /* The piped memory's pinned slots (ring/pipe_dev.c), which the group keeps between calls
  * (rr__coll_state.piped): free them (waits for the device first); and the segments it

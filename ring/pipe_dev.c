@@ -106,8 +106,8 @@ static int rr__ipc_send_stage(rr__pipe *p, size_t k, rr__req *r, const char *src
 static void rr__reduce_on_device(rr__req *r, const void *data, size_t len) {
   rr__red *x = r->ctx;
   const rr__coll *c = x->c;
-  x->status = rr__coll_reduce(c, x->dst, x->got_first ? data : x->own,
-                              x->got_first ? x->own : data, len / c->esize, x->avg_div);
+  x->status = rr__coll_reduce(c, x->dst, x->got_first ? data : x->own, x->got_first ? x->own : data,
+                              len / c->esize, x->avg_div);
 }
 
 /* A device transport must reduce as it receives (into the landing slot, when forwarding
@@ -129,7 +129,9 @@ static int rr__ipc_recv_done(rr__pipe *p, size_t k, rr__req *r, rr__red *x) {
   return x->status;
 }
 
-static int rr__ipc_idle(rr__pipe *p, int peer) { return rr__coll_block(p->c, peer); }
+static int rr__ipc_idle(rr__pipe *p, int peer) {
+  return rr__coll_block(p->c, peer);
+}
 
 const rr__mem rr__mem_ipc = {
     .name = "device memory over CUDA IPC",
@@ -140,6 +142,60 @@ const rr__mem rr__mem_ipc = {
     .begin = rr__ipc_begin,
     .send_stage = rr__ipc_send_stage,
     .recv_post = rr__ipc_recv_post,
+    .recv_done = rr__ipc_recv_done,
+    .idle = rr__ipc_idle,
+};
+
+/* ---- stream memory operations: the GPUs' streams hand segments over ----
+ *
+ * The lanes queue each segment on the call's stream as the loop posts it (the sender's copy
+ * between waits and writes of flag words, the receiver's kernel likewise; transport/cuda_ipc.h)
+ * and complete the request at once, so a step's loop only queues work and the host is out of
+ * the data path. What the loop must keep is the order: each stream runs its work in the order
+ * it was queued, and a ring is deadlock-free only if every rank queues step by step, a batch
+ * of sends before the receives of the same segments, and no more segments in a batch than a
+ * lane has slots (a send of segment k waits for the receiver's read of segment k - slots,
+ * which must then already sit, on the receiver's stream, before the receiver's own send of
+ * segment k). So the windows are the group's slot count (at most the lane's), and a request
+ * is posted only once the one before it completed: a receive may wait (once per lane) for the
+ * sender's slots to be published, and nothing of the call may be queued ahead of it
+ * meanwhile. The host waits for the call's work once, at its end (group/ipc.c), watching the
+ * peers: a death there releases this rank's waits (rr__dev_release). */
+
+static int rr__mop_begin(rr__pipe *p) {
+  RR__CHECK(rr__ipc_begin(p));
+  p->swin = p->rwin = RR__MIN(p->nslots, (size_t)RR__PIPE_WIN);
+  p->mine = NULL; /* the request posted last */
+  return RR_OK;
+}
+
+/* The last request posted has completed (it is queued on the stream): the next may go. */
+static int rr__mop_in_order(rr__pipe *p, rr__req *next) {
+  const rr__req *last = p->mine;
+  if (last && !last->complete) return 0;
+  p->mine = next;
+  return 1;
+}
+
+static int rr__mop_send_ready(rr__pipe *p, size_t k) {
+  return rr__mop_in_order(p, &p->sreq[k % RR__PIPE_WIN]);
+}
+
+static int rr__mop_recv_post(rr__pipe *p, size_t k, rr__req *r, rr__red *x) {
+  if (!rr__mop_in_order(p, r)) return 0;
+  return rr__ipc_recv_post(p, k, r, x);
+}
+
+const rr__mem rr__mem_memop = {
+    .name = "device memory handed over by stream memory operations",
+    .caps = 0,
+    .copy = rr__dev_copy,
+    .reduce = rr__dev_reduce,
+    .scratch = rr__dev_scratch,
+    .begin = rr__mop_begin,
+    .send_stage = rr__ipc_send_stage,
+    .send_ready = rr__mop_send_ready,
+    .recv_post = rr__mop_recv_post,
     .recv_done = rr__ipc_recv_done,
     .idle = rr__ipc_idle,
 };
@@ -160,7 +216,9 @@ struct rr__piped {
 
 static atomic_ullong rr__piped_nseg;
 
-uint64_t rr__piped_segments(void) { return atomic_load(&rr__piped_nseg); }
+uint64_t rr__piped_segments(void) {
+  return atomic_load(&rr__piped_nseg);
+}
 
 void rr__piped_free(rr__coll_state *cs) {
   struct rr__piped *p = cs->piped;
@@ -268,8 +326,8 @@ static int rr__piped_recv_done(rr__pipe *p, size_t k, rr__req *r, rr__red *x) {
   if (p->slotted) {
     char *land = pp->land + j * pp->slot;
     RR__CHECK(rr__coll_copy(c, land, r->buf, r->len));
-    RR__CHECK(rr__coll_reduce(c, x->dst, x->got_first ? land : x->own,
-                              x->got_first ? x->own : land, r->len / c->esize, x->avg_div));
+    RR__CHECK(rr__coll_reduce(c, x->dst, x->got_first ? land : x->own, x->got_first ? x->own : land,
+                              r->len / c->esize, x->avg_div));
   } else {
     RR__CHECK(rr__coll_copy(c, x->dst, r->buf, r->len));
   }
@@ -287,8 +345,8 @@ static int rr__piped_idle(rr__pipe *p, int peer) {
   struct rr__piped *pp = p->mine;
   const size_t ns = (size_t)pp->nslots;
   rr__coll *c = p->c;
-  const int pending = p->sp < p->sq || (p->rp < p->nrecv && p->rp - p->rd < ns &&
-                                        pp->rbusy[p->rp % ns]);
+  const int pending =
+      p->sp < p->sq || (p->rp < p->nrecv && p->rp - p->rd < ns && pp->rbusy[p->rp % ns]);
   if (!pending) return rr__coll_block(c, peer);
   int64_t now = rr__now_ms();
   if (now != p->ctl_ms) {

@@ -133,8 +133,24 @@ rr_fake_test(coll_w1 coll 1)
 foreach(w 2 3 4)
   rr_fake_test(coll_w${w} coll ${w})
   set_tests_properties(cudafake.coll_w${w} PROPERTIES ENVIRONMENT
-    "${RR_FAKE_ENV};RR_CUDA_IPC=1;RR_TEST_EXPECT_IPC=1;RR_TEST_EXPECT_PIPED=0")
+    "${RR_FAKE_ENV};RR_CUDA_IPC=1;RR_TEST_EXPECT_IPC=1;RR_TEST_EXPECT_PIPED=0;RR_TEST_EXPECT_MEMOPS=1")
 endforeach()
+# Devices without stream memory operations (RR_FAKE_CUDA_NO_MEMOPS, as a driver without them):
+# the ring and chain kinds keep the host hand-off, chosen at setup (issue 39 part 1).
+rr_fake_test(coll_nomemops_w3 coll 3)
+set_tests_properties(cudafake.coll_nomemops_w3 PROPERTIES ENVIRONMENT
+  "${RR_FAKE_ENV};RR_CUDA_IPC=1;RR_TEST_EXPECT_IPC=1;RR_TEST_EXPECT_MEMOPS=0;RR_FAKE_CUDA_NO_MEMOPS=1")
+# RR_CUDA_MEMOPS=0 on devices that have them: the host hand-off too.
+rr_fake_test(coll_memops_off_w2 coll 2)
+set_tests_properties(cudafake.coll_memops_off_w2 PROPERTIES ENVIRONMENT
+  "${RR_FAKE_ENV};RR_CUDA_IPC=1;RR_TEST_EXPECT_IPC=1;RR_TEST_EXPECT_MEMOPS=0;RR_CUDA_MEMOPS=0")
+# The flag words' epochs start 40 short of 2^32: 16 KiB segments through 8 slots wrap them
+# within the first calls (the waits compare cyclically). RR_SLOTS=8: a step's window is then
+# all of a lane's slots, so a sender that did not wait for its slot's release would overwrite
+# a segment still unread (with fewer, the ring's order alone keeps them apart).
+rr_fake_test(coll_wrap_w2 coll 2)
+set_tests_properties(cudafake.coll_wrap_w2 PROPERTIES ENVIRONMENT
+  "${RR_FAKE_ENV};RR_CUDA_IPC=1;RR_TEST_EXPECT_MEMOPS=1;RR_SEG_BYTES=16384;RR_IPC_SEG_BYTES=16384;RR_SLOTS=8;RR_IPC_EPOCH0=4294967256")
 rr_fake_test(coll_1gpu_w4 coll 4)
 set_tests_properties(cudafake.coll_1gpu_w4 PROPERTIES ENVIRONMENT
   "${RR_FAKE_ENV};RR_CUDA_IPC=1;RR_TEST_EXPECT_IPC=1;RR_TEST_FAKE_DEVICES=1")
@@ -143,12 +159,12 @@ set_tests_properties(cudafake.coll_1gpu_w4 PROPERTIES ENVIRONMENT
 # segments, 4 MiB by default, would otherwise be one per chunk here).
 rr_fake_test(coll_seg16k_w2 coll 2)
 set_tests_properties(cudafake.coll_seg16k_w2 PROPERTIES ENVIRONMENT
-  "${RR_FAKE_ENV};RR_CUDA_IPC=1;RR_TEST_EXPECT_IPC=1;RR_SEG_BYTES=16384;RR_IPC_SEG_BYTES=16384")
+  "${RR_FAKE_ENV};RR_CUDA_IPC=1;RR_TEST_EXPECT_IPC=1;RR_TEST_EXPECT_MEMOPS=1;RR_SEG_BYTES=16384;RR_IPC_SEG_BYTES=16384")
 # World 3: a reduce chain has a middle rank, whose landing slots in the device scratch are
 # reused many times per call (one reused before its forward's copy read it: wrong data).
 rr_fake_test(coll_seg16k_w3 coll 3)
 set_tests_properties(cudafake.coll_seg16k_w3 PROPERTIES ENVIRONMENT
-  "${RR_FAKE_ENV};RR_CUDA_IPC=1;RR_TEST_EXPECT_IPC=1;RR_SEG_BYTES=16384;RR_IPC_SEG_BYTES=16384")
+  "${RR_FAKE_ENV};RR_CUDA_IPC=1;RR_TEST_EXPECT_IPC=1;RR_TEST_EXPECT_MEMOPS=1;RR_SEG_BYTES=16384;RR_IPC_SEG_BYTES=16384")
 # Both sizes on one group: IPC collectives at 64 KiB, point to point and host calls at 16
 # KiB (test_cuda ipcseg counts the IPC segments of an all_reduce: 2(w-1)).
 foreach(w 2 3)
@@ -225,6 +241,11 @@ target_link_libraries(test_cuda_ipc_kill PRIVATE rrtest rr_fake_cuda)
 add_test(NAME cudafake.ipc_kill_w3 COMMAND test_cuda_ipc_kill --fake)
 set_tests_properties(cudafake.ipc_kill_w3 PROPERTIES LABELS "cudafake" TIMEOUT 150
   ENVIRONMENT "${RR_FAKE_ENV}")
+# Only the kinds handed over by stream memory operations: the survivors' streams wait on words
+# the dead rank never writes, until their hosts release them (issue 39 part 1).
+add_test(NAME cudafake.memop_kill_w3 COMMAND test_cuda_ipc_kill --fake)
+set_tests_properties(cudafake.memop_kill_w3 PROPERTIES LABELS "cudafake" TIMEOUT 150
+  ENVIRONMENT "${RR_FAKE_ENV};RR_TEST_KILL_RING=1;RR_TEST_EXPECT_MEMOPS=1")
 # The same over TCP: the all-reduces piped through pinned slots (ring/pipe_dev.c).
 add_test(NAME cudafake.piped_kill_w3 COMMAND test_cuda_ipc_kill --fake)
 set_tests_properties(cudafake.piped_kill_w3 PROPERTIES LABELS "cudafake" TIMEOUT 150

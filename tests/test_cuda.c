@@ -22,7 +22,10 @@
  *                                          all_gather, and each rank's data sent in broadcast,
  *                                          reduce, gather, scatter, all_to_all(v)
  *                                          (test_cuda_kinds.h) must / must not go through
- *                                          CUDA IPC (transport/cuda_ipc.c)
+ *                                          CUDA IPC (transport/cuda_ipc.c);
+ *                                          RR_TEST_EXPECT_MEMOPS=1 / 0: the all_reduce,
+ *                                          reduce_scatter and all_gather ones must / must not
+ *                                          hand segments over by stream memory operations
  *   test_cuda [--fake] threads <world>     the same with the ranks as threads of one process
  *   test_cuda [--fake] ipcseg <world>      collectives through CUDA IPC cut at
  *                                          RR_IPC_SEG_BYTES, point to point and host calls
@@ -99,7 +102,7 @@
 #include <unistd.h>
 
 #include "common/param.h" /* rr__params_get: ipcseg reads the two segment sizes */
-#include "ring/coll.h" /* rr__piped_segments */
+#include "ring/coll.h"    /* rr__piped_segments */
 #include "ring/op.h"
 #include "transport/cuda_ipc.h"
 #include "tests/cuda_harness.h"
@@ -263,6 +266,31 @@ static int expect_ipc(void) {
   return e && *e ? atoi(e) : -1;
 }
 
+/* What this process moved device to device so far: segments through CUDA IPC handed over by
+ * the host, or by stream memory operations (transport/cuda_ipc.c). The other paths' checks
+ * (RR_TEST_EXPECT_IPC) count either. */
+static uint64_t dev_moved(void) {
+  return rr__ipc_segments() + rr__mop_segments();
+}
+
+/* RR_TEST_EXPECT_MEMOPS=1: every all_reduce of at least one element per rank,
+ * reduce_scatter and all_gather through CUDA IPC must hand segments over by stream memory
+ * operations on this rank; 0: none may (the host hand-off: RR_CUDA_MEMOPS=0, or a device
+ * without them). */
+static int expect_memops(void) {
+  const char *e = getenv("RR_TEST_EXPECT_MEMOPS");
+  return e && *e ? atoi(e) : -1;
+}
+static int check_memops(uint64_t before, int should, const char *what) {
+  uint64_t got = rr__mop_segments() - before;
+  if (expect_memops() == 1 && should)
+    T_CHECK(got > 0, "%s: no segment went by stream memory operations", what);
+  if (expect_memops() == 0)
+    T_CHECK(got == 0, "%s: %llu segments went by stream memory operations", what,
+            (unsigned long long)got);
+  return 0;
+}
+
 /* RR_TEST_EXPECT_PIPED=1: every all_reduce above RR_SMALL_BYTES (its default, 64 KiB; smaller
  * ones take recursive doubling, staged) and every reduce_scatter / all_gather with elements
  * must hand segments to the device through the piped path (ring/pipe_dev.c counts them);
@@ -273,7 +301,8 @@ static int expect_piped(void) {
 }
 static int check_piped(uint64_t before, int should, const char *what) {
   uint64_t got = rr__piped_segments() - before;
-  if (expect_piped() == 1 && should) T_CHECK(got > 0, "%s: nothing went through the piped path", what);
+  if (expect_piped() == 1 && should)
+    T_CHECK(got > 0, "%s: nothing went through the piped path", what);
   if (expect_piped() == 0)
     T_CHECK(got == 0, "%s: %llu segments went through the piped path", what,
             (unsigned long long)got);
@@ -285,7 +314,8 @@ static int check_piped(uint64_t before, int should, const char *what) {
 static int all_reduce_case(rr_pg *pg, size_t count, rr_dtype d, rr_op op, int inplace,
                            uint64_t seed) {
   int n = rr_get_world_size(pg), r = rr_get_rank(pg);
-  uint64_t ipc_before = rr__ipc_segments(), piped_before = rr__piped_segments();
+  uint64_t ipc_before = dev_moved(), piped_before = rr__piped_segments();
+  uint64_t mop_before = rr__mop_segments();
   size_t bytes = count * rr_dtype_size(d);
   char *h = malloc(bytes + 1), *src = dalloc(bytes), *dst = inplace ? src : dalloc(bytes);
   t_fill(h, count, d, op, seed, r, 0);
@@ -296,13 +326,14 @@ static int all_reduce_case(rr_pg *pg, size_t count, rr_dtype d, rr_op op, int in
   char what[96];
   snprintf(what, sizeof what, "device all_reduce %s %s %s count %zu", rr_dtype_name(d),
            rr_op_name(op), inplace ? "in place" : "out of place", count);
-  uint64_t ipc_sent = rr__ipc_segments() - ipc_before;
+  uint64_t ipc_sent = dev_moved() - ipc_before;
   if (expect_ipc() == 1 && n > 1 && count >= (size_t)n)
     T_CHECK(ipc_sent > 0, "%s: nothing went through CUDA IPC", what);
   if (expect_ipc() == 0)
     T_CHECK(ipc_sent == 0, "%s: %llu segments went through CUDA IPC", what,
             (unsigned long long)ipc_sent);
   if (check_piped(piped_before, n > 1 && count >= (size_t)n && bytes > (64u << 10), what)) return 1;
+  if (check_memops(mop_before, n > 1 && count >= (size_t)n, what)) return 1;
   size_t wrong = t_check_reduced(h, count, d, op, seed, n, 0, what);
   if (!inplace) {
     T_CHECK(!get(h, src, bytes), "download");
@@ -327,16 +358,22 @@ static int mixed_case(rr_pg *pg, int rank, uint64_t seed) {
     char *h = malloc(bytes), *buf = rank == 0 ? malloc(bytes) : dalloc(bytes);
     T_CHECK(h && buf, "host memory");
     t_fill(h, count, dts[k], ops[k], seed, rank, 0);
-    if (rank == 0) memcpy(buf, h, bytes);
-    else T_CHECK(!put(buf, h, bytes), "upload");
+    if (rank == 0)
+      memcpy(buf, h, bytes);
+    else
+      T_CHECK(!put(buf, h, bytes), "upload");
     uint64_t before = rr__piped_segments();
     T_OK(rr_all_reduce(pg, buf, buf, count, dts[k], ops[k]));
     if (check_piped(before, rank != 0 && n > 1, "mixed all_reduce")) return 1;
-    if (rank == 0) memcpy(h, buf, bytes);
-    else T_CHECK(!get(h, buf, bytes), "download");
+    if (rank == 0)
+      memcpy(h, buf, bytes);
+    else
+      T_CHECK(!get(h, buf, bytes), "download");
     size_t wrong = t_check_reduced(h, count, dts[k], ops[k], seed, n, 0, "mixed all_reduce");
-    if (rank == 0) free(buf);
-    else C_OK(free(buf));
+    if (rank == 0)
+      free(buf);
+    else
+      C_OK(free(buf));
     free(h);
     T_CHECK(!wrong, "mixed all_reduce %s: %zu wrong elements", rr_dtype_name(dts[k]), wrong);
   }
@@ -354,13 +391,13 @@ static int ipcseg_case(rr_pg *pg, uint64_t seed) {
   /* Each rank's chunk is one IPC segment and several host ones: a ring all_reduce sends
    * one segment per step, n - 1 steps of reduce-scatter and n - 1 of all-gather. */
   size_t chunk = (size_t)p->ipc_seg_bytes / 4;
-  uint64_t before = rr__ipc_segments();
+  uint64_t before = dev_moved();
   if (all_reduce_case(pg, chunk * (size_t)n, RR_FLOAT32, RR_SUM, 0, seed)) return 1;
-  uint64_t sent = rr__ipc_segments() - before;
+  uint64_t sent = dev_moved() - before;
   T_CHECK(sent == 2 * (uint64_t)(n - 1),
           "all_reduce of %d chunks of %zu bytes: %llu segments through CUDA IPC, want %d "
-          "(one per step: RR_IPC_SEG_BYTES=%lld, RR_SEG_BYTES=%lld)", n, chunk * 4,
-          (unsigned long long)sent, 2 * (n - 1), (long long)p->ipc_seg_bytes,
+          "(one per step: RR_IPC_SEG_BYTES=%lld, RR_SEG_BYTES=%lld)",
+          n, chunk * 4, (unsigned long long)sent, 2 * (n - 1), (long long)p->ipc_seg_bytes,
           (long long)p->seg_bytes);
   /* Host buffers on the same lanes, between device calls: host-sized slots. */
   int32_t hin[1000], hout[1000];
@@ -386,10 +423,12 @@ static int others(rr_pg *pg, size_t count, uint64_t seed) {
     t_fill(h, count * (size_t)n, RR_FLOAT32, RR_SUM, seed, r, 0);
     T_CHECK(!put(big, h, all), "upload");
     char *rs_out = inplace ? big + (size_t)r * blk : small;
-    uint64_t rs_before = rr__ipc_segments(), rs_piped = rr__piped_segments();
+    uint64_t rs_before = dev_moved(), rs_piped = rr__piped_segments();
+    uint64_t rs_mop = rr__mop_segments();
     T_OK(rr_reduce_scatter(pg, big, rs_out, count, RR_FLOAT32, RR_SUM));
+    if (check_memops(rs_mop, n > 1 && count > 0, "reduce_scatter")) return 1;
     if (check_piped(rs_piped, n > 1 && count > 0, "reduce_scatter")) return 1;
-    uint64_t rs_sent = rr__ipc_segments() - rs_before;
+    uint64_t rs_sent = dev_moved() - rs_before;
     if (expect_ipc() == 1 && n > 1 && count > 0)
       T_CHECK(rs_sent > 0, "reduce_scatter: nothing went through CUDA IPC");
     if (expect_ipc() == 0) T_CHECK(rs_sent == 0, "reduce_scatter: sent through CUDA IPC");
@@ -401,10 +440,12 @@ static int others(rr_pg *pg, size_t count, uint64_t seed) {
     t_fill(h, count, RR_INT32, RR_SUM, seed, r, 0);
     char *ag_in = inplace ? big + (size_t)r * blk : small;
     T_CHECK(!put(ag_in, h, blk), "upload");
-    uint64_t ipc_before = rr__ipc_segments(), ag_piped = rr__piped_segments();
+    uint64_t ipc_before = dev_moved(), ag_piped = rr__piped_segments();
+    uint64_t ag_mop = rr__mop_segments();
     T_OK(rr_all_gather(pg, ag_in, big, count, RR_INT32));
+    if (check_memops(ag_mop, n > 1 && count > 0, "all_gather")) return 1;
     if (check_piped(ag_piped, n > 1 && count > 0, "all_gather")) return 1;
-    uint64_t ipc_sent = rr__ipc_segments() - ipc_before;
+    uint64_t ipc_sent = dev_moved() - ipc_before;
     if (expect_ipc() == 1 && n > 1 && count > 0)
       T_CHECK(ipc_sent > 0, "all_gather: nothing went through CUDA IPC");
     if (expect_ipc() == 0) T_CHECK(ipc_sent == 0, "all_gather: sent through CUDA IPC");
@@ -417,9 +458,9 @@ static int others(rr_pg *pg, size_t count, uint64_t seed) {
     int root = n - 1;
     t_fill(h, count, RR_FLOAT32, RR_SUM, seed, r, 0);
     T_CHECK(!put(small, h, blk), "upload");
-    uint64_t bc_before = rr__ipc_segments();
+    uint64_t bc_before = dev_moved();
     T_OK(rr_broadcast(pg, small, inplace ? small : big, count, RR_FLOAT32, root));
-    uint64_t bc_sent = rr__ipc_segments() - bc_before;
+    uint64_t bc_sent = dev_moved() - bc_before;
     /* Every rank of the chain but its tail (the root's left neighbour) sends. */
     if (expect_ipc() == 1 && n > 1 && count > 0 && r != (root + n - 1) % n)
       T_CHECK(bc_sent > 0, "broadcast: nothing went through CUDA IPC");
@@ -429,7 +470,7 @@ static int others(rr_pg *pg, size_t count, uint64_t seed) {
             "broadcast");
     t_fill(h, count, RR_INT32, RR_MAX, seed, r, 0);
     T_CHECK(!put(small, h, blk), "upload");
-    uint64_t rd_before = rr__ipc_segments();
+    uint64_t rd_before = dev_moved();
     T_OK(rr_reduce(pg, small, inplace ? small : big, count, RR_INT32, RR_MAX, root));
     /* Every rank of the chain but the root sends. */
     if (kinds_ipc(rd_before, n > 1 && count > 0 && r != root, "reduce")) return 1;
@@ -662,8 +703,8 @@ static int coll_rank(int rank, void *arg) {
     const size_t count = 4096;
     char *buf = dalloc(count * 4);
     int st = rr_all_reduce(pg, buf, buf, count, RR_INT32, RR_SUM);
-    T_CHECK(st == RR_ECUDA, "pointer attributes failed, yet the call: %s: %s",
-            rr_status_name(st), rr_last_error());
+    T_CHECK(st == RR_ECUDA, "pointer attributes failed, yet the call: %s: %s", rr_status_name(st),
+            rr_last_error());
     T_HAS(rr_last_error(), "cannot tell whether");
     T_HAS(rr_last_error(), "sendbuf");
     C_OK(free(buf));
@@ -680,6 +721,15 @@ static int coll_rank(int rank, void *arg) {
     T_OK(rr_pg_set_cuda_stream(pg, RR__CUDA_STREAM_LEGACY));
     if (all_reduce_case(pg, 1000, RR_FLOAT32, RR_SUM, 0, seed)) return 1;
     T_OK(rr_pg_set_cuda_stream(pg, NULL));
+  }
+  /* RR_IPC_EPOCH0 near 2^32 (coll_wrap_w2): the flag words' epochs must have crossed the wrap,
+   * i.e. more than RR_SLOTS x (2^32 - epoch0) segments sent on a lane (world 2: one lane). */
+  const rr__params *pp = rr__params_get();
+  if (pp->ipc_epoch0 > 0 && ca->world == 2) {
+    const uint64_t need = (uint64_t)pp->slots * ((1ull << 32) - (uint64_t)pp->ipc_epoch0);
+    T_CHECK(rr__mop_segments() > need,
+            "%llu segments by stream memory operations: the epochs never wrapped (need > %llu)",
+            (unsigned long long)rr__mop_segments(), (unsigned long long)need);
   }
   T_OK(rr_destroy_process_group(pg));
   return 0;
@@ -812,7 +862,7 @@ static int device1_rank(int rank, void *arg) {
     for (size_t i = 0; i < n; i++) up[i] = (int32_t)((size_t)rank + (size_t)it + i % 1000);
     C_OK(memcpy_async(buf, up, bytes, s)); /* the call is ordered after it */
     rr_work *w;
-    const uint64_t ipc_before = rr__ipc_segments();
+    const uint64_t ipc_before = dev_moved();
     T_OK(rr_all_reduce_async(pg, buf, buf, n, RR_INT32, RR_SUM, &w));
     d1wait x = {w, v == 2};
     t_thread th;
@@ -820,7 +870,7 @@ static int device1_rank(int rank, void *arg) {
     T_CHECK(!t_thread_join(&th), "%s: the waiting thread failed", d1_names[v]);
     if (d1_no_device0(d1_names[v], it)) return 1;
     if (expect_ipc() == 1 && v != 3)
-      T_CHECK(rr__ipc_segments() > ipc_before, "%s: nothing went through CUDA IPC", d1_names[v]);
+      T_CHECK(dev_moved() > ipc_before, "%s: nothing went through CUDA IPC", d1_names[v]);
     /* The call's stream (device 1's legacy stream for NULL) sees the result. */
     memset(h, 0, bytes);
     C_OK(memcpy_async(h, buf, bytes, s));

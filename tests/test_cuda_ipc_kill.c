@@ -17,6 +17,11 @@
  * interprocess event recorded by a process that dies before that work ran never completes,
  * as on a GPU; whether the real runtime does the same is for the GPU run (cuda_ipc_kill_w3).
  *
+ * With RR_TEST_KILL_RING=1 (cudafake.memop_kill_w3, ...1gpu) the loop keeps to the kinds whose
+ * segments the GPUs' streams hand over by stream memory operations: the kill then leaves the
+ * survivors' streams waiting for flag words rank 1 will never write, and the host must release
+ * them (transport/cuda_ipc.h) for the call, its final wait and the destroy to return.
+ *
  * With RR_TRANSPORT=tcp (cudafake.piped_kill_w3) the all-reduces take the piped path instead
  * (ring/pipe_dev.c: pinned slots over sockets; the first call checks it) and the other kinds
  * are staged: the same must hold there.
@@ -67,10 +72,15 @@ static int rank_fn(int rank, void *arg) {
    * piped path), or this test would check the staged path. */
   const char *tp = getenv("RR_TRANSPORT");
   const int piped = tp && !strcmp(tp, "tcp");
-  uint64_t before = piped ? rr__piped_segments() : rr__ipc_segments();
+  uint64_t before = piped ? rr__piped_segments() : (rr__ipc_segments() + rr__mop_segments());
+  const uint64_t mop_before = rr__mop_segments();
   T_OK(rr_all_reduce(pg, x, x, COUNT, RR_FLOAT32, RR_SUM));
-  T_CHECK((piped ? rr__piped_segments() : rr__ipc_segments()) > before,
+  T_CHECK((piped ? rr__piped_segments() : (rr__ipc_segments() + rr__mop_segments())) > before,
           "the all-reduce did not go through %s", piped ? "the piped path" : "CUDA IPC");
+  /* RR_TEST_EXPECT_MEMOPS=1: and its segments by stream memory operations. */
+  const char *em = getenv("RR_TEST_EXPECT_MEMOPS");
+  if (em && !strcmp(em, "1"))
+    T_CHECK(rr__mop_segments() > mop_before, "the all-reduce did not use stream memory operations");
   char path[96];
   snprintf(path, sizeof path, "%s/%d", kc->ready_dir, rank);
   FILE *f = fopen(path, "w");
@@ -78,15 +88,31 @@ static int rank_fn(int rank, void *arg) {
   fclose(f);
   int st;
   long calls = 0;
+  /* RR_TEST_KILL_RING=1: only the kinds whose segments the streams hand over by stream
+   * memory operations (all_reduce, broadcast, reduce), so the kill lands in one of them. */
+  const char *kr = getenv("RR_TEST_KILL_RING");
+  const int kinds = kr && !strcmp(kr, "1") ? 3 : 6;
   do {
-    const int root = (int)(calls / 6 % WORLD);
-    switch (calls % 6) {
-      case 0: st = rr_all_reduce(pg, x, x, COUNT, RR_FLOAT32, RR_SUM); break;
-      case 1: st = rr_broadcast(pg, x, x, COUNT, RR_FLOAT32, root); break;
-      case 2: st = rr_reduce(pg, x, x, COUNT, RR_FLOAT32, RR_SUM, root); break;
-      case 3: st = rr_gather(pg, x, y, COUNT, RR_FLOAT32, root); break;
-      case 4: st = rr_scatter(pg, y, x, COUNT, RR_FLOAT32, root); break;
-      default: st = rr_all_to_all(pg, x, y, COUNT / WORLD, RR_FLOAT32); break;
+    const int root = (int)(calls / kinds % WORLD);
+    switch (calls % kinds) {
+      case 0:
+        st = rr_all_reduce(pg, x, x, COUNT, RR_FLOAT32, RR_SUM);
+        break;
+      case 1:
+        st = rr_broadcast(pg, x, x, COUNT, RR_FLOAT32, root);
+        break;
+      case 2:
+        st = rr_reduce(pg, x, x, COUNT, RR_FLOAT32, RR_SUM, root);
+        break;
+      case 3:
+        st = rr_gather(pg, x, y, COUNT, RR_FLOAT32, root);
+        break;
+      case 4:
+        st = rr_scatter(pg, y, x, COUNT, RR_FLOAT32, root);
+        break;
+      default:
+        st = rr_all_to_all(pg, x, y, COUNT / WORLD, RR_FLOAT32);
+        break;
     }
     calls++;
   } while (st == RR_OK);

@@ -14,7 +14,7 @@
 
 /* This rank's part of one call: `sends` says whether it sends any data segment. */
 static int kinds_ipc(uint64_t before, int sends, const char *what) {
-  uint64_t got = rr__ipc_segments() - before;
+  uint64_t got = dev_moved() - before;
   if (expect_ipc() == 1 && sends) T_CHECK(got > 0, "%s: nothing went through CUDA IPC", what);
   if (expect_ipc() == 0)
     T_CHECK(got == 0, "%s: %llu segments went through CUDA IPC", what, (unsigned long long)got);
@@ -64,7 +64,7 @@ static int kinds_linear(rr_pg *pg, size_t count, uint64_t seed) {
     C_OK(memset_async(out, 0xa5, all ? all : 1, NULL));
     char *gsend = inplace && r == root ? out + (size_t)root * blk : small;
     if (kinds_fill(gsend, 0, count, seed, r, 0)) return 1;
-    uint64_t before = rr__ipc_segments(), pbefore = rr__piped_segments();
+    uint64_t before = dev_moved(), pbefore = rr__piped_segments();
     T_OK(rr_gather(pg, gsend, out, count, RR_INT32, root));
     snprintf(what, sizeof what, "device gather %s", how);
     if (kinds_ipc(before, n > 1 && count > 0 && r != root, what)) return 1;
@@ -76,7 +76,7 @@ static int kinds_linear(rr_pg *pg, size_t count, uint64_t seed) {
     if (r == root && kinds_fill(big, 0, count * (size_t)n, seed, root, 0)) return 1;
     char *srecv = inplace && r == root ? big + (size_t)root * blk : small;
     if (!(inplace && r == root)) C_OK(memset_async(srecv, 0xa5, blk ? blk : 1, NULL));
-    before = rr__ipc_segments(), pbefore = rr__piped_segments();
+    before = dev_moved(), pbefore = rr__piped_segments();
     T_OK(rr_scatter(pg, big, srecv, count, RR_INT32, root));
     snprintf(what, sizeof what, "device scatter %s", how);
     if (kinds_ipc(before, n > 1 && count > 0 && r == root, what)) return 1;
@@ -86,7 +86,7 @@ static int kinds_linear(rr_pg *pg, size_t count, uint64_t seed) {
     /* all_to_all: block j of rank r's sendbuf is its data from j * count */
     if (kinds_fill(big, 0, count * (size_t)n, seed, r, 0)) return 1;
     C_OK(memset_async(out, 0xa5, all ? all : 1, NULL));
-    before = rr__ipc_segments(), pbefore = rr__piped_segments();
+    before = dev_moved(), pbefore = rr__piped_segments();
     T_OK(rr_all_to_all(pg, big, out, count, RR_INT32));
     if (kinds_ipc(before, n > 1 && count > 0, "device all_to_all")) return 1;
     if (check_piped(pbefore, 0, "device all_to_all")) return 1;
@@ -104,12 +104,13 @@ static int kinds_linear(rr_pg *pg, size_t count, uint64_t seed) {
     sc[j] = kinds_v(r, j, n, count), sd[j] = send_end, send_end += sc[j] + 1;
     sends |= j != r && sc[j] > 0;
   }
-  for (int j = n - 1; j >= 0; j--) rc[j] = kinds_v(j, r, n, count), rd[j] = recv_end, recv_end += rc[j] + 1;
+  for (int j = n - 1; j >= 0; j--)
+    rc[j] = kinds_v(j, r, n, count), rd[j] = recv_end, recv_end += rc[j] + 1;
   char *vs = dalloc(send_end * 4), *vr = dalloc(recv_end * 4);
   for (int j = 0; j < n; j++)
     if (kinds_fill(vs, sd[j], sc[j], seed, r, (size_t)j * 2 * count)) return 1;
   C_OK(memset_async(vr, 0xa5, recv_end * 4, NULL)); /* recv_end >= n */
-  uint64_t before = rr__ipc_segments(), pbefore = rr__piped_segments();
+  uint64_t before = dev_moved(), pbefore = rr__piped_segments();
   T_OK(rr_all_to_allv(pg, vs, sc, sd, vr, rc, rd, RR_INT32));
   if (kinds_ipc(before, sends, "device all_to_allv")) return 1;
   if (check_piped(pbefore, 0, "device all_to_allv")) return 1;
@@ -134,15 +135,16 @@ static int kinds_p2p(rr_pg *pg, size_t count, uint64_t seed) {
   const int n = rr_get_world_size(pg), r = rr_get_rank(pg);
   if (n < 2) return 0;
   const size_t blk = count * 4;
-  const size_t min_seg = blk > (size_t)rr__params_get()->seg_bytes ? 2 : 1; /* slots hold a segment */
+  const size_t min_seg =
+      blk > (size_t)rr__params_get()->seg_bytes ? 2 : 1; /* slots hold a segment */
   char *small = dalloc(blk), *out = dalloc(blk), *h = t_alloc(blk);
   char what[96];
   /* device to device, around the ring */
   if (kinds_fill(small, 0, count, seed, r, 0)) return 1;
   C_OK(memset_async(out, 0xa5, blk, NULL));
-  uint64_t before = rr__ipc_segments();
+  uint64_t before = dev_moved();
   T_OK(rr_sendrecv(pg, small, count, (r + 1) % n, out, count, (r + n - 1) % n, RR_INT32));
-  uint64_t got = rr__ipc_segments() - before;
+  uint64_t got = dev_moved() - before;
   snprintf(what, sizeof what, "device sendrecv count %zu", count);
   if (kinds_ipc(before, 1, what)) return 1;
   if (expect_ipc() == 1)
@@ -152,7 +154,7 @@ static int kinds_p2p(rr_pg *pg, size_t count, uint64_t seed) {
   /* device (rank 0) to host (rank 1), then host (rank 1) to device (rank 0) */
   if (r == 0) {
     if (kinds_fill(small, 1, count - 1, seed, r, 7)) return 1; /* element 0 stays */
-    before = rr__ipc_segments();
+    before = dev_moved();
     T_OK(rr_send(pg, small, count, RR_INT32, 1));
     snprintf(what, sizeof what, "device send into host memory count %zu", count);
     if (kinds_ipc(before, 1, what)) return 1;
@@ -187,11 +189,11 @@ static int kinds_p2p_first(rr_pg *pg, size_t count, uint64_t seed) {
   if (r == 0) {
     char *d = dalloc(blk);
     if (kinds_fill(d, 0, count, seed, 0, 5)) return 1;
-    uint64_t before = rr__ipc_segments();
+    uint64_t before = dev_moved();
     T_OK(rr_send(pg, d, count, RR_INT32, 1));
-    uint64_t got = rr__ipc_segments() - before;
-    T_CHECK(got == 0, "%s: %llu segments through CUDA IPC before the peer had device slots",
-            what, (unsigned long long)got);
+    uint64_t got = dev_moved() - before;
+    T_CHECK(got == 0, "%s: %llu segments through CUDA IPC before the peer had device slots", what,
+            (unsigned long long)got);
     C_OK(free(d));
   } else {
     memset(h, 0xa5, blk);

@@ -214,7 +214,245 @@ int rr__ipc_take_host(rr__ipc *x, uint32_t i, void *dst, size_t n) {
     rr__cuda_restore_device(prev);
   }
   if (st != RR_OK)
-    return rr__prefix_error(st, "CUDA IPC: receiving %zu bytes from rank %d (slot %u) into "
-                                "host memory", n, x->peer_global, i);
+    return rr__prefix_error(st,
+                            "CUDA IPC: receiving %zu bytes from rank %d (slot %u) into "
+                            "host memory",
+                            n, x->peer_global, i);
   return RR_OK;
+}
+
+/* ---- stream memory operations (cuda_ipc.h) ---- */
+
+struct rr__mop {
+  int device, self_global, peer_global;
+  uint32_t nslots, epoch0;
+  size_t slot;
+  rr__mop_page *pg; /* in the pair's mapping, as the host sees it */
+  char *pg_dev;     /* its device pointer (registered: NULL until then) */
+  size_t pg_bytes;
+  rr__mop_dir *tx, *rx; /* our direction (we send) and the peer's */
+  char *slots;          /* ours, device memory: what we send sits here until read */
+  char *peer_slots;     /* the peer's, once opened */
+  int opened;
+  /* Segments and signals queued each way over the lane's life: both sides count alike. */
+  uint64_t tx_n, rx_n, sig_tx, sig_rx;
+  int released; /* the host satisfied our waits after a failed call: no further use */
+};
+
+static atomic_ullong rr__mop_nseg;
+
+uint64_t rr__mop_segments(void) {
+  return atomic_load(&rr__mop_nseg);
+}
+
+void rr__mop_page_init(rr__mop_page *pg, uint32_t epoch0) {
+  memset(pg, 0, sizeof *pg);
+  pg->epoch0 = epoch0;
+  for (int d = 0; d < 2; d++) {
+    for (int i = 0; i < RR__IPC_MAX_SLOTS; i++) {
+      atomic_store(&pg->dir[d].ready[i], epoch0);
+      atomic_store(&pg->dir[d].freed[i], epoch0);
+    }
+    atomic_store(&pg->dir[d].sig, epoch0);
+  }
+  pg->magic = RR__MOP_MAGIC;
+}
+
+int rr__mop_device(const rr__mop *m) {
+  return m->device;
+}
+
+/* The device address of a word of the page (host view w). */
+static void *rr__mop_dev(const rr__mop *m, const _Atomic uint32_t *w) {
+  return m->pg_dev + ((const char *)w - (const char *)m->pg);
+}
+
+/* The epoch of segment t of a direction. */
+static uint32_t rr__mop_epoch(const rr__mop *m, uint64_t t) {
+  return m->epoch0 + (uint32_t)(t / m->nslots) + 1u;
+}
+
+void rr__mop_free(rr__mop *m) {
+  if (!m) return;
+  int prev = -1;
+  int on = rr__cuda_set_device(m->device, &prev) == RR_OK;
+  if (m->opened) rr__cuda_ipc_close_mem(m->peer_slots);
+  rr__cuda_free(m->slots); /* waits for the device first */
+  if (m->pg_dev) rr__cuda_host_unregister(m->pg);
+  if (on) rr__cuda_restore_device(prev);
+  free(m);
+}
+
+int rr__mop_start(rr__mop **out, rr__mop_page *pg, int lower, uint32_t nslots, size_t slot,
+                  int self_global, int peer_global) {
+  *out = NULL;
+  if (nslots > RR__IPC_MAX_SLOTS || nslots == 0)
+    return rr__set_error(RR_EINVAL, "CUDA IPC: %u slots, at most %d", nslots, RR__IPC_MAX_SLOTS);
+  if (pg->magic != RR__MOP_MAGIC)
+    return rr__set_error(RR_EPROTO, "shared memory with rank %d: its flag page is corrupt",
+                         peer_global);
+  rr__mop *m = rr__calloc(1, sizeof *m);
+  if (!m) return RR_ENOMEM;
+  const size_t page = (size_t)sysconf(_SC_PAGESIZE);
+  *m = (rr__mop){.self_global = self_global,
+                 .peer_global = peer_global,
+                 .nslots = nslots,
+                 .slot = slot,
+                 .pg = pg,
+                 .epoch0 = pg->epoch0, /* read once */
+                 .pg_bytes = (sizeof *pg + page - 1) / page * page,
+                 .tx = &pg->dir[lower ? 0 : 1],
+                 .rx = &pg->dir[lower ? 1 : 0]};
+  void *dptr = NULL;
+  int st = rr__cuda_get_device(&m->device);
+  if (st == RR_OK) st = rr__cuda_host_register(pg, m->pg_bytes, &dptr);
+  if (st == RR_OK) m->pg_dev = dptr;
+  if (st == RR_OK) st = rr__cuda_malloc((void **)&m->slots, (size_t)nslots * slot);
+  rr__mop_export *e = &m->tx->exp;
+  if (st == RR_OK) st = rr__cuda_ipc_mem_handle(&e->slots, m->slots);
+  if (st != RR_OK) {
+    rr__mop_free(m);
+    return rr__prefix_error(st,
+                            "CUDA IPC with rank %d: setting up stream memory operations "
+                            "(%u device slots of %zu KiB, the pair's flag page)",
+                            peer_global, nslots, slot >> 10);
+  }
+  e->pid = (int32_t)getpid();
+  e->device = m->device;
+  e->nslots = nslots;
+  e->slot_bytes = slot;
+  e->slots_ptr = (uint64_t)(uintptr_t)m->slots;
+  rr__ipc_publish_point();
+  atomic_store(&e->ready, 1); /* seq_cst: the fields above first */
+  RR__LOG_INFO(RR__SUB_INIT,
+               "cuda_ipc: rank %d -> rank %d: stream memory operations, %u device slots of %zu "
+               "KiB on device %d",
+               self_global, peer_global, nslots, slot >> 10, m->device);
+  *out = m;
+  return RR_OK;
+}
+
+int rr__mop_open_peer(rr__mop *m) {
+  if (m->opened) return 1;
+  const rr__mop_export *theirs = &m->rx->exp;
+  if (!atomic_load(&theirs->ready)) return 0;
+  rr__mop_export t;
+  memcpy((char *)&t + sizeof t.ready, (const char *)theirs + sizeof t.ready,
+         sizeof t - sizeof t.ready);
+  if (t.nslots != m->nslots || t.slot_bytes != m->slot)
+    return rr__set_error(RR_EPROTO,
+                         "CUDA IPC with rank %d: its device slots (%u of %llu bytes) do not "
+                         "match the shared-memory lane's (%u of %zu)",
+                         m->peer_global, t.nslots, (unsigned long long)t.slot_bytes, m->nslots,
+                         m->slot);
+  int st = rr__cuda_ipc_open_mem((void **)&m->peer_slots, &t.slots);
+  if (st != RR_OK)
+    return rr__prefix_error(st,
+                            "CUDA IPC with rank %d (pid %d, device %d): opening the device "
+                            "slots it sends from (RR_TRANSPORT=shm stages through host memory "
+                            "instead)",
+                            m->peer_global, (int)t.pid, (int)t.device);
+  rr__ipc_publish_point();
+  m->opened = 1;
+  return 1;
+}
+
+/* The lane goes on the call's list of lanes its stream waits on (rr__dev_release). */
+static int rr__mop_note(rr__mop *m, const rr__req *r) {
+  rr__dev_waits *w = r->dev->waits;
+  if (m->released)
+    return rr__set_error(RR_ESTATE,
+                         "CUDA IPC with rank %d: the lane's flag words were released after a "
+                         "failed call",
+                         m->peer_global);
+  if (!w)
+    return rr__set_error(RR_EINVAL, "internal: a stream-memory message without its call's waits");
+  for (int i = 0; i < w->n; i++)
+    if (w->lane[i] == m) return RR_OK;
+  if (w->n == RR__DEV_WAITS_MAX)
+    return rr__set_error(RR_EINVAL, "internal: a call waits on more than %d lanes",
+                         RR__DEV_WAITS_MAX);
+  w->lane[w->n++] = m;
+  return RR_OK;
+}
+
+/* The counts move before anything is queued, so that a release covers a wait queued by a
+ * call that then failed half way. */
+int rr__mop_send(rr__mop *m, rr__req *r) {
+  RR__CHECK(rr__mop_note(m, r));
+  void *s = r->dev->stream;
+  int st;
+  if (r->signal) {
+    uint64_t k = ++m->sig_tx;
+    st = rr__cuda_write_value(s, rr__mop_dev(m, &m->tx->sig), m->epoch0 + (uint32_t)k);
+  } else {
+    if (r->len > m->slot)
+      return rr__set_error(RR_EINVAL, "internal: a device segment of %zu bytes, slots of %zu",
+                           r->len, m->slot);
+    const uint64_t t = m->tx_n++;
+    const uint32_t i = (uint32_t)(t % m->nslots), e = rr__mop_epoch(m, t);
+    st = rr__cuda_wait_value(s, rr__mop_dev(m, &m->tx->freed[i]), e - 1);
+    if (st == RR_OK) st = rr__cuda_memcpy_async(m->slots + (size_t)i * m->slot, r->buf, r->len, s);
+    if (st == RR_OK) st = rr__cuda_write_value(s, rr__mop_dev(m, &m->tx->ready[i]), e);
+    atomic_fetch_add_explicit(&rr__mop_nseg, 1, memory_order_relaxed);
+  }
+  if (st != RR_OK)
+    return rr__prefix_error(st, "CUDA IPC: sending %zu bytes to rank %d", r->len, m->peer_global);
+  r->done = r->len;
+  r->complete = 1;
+  return RR_OK;
+}
+
+int rr__mop_recv(rr__mop *m, rr__req *r) {
+  RR__CHECK(rr__mop_note(m, r));
+  void *s = r->dev->stream;
+  int st;
+  r->consumed = 0;
+  if (r->signal) {
+    uint64_t k = ++m->sig_rx;
+    st = rr__cuda_wait_value(s, rr__mop_dev(m, &m->rx->sig), m->epoch0 + (uint32_t)k);
+  } else {
+    if (!m->opened || r->len > m->slot)
+      return rr__set_error(RR_EINVAL, "internal: a device receive of %zu bytes from rank %d %s",
+                           r->len, m->peer_global,
+                           m->opened ? "exceeds a slot" : "before its slots");
+    const uint64_t t = m->rx_n++;
+    const uint32_t i = (uint32_t)(t % m->nslots), e = rr__mop_epoch(m, t);
+    const char *slot = m->peer_slots + (size_t)i * m->slot;
+    st = rr__cuda_wait_value(s, rr__mop_dev(m, &m->rx->ready[i]), e);
+    if (st == RR_OK && r->consume) {
+      r->consume(r, slot, r->len); /* the ring's kernel reads the peer's slot, on this stream */
+      r->consumed = 1;
+    } else if (st == RR_OK) {
+      st = rr__cuda_memcpy_async(r->buf, slot, r->len, s);
+    }
+    if (st == RR_OK) st = rr__cuda_write_value(s, rr__mop_dev(m, &m->rx->freed[i]), e);
+  }
+  if (st != RR_OK)
+    return rr__prefix_error(st, "CUDA IPC: receiving %zu bytes from rank %d", r->len,
+                            m->peer_global);
+  r->done = r->len;
+  r->complete = 1;
+  return RR_OK;
+}
+
+/* Each wait our stream has on a word is for a value at most the last one queued on it; the
+ * host stores that value (a host store into registered memory: the GPU sees it). Only words
+ * our stream waits on are touched, and each is written by nothing of ours: freed of our
+ * direction, ready and sig of the peer's. */
+static void rr__mop_release(rr__mop *m) {
+  if (m->tx_n) {
+    const uint32_t v = rr__mop_epoch(m, m->tx_n - 1);
+    for (uint32_t i = 0; i < m->nslots; i++) atomic_store(&m->tx->freed[i], v);
+  }
+  if (m->rx_n) {
+    const uint32_t v = rr__mop_epoch(m, m->rx_n - 1);
+    for (uint32_t i = 0; i < m->nslots; i++) atomic_store(&m->rx->ready[i], v);
+  }
+  if (m->sig_rx) atomic_store(&m->rx->sig, m->epoch0 + (uint32_t)m->sig_rx);
+  m->released = 1;
+}
+
+void rr__dev_release(rr__dev_waits *w) {
+  for (int i = 0; w && i < w->n; i++) rr__mop_release(w->lane[i]);
 }

@@ -82,4 +82,91 @@ void rr__ipc_free(rr__ipc *x);
 /* Segments this process sent through CUDA IPC so far (tests check the path was taken). */
 uint64_t rr__ipc_segments(void);
 
+/* ---- stream memory operations: the host leaves the data path (docs/cuda.md) ----
+ *
+ * A call whose device messages carry rr__req_dev.memops hands its segments over on the GPUs'
+ * own streams: every segment of every step is queued when the ring posts it, and the request
+ * completes at once; the host looks at nothing per segment. Each side of a pair owns the
+ * slots it SENDS from (device memory, exported to the peer), and the pair's mapping holds,
+ * per direction, a page of flag words both processes register with their GPU:
+ *
+ *   sender's stream    wait freed[i] >= e - 1      (the receiver is done with slot i's last use)
+ *                      copy the segment into its own slot i
+ *                      write ready[i] = e           (fenced: the copy is visible first)
+ *   receiver's stream  wait ready[i] >= e
+ *                      the kernel (or a copy) reads the sender's slot i
+ *                      write freed[i] = e
+ *
+ * Segment t of a direction (counted over the lane's life by both sides alike) takes slot
+ * t mod nslots with epoch e = epoch0 + t / nslots + 1; the words start at epoch0 and the
+ * waits compare cyclically, so the epochs may wrap around 2^32. A signal (rr__req.signal) is
+ * the direction's sig word: the sender's stream writes epoch0 + k for its k-th, the
+ * receiver's stream waits for it.
+ *
+ * Why the sender owns its slots: a sender then needs nothing from its peer to queue its
+ * work, and a receiver only the peer's export, which the peer publishes when it posts its
+ * first send (it waits for nothing to do so); a ring whose every rank sends before it
+ * receives cannot wait in a circle for exports. The ring posts a lane's requests in order
+ * (ring/pipe_dev.c), so each stream's order is the loop's.
+ *
+ * No kernel ever waits for another process (two processes' kernels do not run at once on one
+ * GPU without MPS): only streams do, and a waiting stream holds no GPU. A peer that dies
+ * leaves waits nobody will satisfy: the host sees the death on its sockets and stores the
+ * release values into its own wait words (rr__dev_release), so its stream drains.
+ *
+ * Same process (threads): never (two streams of one context waiting on each other through
+ * memory CUDA does not see may be put in one hardware queue and deadlock: "Stream Memory
+ * Operations", warning); such a lane keeps the host hand-off above. */
+#define RR__MOP_MAGIC 0x504f4d52u /* "RMOP" */
+
+/* What the sender of a direction publishes: its slots. ready is set last (seq_cst). */
+typedef struct rr__mop_export {
+  _Atomic uint32_t ready;
+  int32_t pid;
+  int32_t device;
+  uint32_t nslots;
+  uint64_t slot_bytes;
+  uint64_t slots_ptr;        /* same process only */
+  rr__cuda_ipc_handle slots; /* the sender's slots */
+} rr__mop_export;
+
+/* One direction's words, each group on its own cache lines: ready and sig written by the
+ * sender's stream, freed by the receiver's. */
+typedef struct rr__mop_dir {
+  _Alignas(64) _Atomic uint32_t ready[RR__IPC_MAX_SLOTS];
+  _Alignas(64) _Atomic uint32_t freed[RR__IPC_MAX_SLOTS];
+  _Alignas(64) _Atomic uint32_t sig;
+  _Alignas(64) rr__mop_export exp;
+} rr__mop_dir;
+
+/* The page (in the pair's mapping, transport/shm.h) both sides register with their GPU.
+ * The creator writes epoch0 and every word before the peer maps it. */
+typedef struct rr__mop_page {
+  uint32_t magic, epoch0;
+  rr__mop_dir dir[2]; /* 0: lower -> higher global rank */
+} rr__mop_page;
+
+typedef struct rr__mop rr__mop;
+
+/* Fill in a new page (the creator of the mapping). */
+void rr__mop_page_init(rr__mop_page *pg, uint32_t epoch0);
+/* Start this side: register the page, allocate and export the slots it sends from, on the
+ * current device. lower: this rank is the pair's lower global rank. */
+int rr__mop_start(rr__mop **out, rr__mop_page *pg, int lower, uint32_t nslots, size_t slot,
+                  int self_global, int peer_global);
+int rr__mop_device(const rr__mop *m);
+/* Has the peer published its slots (then they are opened)? 1, 0 not yet, <0 error. */
+int rr__mop_open_peer(rr__mop *m);
+/* Queue a send (or signal) on stream; the receive likewise, once rr__mop_open_peer said 1
+ * (a signal needs no slots). r->consume, when set on a data receive, gets the peer's slot
+ * (the ring's kernel reads it there); else the bytes are copied to r->buf. The lane goes on
+ * r->dev->waits. */
+int rr__mop_send(rr__mop *m, rr__req *r);
+int rr__mop_recv(rr__mop *m, rr__req *r);
+/* Release everything (no device work of a call may still use it: every such call waited for
+ * its stream before it returned). */
+void rr__mop_free(rr__mop *m);
+/* Segments and signals this process sent through stream memory operations so far (tests). */
+uint64_t rr__mop_segments(void);
+
 #endif /* RR__TRANSPORT_CUDA_IPC_H_ */

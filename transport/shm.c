@@ -198,6 +198,8 @@ static int rr__shm_arm(rr__shm_conn *c, int want_rx, int want_tx) {
     RR__SHM_RACE_POINT();
     /* an error is "ready" too: progress reports it */
     ready |= rr__shm_published(c, c->rx_tail, memory_order_seq_cst) != 0;
+    /* A stream-memory receive waits for the peer's slots, published before it wakes us. */
+    if (c->mq.head) ready |= atomic_load(&c->mop_page->dir[c->lower ? 1 : 0].exp.ready) != 0;
   }
   if (want_tx || c->armed_tx) {
     atomic_store(&c->tx->tx_wait, 1);
@@ -287,8 +289,60 @@ static int rr__shm_dev_start(rr__shm_conn *c, const rr__req_dev *dev) {
   return RR_OK;
 }
 
+/* Stream memory operations (transport/cuda_ipc.h): asked for by the call (rr__req_dev.memops),
+ * between two processes only (two streams of one context must not wait on each other through
+ * memory: such a lane keeps the host hand-off). */
+static int rr__shm_mop_wanted(const rr__shm_conn *c, const rr__req *r) {
+  return r->dev && r->dev->memops && c->peer_pid != (int)getpid();
+}
+
+/* The lane's first such message (either way) starts its side: the flag page registered, the
+ * slots it sends from exported; a peer whose receive waits for them is woken. */
+static int rr__shm_mop_start(rr__shm_conn *c, const rr__req_dev *dev) {
+  if (c->mop) {
+    if (rr__mop_device(c->mop) == dev->device) return RR_OK;
+    return rr__set_error(RR_EINVAL,
+                         "CUDA IPC with rank %d: this lane's device slots are on device %d, "
+                         "this call's buffers on device %d (one device per rank and group)",
+                         c->base.peer_global, rr__mop_device(c->mop), dev->device);
+  }
+  /* The host hand-off's receive slots too: a later device send or recv of point to point
+   * on this lane counts on them once the lane carried any device message (docs/cuda.md,
+   * "Point to point"), and gather, scatter and all_to_all use them. */
+  RR__CHECK(rr__shm_dev_start(c, dev));
+  RR__CHECK(rr__mop_start(&c->mop, c->mop_page, c->lower, c->nslots, c->dev_slot, c->self_global,
+                          c->base.peer_global));
+  rr__shm_wake_if(c, &c->tx->rx_wait);
+  return RR_OK;
+}
+
+/* A stream-memory receive whose sender's slots are not published yet waits in mq, in order;
+ * everything behind it too. */
+static int rr__shm_mop_pending(rr__shm_conn *c, size_t *moved) {
+  while (c->mq.head) {
+    rr__req *r = c->mq.head;
+    if (!r->signal) {
+      int o = rr__mop_open_peer(c->mop);
+      if (o < 0) return rr__prefix_error(o, "receiving from rank %d", c->base.peer_global);
+      if (!o) break;
+    }
+    RR__CHECK(rr__mop_recv(c->mop, r));
+    rr__reqq_pop(&c->base, &c->mq, 1);
+    *moved += r->len ? r->len : 1;
+  }
+  return RR_OK;
+}
+
 static int rr__shm_isend(rr__conn *base, rr__req *r) {
   rr__shm_conn *c = (rr__shm_conn *)base;
+  if (rr__shm_mop_wanted(c, r)) {
+    RR__CHECK(rr__shm_mop_start(c, r->dev));
+    r->done = 0;
+    r->complete = 0;
+    return rr__mop_send(c->mop, r); /* queued on the stream: complete */
+  }
+  if (r->signal)
+    return rr__set_error(RR_EINVAL, "internal: a device signal without stream memory operations");
   if (r->dev && r->len) RR__CHECK(rr__shm_dev_start(c, r->dev));
   rr__reqq_post(base, &c->sq, r, 0);
   return RR_OK;
@@ -296,6 +350,30 @@ static int rr__shm_isend(rr__conn *base, rr__req *r) {
 
 static int rr__shm_irecv(rr__conn *base, rr__req *r) {
   rr__shm_conn *c = (rr__shm_conn *)base;
+  if (rr__shm_mop_wanted(c, r)) {
+    RR__CHECK(rr__shm_mop_start(c, r->dev));
+    r->done = 0;
+    r->complete = 0;
+    r->consumed = 0;
+    int o = r->signal || c->mq.head ? 1 : rr__mop_open_peer(c->mop);
+    if (o < 0) return rr__prefix_error(o, "receiving from rank %d", c->base.peer_global);
+    if (!c->mq.head && o) return rr__mop_recv(c->mop, r); /* queued on the stream: complete */
+    if (r->len == 0) { /* a signal: a request of no bytes, which reqq_post would complete */
+      r->next = NULL;
+      if (c->mq.tail)
+        c->mq.tail->next = r;
+      else
+        c->mq.head = r;
+      c->mq.tail = r;
+      c->base.pending++;
+      c->base.rx_pending++;
+      return RR_OK;
+    }
+    rr__reqq_post(base, &c->mq, r, 1);
+    return RR_OK;
+  }
+  if (r->signal)
+    return rr__set_error(RR_EINVAL, "internal: a device signal without stream memory operations");
   if (r->dev && r->len) RR__CHECK(rr__shm_dev_start(c, r->dev));
   rr__reqq_post(base, &c->rq, r, 1);
   return RR_OK;
@@ -422,7 +500,7 @@ static int rr__shm_recv_some(rr__shm_conn *c, size_t *moved) {
       *moved += take;
     } else {
       take = rr__req_deliver(r, data, avail); /* straight from shared memory when it can */
-      *moved += take; /* device bytes: once read (rr__shm_release) */
+      *moved += take;                         /* device bytes: once read (rr__shm_release) */
     }
     c->rx_off += take;
     got = 1;
@@ -462,10 +540,16 @@ static int rr__shm_progress(rr__conn *base, size_t *moved) {
   size_t before = *moved;
   RR__CHECK(rr__shm_send_some(c, moved));
   RR__CHECK(rr__shm_recv_some(c, moved));
+  RR__CHECK(rr__shm_mop_pending(c, moved));
   if (*moved != before) c->idle = 0;
   if (!c->dead) return RR_OK;
   /* The peer is gone. What it left in the ring was taken above; what is missing never
    * comes, and sends would wait forever for a free slot. */
+  if (c->mq.head)
+    return rr__set_error(RR_EPEER,
+                         "receiving from rank %d: shared-memory connection closed by the peer "
+                         "before it published its device slots (did rank %d exit or crash?)",
+                         c->base.peer_global, c->base.peer_global);
   if (c->rq.head)
     return rr__set_error(RR_EPEER,
                          "receiving from rank %d: shared-memory connection closed by the peer "
@@ -481,7 +565,7 @@ static int rr__shm_progress(rr__conn *base, size_t *moved) {
 
 static int rr__shm_pollfd(rr__conn *base, struct pollfd *pfd) {
   rr__shm_conn *c = (rr__shm_conn *)base;
-  int want_rx = c->rq.head != NULL, want_tx = c->sq.head != NULL;
+  int want_rx = c->rq.head != NULL || c->mq.head != NULL, want_tx = c->sq.head != NULL;
   int dev = rr__shm_dev_pending(c);
   if (!want_rx && !want_tx && !dev) return 0;
   pfd->fd = c->sock;

@@ -65,9 +65,11 @@ typedef struct rr__shm_desc {
 
 /* Offsets in the mapping: header page, ring[0], ring[1], desc[0][nslots], desc[1][nslots],
  * ipc[0], ipc[1] (what the lower / higher rank publishes for CUDA IPC: rr__ipc_export),
- * then (page aligned) data[0] and data[1], nslots * slot bytes each. */
+ * then (page aligned) mop, the flag words of stream memory operations both sides register
+ * with their GPU (rr__mop_page, transport/cuda_ipc.h), then (page aligned) data[0] and
+ * data[1], nslots * slot bytes each. */
 typedef struct rr__shm_layout {
-  size_t ring[2], desc[2], ipc[2], data[2], total;
+  size_t ring[2], desc[2], ipc[2], mop, data[2], total;
 } rr__shm_layout;
 
 void rr__shm_layout_of(uint32_t nslots, size_t slot, rr__shm_layout *l);

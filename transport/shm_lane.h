@@ -44,6 +44,13 @@ typedef struct rr__shm_conn {
    * what the peer does, in the mapping. */
   rr__ipc *ipc;
   rr__ipc_export *ipc_mine, *ipc_theirs;
+  /* Stream memory operations (transport/cuda_ipc.h), started by the first message that asks
+   * for them; the page of flag words in the mapping; receives that wait for the peer's
+   * slots (mq: in order, before anything later of the lane's memop messages). */
+  rr__mop *mop;
+  rr__mop_page *mop_page;
+  rr__reqq mq;
+  int lower; /* this side is the pair's lower global rank */
   /* A device slot is published only once our copy into it completed, and released only
    * once our read of it did (transport/cuda_ipc.h): until then its request stays incomplete
    * here (the request the slot ends, or NULL); rx_dev: the bytes of a read device slot that

@@ -50,6 +50,8 @@ void rr__shm_layout_of(uint32_t nslots, size_t slot, rr__shm_layout *l) {
   for (int d = 0; d < 2; d++) l->desc[d] = o, o += (size_t)nslots * sizeof(rr__shm_desc);
   for (int d = 0; d < 2; d++) l->ipc[d] = o, o += rr__round_up(sizeof(rr__ipc_export), RR__SHM_CL);
   o = rr__round_up(o, RR__SHM_PAGE);
+  /* Its own pages: cudaHostRegister pins and maps whole pages. */
+  l->mop = o, o += rr__round_up(sizeof(rr__mop_page), RR__SHM_PAGE);
   for (int d = 0; d < 2; d++) l->data[d] = o, o += (size_t)nslots * slot;
   l->total = o;
 }
@@ -199,6 +201,8 @@ static int rr__shm_attach(rr__shm_conn *c, int memfd, size_t total, int lower) {
   c->rx_data = c->map + l.data[r];
   c->ipc_mine = (rr__ipc_export *)(c->map + l.ipc[t]);
   c->ipc_theirs = (rr__ipc_export *)(c->map + l.ipc[r]);
+  c->mop_page = (rr__mop_page *)(c->map + l.mop);
+  c->lower = lower;
   return RR_OK;
 }
 
@@ -227,6 +231,8 @@ static int rr__shm_create(rr__shm_conn *c, const rr__peer_info *self, const rr__
                      .higher_rank = peer->global_rank,
                      .lower_pid = self->pid,
                      .higher_pid = peer->pid};
+  /* The flag words start at RR_IPC_EPOCH0 (0; tests set it near 2^32 to cross the wrap). */
+  rr__mop_page_init(c->mop_page, (uint32_t)rr__params_get()->ipc_epoch0);
   *memfd = fd;
   return RR_OK;
 fail:
@@ -277,14 +283,16 @@ static int rr__shm_check_hello(const rr__shm_hello *h, const rr__peer_info *peer
  * is seen at once, not at the deadline. Anyone on the host can see the socket's name, so a
  * connection is kept only from the peer's process (SO_PEERCRED); others are refused and
  * logged, and the wait goes on. */
-static int rr__shm_accept_peer(int lfd, int ctrl_fd, const rr__peer_info *peer,
-                               int64_t deadline_ms, int *sock) {
+static int rr__shm_accept_peer(int lfd, int ctrl_fd, const rr__peer_info *peer, int64_t deadline_ms,
+                               int *sock) {
   for (;;) {
     struct pollfd pf[2] = {{.fd = lfd, .events = POLLIN}, {.fd = ctrl_fd, .events = POLLIN}};
     int64_t left = deadline_ms - rr__now_ms();
     if (left <= 0)
-      return rr__set_error(RR_ETIMEDOUT, "timed out waiting for rank %d to connect to its "
-                           "shared memory", peer->global_rank);
+      return rr__set_error(RR_ETIMEDOUT,
+                           "timed out waiting for rank %d to connect to its "
+                           "shared memory",
+                           peer->global_rank);
     int rc = poll(pf, 2, (int)RR__MIN(left, 1000));
     if (rc < 0 && errno == EINTR) continue;
     if (rc < 0) return rr__set_error(RR_ESYS, "poll: %s", strerror(errno));
@@ -294,7 +302,8 @@ static int rr__shm_accept_peer(int lfd, int ctrl_fd, const rr__peer_info *peer,
       char b;
       ssize_t n = recv(ctrl_fd, &b, 1, MSG_PEEK | MSG_DONTWAIT);
       if (n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR))
-        return rr__set_error(RR_EPEER, "lost rank %d during the shared-memory setup: its "
+        return rr__set_error(RR_EPEER,
+                             "lost rank %d during the shared-memory setup: its "
                              "connection closed (the process exited, crashed or was killed)",
                              peer->global_rank);
       if (n > 0)
@@ -368,7 +377,8 @@ int rr__shm_connect(const rr__peer_info *self, const rr__peer_info *peer, int pe
   RR__CHECK_GOTO(rr__shm_check_hello(&theirs, peer, !lower), st, fail);
   c->nslots = RR__MAX(mine.nslots, theirs.nslots);
   c->slot = (size_t)RR__MAX(mine.slot_bytes, theirs.slot_bytes);
-  c->dev_slot = RR__MAX(rr__round_up((size_t)rr__params_get()->ipc_seg_bytes, RR__SHM_PAGE), c->slot);
+  c->dev_slot =
+      RR__MAX(rr__round_up((size_t)rr__params_get()->ipc_seg_bytes, RR__SHM_PAGE), c->slot);
   rr__shm_layout l;
   rr__shm_layout_of(c->nslots, c->slot, &l);
   rr__shm_offer offer = {.magic = RR__SHM_MAGIC, .total_bytes = l.total};
@@ -426,8 +436,9 @@ int rr__shm_connect(const rr__peer_info *self, const rr__peer_info *peer, int pe
   c->base.last_rx_ms = rr__now_ms_coarse();
   conns[0] = &c->base;
   *nlanes = 1;
-  RR__LOG_INFO(RR__SUB_INIT, "shm: rank %d <-> rank %d: %u slots of %zu KiB each way (%zu KiB mapped)",
-          self->global_rank, peer->global_rank, c->nslots, c->slot >> 10, l.total >> 10);
+  RR__LOG_INFO(RR__SUB_INIT,
+               "shm: rank %d <-> rank %d: %u slots of %zu KiB each way (%zu KiB mapped)",
+               self->global_rank, peer->global_rank, c->nslots, c->slot >> 10, l.total >> 10);
   return RR_OK;
 fail:
   if (lfd >= 0) close(lfd);
@@ -439,6 +450,7 @@ fail:
 
 void rr__shm_close(rr__conn *base) {
   rr__shm_conn *c = (rr__shm_conn *)base;
+  rr__mop_free(c->mop);
   rr__ipc_free(c->ipc);
   if (c->map) munmap(c->map, c->map_len);
   if (c->sock >= 0) close(c->sock);
@@ -462,4 +474,6 @@ void rr__shm_forked(rr__conn *base) {
   c->tx_data = c->rx_data = NULL;
   c->ipc_mine = c->ipc_theirs = NULL;
   c->ipc = NULL;
+  c->mop_page = NULL;
+  c->mop = NULL;
 }

@@ -27,10 +27,30 @@
  * completed (the slot is published then), a receive once its read of the slot did (the slot
  * is released then; transport/cuda_ipc.h). ring/pipe_dev.c relies on it to reuse a reduce
  * chain's landing slot. Only transports with a device_msg_max accept such requests. */
+/* A call that hands device segments over with stream memory operations (transport/cuda_ipc.h,
+ * rr__req_dev.memops) queues waits on flag words that other processes' streams write. The
+ * lanes it queued them on are listed here, so that when the call fails the host can release
+ * those waits (rr__dev_release) and no stream is left waiting for a dead peer. */
+#define RR__DEV_WAITS_MAX 64
+typedef struct rr__dev_waits {
+  int n;
+  struct rr__mop *lane[RR__DEV_WAITS_MAX];
+} rr__dev_waits;
+
 typedef struct rr__req_dev {
   void *stream; /* cudaStream_t */
   int device;
+  /* Segments go through stream memory operations: queued at once on the stream, the sender's
+   * and receiver's streams ordering them with flag words, not the host (transport/cuda_ipc.h);
+   * waits: the lanes they wait on (filled by the transport). */
+  int memops;
+  rr__dev_waits *waits;
 } rr__req_dev;
+
+/* Store into this process's wait words on every lane in w the values that satisfy every wait
+ * queued on them so far (transport/cuda_ipc.c), so a stream left waiting for a peer that will
+ * never write drains. The lanes are unusable afterwards (their epochs are gone). */
+void rr__dev_release(rr__dev_waits *w);
 
 typedef struct rr__req {
   struct rr__req *next; /* queue link while the transport owns the request */
@@ -52,6 +72,10 @@ typedef struct rr__req {
    * never exported device slots goes as host bytes instead of waiting for them. Others
    * ignore it: their messages are always host bytes. */
   int p2p;
+  /* A device message with memops: a flag and no bytes (len 0). The sender's stream writes
+   * the lane's signal word, the receiver's waits for it: one process's stream ordered after
+   * another's (the one-kernel form, group/direct.c). */
+  int signal;
 } rr__req;
 
 /* What every rank publishes at rendezvous about itself. */
@@ -59,12 +83,12 @@ typedef struct rr__req {
 typedef struct rr__peer_info {
   int global_rank;
   int pid;
-  int nsocks;                 /* TCP data sockets it wants per peer */
+  int nsocks;                   /* TCP data sockets it wants per peer */
   char addr[RR__PEER_ADDR_MAX]; /* where it accepts connections during setup (text) */
-  char hostid[128];           /* equal for ranks on one host (see bootstrap.c) */
-  char mode[8];               /* its RR_TRANSPORT: every rank must choose by the same rule */
-  uint64_t nonce;             /* fresh per group setup: greetings to it are bound to it */
-  int ib;                     /* 1: an InfiniBand port is up here (transport/ib) */
+  char hostid[128];             /* equal for ranks on one host (see bootstrap.c) */
+  char mode[8];                 /* its RR_TRANSPORT: every rank must choose by the same rule */
+  uint64_t nonce;               /* fresh per group setup: greetings to it are bound to it */
+  int ib;                       /* 1: an InfiniBand port is up here (transport/ib) */
   /* Its pid namespace: the boot id and /proc/self/ns/pid's link, or "?" when unknown. Equal
    * to ours: its pid means the same process here, so it can be watched by a pidfd
    * (transport/comm.c) whatever transport the pair uses. */
@@ -76,11 +100,11 @@ struct rr__transport;
 /* One lane of a connection to one peer. Transports embed this first in their own struct. */
 typedef struct rr__conn {
   const struct rr__transport *tp;
-  int peer;        /* the peer's rank in the group */
-  int peer_global; /* its global rank, for messages */
-  int lane;        /* index among this peer's lanes */
-  int pending;     /* requests queued here (maintained by the transport) */
-  int rx_pending;  /* of which receives */
+  int peer;           /* the peer's rank in the group */
+  int peer_global;    /* its global rank, for messages */
+  int lane;           /* index among this peer's lanes */
+  int pending;        /* requests queued here (maintained by the transport) */
+  int rx_pending;     /* of which receives */
   int64_t last_rx_ms; /* when bytes last arrived, rr__now_ms_coarse (for timeout messages) */
 } rr__conn;
 
@@ -107,8 +131,8 @@ typedef struct rr__transport {
    * transport, also on failure); ctrl_fd is the peer's control socket, usable for a
    * blocking exchange of setup data until deadline_ms. Fills conns[0..*nlanes). */
   int (*connect)(const rr__peer_info *self, const rr__peer_info *peer, int peer_rank,
-                 const int *fds, int nfds, int ctrl_fd, int64_t deadline_ms,
-                 rr__conn **conns, int max_lanes, int *nlanes);
+                 const int *fds, int nfds, int ctrl_fd, int64_t deadline_ms, rr__conn **conns,
+                 int max_lanes, int *nlanes);
   int (*isend)(rr__conn *c, rr__req *r);
   int (*irecv)(rr__conn *c, rr__req *r);
   /* Move bytes; *moved += bytes moved. */

@@ -83,6 +83,8 @@ void rr__coll_begin(rr__coll *c) {
   h->op = (uint8_t)(k->flags & RR__KF_REDUCES ? a->op : 0);
   h->root = a->root;
   h->from = c->r;
+  /* Ranks must agree on how device segments are handed over (ring/hdr.h). */
+  h->handoff = c->dev && c->dev->memops ? RR__HDR_MEMOPS : RR__HDR_HOST;
   /* Only calls that cut data into segments need the same segment size on both sides. */
   if (k->in != RR__IO_NONE || k->out != RR__IO_NONE) h->seg_bytes = (uint32_t)c->seg_bytes;
   /* all_to_allv sets the count of each pair as its headers go and are checked. */

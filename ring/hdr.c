@@ -9,7 +9,7 @@
 #define RR__HDR_MAGIC 0x31485252u /* "RRH1" */
 #define RR__HDR_VERSION 1
 
-/* Layout: magic(4) version(1) kind(1) dtype(1) op(1) algo(1) pad(3) root(4) from(4)
+/* Layout: magic(4) version(1) kind(1) dtype(1) op(1) algo(1) handoff(1) pad(2) root(4) from(4)
  *         seg_bytes(4) aux(4) seq(8) count(8) reserved(4) = 48 */
 void rr__hdr_encode(const rr__hdr *h, uint8_t out[RR__HDR_BYTES]) {
   memset(out, 0, RR__HDR_BYTES);
@@ -19,6 +19,7 @@ void rr__hdr_encode(const rr__hdr *h, uint8_t out[RR__HDR_BYTES]) {
   out[6] = h->dtype;
   out[7] = h->op;
   out[8] = h->algo;
+  out[9] = h->handoff;
   rr__put_u32(out + 12, (uint32_t)h->root);
   rr__put_u32(out + 16, (uint32_t)h->from);
   rr__put_u32(out + 20, h->seg_bytes);
@@ -41,6 +42,7 @@ int rr__hdr_decode(const uint8_t in[RR__HDR_BYTES], rr__hdr *h) {
   h->dtype = in[6];
   h->op = in[7];
   h->algo = in[8];
+  h->handoff = in[9];
   h->root = (int32_t)rr__get_u32(in + 12);
   h->from = (int32_t)rr__get_u32(in + 16);
   h->seg_bytes = rr__get_u32(in + 20);
@@ -48,7 +50,7 @@ int rr__hdr_decode(const uint8_t in[RR__HDR_BYTES], rr__hdr *h) {
   h->seq = rr__get_u64(in + 28);
   h->count = rr__get_u64(in + 36);
   if (h->kind == RR__K_NONE || h->kind >= RR__K_COUNT || h->dtype >= RR_NUM_DTYPES ||
-      h->op >= RR_NUM_OPS || in[9] || in[10] || in[11])
+      h->op >= RR_NUM_OPS || in[9] > RR__HDR_MEMOPS || in[10] || in[11])
     return rr__set_error(RR_EPROTO, "malformed call header (kind %u dtype %u op %u)", h->kind,
                          h->dtype, h->op);
   return RR_OK;

@@ -15,8 +15,14 @@
 #include "ringreduce/ringreduce.h"
 
 #define RR__HDR_BYTES 48
+#define RR__HDR_HOST 0
+#define RR__HDR_MEMOPS 1
 typedef struct rr__hdr {
   uint8_t kind, dtype, op, algo;
+  /* How device segments are handed over (ranks must agree: a segment queued on the GPU's
+   * stream is never seen by a peer whose host waits for it): RR__HDR_HOST, or RR__HDR_MEMOPS
+   * (stream memory operations, transport/cuda_ipc.h). */
+  uint8_t handoff;
   int32_t root; /* group rank, -1 if none */
   int32_t from; /* sender's group rank */
   uint32_t seg_bytes;

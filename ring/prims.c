@@ -25,6 +25,10 @@ static const char *rr__mismatch_hint(const rr__hdr *mine, const rr__hdr *theirs)
   if (theirs->algo != mine->algo) return " (RR_ALGO or RR_SMALL_BYTES differs between the ranks)";
   if (theirs->seg_bytes != mine->seg_bytes)
     return " (RR_SEG_BYTES differs between the ranks, or RR_IPC_SEG_BYTES on device buffers)";
+  if (theirs->handoff != mine->handoff)
+    return " (device segments handed over by the GPUs' streams on one rank, by the host on the "
+           "other: RR_CUDA_MEMOPS differs between the ranks, or a device without stream memory "
+           "operations)";
   return "";
 }
 
@@ -32,7 +36,8 @@ static const char *rr__mismatch_hint(const rr__hdr *mine, const rr__hdr *theirs)
  * by the caller.) */
 static int rr__same_call(const rr__hdr *a, const rr__hdr *b) {
   return a->kind == b->kind && a->seq == b->seq && a->count == b->count && a->dtype == b->dtype &&
-         a->op == b->op && a->algo == b->algo && a->root == b->root && a->seg_bytes == b->seg_bytes;
+         a->op == b->op && a->algo == b->algo && a->root == b->root &&
+         a->seg_bytes == b->seg_bytes && a->handoff == b->handoff;
 }
 
 int rr__coll_pair_mismatch(rr__coll *c, int from, uint64_t sent, uint64_t expected) {

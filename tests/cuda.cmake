@@ -288,6 +288,11 @@ foreach(t rules pingpong spin)
   set_tests_properties(cudafake.memops_${t} PROPERTIES LABELS "cudafake" TIMEOUT 120
     ENVIRONMENT "${RR_FAKE_ENV};RR_FAKE_CUDA_WATCHDOG_MS=1500")
 endforeach()
+# Ranks that disagree on the hand-off (one device without stream memory operations) fail
+# with RR_EMISMATCH through the call header instead of hanging.
+add_test(NAME cudafake.memops_handoff COMMAND test_cuda_memops --fake handoff)
+set_tests_properties(cudafake.memops_handoff PROPERTIES LABELS "cudafake" TIMEOUT 60
+  ENVIRONMENT "${RR_FAKE_ENV};RR_CUDA_IPC=1")
 foreach(t rules pingpong)
   add_test(NAME cuda_memops_${t} COMMAND test_cuda_memops ${t})
   set_tests_properties(cuda_memops_${t} PROPERTIES LABELS "cuda" TIMEOUT 120 SKIP_RETURN_CODE 77

@@ -21,6 +21,13 @@
  *                                        the watchdog ends A's kernel with
  *                                        cudaErrorLaunchTimeout. The test passes when the fake
  *                                        catches it so. Also: the device changed hands.
+ *   test_cuda_memops --fake handoff      two ranks through CUDA IPC whose devices differ: rank
+ *                                        1's have no stream memory operations (as a driver
+ *                                        without them). A ring whose one side queues segments
+ *                                        on its stream while the other waits on its host
+ *                                        would hang; the call header says how segments are
+ *                                        handed over, so both ranks fail at once with
+ *                                        RR_EMISMATCH naming the cause.
  *
  * A forked process cannot use its parent's CUDA: the shared page is made before the ranks
  * are forked, and each registers it. */
@@ -32,6 +39,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include "common/util.h"
 #include "tests/cuda_harness.h"
 
 #define SKIP 77
@@ -250,6 +258,38 @@ static int spin_rank(int rank, void *arg) {
   return 0;
 }
 
+/* Rank 1's devices lose stream memory operations before its first CUDA call. */
+static int handoff_rank(int rank, void *arg) {
+  (void)arg;
+  t_rank = rank;
+  if (rank == 1) rr_fake_cuda_no_memops(1);
+  rr_pg *pg;
+  T_OK(rr_init_process_group(&pg, NULL));
+  int dev = -1;
+  T_OK(rr__cuda_pick_device(-1, rank, &dev));
+  C_OK(set_device(dev));
+  const size_t count =
+      1 << 16; /* 256 KiB: the ring (RR_SMALL_BYTES takes less), through CUDA IPC */
+  void *x = NULL;
+  C_OK(malloc(&x, count * sizeof(float)));
+  C_OK(memset_async(x, 0, count * sizeof(float), NULL));
+  C_OK(stream_sync(NULL));
+  const int64_t t0 = rr__now_ms();
+  int st = rr_all_reduce(pg, x, x, count, RR_FLOAT32, RR_SUM);
+  const char *msg = rr_last_error();
+  T_CHECK(st == RR_EMISMATCH, "rank %d: the all_reduce returned %s (%s), want RR_EMISMATCH", rank,
+          rr_status_name(st), msg);
+  /* The rank that read the other's header names the cause; the other learns of the abort. */
+  T_CHECK(strstr(msg, "RR_CUDA_MEMOPS differs") || strstr(msg, "aborted"),
+          "rank %d: the error does not say why: %s", rank, msg);
+  T_CHECK(rr__now_ms() - t0 < 20000, "rank %d: the mismatch took %lld ms to find", rank,
+          (long long)(rr__now_ms() - t0));
+  printf("handoff: rank %d: %s\n", rank, msg);
+  C_OK(free(x));
+  rr_destroy_process_group(pg);
+  return 0;
+}
+
 int main(int argc, char **argv) {
   g_fake = cu_setup(&argc, &argv);
   const char *what = argc > 1 ? argv[1] : "rules";
@@ -279,6 +319,10 @@ int main(int argc, char **argv) {
       return printf("skipped: the spin case plants a design the fake must catch\n"), SKIP;
     return t_run_all(2, spin_rank, NULL, 120, "spin");
   }
-  fprintf(stderr, "usage: test_cuda_memops [--fake] rules|pingpong|spin\n");
+  if (!strcmp(what, "handoff")) {
+    if (!g_fake) return printf("skipped: the handoff case takes memops from one rank\n"), SKIP;
+    return t_run_all(2, handoff_rank, NULL, 60, "handoff");
+  }
+  fprintf(stderr, "usage: test_cuda_memops [--fake] rules|pingpong|spin|handoff\n");
   return 2;
 }

@@ -33,6 +33,7 @@ static int hdr_roundtrip(void) {
                  .dtype = (uint8_t)(t_bits(seed, 2, (uint64_t)i) % RR_NUM_DTYPES),
                  .op = (uint8_t)(t_bits(seed, 3, (uint64_t)i) % RR_NUM_OPS),
                  .algo = (uint8_t)(t_bits(seed, 4, (uint64_t)i) % 5),
+                 .handoff = (uint8_t)(t_bits(seed, 11, (uint64_t)i) % 2),
                  .root = (int32_t)(t_bits(seed, 5, (uint64_t)i) % 9) - 1,
                  .from = (int32_t)(t_bits(seed, 6, (uint64_t)i) % 1000),
                  .seg_bytes = (uint32_t)t_bits(seed, 7, (uint64_t)i),
@@ -43,7 +44,11 @@ static int hdr_roundtrip(void) {
     rr__hdr_encode(&h, w);
     rr__hdr d;
     T_OK(rr__hdr_decode(w, &d));
-    T_CHECK(!memcmp(&h, &d, sizeof h), "header %d changed in a round trip", i);
+    T_CHECK(h.kind == d.kind && h.dtype == d.dtype && h.op == d.op && h.algo == d.algo &&
+                h.handoff == d.handoff && h.root == d.root && h.from == d.from &&
+                h.seg_bytes == d.seg_bytes && h.aux == d.aux && h.seq == d.seq &&
+                h.count == d.count,
+            "header %d changed in a round trip", i);
     /* Any single corrupted byte of the fixed fields must be caught or decode differently. */
     uint8_t bad[RR__HDR_BYTES];
     memcpy(bad, w, sizeof bad);
@@ -62,6 +67,9 @@ static int hdr_roundtrip(void) {
     memcpy(bad, w, sizeof bad);
     bad[10] = 1;
     T_CHECK(rr__hdr_decode(bad, &d) == RR_EPROTO, "non-zero padding accepted");
+    memcpy(bad, w, sizeof bad);
+    bad[9] = RR__HDR_MEMOPS + 1;
+    T_CHECK(rr__hdr_decode(bad, &d) == RR_EPROTO, "an unknown hand-off accepted");
   }
   char desc[160];
   rr__hdr h = {.kind = RR__K_ALL_REDUCE,

@@ -90,6 +90,10 @@ int f_wait_value32(void *stream, void *addr, unsigned value, unsigned flags) {
 int f_write_value32(void *stream, void *addr, unsigned value, unsigned flags) {
   return f_memop(stream, addr, value, flags, 0);
 }
+void rr_fake_cuda_no_memops(int on) {
+  F.no_memops = on;
+}
+
 int f_mem_ops(int device, int *ok) {
   *ok = 0;
   int e = rr__fk_init();

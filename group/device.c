@@ -155,8 +155,11 @@ void rr__cuda_pg_release(rr__pg_call *call) {
   char saved[RR__ERRMSG_MAX];
   snprintf(saved, sizeof saved, "%s", rr__error());
   if (rr__cuda_set_device(call->device, &prev) != RR_OK) rr__copy_error(saved);
-  rr__cuda_event_destroy(call->cuda_ready);
-  rr__cuda_event_destroy(call->cuda_done);
+  /* Back to the pool (cuda/runtime.c): a later call records them again, which replaces
+   * whatever is still recorded on them; a stream's wait already queued on one keeps the
+   * record it was queued after (cudaStreamWaitEvent). */
+  rr__cuda_event_give(call->cuda_ready, call->device);
+  rr__cuda_event_give(call->cuda_done, call->device);
   rr__cuda_restore_device(prev);
   call->cuda_ready = call->cuda_done = NULL;
 }
@@ -192,9 +195,10 @@ int rr__cuda_pg_prepare(rr_pg *pg, rr__pg_call *call) {
                                 ? "device buffer through CUDA IPC"
                                 : "device buffer staged through host memory");
   }
-  if (st == RR_OK) st = rr__cuda_event_create(&call->cuda_ready);
+  /* From the pool: made once, not per call (each make and destroy is a driver call). */
+  if (st == RR_OK) st = rr__cuda_event_take(&call->cuda_ready);
   /* A managed buffer's result is written by the host: nothing on a stream to wait for. */
-  if (st == RR_OK && !managed) st = rr__cuda_event_create(&call->cuda_done);
+  if (st == RR_OK && !managed) st = rr__cuda_event_take(&call->cuda_done);
   if (st == RR_OK) st = rr__cuda_event_record(call->cuda_ready, call->stream);
   rr__cuda_restore_device(prev);
   if (st != RR_OK) {

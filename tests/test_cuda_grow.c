@@ -17,7 +17,9 @@
  * RR_TEST_EXPECT_PIPED=1 / 0 checks the reduce_scatters were / were not piped.
  *
  * Counted around the library's calls: frees (cudaFree, cudaFreeHost) must be none; allocations
- * at most a logarithm of the growth (the buffers grow geometrically) plus the fixed ones. */
+ * at most a logarithm of the growth (the buffers grow geometrically) plus the fixed ones; and
+ * after the first round no CUDA event made or destroyed (the calls' events come from a pool,
+ * issue 39 part 3). */
 #include <math.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -29,7 +31,7 @@
 
 static rr__cuda_api g_counted; /* static: the library keeps the pointer */
 static const rr__cuda_api *g_inner;
-static atomic_long n_alloc, n_free;
+static atomic_long n_alloc, n_free, n_event_make, n_event_destroy;
 
 static int c_malloc(void **p, size_t b) {
   atomic_fetch_add(&n_alloc, 1);
@@ -46,6 +48,15 @@ static int c_free(void *p) {
 static int c_host_free(void *p) {
   atomic_fetch_add(&n_free, 1);
   return g_inner->host_free(p);
+}
+
+static int c_event_create(void **e, unsigned flags) {
+  atomic_fetch_add(&n_event_make, 1);
+  return g_inner->event_create(e, flags);
+}
+static int c_event_destroy(void *e) {
+  atomic_fetch_add(&n_event_destroy, 1);
+  return g_inner->event_destroy(e);
 }
 
 enum { ROUNDS = 14, FIRST = 4096 }; /* elements per rank's block; x1.25 a round: ~18x in all */
@@ -91,9 +102,12 @@ static int grow_rank(int rank, void *arg) {
   C_OK(malloc(&recv, (size_t)n * maxb * es));
   C_OK(malloc(&inplace, (size_t)n * maxb * es));
   const int piped = expect_piped();
-  long allocs = 0, frees = 0;
+  long allocs = 0, frees = 0, ev0 = 0;
   uint64_t piped_segs = 0;
   for (int round = 0; round < ROUNDS; round++) {
+    /* After the first round every event a call needs comes from the pool (cuda/runtime.c):
+     * none made, none destroyed (the piped path's slots keep theirs). */
+    if (round == 1) ev0 = atomic_load(&n_event_make) + atomic_load(&n_event_destroy);
     const size_t b = block(round), total = (size_t)n * b;
     const uint64_t seed = g_seed + (uint64_t)round;
     t_fill(h, total, RR_INT32, RR_SUM, seed, rank, 0);
@@ -136,6 +150,11 @@ static int grow_rank(int rank, void *arg) {
           frees);
   T_CHECK(allocs <= bound, "%ld CUDA allocations inside the calls (want at most %ld)", allocs,
           bound);
+  const long ev = atomic_load(&n_event_make) + atomic_load(&n_event_destroy) - ev0;
+  T_CHECK(ev == 0,
+          "%ld CUDA events made or destroyed by the %d calls after the first round (want none: "
+          "the calls' events come from a pool)",
+          ev, 4 * (ROUNDS - 1));
   if (piped == 1) T_CHECK(piped_segs > 0, "no reduce_scatter was piped");
   if (piped == 0) T_CHECK(piped_segs == 0, "%llu segments piped", (unsigned long long)piped_segs);
   T_OK(rr_destroy_process_group(pg));
@@ -196,6 +215,8 @@ int main(int argc, char **argv) {
   g_counted.host_alloc = c_host_alloc;
   g_counted.free = c_free;
   g_counted.host_free = c_host_free;
+  g_counted.event_create = c_event_create;
+  g_counted.event_destroy = c_event_destroy;
   if (rr__cuda_use_api(&g_counted) != RR_OK) {
     fprintf(stderr, "%s\n", rr_last_error());
     return 1;

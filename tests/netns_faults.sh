@@ -3,7 +3,7 @@
 # pairs to a bridge in a fourth, the job driven by tests/netns_fault_rank (every result
 # verified; exit 3 = the library reported an error, 4 = wrong data, never allowed).
 #
-#   tests/netns_faults.sh <netns_fault_rank binary> [cut|slow|kill9|all]...   (default all)
+#   tests/netns_faults.sh <netns_fault_rank binary> [cut|slow|drain|kill9|all]...  (default all)
 #
 # cut   rank 2's link goes down (ip link set ... down) while the job runs all-reduces in a
 #       loop. Every rank must end with an error (exit 3) or, had it finished first, correct
@@ -24,17 +24,23 @@
 #       rr_destroy_process_group must return an error within 2 s. The victim must have died
 #       of the SIGKILL (137), and nobody may still run KILL_BOUND + 30 s after the kill.
 #       KILL_BOUND (default 5) may be fractional.
+# drain rank 2's link slowed to 1 Mbit/s (tbf); rank 2 sends 128 KiB to each of the others,
+#       destroys its group and exits at once, its bytes (and its goodbye) still in its
+#       sockets (about 2 s of them). Ranks 0 and 1 must receive every byte, verified (exit 0):
+#       its process being gone does not make it lost while its sockets still deliver (a
+#       rank that finished and exited was reported lost by peers still receiving its last
+#       step over a slow link, in the slow case of one CI run).
 #
 # Needs root and `ip netns`; exits 77 (skipped) when namespaces cannot be made. Cleans up
 # its namespaces on exit.
 set -u
 rank_bin=${1:-}
-[ -n "$rank_bin" ] && [ -x "$rank_bin" ] || { echo "usage: $0 <netns_fault_rank> [cut|slow|kill9|all]..."; exit 2; }
+[ -n "$rank_bin" ] && [ -x "$rank_bin" ] || { echo "usage: $0 <netns_fault_rank> [cut|slow|drain|kill9|all]..."; exit 2; }
 shift
 cases=("$@")
 [ ${#cases[@]} -gt 0 ] || cases=(all)
 for c in "${cases[@]}"; do
-  case $c in cut|slow|kill9|all) ;; *) echo "unknown case $c"; exit 2 ;; esac
+  case $c in cut|slow|drain|kill9|all) ;; *) echo "unknown case $c"; exit 2 ;; esac
 done
 rank_bin=$(cd "$(dirname "$rank_bin")" && pwd)/$(basename "$rank_bin")
 CUT_SLACK=${CUT_SLACK:-3}
@@ -208,6 +214,23 @@ test_slow() {
   done
 }
 
+test_drain() {
+  if ! ip netns exec "${ns[2]}" tc qdisc add dev "${tag}v2" root tbf rate 1mbit burst 16kb \
+      latency 50ms 2>/dev/null; then
+    echo "== drain: no tbf qdisc in this kernel: skipped"; return
+  fi
+  echo "== drain: rank 2 (link at 1 Mbit/s) sends 128 KiB to each rank, destroys its group, exits"
+  start_job 1 32768 30 send_exit
+  wait_job 60
+  for i in 0 1 2; do
+    echo "rank $i: exit ${codes[$i]}: $(grep -E 'ERROR|WRONG|ok|sent' "$work/rank$i" | tail -1)"
+    [ "${codes[$i]}" = 0 ] || { echo "  want exit 0 (every byte received and verified)"; tail -5 "$work/rank$i"; fail=1; }
+  done
+  grep -q ' sent, exiting' "$work/rank2" || { echo "  rank 2 never finished its sends"; fail=1; }
+  reap_job
+  ip netns exec "${ns[2]}" tc qdisc del dev "${tag}v2" root 2>/dev/null
+}
+
 # One kill9 trial: kill9_trial <victim> <count>.
 kill9_trial() {
   local victim=$1 count=$2 i
@@ -290,8 +313,9 @@ for c in "${cases[@]}"; do
   case $c in
     cut) test_cut ;;
     slow) test_slow ;;
+    drain) test_drain ;;
     kill9) test_kill9 ;;
-    all) test_cut; test_slow; test_kill9 ;;
+    all) test_cut; test_slow; test_drain; test_kill9 ;;
   esac
   cases_done=$((cases_done + 1))
 done

@@ -60,7 +60,7 @@ set_tests_properties(rel_junk_silent_flood PROPERTIES TIMEOUT 180
 add_executable(netns_fault_rank ${RR_TEST_DIR}/netns_fault_rank.c)
 target_link_libraries(netns_fault_rank PRIVATE rrtest)
 add_test(NAME rel_netns_faults
-  COMMAND bash ${RR_TEST_DIR}/netns_faults.sh $<TARGET_FILE:netns_fault_rank> cut slow)
+  COMMAND bash ${RR_TEST_DIR}/netns_faults.sh $<TARGET_FILE:netns_fault_rank> cut slow drain)
 set_tests_properties(rel_netns_faults PROPERTIES TIMEOUT 600 LABELS "reliability;netns"
   SKIP_RETURN_CODE 77)
 # kill -9 of each rank position mid all-reduce, ranks in separate namespaces (6 trials,

@@ -453,23 +453,62 @@ void rr__comm_watch_pids(rr__comm *cm) {
 #endif
 }
 
-/* Peer i's pidfd is readable: its process exited. A process's descriptors are closed before
- * it counts as exited, so whatever it sent is here by now: read its control socket first (a
- * goodbye makes the exit an orderly leave, an ABORT is the cause). RR_OK with *lost set when
- * it left without a word; the ABORT's status when it sent one. Not when an abort already
- * concerns the running call: its cause is known, and what the peer sent after it (a revoke,
- * say) is for a later call to hear, as it would be without the pidfd. */
-static int rr__pid_exited(rr__comm *cm, int i, int *lost) {
-  rr__peer *p = &cm->peers[i];
+/* An exited peer's stream sockets may still be delivering: its process closed them, but the
+ * kernel sends what they held, then the close, at the link's pace (a slow or lossy link takes
+ * seconds; the netns fault test's 4 Mbit/s link with 5% loss did, and a rank that finished
+ * and exited was reported lost by peers still receiving its last step). So a peer over a
+ * stream transport counts as lost, with its control socket still open, only once nothing has
+ * come from it for RR__EXIT_GRACE_MS since it exited: its sockets held by a process it forked
+ * (nothing comes, no close), not a send queue draining. Longer than TCP's first few
+ * retransmission timeouts (200 ms doubling), short beside RR_TIMEOUT's default. */
+#define RR__EXIT_GRACE_MS 2000
+
+void rr__peer_exited(rr__comm *cm, rr__peer *p) {
   pthread_mutex_lock(&cm->abort_mu);
   if (p->pid_fd >= 0) close(p->pid_fd);
   p->pid_fd = -1;
   pthread_mutex_unlock(&cm->abort_mu);
   p->exited = 1;
+  /* Shared memory: a process's descriptors are closed, and its stores to the mapping done,
+   * before it counts as exited, so whatever it sent is here by now. */
+  if (p->tp != &rr__shm_transport) p->exit_ms = rr__now_ms_coarse();
+}
+
+int64_t rr__exit_grace_left(const rr__comm *cm, const rr__peer *p) {
+  (void)cm;
+  if (!p->exited || !p->exit_ms || p->ctrl_fd < 0 || p->said_bye) return -1;
+  int64_t last = p->exit_ms;
+  for (int l = 0; l < p->nlanes; l++) last = RR__MAX(last, p->lane[l]->last_rx_ms);
+  int64_t left = last + RR__EXIT_GRACE_MS - rr__now_ms_coarse();
+  return left > 0 ? left : 0;
+}
+
+/* Peer i's pidfd is readable: its process exited. Read its control socket first (a goodbye
+ * makes the exit an orderly leave, an ABORT is the cause). RR_OK with *lost set when it left
+ * without a word (over a stream transport, only once its grace is over: above); the ABORT's
+ * status when it sent one. Not when an abort already concerns the running call: its cause is
+ * known, and what the peer sent after it (a revoke, say) is for a later call to hear, as it
+ * would be without the pidfd. */
+static int rr__pid_exited(rr__comm *cm, int i, int *lost) {
+  rr__peer *p = &cm->peers[i];
+  rr__peer_exited(cm, p);
   int closed = 0;
   if (p->ctrl_fd >= 0 && !rr__abort_now(cm)) RR__CHECK(rr__read_ctl_msgs(cm, i, &closed));
-  *lost = !p->said_bye;
+  *lost = !p->said_bye && (closed || rr__exit_grace_left(cm, p) <= 0);
   return RR_OK;
+}
+
+/* The first exited peer whose grace ran out (-1: none); *wait_ms lowered to the nearest end
+ * of a grace still running. */
+static int rr__exit_overdue(rr__comm *cm, int64_t *wait_ms) {
+  int lost = -1;
+  for (int i = 0; i < cm->size; i++) {
+    int64_t left = rr__exit_grace_left(cm, &cm->peers[i]);
+    if (left < 0) continue;
+    if (left == 0 && lost < 0) lost = i;
+    if (left > 0 && left < *wait_ms) *wait_ms = left;
+  }
+  return lost;
 }
 
 /* A link failed (its error set). Any peer may have said why the group is going down (an
@@ -583,9 +622,10 @@ int rr__comm_wait(rr__comm *cm, int64_t deadline_ms, const rr__sniff *sn) {
   cm->pfds[n].events = POLLIN;
   cm->pfds[n].revents = 0;
   n++;
-  int64_t left = rr__ms_left(deadline_ms);
+  int64_t left = rr__ms_left(deadline_ms), grace = left;
+  int overdue = rr__exit_overdue(cm, &grace);
   int rc;
-  do rc = poll(cm->pfds, (nfds_t)n, (int)RR__MIN(left, 1 << 30));
+  do rc = poll(cm->pfds, (nfds_t)n, overdue >= 0 ? 0 : (int)RR__MIN(grace, 1 << 30));
   while (rc < 0 && errno == EINTR);
   if (rc < 0) return rr__set_error(RR_ESYS, "poll: %s", strerror(errno));
   /* Data that is here wins: a call whose last bytes arrived completes even if a peer has
@@ -593,7 +633,7 @@ int rr__comm_wait(rr__comm *cm, int64_t deadline_ms, const rr__sniff *sn) {
   for (int i = 0; i < first_sniff; i++)
     if (cm->pfds[i].revents && !atomic_load(&cm->halt)) return RR_OK;
   if (rr__abort_now(cm)) return rr__comm_check(cm);
-  if (rc == 0) return rr__set_error(RR_ETIMEDOUT, "timed out");
+  if (rc == 0 && overdue < 0 && grace == left) return rr__set_error(RR_ETIMEDOUT, "timed out");
   if (cm->pfds[n - 1].revents && atomic_load(&cm->aborted)) {
     /* A peer's abort for a later collective woke us: drain the wake-up and wait on for
      * this one's data (a local abort, if one comes, writes it again). */
@@ -632,6 +672,9 @@ int rr__comm_wait(rr__comm *cm, int64_t deadline_ms, const rr__sniff *sn) {
     if (cm->pfds[k++].revents) RR__CHECK(rr__pid_exited(cm, i, &gone));
     if (gone && lost < 0) lost = i;
   }
+  /* And those that exited a while ago, their sockets still open and silent. */
+  int64_t unused = 0;
+  if (lost < 0) lost = rr__exit_overdue(cm, &unused);
   /* A peer that vanished fails this call, unless an abort that concerns it explains why
    * (a peer's abort for a later call does not: this call may be waiting for the dead). */
   if (lost >= 0 && !rr__abort_now(cm)) return rr__lost(cm, lost);
@@ -757,6 +800,8 @@ void rr__comm_poll_ctl(rr__comm *cm) {
     if (cm->pfds[k++].revents && rr__pid_exited(cm, i, &gone) != RR_OK) gone = 0;
     if (gone && lost < 0) lost = i;
   }
+  int64_t unused = 0;
+  if (lost < 0) lost = rr__exit_overdue(cm, &unused);
   if (lost >= 0 && !rr__abort_now(cm)) (void)rr__lost(cm, lost);
 }
 

@@ -100,6 +100,9 @@ typedef struct rr__peer {
    * sockets open. -1: not watched. */
   int pid_fd;
   int exited; /* its pidfd said so */
+  /* When it exited, if that alone does not prove its bytes are all here (a stream socket:
+   * rr__exit_grace_left); 0 otherwise. */
+  int64_t exit_ms;
   uint8_t ctl_buf[RR__CTL_FIXED + RR__CTL_TEXT_MAX];
   size_t ctl_have;
   uint64_t sniffed; /* seq + 1 of the call that already looked at this peer's next header */

@@ -181,7 +181,7 @@ int rr__comm_ctl_next(rr__comm *cm, const uint8_t *watch, int64_t deadline_ms, i
       *from = i;
       int f = p->ctrl_fd < 0 ? -1 : rr__ctl_fill(p);
       if (f == RR_EPROTO) return rr__prefix_error(f, "from rank %d", p->info.global_rank);
-      if (f == 0 && p->exited) {
+      if (f == 0 && p->exited && rr__exit_grace_left(cm, p) <= 0) {
         /* Its process exited and left nothing more: another process holds the socket. */
         rr__ctl_close(cm, p);
         return rr__set_error(RR_EPEER,
@@ -230,10 +230,15 @@ int rr__comm_ctl_next(rr__comm *cm, const uint8_t *watch, int64_t deadline_ms, i
       cm->pfds[n].revents = 0;
       n++;
     }
-    int64_t left = rr__ms_left(deadline_ms);
+    int64_t left = rr__ms_left(deadline_ms), wait = left;
     if (left == 0 || n == 0) return rr__set_error(RR_ETIMEDOUT, "timed out");
+    /* An exited peer whose socket is still open: look again when its grace is over. */
+    for (int i = 0; i < cm->size; i++) {
+      int64_t g = watch[i] && i != cm->rank ? rr__exit_grace_left(cm, &cm->peers[i]) : -1;
+      if (g >= 0) wait = RR__MIN(wait, g);
+    }
     int rc;
-    do rc = poll(cm->pfds, (nfds_t)n, (int)RR__MIN(left, 1 << 30));
+    do rc = poll(cm->pfds, (nfds_t)n, (int)RR__MIN(wait, 1 << 30));
     while (rc < 0 && errno == EINTR);
     if (rc < 0) return rr__set_error(RR_ESYS, "poll: %s", strerror(errno));
     /* An exited process: the next round reads what it left, then reports it. */
@@ -241,11 +246,7 @@ int rr__comm_ctl_next(rr__comm *cm, const uint8_t *watch, int64_t deadline_ms, i
       rr__peer *p = &cm->peers[i];
       if (!watch[i] || p->pid_fd < 0) continue;
       if (!cm->pfds[k++].revents) continue;
-      pthread_mutex_lock(&cm->abort_mu);
-      close(p->pid_fd);
-      p->pid_fd = -1;
-      pthread_mutex_unlock(&cm->abort_mu);
-      p->exited = 1;
+      rr__peer_exited(cm, p);
     }
   }
 }

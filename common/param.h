@@ -29,6 +29,9 @@
   XX(host_cpus, "RR_HOST_CPUS", 0, 0, 1 << 20,                                                \
      "the cores this host's ranks share (rrun sets it when it binds them); 0: the CPUs "      \
      "this process may run on")                                                               \
+  XX(cuda_direct, "RR_CUDA_DIRECT", 1, 0, 1,                                                  \
+     "1: all_reduce, reduce_scatter, all_gather, broadcast and reduce among ranks that all "  \
+     "share one GPU run as one kernel on the lowest rank (docs/cuda.md); 0: the ring")        \
   XX(cuda_ipc, "RR_CUDA_IPC", 1, 0, 1,                                                        \
      "1: device buffers of ranks on one host go device to device through CUDA IPC "           \
      "(all_reduce, reduce_scatter, all_gather, broadcast; docs/cuda.md); 0: staged")          \

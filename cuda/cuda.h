@@ -132,6 +132,14 @@ int rr__cuda_ipc_mem_handle(rr__cuda_ipc_handle *h, void *p);
 int rr__cuda_ipc_open_mem(void **p, const rr__cuda_ipc_handle *h);
 void rr__cuda_ipc_close_mem(void *p);
 
+/* The one-kernel form (group/direct.c): the allocation p lies in (its base, size, and an id
+ * no other allocation of this process ever has, even at the same address); the device's
+ * UUID (the same GPU in every process, whatever its ordinal there); and the kernel, queued
+ * on stream (cuda/api.h, rr__cuda_direct). */
+int rr__cuda_ptr_range(const void *p, void **base, size_t *bytes, unsigned long long *id);
+int rr__cuda_device_uuid(int device, unsigned char uuid[16]);
+int rr__cuda_direct_run(const rr__cuda_direct *d, void *stream);
+
 /* Stream memory operations (cuda/api.h; docs/cuda.md, "Stream memory operations").
  * rr__cuda_mem_ops: 1 when `device` can run them, 0 when not (or no CUDA); asked once per
  * device. The wait holds back `stream`'s later work until (int32_t)(*addr - value) >= 0 (a

@@ -357,6 +357,32 @@ void rr__cuda_ipc_close_mem(void *p) {
   if (p && api && api->ipc_close_mem_handle(p) != 0) api->clear_error();
 }
 
+/* ---- the one-kernel form (group/direct.c) ---- */
+
+int rr__cuda_ptr_range(const void *p, void **base, size_t *bytes, unsigned long long *id) {
+  *base = NULL;
+  *bytes = 0;
+  *id = 0;
+  RR__CU("cuPointerGetAttributes(RANGE_START_ADDR, RANGE_SIZE, BUFFER_ID)",
+         ptr_range(p, base, bytes, id));
+  return RR_OK;
+}
+
+int rr__cuda_device_uuid(int device, unsigned char uuid[16]) {
+  memset(uuid, 0, 16);
+  RR__CU("cudaGetDeviceProperties (uuid)", device_uuid(device, uuid));
+  return RR_OK;
+}
+
+int rr__cuda_direct_run(const rr__cuda_direct *d, void *stream) {
+  const rr__cuda_api *api = rr__cu();
+  if (!api) return rr__no_cuda("the one-kernel collective");
+  const char *what = "";
+  int e = api->direct(d, stream, &what);
+  if (e != 0) return rr__cuda_fail(e, what && what[0] ? what : "the one-kernel collective");
+  return RR_OK;
+}
+
 int rr__cuda_ddp(int kind, void *dst, const void *src, size_t n, rr_dtype dtype, rr_dtype wire,
                  int world, void *stream) {
   const rr__cuda_api *api = rr__cu();

@@ -110,6 +110,7 @@ void rr__pg_free(rr_pg *pg) {
     free(pg);
     return;
   }
+  rr__pg_direct_free(pg);
   rr__cuda_pg_free(pg);
   pthread_mutex_destroy(&pg->mu);
   pthread_cond_destroy(&pg->cv);

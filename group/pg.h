@@ -137,6 +137,10 @@ struct rr_pg {
    * whose copy back from cuda_host may still be running. */
   void *cuda_copy[RR__CUDA_MAX_DEVICES];
   void *cuda_host_busy;
+  /* The one-kernel form among ranks that share a GPU (group/direct.c): what the ranks told
+   * each other, the leader's cache of mapped peer buffers, a rank's exported scratch. NULL
+   * until the first call that could take it. */
+  struct rr__direct *direct;
 };
 
 /* What a call reads and writes on this rank, in bytes from each buffer's start (ring/kind.c,
@@ -180,6 +184,17 @@ int rr__pg_path(const rr_pg *pg, rr__pg_call *call);
 /* Run a validated call on the current thread along its path (group/run.c); sets the last
  * error on failure, and aborts the group (telling every peer why) when the call fails. */
 int rr__pg_run(rr_pg *pg, const rr__pg_call *call, int64_t timeout_ms);
+/* The one-kernel form (group/direct.c; docs/cuda.md, "One kernel for ranks that share a
+ * GPU"), asked by rr__pg_run of a call through CUDA IPC: 1 with *st its status when the call
+ * ran (or failed) that way, 0 when it takes the ring. Every rank answers alike. free: at
+ * the group's destroy (the peers' mappings closed, the scratch freed). */
+int rr__pg_direct_run(rr_pg *pg, const rr__pg_call *call, int64_t timeout_ms, int *st);
+void rr__pg_direct_free(rr_pg *pg);
+/* Calls this process ran in the one-kernel form, IPC handles of peer buffers it opened as
+ * their leader, and calls whose buffers went through its scratch (tests). */
+uint64_t rr__direct_calls(void);
+uint64_t rr__direct_opens(void);
+uint64_t rr__direct_copies(void);
 
 /* Device buffers (group/device.c): where the buffers the call reads and writes are
  * (RR__PATH_HOST, RR__PATH_MANAGED or RR__PATH_STAGED, and the devices), for rr__pg_path;

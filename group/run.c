@@ -112,8 +112,12 @@ int rr__pg_run(rr_pg *pg, const rr__pg_call *call, int64_t timeout_ms) {
     case RR__PATH_MANAGED:
     case RR__PATH_STAGED:
       return rr__run_staged(pg, call, timeout_ms);
-    case RR__PATH_IPC:
+    case RR__PATH_IPC: {
+      /* Ranks that share one GPU: one kernel instead of the ring (group/direct.c). */
+      int st = RR_OK;
+      if (rr__pg_direct_run(pg, call, timeout_ms, &st)) return st;
       return rr__run_device(pg, call, timeout_ms, 0);
+    }
     case RR__PATH_PIPED:
       return rr__run_device(pg, call, timeout_ms, 1);
     case RR__PATH_HOST:

@@ -28,7 +28,8 @@
   X(DISSEM, "dissemination", "dissemination", 0, 1) \
   X(STAR, "star", "star", 1, 1)                     \
   X(LINEAR, "linear", "linear", 0, 1)               \
-  X(PAIRWISE, "pairwise", "pairwise", 0, 1)
+  X(PAIRWISE, "pairwise", "pairwise", 0, 1)         \
+  X(DIRECT, "direct", "one kernel", 1, 0)
 
 enum rr__algo {
   RR__ALGO_NONE = 0, /* point to point: no algorithm of the group's ("p2p" in a trace) */

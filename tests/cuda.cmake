@@ -48,7 +48,9 @@ target_include_directories(rr_fake_cuda PUBLIC ${CMAKE_SOURCE_DIR})
 
 add_executable(test_cuda ${RR_TEST_DIR}/test_cuda.c)
 target_link_libraries(test_cuda PRIVATE rrtest rr_fake_cuda)
-set(RR_CUDA_TEST_ENV "RR_TIMEOUT=120;RR_GRACE_PERIOD=2")
+# RR_CUDA_DIRECT=0: on a machine with one GPU every rank shares it, and the one-kernel form
+# would take the ring kinds these tests check the ring on (tests/cuda_direct.cmake tests it).
+set(RR_CUDA_TEST_ENV "RR_TIMEOUT=120;RR_GRACE_PERIOD=2;RR_CUDA_DIRECT=0")
 foreach(t ptr kernel)
   add_test(NAME cuda_${t} COMMAND test_cuda ${t})
   set_tests_properties(cuda_${t} PROPERTIES LABELS "cuda" TIMEOUT 300 SKIP_RETURN_CODE 77)
@@ -153,7 +155,7 @@ set_tests_properties(cudafake.coll_wrap_w2 PROPERTIES ENVIRONMENT
   "${RR_FAKE_ENV};RR_CUDA_IPC=1;RR_TEST_EXPECT_MEMOPS=1;RR_SEG_BYTES=16384;RR_IPC_SEG_BYTES=16384;RR_SLOTS=8;RR_IPC_EPOCH0=4294967256")
 rr_fake_test(coll_1gpu_w4 coll 4)
 set_tests_properties(cudafake.coll_1gpu_w4 PROPERTIES ENVIRONMENT
-  "${RR_FAKE_ENV};RR_CUDA_IPC=1;RR_TEST_EXPECT_IPC=1;RR_TEST_FAKE_DEVICES=1")
+  "${RR_FAKE_ENV};RR_CUDA_IPC=1;RR_TEST_EXPECT_IPC=1;RR_TEST_FAKE_DEVICES=1;RR_CUDA_DIRECT=0")
 # Small segments: many rounds through each slot, so a slot reused before the receiver's
 # kernel read it shows up as wrong data (RR_IPC_SEG_BYTES: the ring and chain kinds' device
 # segments, 4 MiB by default, would otherwise be one per chunk here).
@@ -233,7 +235,7 @@ rr_fake_test(device1_w2 device1 2)
 set_tests_properties(cudafake.device1_w2 PROPERTIES ENVIRONMENT "${RR_FAKE_ENV};RR_CUDA_IPC=0")
 rr_fake_test(device1_ipc_w2 device1 2)
 set_tests_properties(cudafake.device1_ipc_w2 PROPERTIES ENVIRONMENT
-  "${RR_FAKE_ENV};RR_CUDA_IPC=1;RR_TEST_EXPECT_IPC=1")
+  "${RR_FAKE_ENV};RR_CUDA_IPC=1;RR_TEST_EXPECT_IPC=1;RR_CUDA_DIRECT=0")
 # A rank SIGKILLed while all three loop over 4 MiB device all-reduces through CUDA IPC: the
 # survivors fail naming it, destroy their group and exit (issue 24 item 2; on a GPU too).
 add_executable(test_cuda_ipc_kill ${RR_TEST_DIR}/test_cuda_ipc_kill.c)

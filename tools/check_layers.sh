@@ -105,6 +105,7 @@ group: pg.c
 group: api.c
 group: work.c
 group: run.c
+group: direct.c
 group: ipc.c
 group: staging.c
 group: device.c

@@ -1,0 +1,42 @@
+# The one-kernel form for ranks that share a GPU (group/direct.c; issue 39 part 2): on the fake
+# (label cudafake, every CI pass) and, where there is a GPU, on it (label cuda: every rank
+# shares the machine's GPU 0 ... LOCAL_RANK modulo the devices; skipped with 77 without one).
+add_executable(test_cuda_direct ${RR_TEST_DIR}/test_cuda_direct.c)
+target_link_libraries(test_cuda_direct PRIVATE rrtest rr_fake_cuda)
+function(rr_direct_test name env)
+  add_test(NAME cudafake.direct_${name} COMMAND test_cuda_direct --fake ${ARGN})
+  set_tests_properties(cudafake.direct_${name} PROPERTIES LABELS "cudafake" TIMEOUT 180
+    ENVIRONMENT "RR_TIMEOUT=60;RR_GRACE_PERIOD=2;${env}")
+endfunction()
+# Every rank on one fake GPU: every call with elements runs as one kernel (world 1: none).
+rr_direct_test(coll_w1 "RR_TEST_FAKE_DEVICES=1;RR_TEST_EXPECT_DIRECT=0" coll 1)
+foreach(w 2 3 4)
+  rr_direct_test(coll_w${w} "RR_TEST_FAKE_DEVICES=1;RR_TEST_EXPECT_DIRECT=1" coll ${w})
+endforeach()
+# Ranks on two GPUs (0, 1, 0): the ring over CUDA IPC, none as one kernel; and the form off.
+rr_direct_test(mixed_w3 "RR_TEST_FAKE_DEVICES=2;RR_TEST_EXPECT_DIRECT=0" coll 3)
+rr_direct_test(off_w2 "RR_TEST_FAKE_DEVICES=1;RR_CUDA_DIRECT=0;RR_TEST_EXPECT_DIRECT=0" coll 2)
+# The leader's cache of mapped peer buffers (freed and reused memory), the scratch fallback.
+rr_direct_test(cache_w2 "RR_TEST_FAKE_DEVICES=1" cache 2)
+rr_direct_test(cache_w4 "RR_TEST_FAKE_DEVICES=1" cache 4)
+# A rank's buffers moved to another GPU: every call fails, naming it.
+rr_direct_test(wrongdev_w2 "RR_TEST_FAKE_DEVICES=2" wrongdev)
+# The leader, then a peer, SIGKILLed mid-call: the survivors fail naming it, never hang.
+rr_direct_test(kill_leader_w3 "RR_TEST_FAKE_DEVICES=1" kill 0)
+rr_direct_test(kill_peer_w3 "RR_TEST_FAKE_DEVICES=1" kill 1)
+foreach(t coll:2 coll:4 cache:2)
+  string(REPLACE ":" ";" tw ${t})
+  list(GET tw 0 c)
+  list(GET tw 1 w)
+  add_test(NAME cuda_direct_${c}_w${w} COMMAND test_cuda_direct ${c} ${w})
+  set_tests_properties(cuda_direct_${c}_w${w} PROPERTIES LABELS "cuda" TIMEOUT 300
+    SKIP_RETURN_CODE 77 ENVIRONMENT "RR_TIMEOUT=120;RR_TEST_EXPECT_DIRECT=1")
+endforeach()
+add_test(NAME cuda_direct_kill_w3 COMMAND test_cuda_direct kill 1)
+set_tests_properties(cuda_direct_kill_w3 PROPERTIES LABELS "cuda" TIMEOUT 120 SKIP_RETURN_CODE 77
+  ENVIRONMENT "RR_TIMEOUT=60")
+# test_cuda's device1 case on the one-kernel form: every rank's buffers on device 1, the
+# calls waited for on a thread that never chose a device: no context made on device 0.
+add_test(NAME cudafake.direct_device1_w2 COMMAND test_cuda --fake device1 2)
+set_tests_properties(cudafake.direct_device1_w2 PROPERTIES LABELS "cudafake" TIMEOUT 180
+  ENVIRONMENT "RR_TIMEOUT=120;RR_GRACE_PERIOD=2;RR_CUDA_IPC=1;RR_CUDA_DIRECT=1")

@@ -4,7 +4,8 @@
  * spin on cudaEventQuery), now yours", signalled through a shared-memory word, as the shm
  * lane signals a published slot.
  *
- *   nvcc -O2 -arch=sm_90 -o handoff_probe tests/gpu/handoff_probe.cu && ./handoff_probe [iters]
+ *   nvcc -O2 -arch=sm_90 -o handoff_probe tests/gpu/handoff_probe.cu -lcuda
+ *   ./handoff_probe [iters]
  *
  * Rows (microseconds, median of the run). Alone:
  *   host         two processes pass the turn, no CUDA at all (the floor of the signalling)
@@ -20,9 +21,19 @@
  * At once:
  *   two-both     two processes start a copy at the same moment (a barrier), each spins on
  *                its own event: per round, the later of the two
+ * On the GPU alone, the host out of the loop (issue 39: what the library's stream hand-off
+ * and a design it refuses cost):
+ *   memop        two processes' streams play ping-pong with stream memory operations
+ *                (cuStreamWaitValue32 / cuStreamWriteValue32) on a shared page both register
+ *                with the GPU: every round queued up front, timed by events around the lot
+ *   spin         two processes' kernels play ping-pong by spinning on words in device memory
+ *                (one allocation, opened by the other through CUDA IPC), each spin bounded
+ *                by the GPU's clock: without MPS the two contexts never run at once, so a
+ *                hand-off waits for a time slice, or the bound ends the game ("timed out")
  * If the two-process rows are far above threads and one-*, the GPU's switch between the two
  * contexts is the cost, and fewer, larger hand-offs are the remedy (RR_IPC_SEG_BYTES). Exit
  * status 1 if any row failed. */
+#include <cuda.h> /* cuStreamWaitValue32, cuStreamWriteValue32 (link with -lcuda) */
 #include <cuda_runtime.h>
 #include <pthread.h>
 #include <sched.h>
@@ -279,6 +290,151 @@ static int one(const char *name, int kernel, int idle_peer) {
   return !ok;
 }
 
+/* ---- memop and spin: the GPU alone ---- */
+
+struct gshared {
+  unsigned words[1024];     /* one page: memop's two words, registered by each player */
+  cudaIpcMemHandle_t flags; /* spin: player 0's device words */
+  int flags_ready, ready, go;
+  float ms;   /* player 0's elapsed time for the whole game */
+  int rounds; /* spin: rounds player 0 completed (all of them unless the bound hit) */
+};
+
+#define CU(x)                                                        \
+  do {                                                               \
+    CUresult r_ = (x);                                               \
+    if (r_ != CUDA_SUCCESS) {                                        \
+      const char *s_ = "?";                                          \
+      cuGetErrorString(r_, &s_);                                     \
+      fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #x, s_); \
+      _exit(1);                                                      \
+    }                                                                \
+  } while (0)
+
+static __device__ unsigned long long gtime(void) {
+  unsigned long long t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  return t;
+}
+
+/* Player me's whole game in one thread: player 0 serves round i (writes w[0] = i), player 1
+ * answers (w[1] = i). Every spin ends after bound_ns of the GPU's clock; *done gets the
+ * rounds completed. */
+__global__ void spin_game(volatile unsigned *w, int me, int rounds, unsigned long long bound_ns,
+                          int *done) {
+  int i = 1;
+  for (; i <= rounds; i++) {
+    if (me == 0) {
+      w[0] = (unsigned)i;
+      __threadfence_system();
+    }
+    const unsigned long long t0 = gtime();
+    while ((int)(w[1 - me] - (unsigned)i) < 0)
+      if (gtime() - t0 > bound_ns) {
+        *done = i - 1;
+        return;
+      }
+    if (me == 1) {
+      w[1] = (unsigned)i;
+      __threadfence_system();
+    }
+  }
+  *done = rounds;
+}
+
+static void gwait(volatile int *p, int v) {
+  double t0 = now_us();
+  while (__atomic_load_n(p, __ATOMIC_ACQUIRE) < v) bounded(t0);
+}
+
+static void gplayer(struct gshared *sh, int me, int spin, int rounds) {
+  CK(cudaSetDevice(0));
+  cudaStream_t s;
+  cudaEvent_t e0, e1;
+  CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  CK(cudaEventCreate(&e0));
+  CK(cudaEventCreate(&e1));
+  unsigned *dw = NULL; /* the words as the GPU sees them */
+  int *done = NULL;
+  if (spin) {
+    CK(cudaMalloc(&done, sizeof(int)));
+    if (me == 0) {
+      CK(cudaMalloc(&dw, 64));
+      CK(cudaMemset(dw, 0, 64));
+      CK(cudaIpcGetMemHandle(&sh->flags, dw));
+      __atomic_store_n(&sh->flags_ready, 1, __ATOMIC_RELEASE);
+    } else {
+      gwait(&sh->flags_ready, 1);
+      CK(cudaIpcOpenMemHandle((void **)&dw, sh->flags, cudaIpcMemLazyEnablePeerAccess));
+    }
+  } else {
+    CK(cudaHostRegister(sh->words, sizeof sh->words,
+                        cudaHostRegisterMapped | cudaHostRegisterPortable));
+    CK(cudaHostGetDevicePointer((void **)&dw, sh->words, 0));
+  }
+  CK(cudaDeviceSynchronize());
+  __atomic_fetch_add(&sh->ready, 1, __ATOMIC_SEQ_CST);
+  gwait(&sh->ready, 2);
+  CK(cudaEventRecord(e0, s));
+  if (spin) {
+    spin_game<<<1, 1, 0, s>>>(dw, me, rounds, 2000000000ull, done);
+    CK(cudaGetLastError());
+  } else {
+    CUstream cs = (CUstream)s;
+    for (int i = 1; i <= rounds; i++) {
+      CUdeviceptr mine = (CUdeviceptr)(uintptr_t)(dw + me),
+                  theirs = (CUdeviceptr)(uintptr_t)(dw + 1 - me);
+      if (me == 0) CU(cuStreamWriteValue32(cs, mine, (cuuint32_t)i, CU_STREAM_WRITE_VALUE_DEFAULT));
+      CU(cuStreamWaitValue32(cs, theirs, (cuuint32_t)i, CU_STREAM_WAIT_VALUE_GEQ));
+      if (me == 1) CU(cuStreamWriteValue32(cs, mine, (cuuint32_t)i, CU_STREAM_WRITE_VALUE_DEFAULT));
+    }
+  }
+  CK(cudaEventRecord(e1, s));
+  /* A spin game that cannot progress ends by its bound; a stream game always completes. */
+  CK(cudaEventSynchronize(e1));
+  if (me == 0) {
+    CK(cudaEventElapsedTime(&sh->ms, e0, e1));
+    int got = rounds;
+    if (spin) CK(cudaMemcpy(&got, done, sizeof got, cudaMemcpyDeviceToHost));
+    sh->rounds = got;
+  }
+  if (!spin) CK(cudaHostUnregister(sh->words));
+}
+
+static int game(const char *name, int spin) {
+  struct gshared *sh = (struct gshared *)mmap(NULL, sizeof(struct gshared), PROT_READ | PROT_WRITE,
+                                              MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+  if (sh == MAP_FAILED) {
+    perror("mmap");
+    return 1;
+  }
+  memset(sh, 0, sizeof *sh);
+  const int rounds = spin ? 200 : iters;
+  pid_t p[2] = {-1, -1};
+  for (int k = 0; k < 2; k++)
+    if ((p[k] = fork()) == 0) {
+      gplayer(sh, k, spin, rounds);
+      _exit(0);
+    }
+  int ok = 1;
+  for (int k = 0; k < 2; k++) {
+    int st = 0;
+    ok &= p[k] > 0 && waitpid(p[k], &st, 0) == p[k] && WIFEXITED(st) && WEXITSTATUS(st) == 0;
+  }
+  if (!ok)
+    printf("%-11s FAILED\n", name);
+  else if (sh->rounds < rounds)
+    printf(
+        "%-11s timed out: %d of %d rounds, then a spin passed its 2 s bound (the other "
+        "context never ran meanwhile)\n",
+        name, sh->rounds, rounds);
+  else
+    printf("%-11s %9.1f us per hand-off (%d rounds, %.1f ms in all)\n", name,
+           1000.0 * sh->ms / (2.0 * rounds), rounds, sh->ms);
+  munmap(sh, sizeof *sh);
+  return !ok;
+}
+
 int main(int argc, char **argv) {
   if (argc > 1) iters = atoi(argv[1]);
   if (iters < 10 || iters > MAXI - 200) iters = 2000;
@@ -293,5 +449,7 @@ int main(int argc, char **argv) {
   bad |= two("two-kernel", M_KERNEL, 0);
   bad |= two("ipc", M_IPC, 0);
   bad |= two("two-both", M_BOTH, 0);
+  bad |= game("memop", 0);
+  bad |= game("spin", 1); /* a bound hit is a figure, not a failure */
   return bad ? 1 : 0;
 }

@@ -143,7 +143,12 @@ static int rr__direct_failed(rr_pg *pg, rr__coll *c, int st) {
 
 /* Start a call as group/run.c does: its number and header, the abort a peer may have sent. */
 static int rr__direct_begin(rr_pg *pg, rr__coll *c) {
-  rr__comm_poll_ctl(pg->comm);
+  /* At most once per clock tick, as group/run.c looks (a system call each time). */
+  int64_t now_ms = rr__now_ms_coarse();
+  if (now_ms != pg->ctl_seen_ms) {
+    pg->ctl_seen_ms = now_ms;
+    rr__comm_poll_ctl(pg->comm);
+  }
   rr__coll_begin(c);
   if (!rr__comm_abort_concerns(pg->comm, 1, c->hdr.seq)) return RR_OK;
   int st = rr__comm_check(pg->comm);

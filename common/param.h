@@ -43,6 +43,13 @@
      "1: ring and chain collectives through CUDA IPC hand segments over with stream memory "  \
      "operations on the GPUs' streams, where the devices have them; 0: the host hands each "  \
      "segment over (docs/cuda.md)")                                                           \
+  XX(cuda_staged_bytes, "RR_CUDA_STAGED_BYTES", 0, 0, 1LL << 40,                              \
+     "ring and chain collectives on device buffers of ranks on one host of at most this "     \
+     "many bytes are staged through pinned host memory, not CUDA IPC; 0: none (not yet "      \
+     "measured on a GPU: docs/cuda.md, Small calls and fixed costs)")                         \
+  XX(cuda_memops_bytes, "RR_CUDA_MEMOPS_BYTES", 0, 0, 1LL << 40,                              \
+     "ring and chain collectives through CUDA IPC of fewer bytes than this keep the "         \
+     "host's hand-off where stream memory operations would do; 0: every size takes them")     \
   XX(ipc_epoch0, "RR_IPC_EPOCH0", 0, 0, 4294967295LL,                                         \
      "tests: the first value of the stream-memory flag words (near 2^32: their epochs wrap "  \
      "around soon)")                                                                          \

@@ -52,6 +52,7 @@ static int rr__pg_ring_on_device(const rr_pg *pg, const rr__pg_call *call, int i
 int rr__pg_ipc_call(const rr_pg *pg, const rr__pg_call *call) {
   const rr__params *p = rr__params_get();
   if (!p->cuda_ipc || strcmp(p->transport, "auto") || !rr__pg_ring_on_device(pg, call, 1)) return 0;
+  if (rr__pg_ipc_form(pg, call) == RR__FORM_STAGED) return 0;
   /* A segment must fit one device message on the lane to every peer (0 where a peer's
    * transport carries none). */
   return rr__pg_ipc_seg(pg, call->a.kind) <= rr__comm_device_msg_max(pg->comm);
@@ -76,15 +77,67 @@ int rr__pg_piped_call(const rr_pg *pg, const rr__pg_call *call) {
   return 1;
 }
 
-/* Stream memory operations (transport/cuda_ipc.h) for the ring and chain kinds, where every
- * rank moves the same bytes (all_reduce, reduce_scatter, all_gather, broadcast, reduce): every
- * rank decides alike from RR_CUDA_MEMOPS (set alike) and its device's support (a driver
- * without them has none on any device). The others keep the host hand-off: their ranks may
- * meet host buffers (point to point, an all_to_allv rank that moves nothing). */
-static int rr__pg_memops(const rr__pg_call *call) {
-  const int form = rr__kind(call->a.kind)->dev;
-  return (form == RR__DEV_IPC_SEG || form == RR__DEV_PIPE) && rr__params_get()->cuda_memops &&
-         call->path == RR__PATH_IPC && rr__cuda_mem_ops(call->device);
+/* ---- which form a ring or chain kind takes, by size ----
+ *
+ * all_reduce, reduce_scatter, all_gather, broadcast and reduce on device buffers of ranks on
+ * one host can go four ways. The first row whose bound holds for the call's size wins: the
+ * largest buffer it reads or writes on a rank, in bytes, which is the same on every rank, so
+ * every rank picks alike (a difference is caught anyway: the call header carries the segment
+ * size and the hand-off). None of the bounds was measured on a GPU: the defaults keep what
+ * the library did before the table (CUDA IPC for every size, stream memory operations where
+ * the device has them); the GPU commands (tests/gpu/run.sh) time each form by size, and the
+ * defaults are to be set from them. The one-kernel row is group/direct.c's: it takes a call
+ * before the ring (rr__pg_direct_run, by its own rules) and has no size bound here yet. */
+static const struct rr__form_row {
+  rr__ipc_form form;
+  const char *name;
+  const char *env; /* the bound: calls of at most this many bytes (NULL: no bound here) */
+} rr__ipc_forms[] = {
+    {RR__FORM_STAGED, "staged through pinned host memory", "RR_CUDA_STAGED_BYTES"},
+    {RR__FORM_DIRECT, "one kernel for ranks sharing a GPU (group/direct.c)", NULL},
+    {RR__FORM_HOSTED, "ring, the host handing segments over", "RR_CUDA_MEMOPS_BYTES - 1"},
+    {RR__FORM_MEMOPS, "ring, the GPUs' streams handing segments over", NULL},
+};
+
+/* The row's bound in bytes: the call takes the row when its size is at most this; -1 never. */
+static int64_t rr__form_upto(rr__ipc_form form, const rr__params *p) {
+  switch (form) {
+    case RR__FORM_STAGED:
+      return p->cuda_staged_bytes ? p->cuda_staged_bytes : -1;
+    case RR__FORM_HOSTED:
+      return p->cuda_memops_bytes - 1;
+    case RR__FORM_DIRECT:
+      return -1; /* not by size here (above) */
+    case RR__FORM_MEMOPS:
+    default:
+      return INT64_MAX;
+  }
+}
+
+/* Stream memory operations (transport/cuda_ipc.h) need the ring and chain kinds, where every
+ * rank moves the same bytes: the others keep the host hand-off, since their ranks may meet
+ * host buffers (point to point, an all_to_allv rank that moves nothing). Every rank decides
+ * alike from RR_CUDA_MEMOPS (set alike) and its device's support (a driver without them has
+ * none on any device). */
+rr__ipc_form rr__pg_ipc_form(const rr_pg *pg, const rr__pg_call *call) {
+  const rr__args *a = &call->a;
+  const int dev = rr__kind(a->kind)->dev;
+  const rr__params *p = rr__params_get();
+  const int ring = dev == RR__DEV_IPC_SEG || dev == RR__DEV_PIPE;
+  const int memops = ring && p->cuda_memops && rr__cuda_mem_ops(call->device);
+  if (!ring) return RR__FORM_HOSTED;
+  const rr__call_io io = rr__kind_io(a, pg->size, pg->rank);
+  const int64_t bytes = (int64_t)(RR__MAX(io.in, io.out) * rr_dtype_size(a->dtype));
+  for (size_t i = 0; i < sizeof rr__ipc_forms / sizeof rr__ipc_forms[0]; i++) {
+    const rr__ipc_form f = rr__ipc_forms[i].form;
+    if (f == RR__FORM_MEMOPS && !memops) continue;
+    if (bytes <= rr__form_upto(f, p)) return f;
+  }
+  return RR__FORM_HOSTED;
+}
+
+static int rr__pg_memops(const rr_pg *pg, const rr__pg_call *call) {
+  return call->path == RR__PATH_IPC && rr__pg_ipc_form(pg, call) == RR__FORM_MEMOPS;
 }
 
 /* The ring runs on the group's copy stream for the device, which first waits for the call's
@@ -101,7 +154,7 @@ int rr__pg_ipc_in(rr_pg *pg, const rr__pg_call *call, rr__req_dev *dev, int *pre
     rr__cuda_restore_device(*prev);
     return rr__cuda_pg_fail(pg, a, st, "ordering the call after its stream", rr__ipc_how(call));
   }
-  *dev = (rr__req_dev){.stream = cs, .device = call->device, .memops = rr__pg_memops(call)};
+  *dev = (rr__req_dev){.stream = cs, .device = call->device, .memops = rr__pg_memops(pg, call)};
   return RR_OK;
 }
 

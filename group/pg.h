@@ -220,6 +220,15 @@ int rr__pg_stage_out(rr_pg *pg, const rr__pg_call *call, const rr__stage *sg, in
  * stream the ring runs on (*dev), ordered after the call's stream as the staged path is, and
  * ipc_out, given the ring's status, marks the result's completion. */
 int rr__pg_ipc_call(const rr_pg *pg, const rr__pg_call *call);
+/* The form a ring or chain kind takes on device buffers of ranks on one host, by its size
+ * (group/ipc.c's table; docs/cuda.md, "Which form, by size"). */
+typedef enum rr__ipc_form {
+  RR__FORM_STAGED, /* through the group's pinned host memory (group/staging.c) */
+  RR__FORM_DIRECT, /* one kernel for ranks that share a GPU (group/direct.c decides it) */
+  RR__FORM_HOSTED, /* the ring through CUDA IPC, the host handing each segment over */
+  RR__FORM_MEMOPS, /* the ring through CUDA IPC, the GPUs' streams handing them over */
+} rr__ipc_form;
+rr__ipc_form rr__pg_ipc_form(const rr_pg *pg, const rr__pg_call *call);
 /* The segment size of a call of this kind through CUDA IPC: RR_IPC_SEG_BYTES for the ring
  * and chain kinds (every rank moves the same bytes, so every rank takes CUDA IPC or the call
  * fails), the group's RR_SEG_BYTES for the others (a rank of an all_to_allv with nothing to

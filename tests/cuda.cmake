@@ -295,6 +295,10 @@ endforeach()
 add_test(NAME cudafake.memops_handoff COMMAND test_cuda_memops --fake handoff)
 set_tests_properties(cudafake.memops_handoff PROPERTIES LABELS "cudafake" TIMEOUT 60
   ENVIRONMENT "${RR_FAKE_ENV};RR_CUDA_IPC=1")
+# The form of a ring kind by size (group/ipc.c's table): staged, the host hand-off, memops.
+add_test(NAME cudafake.memops_forms COMMAND test_cuda_memops --fake forms)
+set_tests_properties(cudafake.memops_forms PROPERTIES LABELS "cudafake" TIMEOUT 60
+  ENVIRONMENT "${RR_FAKE_ENV};RR_CUDA_IPC=1;RR_CUDA_STAGED_BYTES=4096;RR_CUDA_MEMOPS_BYTES=262144")
 foreach(t rules pingpong)
   add_test(NAME cuda_memops_${t} COMMAND test_cuda_memops ${t})
   set_tests_properties(cuda_memops_${t} PROPERTIES LABELS "cuda" TIMEOUT 120 SKIP_RETURN_CODE 77

@@ -28,6 +28,12 @@
  *                                        would hang; the call header says how segments are
  *                                        handed over, so both ranks fail at once with
  *                                        RR_EMISMATCH naming the cause.
+ *   test_cuda_memops --fake forms        the form of a ring kind by size (group/ipc.c's table),
+ *                                        with RR_CUDA_STAGED_BYTES=4096 and
+ *                                        RR_CUDA_MEMOPS_BYTES=262144 (cudafake.memops_forms):
+ *                                        all_reduce and all_gather at sizes on each side of
+ *                                        both bounds take staged / the host hand-off / stream
+ *                                        memory operations, every result exact
  *
  * A forked process cannot use its parent's CUDA: the shared page is made before the ranks
  * are forked, and each registers it. */
@@ -40,6 +46,7 @@
 #include <unistd.h>
 
 #include "common/util.h"
+#include "transport/cuda_ipc.h"
 #include "tests/cuda_harness.h"
 
 #define SKIP 77
@@ -290,6 +297,70 @@ static int handoff_rank(int rank, void *arg) {
   return 0;
 }
 
+/* One all_reduce (int32 sum, count elements) or all_gather (count per rank) on device
+ * buffers; which form it took is read from the segment counters: staged moves none through
+ * CUDA IPC, the host hand-off only host-handed ones, memops only stream-handed ones. */
+static int forms_case(rr_pg *pg, int gather, size_t count, const char *want) {
+  const int n = rr_get_world_size(pg), r = rr_get_rank(pg);
+  const size_t total = gather ? count * (size_t)n : count, es = sizeof(int32_t);
+  const uint64_t seed = t_seed() + count + (uint64_t)gather;
+  int32_t *h = t_alloc(total * es);
+  void *in = NULL, *out = NULL;
+  C_OK(malloc(&in, total * es));
+  C_OK(malloc(&out, total * es));
+  t_fill(h, count, RR_INT32, RR_SUM, seed, r, 0);
+  T_CHECK(!cu_copy(in, h, count * es), "upload");
+  const uint64_t ipc0 = rr__ipc_segments(), mop0 = rr__mop_segments();
+  if (gather)
+    T_OK(rr_all_gather(pg, in, out, count, RR_INT32));
+  else
+    T_OK(rr_all_reduce(pg, in, out, count, RR_INT32, RR_SUM));
+  const uint64_t ipc = rr__ipc_segments() - ipc0, mop = rr__mop_segments() - mop0;
+  const char *got = mop ? "memops" : ipc ? "hosted" : "staged";
+  char what[96];
+  snprintf(what, sizeof what, "%s of %zu bytes", gather ? "all_gather" : "all_reduce", total * es);
+  T_CHECK(!strcmp(got, want) && !(ipc && mop),
+          "%s: took %s (%llu host-handed, %llu stream-handed "
+          "segments), want %s",
+          what, got, (unsigned long long)ipc, (unsigned long long)mop, want);
+  T_CHECK(!cu_copy(h, out, total * es), "download");
+  size_t wrong = 0;
+  if (!gather) {
+    wrong = t_check_reduced(h, count, RR_INT32, RR_SUM, seed, n, 0, what);
+  } else {
+    int32_t *w = t_alloc(count * es);
+    for (int j = 0; j < n; j++) {
+      t_fill(w, count, RR_INT32, RR_SUM, seed, j, 0);
+      for (size_t i = 0; i < count; i++) wrong += h[(size_t)j * count + i] != w[i];
+    }
+    free(w);
+  }
+  T_CHECK(!wrong, "%s: %zu wrong elements", what, wrong);
+  printf("forms: rank %d: %s: %s\n", r, what, got);
+  C_OK(free(in));
+  C_OK(free(out));
+  free(h);
+  return 0;
+}
+
+static int forms_rank(int rank, void *arg) {
+  (void)arg;
+  t_rank = rank;
+  rr_pg *pg;
+  T_OK(rr_init_process_group(&pg, NULL));
+  int dev = -1;
+  T_OK(rr__cuda_pick_device(-1, rank, &dev));
+  C_OK(set_device(dev));
+  /* all_reduce: bytes = count x 4; all_gather: count x 4 x 2 ranks. Bounds 4096, 262144. */
+  if (forms_case(pg, 0, 1024, "staged") || forms_case(pg, 0, 1025, "hosted") ||
+      forms_case(pg, 0, 65535, "hosted") || forms_case(pg, 0, 65536, "memops") ||
+      forms_case(pg, 1, 512, "staged") || forms_case(pg, 1, 513, "hosted") ||
+      forms_case(pg, 1, 32768, "memops"))
+    return 1;
+  T_OK(rr_destroy_process_group(pg));
+  return 0;
+}
+
 int main(int argc, char **argv) {
   g_fake = cu_setup(&argc, &argv);
   const char *what = argc > 1 ? argv[1] : "rules";
@@ -323,6 +394,10 @@ int main(int argc, char **argv) {
     if (!g_fake) return printf("skipped: the handoff case takes memops from one rank\n"), SKIP;
     return t_run_all(2, handoff_rank, NULL, 60, "handoff");
   }
-  fprintf(stderr, "usage: test_cuda_memops [--fake] rules|pingpong|spin|handoff\n");
+  if (!strcmp(what, "forms")) {
+    if (!g_fake) return printf("skipped: the forms case counts the fake's segments\n"), SKIP;
+    return t_run_all(2, forms_rank, NULL, 60, "forms");
+  }
+  fprintf(stderr, "usage: test_cuda_memops [--fake] rules|pingpong|spin|handoff|forms\n");
   return 2;
 }

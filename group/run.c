@@ -22,6 +22,9 @@ static int rr__run_coll(rr_pg *pg, const rr__args *a, int64_t timeout_ms, const 
   rr__coll c;
   rr__coll_init(&c, &pg->cs, pg->comm, a, pg->rank, pg->size, timeout_ms);
   c.may_spin = pg->inline_call;
+  /* A device call's waits end with device work: they spin, but never count in (or wait out)
+   * the back-off host calls adapt (transport/comm.h). */
+  if (dev && c.may_spin) c.may_spin = RR__COMM_SPIN_DEVICE;
   if (dev) rr__coll_on_device(&c, dev, piped);
   /* The ring and chain kinds through CUDA IPC take larger segments than host lanes do:
    * each segment passes between two processes' device work, which cost about 50 us per

@@ -94,7 +94,8 @@ typedef struct rr__coll {
   size_t esize;     /* bytes per element */
   size_t seg;       /* elements per pipeline segment */
   size_t seg_bytes; /* the segment size it came from: cs->seg_bytes, or RR_IPC_SEG_BYTES */
-  int may_spin;     /* the caller blocks on this call: a wait may poll before sleeping */
+  int may_spin;     /* the caller blocks on this call: a wait may poll before sleeping
+                     (RR__COMM_SPIN_DEVICE for a device call's: transport/comm.h) */
   rr__hdr hdr;      /* this rank's call as it goes on the wire */
   int any_src;      /* recv from any rank: the group rank it takes its message from; -1 before */
   int64_t deadline_ms;

@@ -7,6 +7,7 @@
  *   adaptive    four misses in a row, and the next 64 waits sleep at once; the pause
  *               doubles (up to 4096) while spinning keeps failing
  *   inherit     a comm made of another's connections (a shrink) waits as that one decided
+ *   device      a device call's waits spin but leave the back-off alone (issue 39 part 3)
  *
  * Each case runs in a child of its own: the library reads its settings once per process.
  * The comm is a group of one (no lanes), so a spin always misses and every wait times out
@@ -46,6 +47,31 @@ static int one_case(const spin_case *k) {
     for (int i = 0; spins && i < 64 << round; i++)
       T_CHECK(rr__comm_block(cm, 1, rr__now_ms(), NULL) == RR_ETIMEDOUT, "skipped wait");
     T_CHECK(cm->spin.skip == 0, "%d skips left", cm->spin.skip);
+  }
+  /* A device call's waits (RR__COMM_SPIN_DEVICE) spin, but neither count a miss nor use up
+   * the pause host calls built: after 4 host misses (64 waits to sleep at once), 8 device
+   * waits that all miss leave it as it was; from a clean state they start none. */
+  if (spins) {
+    for (int i = 0; i < 4; i++)
+      T_CHECK(rr__comm_block(cm, 1, rr__now_ms(), NULL) == RR_ETIMEDOUT, "blocking wait");
+    const int skip = cm->spin.skip, backoff = cm->spin.backoff;
+    T_CHECK(skip > 0, "4 host misses set no pause");
+    for (int i = 0; i < 8; i++)
+      T_CHECK(rr__comm_block(cm, RR__COMM_SPIN_DEVICE, rr__now_ms(), NULL) == RR_ETIMEDOUT,
+              "device wait");
+    T_CHECK(cm->spin.skip == skip && cm->spin.backoff == backoff && cm->spin.miss == 0,
+            "device waits changed the back-off: skip %d -> %d, backoff %d -> %d, miss %d", skip,
+            cm->spin.skip, backoff, cm->spin.backoff, cm->spin.miss);
+    rr__comm *fresh = NULL;
+    T_OK(rr__comm_new(0, 1, 0, &fresh));
+    rr__comm_spin_policy(fresh, k->local);
+    for (int i = 0; i < 8; i++)
+      T_CHECK(rr__comm_block(fresh, RR__COMM_SPIN_DEVICE, rr__now_ms(), NULL) == RR_ETIMEDOUT,
+              "device wait");
+    T_CHECK(fresh->spin.skip == 0 && fresh->spin.backoff == 0 && fresh->spin.miss == 0,
+            "8 device waits that found nothing: skip %d backoff %d miss %d", fresh->spin.skip,
+            fresh->spin.backoff, fresh->spin.miss);
+    rr__comm_free(fresh);
   }
   /* A shrunk group's comm keeps the decision, not the back-off. */
   rr__comm *heir = NULL;

@@ -720,8 +720,9 @@ void rr__comm_spin_inherit(rr__comm *cm, const rr__comm *from) {
 #define RR__SPIN_SKIP_MIN 64
 #define RR__SPIN_SKIP_MAX 4096
 
-/* Poll the lanes for up to spin.us; RR_OK with *hit set if bytes moved. */
-static int rr__comm_spin(rr__comm *cm, int *hit) {
+/* Poll the lanes for up to spin.us; RR_OK with *hit set if bytes moved. adapt: count the
+ * spin's outcome in the back-off (not for a device call's waits). */
+static int rr__comm_spin(rr__comm *cm, int adapt, int *hit) {
   /* The clock is first read at the 16th poll: a small call's data is usually there before
    * (an 8 B all_reduce at world 2 over shared memory takes about 0.3 us in all, and the
    * precise clock's reads were 23% of a rank's samples in one: docs/performance.md). The
@@ -747,12 +748,14 @@ static int rr__comm_spin(rr__comm *cm, int *hit) {
     }
   }
   *hit = 1;
+  if (!adapt) return RR_OK;
   if (!slow) {
     cm->spin.miss = 0;
     cm->spin.backoff = 0;
     return RR_OK;
   }
 miss:
+  if (!adapt) return RR_OK;
   if (++cm->spin.miss >= RR__SPIN_MISSES) {
     cm->spin.miss = 0;
     cm->spin.backoff = RR__MIN(RR__MAX(cm->spin.backoff * 2, RR__SPIN_SKIP_MIN), RR__SPIN_SKIP_MAX);
@@ -762,12 +765,13 @@ miss:
 }
 
 int rr__comm_block(rr__comm *cm, int may_spin, int64_t deadline_ms, const rr__sniff *sn) {
+  const int device = may_spin == RR__COMM_SPIN_DEVICE;
   if (cm->spin.us > 0 && may_spin) {
-    if (cm->spin.skip > 0) {
+    if (cm->spin.skip > 0 && !device) {
       cm->spin.skip--;
     } else {
       int hit;
-      RR__CHECK(rr__comm_spin(cm, &hit));
+      RR__CHECK(rr__comm_spin(cm, !device, &hit));
       if (hit) return RR_OK;
     }
   }

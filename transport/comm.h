@@ -178,7 +178,13 @@ int rr__comm_wait(rr__comm *cm, int64_t deadline_ms, const rr__sniff *sniff);
 /* How a call waits for its bytes when nothing moved: a caller that blocks on the call
  * (may_spin) first polls the lanes for a while, as the spin policy says, and returns RR_OK as
  * soon as bytes move; otherwise, or when that finds nothing, rr__comm_wait. Only a caller
- * that blocks spins: work run in the background never takes cores from the caller's compute. */
+ * that blocks spins: work run in the background never takes cores from the caller's compute.
+ * With may_spin RR__COMM_SPIN_DEVICE (a call on device buffers, whose waits end when a
+ * device's work does: its own, or a peer's behind the peer's host) it spins as a blocking
+ * call does, but what it finds leaves the adaptive back-off alone (it says nothing about how
+ * fast a peer's host answers), and a back-off that host calls built up does not make it
+ * sleep at once. */
+#define RR__COMM_SPIN_DEVICE 2
 int rr__comm_block(rr__comm *cm, int may_spin, int64_t deadline_ms, const rr__sniff *sniff);
 /* The spin policy, decided once per comm from what the setup tells it: how many ranks run on
  * this host (this one included). The cores are where this process may run, or RR_HOST_CPUS

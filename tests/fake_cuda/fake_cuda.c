@@ -114,7 +114,8 @@ size_t f_round(size_t b) {
   return (b + pg - 1) / pg * pg;
 }
 
-/* Device memory: a memfd, seen PROT_NONE by the caller and read-write by the streams. */
+/* Device memory: a memfd, seen PROT_NONE by the caller and read-write by the streams. F.mu
+ * held (the freed ranges it may take are F's). */
 int f_map_device(int fd, size_t bytes, char **base, char **shadow) {
   *shadow = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
   if (*shadow == MAP_FAILED) return -1;
@@ -442,7 +443,12 @@ int f_alloc(void **p, size_t bytes, int type) {
   int fd = -1;
   if (type == RR__CUDA_MEM_DEVICE) {
     fd = memfd_create("rr_fake_cuda_device", MFD_CLOEXEC);
-    if (fd < 0 || ftruncate(fd, (off_t)len) != 0 || f_map_device(fd, len, &base, &shadow) != 0) {
+    int m = fd < 0 || ftruncate(fd, (off_t)len) != 0 ? -1 : 0;
+    /* f_map_device takes a freed range, which frees (other threads) put back under F.mu. */
+    pthread_mutex_lock(&F.mu);
+    if (m == 0) m = f_map_device(fd, len, &base, &shadow);
+    pthread_mutex_unlock(&F.mu);
+    if (m != 0) {
       if (fd >= 0) close(fd);
       return fail(RR__CUDA_ERR_MEMORY_ALLOCATION);
     }

@@ -57,8 +57,12 @@ RR__HD float rre_f32_canon(float r) {
 RR__HD double rre_f64_canon(double r) {
   return r != r ? rre_f64_from_bits(0x7ff8000000000000ull) : r;
 }
-RR__HD float rre_f32_sum(float x, float y) { return rre_f32_canon(x + y); }
-RR__HD float rre_f32_prod(float x, float y) { return rre_f32_canon(x * y); }
+RR__HD float rre_f32_sum(float x, float y) {
+  return rre_f32_canon(x + y);
+}
+RR__HD float rre_f32_prod(float x, float y) {
+  return rre_f32_canon(x * y);
+}
 RR__HD float rre_f32_min(float x, float y) {
   float m = x < y ? x : y;
   return x != x ? x : m;
@@ -67,10 +71,16 @@ RR__HD float rre_f32_max(float x, float y) {
   float m = x > y ? x : y;
   return x != x ? x : m;
 }
-RR__HD float rre_f32_avg(float x, float y, float d) { return rre_f32_canon(rre_f32_sum(x, y) / d); }
+RR__HD float rre_f32_avg(float x, float y, float d) {
+  return rre_f32_canon(rre_f32_sum(x, y) / d);
+}
 
-RR__HD double rre_f64_sum(double x, double y) { return rre_f64_canon(x + y); }
-RR__HD double rre_f64_prod(double x, double y) { return rre_f64_canon(x * y); }
+RR__HD double rre_f64_sum(double x, double y) {
+  return rre_f64_canon(x + y);
+}
+RR__HD double rre_f64_prod(double x, double y) {
+  return rre_f64_canon(x * y);
+}
 RR__HD double rre_f64_min(double x, double y) {
   double m = x < y ? x : y;
   return x != x ? x : m;
@@ -115,8 +125,12 @@ RR__HD double rre_f64_avg(double x, double y, double d) {
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
-RR__HD float rre_f16_widen(uint16_t h) { return __half2float(__ushort_as_half(h)); }
-RR__HD uint16_t rre_f16_narrow(float f) { return __half_as_ushort(__float2half_rn(f)); }
+RR__HD float rre_f16_widen(uint16_t h) {
+  return __half2float(__ushort_as_half(h));
+}
+RR__HD uint16_t rre_f16_narrow(float f) {
+  return __half_as_ushort(__float2half_rn(f));
+}
 RR__HD void rre_f16x2_widen(uint32_t h, float *lo, float *hi) {
   __half2_raw r;
   r.x = (unsigned short)h;
@@ -129,8 +143,12 @@ RR__HD uint32_t rre_f16x2_narrow(float lo, float hi) {
   __half2_raw r = __floats2half2_rn(lo, hi);
   return (uint32_t)r.x | (uint32_t)r.y << 16;
 }
-RR__HD float rre_bf16_widen(uint16_t h) { return __bfloat162float(__ushort_as_bfloat16(h)); }
-RR__HD uint16_t rre_bf16_narrow(float f) { return __bfloat16_as_ushort(__float2bfloat16_rn(f)); }
+RR__HD float rre_bf16_widen(uint16_t h) {
+  return __bfloat162float(__ushort_as_bfloat16(h));
+}
+RR__HD uint16_t rre_bf16_narrow(float f) {
+  return __bfloat16_as_ushort(__float2bfloat16_rn(f));
+}
 RR__HD void rre_bf16x2_widen(uint32_t h, float *lo, float *hi) {
   __nv_bfloat162_raw r;
   r.x = (unsigned short)h;
@@ -145,17 +163,25 @@ RR__HD uint32_t rre_bf16x2_narrow(float lo, float hi) {
 }
 #else
 #define RR__ELEM_CUDA_CONV 0
-RR__HD float rre_f16_widen(uint16_t h) { return rr__half_to_float(h); }
-RR__HD uint16_t rre_f16_narrow(float f) { return rr__float_to_half(f); }
-RR__HD float rre_bf16_widen(uint16_t h) { return rr__bf16_to_float(h); }
-RR__HD uint16_t rre_bf16_narrow(float f) { return rr__float_to_bf16(f); }
-#define RR__E_PAIR_CONV(tag)                                                                 \
-  RR__HD void rre_##tag##x2_widen(uint32_t h, float *lo, float *hi) {                       \
-    *lo = rre_##tag##_widen((uint16_t)h);                                                   \
-    *hi = rre_##tag##_widen((uint16_t)(h >> 16));                                           \
-  }                                                                                         \
-  RR__HD uint32_t rre_##tag##x2_narrow(float lo, float hi) {                                \
-    return (uint32_t)rre_##tag##_narrow(lo) | (uint32_t)rre_##tag##_narrow(hi) << 16;       \
+RR__HD float rre_f16_widen(uint16_t h) {
+  return rr__half_to_float(h);
+}
+RR__HD uint16_t rre_f16_narrow(float f) {
+  return rr__float_to_half(f);
+}
+RR__HD float rre_bf16_widen(uint16_t h) {
+  return rr__bf16_to_float(h);
+}
+RR__HD uint16_t rre_bf16_narrow(float f) {
+  return rr__float_to_bf16(f);
+}
+#define RR__E_PAIR_CONV(tag)                                                          \
+  RR__HD void rre_##tag##x2_widen(uint32_t h, float *lo, float *hi) {                 \
+    *lo = rre_##tag##_widen((uint16_t)h);                                             \
+    *hi = rre_##tag##_widen((uint16_t)(h >> 16));                                     \
+  }                                                                                   \
+  RR__HD uint32_t rre_##tag##x2_narrow(float lo, float hi) {                          \
+    return (uint32_t)rre_##tag##_narrow(lo) | (uint32_t)rre_##tag##_narrow(hi) << 16; \
   }
 RR__E_PAIR_CONV(f16)
 RR__E_PAIR_CONV(bf16)
@@ -163,87 +189,101 @@ RR__E_PAIR_CONV(bf16)
 
 /* CNAN: op.c's canonical float NaN narrowed; INF: the infinity pattern (above it, NaNs);
  * QUIET: the quiet bit. */
-#define RR__E_HALF_OPS(tag, CNAN, INF, QUIET)                                                  \
-  RR__HD uint16_t rre_##tag##_result(float r) {                                               \
-    return r != r ? (uint16_t)CNAN : rre_##tag##_narrow(r);                                   \
-  }                                                                                           \
-  RR__HD uint32_t rre_##tag##x2_result(float lo, float hi) {                                  \
-    uint32_t h = rre_##tag##x2_narrow(lo, hi);                                                \
-    h = lo != lo ? (h & 0xffff0000u) | CNAN : h;                                              \
-    h = hi != hi ? (h & 0x0000ffffu) | (uint32_t)CNAN << 16 : h;                              \
-    return h;                                                                                 \
-  }                                                                                           \
-  RR__HD uint16_t rre_##tag##_quiet(uint16_t h) {                                             \
-    return (h & 0x7fffu) > INF ? (uint16_t)(h | QUIET) : h;                                   \
-  }                                                                                           \
-  RR__HD uint32_t rre_##tag##x2_quiet(uint32_t h) {                                           \
-    uint32_t lo = (h & 0x7fffu) > INF ? QUIET : 0u;                                           \
-    uint32_t hi = (h & 0x7fff0000u) > (uint32_t)INF << 16 ? (uint32_t)QUIET << 16 : 0u;       \
-    return h | lo | hi;                                                                       \
-  }                                                                                           \
-  RR__HD uint16_t rre_##tag##_sum(uint16_t x, uint16_t y) {                                   \
-    return rre_##tag##_result(rre_##tag##_widen(x) + rre_##tag##_widen(y));                   \
-  }                                                                                           \
-  RR__HD uint16_t rre_##tag##_prod(uint16_t x, uint16_t y) {                                  \
-    return rre_##tag##_result(rre_##tag##_widen(x) * rre_##tag##_widen(y));                   \
-  }                                                                                           \
-  /* x when x is NaN or the smaller (op.c: x != x ? x : x < y ? x : y), else y. */            \
-  RR__HD uint16_t rre_##tag##_min(uint16_t x, uint16_t y) {                                   \
-    float fx = rre_##tag##_widen(x), fy = rre_##tag##_widen(y);                               \
-    return rre_##tag##_quiet(fx != fx || fx < fy ? x : y);                                    \
-  }                                                                                           \
-  RR__HD uint16_t rre_##tag##_max(uint16_t x, uint16_t y) {                                   \
-    float fx = rre_##tag##_widen(x), fy = rre_##tag##_widen(y);                               \
-    return rre_##tag##_quiet(fx != fx || fx > fy ? x : y);                                    \
-  }                                                                                           \
-  /* The sum's NaN stays a NaN through the division (d >= 2, finite). */                      \
-  RR__HD uint16_t rre_##tag##_avg(uint16_t x, uint16_t y, float d) {                          \
-    return rre_##tag##_result((rre_##tag##_widen(x) + rre_##tag##_widen(y)) / d);            \
-  }                                                                                           \
-  RR__HD uint32_t rre_##tag##x2_sum(uint32_t x, uint32_t y) {                                 \
-    float x0, x1, y0, y1;                                                                     \
-    rre_##tag##x2_widen(x, &x0, &x1);                                                         \
-    rre_##tag##x2_widen(y, &y0, &y1);                                                         \
-    return rre_##tag##x2_result(x0 + y0, x1 + y1);                                            \
-  }                                                                                           \
-  RR__HD uint32_t rre_##tag##x2_prod(uint32_t x, uint32_t y) {                                \
-    float x0, x1, y0, y1;                                                                     \
-    rre_##tag##x2_widen(x, &x0, &x1);                                                         \
-    rre_##tag##x2_widen(y, &y0, &y1);                                                         \
-    return rre_##tag##x2_result(x0 * y0, x1 * y1);                                            \
-  }                                                                                           \
-  RR__HD uint32_t rre_##tag##x2_min(uint32_t x, uint32_t y) {                                 \
-    float x0, x1, y0, y1;                                                                     \
-    rre_##tag##x2_widen(x, &x0, &x1);                                                         \
-    rre_##tag##x2_widen(y, &y0, &y1);                                                         \
-    uint32_t lo = x0 != x0 || x0 < y0 ? x : y, hi = x1 != x1 || x1 < y1 ? x : y;              \
-    return rre_##tag##x2_quiet((lo & 0xffffu) | (hi & 0xffff0000u));                          \
-  }                                                                                           \
-  RR__HD uint32_t rre_##tag##x2_max(uint32_t x, uint32_t y) {                                 \
-    float x0, x1, y0, y1;                                                                     \
-    rre_##tag##x2_widen(x, &x0, &x1);                                                         \
-    rre_##tag##x2_widen(y, &y0, &y1);                                                         \
-    uint32_t lo = x0 != x0 || x0 > y0 ? x : y, hi = x1 != x1 || x1 > y1 ? x : y;              \
-    return rre_##tag##x2_quiet((lo & 0xffffu) | (hi & 0xffff0000u));                          \
-  }                                                                                           \
-  RR__HD uint32_t rre_##tag##x2_avg(uint32_t x, uint32_t y, float d) {                        \
-    float x0, x1, y0, y1;                                                                     \
-    rre_##tag##x2_widen(x, &x0, &x1);                                                         \
-    rre_##tag##x2_widen(y, &y0, &y1);                                                         \
-    return rre_##tag##x2_result((x0 + y0) / d, (x1 + y1) / d);                                \
+#define RR__E_HALF_OPS(tag, CNAN, INF, QUIET)                                           \
+  RR__HD uint16_t rre_##tag##_result(float r) {                                         \
+    return r != r ? (uint16_t)CNAN : rre_##tag##_narrow(r);                             \
+  }                                                                                     \
+  RR__HD uint32_t rre_##tag##x2_result(float lo, float hi) {                            \
+    uint32_t h = rre_##tag##x2_narrow(lo, hi);                                          \
+    h = lo != lo ? (h & 0xffff0000u) | CNAN : h;                                        \
+    h = hi != hi ? (h & 0x0000ffffu) | (uint32_t)CNAN << 16 : h;                        \
+    return h;                                                                           \
+  }                                                                                     \
+  RR__HD uint16_t rre_##tag##_quiet(uint16_t h) {                                       \
+    return (h & 0x7fffu) > INF ? (uint16_t)(h | QUIET) : h;                             \
+  }                                                                                     \
+  RR__HD uint32_t rre_##tag##x2_quiet(uint32_t h) {                                     \
+    uint32_t lo = (h & 0x7fffu) > INF ? QUIET : 0u;                                     \
+    uint32_t hi = (h & 0x7fff0000u) > (uint32_t)INF << 16 ? (uint32_t)QUIET << 16 : 0u; \
+    return h | lo | hi;                                                                 \
+  }                                                                                     \
+  RR__HD uint16_t rre_##tag##_sum(uint16_t x, uint16_t y) {                             \
+    return rre_##tag##_result(rre_##tag##_widen(x) + rre_##tag##_widen(y));             \
+  }                                                                                     \
+  RR__HD uint16_t rre_##tag##_prod(uint16_t x, uint16_t y) {                            \
+    return rre_##tag##_result(rre_##tag##_widen(x) * rre_##tag##_widen(y));             \
+  }                                                                                     \
+  /* x when x is NaN or the smaller (op.c: x != x ? x : x < y ? x : y), else y. */      \
+  RR__HD uint16_t rre_##tag##_min(uint16_t x, uint16_t y) {                             \
+    float fx = rre_##tag##_widen(x), fy = rre_##tag##_widen(y);                         \
+    return rre_##tag##_quiet(fx != fx || fx < fy ? x : y);                              \
+  }                                                                                     \
+  RR__HD uint16_t rre_##tag##_max(uint16_t x, uint16_t y) {                             \
+    float fx = rre_##tag##_widen(x), fy = rre_##tag##_widen(y);                         \
+    return rre_##tag##_quiet(fx != fx || fx > fy ? x : y);                              \
+  }                                                                                     \
+  /* The sum's NaN stays a NaN through the division (d >= 2, finite). */                \
+  RR__HD uint16_t rre_##tag##_avg(uint16_t x, uint16_t y, float d) {                    \
+    return rre_##tag##_result((rre_##tag##_widen(x) + rre_##tag##_widen(y)) / d);       \
+  }                                                                                     \
+  RR__HD uint32_t rre_##tag##x2_sum(uint32_t x, uint32_t y) {                           \
+    float x0, x1, y0, y1;                                                               \
+    rre_##tag##x2_widen(x, &x0, &x1);                                                   \
+    rre_##tag##x2_widen(y, &y0, &y1);                                                   \
+    return rre_##tag##x2_result(x0 + y0, x1 + y1);                                      \
+  }                                                                                     \
+  RR__HD uint32_t rre_##tag##x2_prod(uint32_t x, uint32_t y) {                          \
+    float x0, x1, y0, y1;                                                               \
+    rre_##tag##x2_widen(x, &x0, &x1);                                                   \
+    rre_##tag##x2_widen(y, &y0, &y1);                                                   \
+    return rre_##tag##x2_result(x0 * y0, x1 * y1);                                      \
+  }                                                                                     \
+  RR__HD uint32_t rre_##tag##x2_min(uint32_t x, uint32_t y) {                           \
+    float x0, x1, y0, y1;                                                               \
+    rre_##tag##x2_widen(x, &x0, &x1);                                                   \
+    rre_##tag##x2_widen(y, &y0, &y1);                                                   \
+    uint32_t lo = x0 != x0 || x0 < y0 ? x : y, hi = x1 != x1 || x1 < y1 ? x : y;        \
+    return rre_##tag##x2_quiet((lo & 0xffffu) | (hi & 0xffff0000u));                    \
+  }                                                                                     \
+  RR__HD uint32_t rre_##tag##x2_max(uint32_t x, uint32_t y) {                           \
+    float x0, x1, y0, y1;                                                               \
+    rre_##tag##x2_widen(x, &x0, &x1);                                                   \
+    rre_##tag##x2_widen(y, &y0, &y1);                                                   \
+    uint32_t lo = x0 != x0 || x0 > y0 ? x : y, hi = x1 != x1 || x1 > y1 ? x : y;        \
+    return rre_##tag##x2_quiet((lo & 0xffffu) | (hi & 0xffff0000u));                    \
+  }                                                                                     \
+  RR__HD uint32_t rre_##tag##x2_avg(uint32_t x, uint32_t y, float d) {                  \
+    float x0, x1, y0, y1;                                                               \
+    rre_##tag##x2_widen(x, &x0, &x1);                                                   \
+    rre_##tag##x2_widen(y, &y0, &y1);                                                   \
+    return rre_##tag##x2_result((x0 + y0) / d, (x1 + y1) / d);                          \
   }
 RR__E_HALF_OPS(f16, 0x7e00u, 0x7c00u, 0x0200u)
 RR__E_HALF_OPS(bf16, 0x7fc0u, 0x7f80u, 0x0040u)
 
 /* ---- integers ---- */
-#define RR__E_INT_OPS(tag, T, U)                                                       \
-  RR__HD T rre_##tag##_sum(T x, T y) { return (T)((U)x + (U)y); }                    \
-  RR__HD T rre_##tag##_prod(T x, T y) { return (T)((U)x * (U)y); }                   \
-  RR__HD T rre_##tag##_min(T x, T y) { return x < y ? x : y; }                       \
-  RR__HD T rre_##tag##_max(T x, T y) { return x > y ? x : y; }                       \
-  RR__HD T rre_##tag##_band(T x, T y) { return (T)(x & y); }                         \
-  RR__HD T rre_##tag##_bor(T x, T y) { return (T)(x | y); }                          \
-  RR__HD T rre_##tag##_bxor(T x, T y) { return (T)(x ^ y); }
+#define RR__E_INT_OPS(tag, T, U)        \
+  RR__HD T rre_##tag##_sum(T x, T y) {  \
+    return (T)((U)x + (U)y);            \
+  }                                     \
+  RR__HD T rre_##tag##_prod(T x, T y) { \
+    return (T)((U)x * (U)y);            \
+  }                                     \
+  RR__HD T rre_##tag##_min(T x, T y) {  \
+    return x < y ? x : y;               \
+  }                                     \
+  RR__HD T rre_##tag##_max(T x, T y) {  \
+    return x > y ? x : y;               \
+  }                                     \
+  RR__HD T rre_##tag##_band(T x, T y) { \
+    return (T)(x & y);                  \
+  }                                     \
+  RR__HD T rre_##tag##_bor(T x, T y) {  \
+    return (T)(x | y);                  \
+  }                                     \
+  RR__HD T rre_##tag##_bxor(T x, T y) { \
+    return (T)(x ^ y);                  \
+  }
 /* uint8 products wrap in unsigned int: uint8 * uint8 promotes to int, and 255 * 255 fits. */
 RR__E_INT_OPS(i8, int8_t, uint8_t)
 RR__E_INT_OPS(u8, uint8_t, uint32_t)
@@ -261,7 +301,9 @@ RR__HD uint8_t rre_u8_avg(uint8_t x, uint8_t y, double d) {
 RR__HD int32_t rre_i32_avg(int32_t x, int32_t y, double d) {
   return (int32_t)((double)rre_i32_sum(x, y) / d);
 }
-RR__HD int64_t rre_i64_avg(int64_t x, int64_t y, int64_t d) { return rre_i64_sum(x, y) / d; }
+RR__HD int64_t rre_i64_avg(int64_t x, int64_t y, int64_t d) {
+  return rre_i64_sum(x, y) / d;
+}
 
 /* The same quotients on the device without a division: floor(n / d) as a multiply-high by
  * a magic number made once per launch on the host (Granlund and Montgomery, "Division by
@@ -326,11 +368,11 @@ RR__HD uint64_t rre_div64_apply(uint64_t n, rre_div64 m) {
 }
 
 /* |s| as the unsigned type (INT_MIN's magnitude included), the quotient, its sign back. */
-#define RR__E_INT_AVGM(tag, T, U, DIV, W)                                                    \
-  RR__HD T rre_##tag##_avgm(T x, T y, DIV m) {                                              \
-    T s = rre_##tag##_sum(x, y);                                                            \
-    W q = DIV##_apply(s < 0 ? (W)0 - (W)s : (W)s, m);                                       \
-    return (T)(U)(s < 0 ? (W)0 - q : q);                                                    \
+#define RR__E_INT_AVGM(tag, T, U, DIV, W)             \
+  RR__HD T rre_##tag##_avgm(T x, T y, DIV m) {        \
+    T s = rre_##tag##_sum(x, y);                      \
+    W q = DIV##_apply(s < 0 ? (W)0 - (W)s : (W)s, m); \
+    return (T)(U)(s < 0 ? (W)0 - q : q);              \
   }
 /* int8 in 32-bit ints: the sum sign-extended once, so the compiler finds |s| (IABS) and
  * the negation without repeating the extension at each use. */

@@ -33,8 +33,8 @@
 #include "transport/socket.h"
 
 #define RR__MAX_PENDING 64 /* half-open greetings kept at once; more push out the oldest */
-#define RR__LOOK_MS 50 /* with have_ctrl: how often a connect looks at the peer's control socket \
-                        */
+/* With have_ctrl: how often a connect looks at the peer's control socket. */
+#define RR__LOOK_MS 50
 
 int rr__lanes_listen(const rr__addr *at, int *lfd, char *addr) {
   rr__addr bound;

@@ -142,10 +142,12 @@ endforeach()
 rr_fake_test(coll_nomemops_w3 coll 3)
 set_tests_properties(cudafake.coll_nomemops_w3 PROPERTIES ENVIRONMENT
   "${RR_FAKE_ENV};RR_CUDA_IPC=1;RR_TEST_EXPECT_IPC=1;RR_TEST_EXPECT_MEMOPS=0;RR_FAKE_CUDA_NO_MEMOPS=1")
-# RR_CUDA_MEMOPS=0 on devices that have them: the host hand-off too.
-rr_fake_test(coll_memops_off_w2 coll 2)
-set_tests_properties(cudafake.coll_memops_off_w2 PROPERTIES ENVIRONMENT
-  "${RR_FAKE_ENV};RR_CUDA_IPC=1;RR_TEST_EXPECT_IPC=1;RR_TEST_EXPECT_MEMOPS=0;RR_CUDA_MEMOPS=0")
+# RR_CUDA_MEMOPS=0 on devices that have them: the host hand-off too (the ipcseg case: device
+# all_reduces, point to point and host calls on one group, a fraction of a second; the
+# device without them above runs every kind).
+rr_fake_test(ipcseg_memops_off_w2 ipcseg 2)
+set_tests_properties(cudafake.ipcseg_memops_off_w2 PROPERTIES ENVIRONMENT
+  "${RR_FAKE_ENV};RR_CUDA_IPC=1;RR_TEST_EXPECT_IPC=1;RR_TEST_EXPECT_MEMOPS=0;RR_CUDA_MEMOPS=0;RR_SEG_BYTES=16384;RR_IPC_SEG_BYTES=65536")
 # The flag words' epochs start 40 short of 2^32: 16 KiB segments through 8 slots wrap them
 # within the first calls (the waits compare cyclically). RR_SLOTS=8: a step's window is then
 # all of a lane's slots, so a sender that did not wait for its slot's release would overwrite

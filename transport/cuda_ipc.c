@@ -3,9 +3,12 @@
  * CUDA call goes through cuda/cuda.h (the table), so the host fake of the tests runs it. */
 #include "transport/cuda_ipc.h"
 
+#include <errno.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "common/log.h"
@@ -272,8 +275,36 @@ static uint32_t rr__mop_epoch(const rr__mop *m, uint64_t t) {
   return m->epoch0 + (uint32_t)(t / m->nslots) + 1u;
 }
 
-void rr__mop_free(rr__mop *m) {
+/* The peer's kernels read the slots we send from, in its own time: a call of ours completes
+ * once our copies into them did, not once the peer read them. Before the slots are freed,
+ * wait until the peer released the last segment of each (its freed words, in the shared page)
+ * or its process is gone; bounded, as a peer may also be stuck. Not after a failed call whose
+ * waits were released: the peer's reads of that call may never come. */
+#define RR__MOP_DRAIN_MS 5000
+static void rr__mop_drain(const rr__mop *m, int peer_pid) {
+  if (!m->tx_n || m->released) return;
+  const int64_t until = rr__now_ms() + RR__MOP_DRAIN_MS;
+  for (uint32_t i = 0; i < m->nslots && i < m->tx_n; i++) {
+    const uint64_t last = i + (m->tx_n - 1 - i) / m->nslots * m->nslots; /* its last segment */
+    const uint32_t e = rr__mop_epoch(m, last);
+    while ((int32_t)(atomic_load(&m->tx->freed[i]) - e) < 0) {
+      if ((peer_pid > 0 && kill(peer_pid, 0) != 0 && errno == ESRCH) || rr__now_ms() >= until) {
+        RR__LOG_WARN(RR__SUB_INIT,
+                     "cuda_ipc: rank %d -> rank %d: freeing the device slots it sends from "
+                     "before rank %d released slot %u (%s)",
+                     m->self_global, m->peer_global, m->peer_global, i,
+                     rr__now_ms() >= until ? "waited 5 s" : "its process is gone");
+        return;
+      }
+      struct timespec ts = {0, 50000};
+      nanosleep(&ts, NULL);
+    }
+  }
+}
+
+void rr__mop_free(rr__mop *m, int peer_pid) {
   if (!m) return;
+  rr__mop_drain(m, peer_pid);
   int prev = -1;
   int on = rr__cuda_set_device(m->device, &prev) == RR_OK;
   if (m->opened) rr__cuda_ipc_close_mem(m->peer_slots);
@@ -311,7 +342,7 @@ int rr__mop_start(rr__mop **out, rr__mop_page *pg, int lower, uint32_t nslots, s
   rr__mop_export *e = &m->tx->exp;
   if (st == RR_OK) st = rr__cuda_ipc_mem_handle(&e->slots, m->slots);
   if (st != RR_OK) {
-    rr__mop_free(m);
+    rr__mop_free(m, 0);
     return rr__prefix_error(st,
                             "CUDA IPC with rank %d: setting up stream memory operations "
                             "(%u device slots of %zu KiB, the pair's flag page)",

@@ -164,8 +164,9 @@ int rr__mop_open_peer(rr__mop *m);
 int rr__mop_send(rr__mop *m, rr__req *r);
 int rr__mop_recv(rr__mop *m, rr__req *r);
 /* Release everything (no device work of a call may still use it: every such call waited for
- * its stream before it returned). */
-void rr__mop_free(rr__mop *m);
+ * its stream before it returned). The peer may still be reading the slots we send from: the
+ * free first waits (up to 5 s, or until peer_pid is gone) for it to release their last use. */
+void rr__mop_free(rr__mop *m, int peer_pid);
 /* Segments and signals this process sent through stream memory operations so far (tests). */
 uint64_t rr__mop_segments(void);
 

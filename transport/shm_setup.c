@@ -450,7 +450,7 @@ fail:
 
 void rr__shm_close(rr__conn *base) {
   rr__shm_conn *c = (rr__shm_conn *)base;
-  rr__mop_free(c->mop);
+  rr__mop_free(c->mop, c->peer_pid);
   rr__ipc_free(c->ipc);
   if (c->map) munmap(c->map, c->map_len);
   if (c->sock >= 0) close(c->sock);

@@ -12,12 +12,12 @@
 #include "rendezvous/lanes.h"
 
 #define RR__HELLO_MAGIC 0x31425252u /* "RRB1" */
-#define RR__HELLO_VERSION                                                     \
-  3 /* 2: the caller's socket nonce; the reply proves the token too. 3: which \
-     * lane carries which message changed (one-way TCP lanes, then            \
-     * segments numbered from 1: ring/pipe.c), so builds that map             \
-     * them differently refuse each other at connect instead of               \
-     * reading one another's bytes as the wrong message */
+/* 2: the caller's socket nonce; the reply proves the token too. 3: which lane carries which
+ * message changed (one-way TCP lanes, then segments numbered from 1: ring/pipe.c), so builds
+ * that map them differently refuse each other at connect instead of reading one another's
+ * bytes as the wrong message. 4: the call header's byte 9 says how device segments are handed
+ * over (ring/hdr.c; it was padding, which version 3 refuses as a malformed header). */
+#define RR__HELLO_VERSION 4
 
 /* Layout: magic(4) version(4) group(48) from(4) to(4) index(4) nsockets(4) transport(16)
  *         token_hash(8) nonce(8) reserved(24) = 128 */

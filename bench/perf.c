@@ -5,6 +5,9 @@
  * Only rank 0 prints (stdout, plus the -J file); any rank prints its own errors to stderr,
  * prefixed with its rank. Exit status: 0 success, 1 wrong results or a failed call, 2 bad
  * usage (as getopt tools do).
+ *
+ * (Over 800 lines: nccl-tests' every flag and column in one driver that all the *_perf tools
+ * share; the per-collective parts are in their own files.)
  */
 #include <errno.h>
 #include <getopt.h>

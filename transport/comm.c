@@ -6,7 +6,11 @@
  * the control messages that arrive (an ABORT naming the first unfinished collective, a BYE
  * saying why the peer left), so that a dead or aborting peer is noticed and named at once.
  * The messages' wire form and the shrink's exchange are transport/ctl.c's. Forked children
- * let go of all of it (common/fork.h). */
+ * let go of all of it (common/fork.h).
+ *
+ * (Over 800 lines: the progress loop, the wait with its dead-peer watch and the spin before
+ * it share the peer state and are read together; the control messages are in ctl.c already.)
+ */
 #include "transport/comm.h"
 
 #include <ctype.h>

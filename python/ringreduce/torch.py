@@ -1,5 +1,8 @@
 """The "ringreduce" backend for torch.distributed.
 
+(Over 800 lines: torch's ProcessGroup surface, every collective's call forms and futures, in
+one class, as torch's own backends keep it.)
+
     import ringreduce.torch
     torch.distributed.init_process_group("ringreduce")   # instead of "gloo"
 

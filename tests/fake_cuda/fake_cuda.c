@@ -66,6 +66,9 @@
  * builds them).
  *
  * What it cannot prove: docs/cuda.md ("The fake").
+ *
+ * (Over 800 lines: one table's fake, whose rules cite the same pages of the docs and share one
+ * device model; split, each part would need the whole model.)
  */
 #include "tests/fake_cuda/fake_cuda.h"
 #include "tests/fake_cuda/fake_int.h"

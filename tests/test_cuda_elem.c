@@ -308,14 +308,15 @@ static long div_check(rr_dtype t, const void *v, size_t n, uint32_t d, void *ref
  * near 0 and near the type's ends, the ends themselves. */
 static size_t edges(int64_t *out, uint32_t d, int64_t lo, int64_t hi) {
   size_t k = 0;
-  int64_t dd = d, top = hi / dd * dd, bot = lo / dd * dd;
-  int64_t base[] = {0,          1,       -1,      dd - 1,   dd,           dd + 1,
-                    2 * dd - 1, 2 * dd,  -dd + 1, -dd,      -dd - 1,      -2 * dd + 1,
-                    -2 * dd,    top,     top - 1, top + 1,  top - dd,     top - dd + 1,
-                    bot,        bot + 1, bot - 1, bot + dd, bot + dd - 1, lo,
-                    lo + 1,     hi,      hi - 1};
+  /* In 128 bits: the neighbours of int64's ends lie outside it (filtered out below). */
+  __int128 dd = d, top = hi / d * dd, bot = lo / (int64_t)d * dd;
+  __int128 base[] = {0,          1,       -1,      dd - 1,   dd,           dd + 1,
+                     2 * dd - 1, 2 * dd,  -dd + 1, -dd,      -dd - 1,      -2 * dd + 1,
+                     -2 * dd,    top,     top - 1, top + 1,  top - dd,     top - dd + 1,
+                     bot,        bot + 1, bot - 1, bot + dd, bot + dd - 1, lo,
+                     lo + 1,     hi,      hi - 1};
   for (size_t i = 0; i < sizeof base / sizeof base[0]; i++)
-    if (base[i] >= lo && base[i] <= hi) out[k++] = base[i];
+    if (base[i] >= lo && base[i] <= hi) out[k++] = (int64_t)base[i];
   return k;
 }
 

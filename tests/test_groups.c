@@ -149,8 +149,10 @@ static int check_sum(rr_pg *pg, const int *members, int n, int me, uint64_t tag)
   t_fill(x, N, RR_INT64, RR_SUM, tag, me, 0);
   T_OK(rr_all_reduce(pg, x, x, N, RR_INT64, RR_SUM));
   for (size_t i = 0; i < N; i++) {
-    int64_t want = 0;
-    for (int q = 0; q < n; q++) want += (int64_t)t_value_bits(RR_INT64, RR_SUM, tag, members[q], i);
+    /* The library's int64 sum wraps (two's complement), as torch's does: add unsigned. */
+    uint64_t sum = 0;
+    for (int q = 0; q < n; q++) sum += (uint64_t)t_value_bits(RR_INT64, RR_SUM, tag, members[q], i);
+    int64_t want = (int64_t)sum;
     T_CHECK(x[i] == want, "group of %d: element %zu is %lld, the members' sum is %lld", n, i,
             (long long)x[i], (long long)want);
   }

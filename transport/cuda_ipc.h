@@ -167,7 +167,8 @@ int rr__mop_recv(rr__mop *m, rr__req *r);
  * its stream before it returned). The peer may still be reading the slots we send from: the
  * free first waits (up to 5 s, or until peer_pid is gone) for it to release their last use. */
 void rr__mop_free(rr__mop *m, int peer_pid);
-/* Segments and signals this process sent through stream memory operations so far (tests). */
+/* Segments this process sent through stream memory operations so far (tests; signals are not
+ * counted). */
 uint64_t rr__mop_segments(void);
 
 #endif /* RR__TRANSPORT_CUDA_IPC_H_ */

@@ -32,6 +32,10 @@
   XX(cuda_direct, "RR_CUDA_DIRECT", 1, 0, 1,                                                  \
      "1: all_reduce, reduce_scatter, all_gather, broadcast and reduce among ranks that all "  \
      "share one GPU run as one kernel on the lowest rank (docs/cuda.md); 0: the ring")        \
+  XX(cuda_direct_bytes, "RR_CUDA_DIRECT_BYTES", 1LL << 40, 0, 1LL << 40,                      \
+     "the one-kernel form (RR_CUDA_DIRECT) takes calls of at most this many bytes; larger "   \
+     "ones run the ring (not yet measured on a GPU: docs/cuda.md, Small calls and fixed "     \
+     "costs)")                                                                                \
   XX(cuda_ipc, "RR_CUDA_IPC", 1, 0, 1,                                                        \
      "1: device buffers of ranks on one host go device to device through CUDA IPC "           \
      "(all_reduce, reduce_scatter, all_gather, broadcast; docs/cuda.md); 0: staged")          \

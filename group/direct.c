@@ -583,7 +583,7 @@ static int rr__direct_call(rr_pg *pg, const rr__pg_call *call, int64_t timeout_m
 int rr__pg_direct_run(rr_pg *pg, const rr__pg_call *call, int64_t timeout_ms, int *st) {
   *st = RR_OK;
   if (!rr__params_get()->cuda_direct || !rr__direct_kind(call->a.kind) || pg->size < 2 ||
-      pg->size > RR__CUDA_DIRECT_MAX || call->path != RR__PATH_IPC)
+      pg->size > RR__CUDA_DIRECT_MAX || call->path != RR__PATH_IPC || !rr__pg_direct_size(pg, call))
     return 0;
   if (!pg->direct) {
     pg->direct = rr__calloc(1, sizeof *pg->direct);

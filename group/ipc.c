@@ -87,17 +87,24 @@ int rr__pg_piped_call(const rr_pg *pg, const rr__pg_call *call) {
  * the library did before the table (CUDA IPC for every size, stream memory operations where
  * the device has them); the GPU commands (tests/gpu/run.sh) time each form by size, and the
  * defaults are to be set from them. The one-kernel row is group/direct.c's: it takes a call
- * before the ring (rr__pg_direct_run, by its own rules) and has no size bound here yet. */
+ * before the ring (rr__pg_direct_run) when its own rules hold and the size is within this
+ * row's bound; the loop below, which also picks the ring's form, passes over it. */
 static const struct rr__form_row {
   rr__ipc_form form;
   const char *name;
   const char *env; /* the bound: calls of at most this many bytes (NULL: no bound here) */
 } rr__ipc_forms[] = {
     {RR__FORM_STAGED, "staged through pinned host memory", "RR_CUDA_STAGED_BYTES"},
-    {RR__FORM_DIRECT, "one kernel for ranks sharing a GPU (group/direct.c)", NULL},
+    {RR__FORM_DIRECT, "one kernel for ranks sharing a GPU (group/direct.c)",
+     "RR_CUDA_DIRECT_BYTES"},
     {RR__FORM_HOSTED, "ring, the host handing segments over", "RR_CUDA_MEMOPS_BYTES - 1"},
     {RR__FORM_MEMOPS, "ring, the GPUs' streams handing segments over", NULL},
 };
+
+int64_t rr__pg_call_bytes(const rr_pg *pg, const rr__pg_call *call) {
+  const rr__call_io io = rr__kind_io(&call->a, pg->size, pg->rank);
+  return (int64_t)(RR__MAX(io.in, io.out) * rr_dtype_size(call->a.dtype));
+}
 
 /* The row's bound in bytes: the call takes the row when its size is at most this; -1 never. */
 static int64_t rr__form_upto(rr__ipc_form form, const rr__params *p) {
@@ -107,11 +114,15 @@ static int64_t rr__form_upto(rr__ipc_form form, const rr__params *p) {
     case RR__FORM_HOSTED:
       return p->cuda_memops_bytes - 1;
     case RR__FORM_DIRECT:
-      return -1; /* not by size here (above) */
+      return p->cuda_direct_bytes;
     case RR__FORM_MEMOPS:
     default:
       return INT64_MAX;
   }
+}
+
+int rr__pg_direct_size(const rr_pg *pg, const rr__pg_call *call) {
+  return rr__pg_call_bytes(pg, call) <= rr__form_upto(RR__FORM_DIRECT, rr__params_get());
 }
 
 /* Stream memory operations (transport/cuda_ipc.h) need the ring and chain kinds, where every
@@ -126,11 +137,10 @@ rr__ipc_form rr__pg_ipc_form(const rr_pg *pg, const rr__pg_call *call) {
   const int ring = dev == RR__DEV_IPC_SEG || dev == RR__DEV_PIPE;
   const int memops = ring && p->cuda_memops && rr__cuda_mem_ops(call->device);
   if (!ring) return RR__FORM_HOSTED;
-  const rr__call_io io = rr__kind_io(a, pg->size, pg->rank);
-  const int64_t bytes = (int64_t)(RR__MAX(io.in, io.out) * rr_dtype_size(a->dtype));
+  const int64_t bytes = rr__pg_call_bytes(pg, call);
   for (size_t i = 0; i < sizeof rr__ipc_forms / sizeof rr__ipc_forms[0]; i++) {
     const rr__ipc_form f = rr__ipc_forms[i].form;
-    if (f == RR__FORM_MEMOPS && !memops) continue;
+    if (f == RR__FORM_DIRECT || (f == RR__FORM_MEMOPS && !memops)) continue;
     if (bytes <= rr__form_upto(f, p)) return f;
   }
   return RR__FORM_HOSTED;

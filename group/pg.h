@@ -229,6 +229,11 @@ typedef enum rr__ipc_form {
   RR__FORM_MEMOPS, /* the ring through CUDA IPC, the GPUs' streams handing them over */
 } rr__ipc_form;
 rr__ipc_form rr__pg_ipc_form(const rr_pg *pg, const rr__pg_call *call);
+/* The size the forms are chosen by: the largest buffer the call reads or writes on a rank, in
+ * bytes (the same on every rank). */
+int64_t rr__pg_call_bytes(const rr_pg *pg, const rr__pg_call *call);
+/* Is the call within the one-kernel form's bound (RR_CUDA_DIRECT_BYTES)? */
+int rr__pg_direct_size(const rr_pg *pg, const rr__pg_call *call);
 /* The segment size of a call of this kind through CUDA IPC: RR_IPC_SEG_BYTES for the ring
  * and chain kinds (every rank moves the same bytes, so every rank takes CUDA IPC or the call
  * fails), the group's RR_SEG_BYTES for the others (a rank of an all_to_allv with nothing to

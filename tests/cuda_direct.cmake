@@ -16,6 +16,10 @@ endforeach()
 # Ranks on two GPUs (0, 1, 0): the ring over CUDA IPC, none as one kernel; and the form off.
 rr_direct_test(mixed_w3 "RR_TEST_FAKE_DEVICES=2;RR_TEST_EXPECT_DIRECT=0" coll 3)
 rr_direct_test(off_w2 "RR_TEST_FAKE_DEVICES=1;RR_CUDA_DIRECT=0;RR_TEST_EXPECT_DIRECT=0" coll 2)
+# Its size bound (RR_CUDA_DIRECT_BYTES, docs/cuda.md "Which form, by size"): 16396 bytes is a
+# float32 all_reduce of 4099 elements exactly: calls at the bound, below it and above it
+# (int8 ... int64, reduce_scatter's and all_gather's n blocks) each take their side.
+rr_direct_test(bound_w2 "RR_TEST_FAKE_DEVICES=1;RR_CUDA_DIRECT_BYTES=16396;RR_TEST_DIRECT_UPTO=16396" coll 2)
 # The leader's cache of mapped peer buffers (freed and reused memory), the scratch fallback.
 rr_direct_test(cache_w2 "RR_TEST_FAKE_DEVICES=1" cache 2)
 rr_direct_test(cache_w4 "RR_TEST_FAKE_DEVICES=1" cache 4)

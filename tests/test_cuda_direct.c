@@ -57,13 +57,21 @@ static int expect_direct(void) {
   const char *e = getenv("RR_TEST_EXPECT_DIRECT");
   return e && *e ? atoi(e) : -1;
 }
-/* One call ran as one kernel here, or none did, as RR_TEST_EXPECT_DIRECT says. */
-static int check_direct(uint64_t before, size_t count, const char *what) {
+/* One call ran as one kernel here, or none did, as RR_TEST_EXPECT_DIRECT says. bytes: the
+ * call's size as the forms are chosen by it (its largest buffer on a rank); with
+ * RR_TEST_DIRECT_UPTO=B (the test sets RR_CUDA_DIRECT_BYTES alike), a call takes the form
+ * exactly when bytes <= B. */
+static int check_direct(uint64_t before, size_t count, size_t bytes, const char *what) {
   uint64_t got = rr__direct_calls() - before;
-  if (expect_direct() == 1 && count > 0)
-    T_CHECK(got == 1, "%s: %llu calls ran as one kernel, want 1", what, (unsigned long long)got);
-  if (expect_direct() == 0 || count == 0)
-    T_CHECK(got == 0, "%s: %llu calls ran as one kernel, want 0", what, (unsigned long long)got);
+  int want = expect_direct();
+  const char *upto = getenv("RR_TEST_DIRECT_UPTO");
+  if (upto && *upto) want = bytes <= strtoull(upto, NULL, 10);
+  if (want == 1 && count > 0)
+    T_CHECK(got == 1, "%s (%zu bytes): %llu calls ran as one kernel, want 1", what, bytes,
+            (unsigned long long)got);
+  if (want == 0 || count == 0)
+    T_CHECK(got == 0, "%s (%zu bytes): %llu calls ran as one kernel, want 0", what, bytes,
+            (unsigned long long)got);
   return 0;
 }
 
@@ -92,7 +100,7 @@ static int all_reduce_case(rr_pg *pg, size_t count, rr_dtype d, rr_op op, int in
            inplace ? "in place" : "out of place", count);
   uint64_t before = rr__direct_calls();
   T_OK(rr_all_reduce(pg, src, dst, count, d, op));
-  if (check_direct(before, count, what)) return 1;
+  if (check_direct(before, count, bytes, what)) return 1;
   T_CHECK(!get(h, dst, bytes), "download");
   size_t wrong = t_check_reduced(h, count, d, op, seed, n, 0, what);
   if (!inplace) {
@@ -124,7 +132,7 @@ static int others_case(rr_pg *pg, size_t count, rr_dtype d, rr_op op, int inplac
            inplace ? "in place" : "out of place", count);
   before = rr__direct_calls();
   T_OK(rr_reduce_scatter(pg, big, out, count, d, op));
-  if (check_direct(before, count, what)) return 1;
+  if (check_direct(before, count, all, what)) return 1;
   T_CHECK(!get(h, out, blk), "download");
   wrong += t_check_reduced(h, count, d, op, seed, n, (size_t)r * count, what);
 
@@ -136,7 +144,7 @@ static int others_case(rr_pg *pg, size_t count, rr_dtype d, rr_op op, int inplac
            inplace ? "in place" : "out of place", count);
   before = rr__direct_calls();
   T_OK(rr_all_gather(pg, in, big, count, d));
-  if (check_direct(before, count, what)) return 1;
+  if (check_direct(before, count, all, what)) return 1;
   T_CHECK(!get(h, big, all), "download");
   for (int k = 0; k < n; k++)
     wrong += t_check_copied(h + (size_t)k * blk, count, d, op, seed, k, 0, what);
@@ -151,7 +159,7 @@ static int others_case(rr_pg *pg, size_t count, rr_dtype d, rr_op op, int inplac
              inplace ? "in place" : "out of place", count);
     before = rr__direct_calls();
     T_OK(rr_broadcast(pg, small, dst, count, d, root));
-    if (check_direct(before, count, what)) return 1;
+    if (check_direct(before, count, blk, what)) return 1;
     T_CHECK(!get(h, dst, blk), "download");
     wrong += t_check_copied(h, count, d, op, seed, root, 0, what);
 
@@ -163,7 +171,7 @@ static int others_case(rr_pg *pg, size_t count, rr_dtype d, rr_op op, int inplac
              rr_op_name(op), root, inplace ? "in place" : "out of place", count);
     before = rr__direct_calls();
     T_OK(rr_reduce(pg, small, dst, count, d, op, root));
-    if (check_direct(before, count, what)) return 1;
+    if (check_direct(before, count, blk, what)) return 1;
     if (r == root) {
       T_CHECK(!get(h, dst, blk), "download");
       wrong += t_check_reduced(h, count, d, op, seed, n, 0, what);

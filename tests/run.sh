@@ -21,14 +21,16 @@ case "${1:-}" in
     # already run under the sanitizers.
     # view: tools/ringreduce-view (Python) and its page in Chromium test no C code; the C
     # code they start from (RR_TRACE=<file>) runs in view_trace, which stays in.
-    exclude="large|netns|torch|view|$exclude"
+    # layout: scripts that read the tree (layering, format, the GPU commands' dry run); they
+    # run no sanitized code and find nothing a second time (~20 s a stage).
+    exclude="large|netns|torch|view|layout|$exclude"
     export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1
     export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
     ;;
   --tsan)
     dir=build-tsan
     flags+=(-DRR_SANITIZE=thread)
-    exclude="large|netns|torch|view|$exclude"  # view: as for --sanitize
+    exclude="large|netns|torch|view|layout|$exclude"  # view, layout: as for --sanitize
     # The whole suite but: the collective matrix at 6-8 ranks, and its plain cases at 4-5
     # (each rank is its own process with the same threads at any world size; the plain
     # cases at 2-3 and the lanes/star/small/rd/ring variants at 2-5 cover the odd and

@@ -268,14 +268,21 @@ static int r_stream_write_value32(void *s, void *addr, unsigned v, unsigned flag
   if (!rr__drv_write32) return (int)cudaErrorNotSupported;
   return (int)rr__drv_write32((CUstream)s, (CUdeviceptr)(uintptr_t)addr, v, flags);
 }
+/* The words the operations wait on are host memory registered with cudaHostRegister and
+ * mapped (transport/cuda_ipc.c), so the device must map host memory and take registrations:
+ * "cudaHostRegister is supported only on I/O coherent devices that have a non-zero value for
+ * the device attribute cudaDevAttrHostRegisterSupported" (runtime API, cudaHostRegister).
+ * Where it is 0 the lane's cudaHostRegister would fail the call instead of keeping the host
+ * hand-off. */
 static int r_mem_ops(int device, int *ok) {
   pthread_once(&rr__real_once, rr__real_init);
   *ok = 0;
   if (!rr__drv_wait32 || !rr__drv_write32) return 0;
-  int map = 0;
+  int map = 0, reg = 0;
   cudaError_t e = cudaDeviceGetAttribute(&map, cudaDevAttrCanMapHostMemory, device);
+  if (e == cudaSuccess) e = cudaDeviceGetAttribute(&reg, cudaDevAttrHostRegisterSupported, device);
   if (e != cudaSuccess) return (int)e;
-  *ok = map != 0;
+  *ok = map != 0 && reg != 0;
   return 0;
 }
 static int r_host_register(void *p, size_t b) {

@@ -83,8 +83,13 @@ static void rr__real_init(void) {
   if (n > 0) {
     rr__drv_ptr_attrs = (rr__pfn_ptr_attrs)rr__entry("cuPointerGetAttributes");
     rr__drv_ctx_state = (rr__pfn_ctx_state)rr__entry("cuDevicePrimaryCtxGetState");
+#if CUDART_VERSION >= 11070
     rr__drv_wait32 = (rr__pfn_memop)rr__entry("cuStreamWaitValue32");
     rr__drv_write32 = (rr__pfn_memop)rr__entry("cuStreamWriteValue32");
+#endif
+    /* Before 11.7, cudaGetDriverEntryPoint answers for the runtime's own version: the v1
+     * operations, which the driver refuses (CUDA_ERROR_NOT_SUPPORTED) unless it was loaded
+     * with NVreg_EnableStreamMemOPs=1. They stay NULL there, as if missing. */
   }
 }
 

@@ -54,26 +54,8 @@
 #include "cuda/cuda.h"
 #include "group/pg.h"
 
-#define RR__DIRECT_MAPS 32    /* peer allocations the leader keeps mapped */
-#define RR__DIRECT_EXPORTS 16 /* this rank's allocations whose handles it keeps */
-#define RR__DIRECT_ALIGN 256  /* where the scratch's areas start (the kernel's vectors) */
-#define RR__DIRECT_SIG_MSG 1  /* the message number (so the lane) the signals travel on */
-
-/* A peer's allocation as the leader has it mapped. */
-typedef struct rr__direct_map {
-  int peer;              /* group rank; -1: empty */
-  unsigned long long id; /* the allocation's buffer id in the peer */
-  uint64_t base, bytes;  /* the allocation in the peer's address space */
-  char *mapped;          /* here */
-  uint64_t used;         /* the last call that used it */
-} rr__direct_map;
-
-/* An allocation of this rank and its handle (ok 0: it gives none). */
-typedef struct rr__direct_export {
-  unsigned long long id;
-  int ok;
-  rr__cuda_ipc_handle h;
-} rr__direct_export;
+#define RR__DIRECT_ALIGN 256 /* where the scratch's areas start (the kernel's vectors) */
+#define RR__DIRECT_SIG_MSG 1 /* the message number (so the lane) the signals travel on */
 
 /* What each rank tells the others once (rr__direct_learn). */
 typedef struct rr__direct_info {
@@ -88,9 +70,6 @@ struct rr__direct {
   int ok;     /* every rank on one GPU in its own process, with stream memory operations */
   unsigned char uuid[16];
   uint64_t calls;
-  rr__direct_map map[RR__DIRECT_MAPS];
-  rr__direct_export exp[RR__DIRECT_EXPORTS];
-  int exp_next;
   /* This rank's scratch, for buffers that cannot be exported (device memory of its own,
    * grow-only; outgrown ones are kept until the group is freed). */
   char *scratch;
@@ -99,16 +78,11 @@ struct rr__direct {
   rr__cuda_retired *retired;
 };
 
-/* One buffer as a peer describes it to the leader (a host message; every rank is on one
- * host). bytes 0: no buffer. */
-typedef struct rr__direct_region {
-  uint64_t id, base, bytes, offset;
-  rr__cuda_ipc_handle h;
-} rr__direct_region;
-
+/* A peer's buffers as it describes them to the leader (a host message; every rank is on one
+ * host; transport/cuda_ipc.h's rr__ipc_region). bytes 0: no buffer. */
 typedef struct rr__direct_desc {
   unsigned char uuid[16];
-  rr__direct_region r[2]; /* 0: what the rank reads (sendbuf), 1: what it writes (recvbuf) */
+  rr__ipc_region r[2]; /* 0: what the rank reads (sendbuf), 1: what it writes (recvbuf) */
 } rr__direct_desc;
 
 static atomic_ullong rr__direct_ncalls, rr__direct_nopens, rr__direct_ncopies;
@@ -220,43 +194,6 @@ static int rr__direct_learn(rr_pg *pg, const rr__pg_call *call, int64_t timeout_
 
 /* ---- a peer: its buffers described, through its scratch where they cannot be exported ---- */
 
-/* The handle of the allocation of id at base, from the cache or asked (0 when it has none). */
-static int rr__direct_handle(rr__direct *d, void *base, unsigned long long id,
-                             rr__cuda_ipc_handle *h) {
-  for (int i = 0; i < RR__DIRECT_EXPORTS; i++)
-    if (d->exp[i].id == id) {
-      *h = d->exp[i].h;
-      return d->exp[i].ok;
-    }
-  /* Memory without a handle fails here; the scratch is used instead, so the error it set
-   * is not this call's. */
-  char keep[RR__ERRMSG_MAX];
-  snprintf(keep, sizeof keep, "%s", rr__error());
-  int ok = rr__cuda_ipc_mem_handle(h, base) == RR_OK;
-  rr__copy_error(keep);
-  rr__direct_export *e = &d->exp[d->exp_next];
-  d->exp_next = (d->exp_next + 1) % RR__DIRECT_EXPORTS;
-  *e = (rr__direct_export){.id = id, .ok = ok};
-  if (ok) e->h = *h;
-  return ok;
-}
-
-/* Describe p (bytes long) by its allocation; 0 when it cannot be exported. */
-static int rr__direct_describe(rr__direct *d, const void *p, size_t bytes, rr__direct_region *r) {
-  void *base = NULL;
-  size_t size = 0;
-  unsigned long long id = 0;
-  RR__CHECK(rr__cuda_ptr_range(p, &base, &size, &id));
-  if (id == 0 || (const char *)p < (char *)base || (const char *)p + bytes > (char *)base + size)
-    return rr__set_error(RR_ECUDA, "the allocation of %p (%zu bytes) is not what CUDA says it is",
-                         p, bytes);
-  *r = (rr__direct_region){.id = id,
-                           .base = (uint64_t)(uintptr_t)base,
-                           .bytes = size,
-                           .offset = (uint64_t)((const char *)p - (char *)base)};
-  return rr__direct_handle(d, base, id, &r->h);
-}
-
 /* The scratch, at least need bytes, on the current device `device`. */
 static int rr__direct_scratch(rr__direct *d, size_t need, int device) {
   if (d->scratch && d->scratch_bytes >= need && d->scratch_device == device) return RR_OK;
@@ -296,6 +233,8 @@ static int rr__direct_peer_regions(rr_pg *pg, const rr__pg_call *call, rr__coll 
   const char *p[2] = {reads && in ? a->sendbuf : NULL, writes && out ? a->recvbuf : NULL};
   const size_t len[2] = {reads ? in : 0, writes ? out : 0};
   int ok[2] = {1, 1};
+  rr__ipc_cache *k_cache = rr__pg_ipc_cache(pg);
+  if (!k_cache) return RR_ENOMEM;
   /* The GPU of this call's buffers, which the leader compares with its own. */
   if (call->device == d->device)
     memcpy(desc->uuid, d->uuid, sizeof desc->uuid);
@@ -305,7 +244,7 @@ static int rr__direct_peer_regions(rr_pg *pg, const rr__pg_call *call, rr__coll 
   RR__WHERE(c, "describing this rank's buffers to rank %d", pg->global_ranks[0]);
   for (int k = 0; k < 2; k++) {
     if (!p[k]) continue;
-    int e = rr__direct_describe(d, p[k], len[k], &desc->r[k]);
+    int e = rr__ipc_describe(k_cache, p[k], len[k], &desc->r[k]);
     if (e < 0) return e;
     ok[k] = e;
   }
@@ -325,8 +264,8 @@ static int rr__direct_peer_regions(rr_pg *pg, const rr__pg_call *call, rr__coll 
   }
   RR__WHERE(c, "copying through this rank's scratch (its buffer gives no IPC handle)");
   RR__CHECK(rr__direct_scratch(d, need, dev->device));
-  rr__direct_region s;
-  int e = rr__direct_describe(d, d->scratch, need, &s);
+  rr__ipc_region s;
+  int e = rr__ipc_describe(k_cache, d->scratch, need, &s);
   if (e <= 0)
     return e < 0 ? e
                  : rr__set_error(RR_ECUDA, "this rank's scratch (cudaMalloc) gives no IPC handle");
@@ -380,52 +319,15 @@ static int rr__direct_peer(rr_pg *pg, const rr__pg_call *call, rr__coll *c, rr__
 
 /* ---- the leader: the peers' buffers mapped, the kernel ---- */
 
-/* The leader's pointer to bytes `need` of peer's region r: its mapping from the cache, or
- * opened now (closing the mappings of that peer's allocations it overlaps: freed since). */
-static int rr__direct_map_region(rr_pg *pg, int peer, const rr__direct_region *r, size_t need,
+/* The leader's pointer to bytes `need` of peer's region r: the group's cache of mapped peer
+ * allocations (transport/cuda_ipc.c, rr__ipc_map). */
+static int rr__direct_map_region(rr_pg *pg, int peer, const rr__ipc_region *r, size_t need,
                                  char **out) {
-  rr__direct *d = pg->direct;
-  const int g = pg->global_ranks[peer];
-  *out = NULL;
-  if (r->bytes == 0 || r->offset > r->bytes || need > r->bytes - r->offset)
-    return rr__set_error(RR_EPROTO,
-                         "rank %d described a buffer of %zu bytes at offset %llu of an "
-                         "allocation of %llu bytes",
-                         g, need, (unsigned long long)r->offset, (unsigned long long)r->bytes);
-  rr__direct_map *free_slot = NULL, *oldest = NULL;
-  for (int i = 0; i < RR__DIRECT_MAPS; i++) {
-    rr__direct_map *m = &d->map[i];
-    if (m->peer == peer && m->id == r->id) {
-      m->used = d->calls;
-      *out = m->mapped + r->offset;
-      return RR_OK;
-    }
-  }
-  for (int i = 0; i < RR__DIRECT_MAPS; i++) {
-    rr__direct_map *m = &d->map[i];
-    if (m->peer == peer && m->base < r->base + r->bytes && r->base < m->base + m->bytes) {
-      /* Two live allocations never overlap: this one was freed. */
-      rr__cuda_ipc_close_mem(m->mapped);
-      m->peer = -1;
-    }
-    if (m->peer < 0 && !free_slot) free_slot = m;
-    if (m->peer >= 0 && (!oldest || m->used < oldest->used)) oldest = m;
-  }
-  if (!free_slot) {
-    rr__cuda_ipc_close_mem(oldest->mapped);
-    oldest->peer = -1;
-    free_slot = oldest;
-  }
-  void *p = NULL;
-  int st = rr__cuda_ipc_open_mem(&p, &r->h);
-  if (st != RR_OK)
-    return rr__prefix_error(st, "mapping rank %d's buffer (an allocation of %llu bytes)", g,
-                            (unsigned long long)r->bytes);
-  atomic_fetch_add_explicit(&rr__direct_nopens, 1, memory_order_relaxed);
-  *free_slot = (rr__direct_map){
-      .peer = peer, .id = r->id, .base = r->base, .bytes = r->bytes, .mapped = p, .used = d->calls};
-  *out = (char *)p + r->offset;
-  return RR_OK;
+  rr__ipc_cache *k = rr__pg_ipc_cache(pg);
+  if (!k) return RR_ENOMEM;
+  int o = rr__ipc_map(k, peer, pg->global_ranks[peer], r, need, out);
+  if (o > 0) atomic_fetch_add_explicit(&rr__direct_nopens, 1, memory_order_relaxed);
+  return o < 0 ? o : RR_OK;
 }
 
 /* The kernel's tasks for the call, from every rank's input and output (in, out: [n]). */
@@ -593,7 +495,6 @@ int rr__pg_direct_run(rr_pg *pg, const rr__pg_call *call, int64_t timeout_ms, in
       rr__comm_abort(pg->comm, *st, rr__error(), 1);
       return 1;
     }
-    for (int i = 0; i < RR__DIRECT_MAPS; i++) pg->direct->map[i].peer = -1;
     pg->direct->scratch_device = -1;
   }
   if (!pg->direct->known) {
@@ -606,11 +507,15 @@ int rr__pg_direct_run(rr_pg *pg, const rr__pg_call *call, int64_t timeout_ms, in
 }
 
 void rr__pg_direct_free(rr_pg *pg) {
+  /* The mappings first (group/ipc.c makes the cache). */
+  if (pg->ipc_cache) {
+    rr__ipc_cache_close(pg->ipc_cache);
+    free(pg->ipc_cache);
+    pg->ipc_cache = NULL;
+  }
   rr__direct *d = pg->direct;
   if (!d) return;
   pg->direct = NULL;
-  for (int i = 0; i < RR__DIRECT_MAPS; i++)
-    if (d->map[i].peer >= 0) rr__cuda_ipc_close_mem(d->map[i].mapped);
   if (d->scratch) {
     int prev = -1;
     if (rr__cuda_set_device(d->scratch_device, &prev) != RR_OK) prev = -1;

@@ -146,6 +146,18 @@ rr__ipc_form rr__pg_ipc_form(const rr_pg *pg, const rr__pg_call *call) {
   return RR__FORM_HOSTED;
 }
 
+rr__ipc_cache *rr__pg_ipc_cache(rr_pg *pg) {
+  if (!pg->ipc_cache) {
+    pg->ipc_cache = rr__calloc(1, sizeof *pg->ipc_cache);
+    if (!pg->ipc_cache) {
+      rr__set_error(RR_ENOMEM, "no memory for the group's cache of mapped device buffers");
+      return NULL;
+    }
+    rr__ipc_cache_init(pg->ipc_cache);
+  }
+  return pg->ipc_cache;
+}
+
 static int rr__pg_memops(const rr_pg *pg, const rr__pg_call *call) {
   return call->path == RR__PATH_IPC && rr__pg_ipc_form(pg, call) == RR__FORM_MEMOPS;
 }

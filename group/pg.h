@@ -141,6 +141,10 @@ struct rr_pg {
    * each other, the leader's cache of mapped peer buffers, a rank's exported scratch. NULL
    * until the first call that could take it. */
   struct rr__direct *direct;
+  /* Peer allocations mapped through their IPC handles and this rank's own handles
+   * (transport/transport.h, rr__ipc_cache; group/ipc.c makes it, rr__pg_direct_free frees
+   * it). NULL until the first call that needs it. */
+  rr__ipc_cache *ipc_cache;
 };
 
 /* What a call reads and writes on this rank, in bytes from each buffer's start (ring/kind.c,
@@ -189,7 +193,11 @@ int rr__pg_run(rr_pg *pg, const rr__pg_call *call, int64_t timeout_ms);
  * ran (or failed) that way, 0 when it takes the ring. Every rank answers alike. free: at
  * the group's destroy (the peers' mappings closed, the scratch freed). */
 int rr__pg_direct_run(rr_pg *pg, const rr__pg_call *call, int64_t timeout_ms, int *st);
+/* Also frees the group's IPC cache (pg->ipc_cache). */
 void rr__pg_direct_free(rr_pg *pg);
+/* The group's cache of mapped peer allocations and own handles, made on first use (NULL: out
+ * of memory, error set). group/ipc.c. */
+rr__ipc_cache *rr__pg_ipc_cache(rr_pg *pg);
 /* Calls this process ran in the one-kernel form, IPC handles of peer buffers it opened as
  * their leader, and calls whose buffers went through its scratch (tests). */
 uint64_t rr__direct_calls(void);

@@ -4,6 +4,7 @@
 #include "transport/cuda_ipc.h"
 
 #include <errno.h>
+#include <stdio.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdlib.h>
@@ -486,4 +487,101 @@ static void rr__mop_release(rr__mop *m) {
 
 void rr__dev_release(rr__dev_waits *w) {
   for (int i = 0; w && i < w->n; i++) rr__mop_release(w->lane[i]);
+}
+
+/* ---- the caches of mapped peer allocations and of own handles (cuda_ipc.h) ---- */
+
+void rr__ipc_cache_init(rr__ipc_cache *k) {
+  memset(k, 0, sizeof *k);
+  for (int i = 0; i < RR__IPC_MAPS; i++) k->map[i].peer = -1;
+}
+
+void rr__ipc_cache_close(rr__ipc_cache *k) {
+  for (int i = 0; i < RR__IPC_MAPS; i++)
+    if (k->map[i].peer >= 0) rr__cuda_ipc_close_mem(k->map[i].mapped), k->map[i].peer = -1;
+}
+
+/* The handle of the allocation of id at base, from the cache or asked (0 when it has none). */
+static int rr__ipc_handle(rr__ipc_cache *k, void *base, unsigned long long id,
+                          rr__cuda_ipc_handle *h) {
+  for (int i = 0; i < RR__IPC_EXPORTS; i++)
+    if (k->exp[i].id == id) {
+      *h = k->exp[i].h;
+      return k->exp[i].ok;
+    }
+  /* Memory without a handle fails here; the caller goes another way, so the error it set is
+   * not the call's. */
+  char keep[RR__ERRMSG_MAX];
+  snprintf(keep, sizeof keep, "%s", rr__error());
+  int ok = rr__cuda_ipc_mem_handle(h, base) == RR_OK;
+  rr__copy_error(keep);
+  const int j = k->exp_next;
+  k->exp_next = (k->exp_next + 1) % RR__IPC_EXPORTS;
+  k->exp[j].id = id;
+  k->exp[j].ok = ok;
+  if (ok) k->exp[j].h = *h;
+  return ok;
+}
+
+int rr__ipc_describe(rr__ipc_cache *k, const void *p, size_t bytes, rr__ipc_region *r) {
+  void *base = NULL;
+  size_t size = 0;
+  unsigned long long id = 0;
+  RR__CHECK(rr__cuda_ptr_range(p, &base, &size, &id));
+  if (id == 0 || (const char *)p < (char *)base || (const char *)p + bytes > (char *)base + size)
+    return rr__set_error(RR_ECUDA, "the allocation of %p (%zu bytes) is not what CUDA says it is",
+                         p, bytes);
+  memset(r, 0, sizeof *r);
+  r->id = id;
+  r->base = (uint64_t)(uintptr_t)base;
+  r->bytes = size;
+  r->offset = (uint64_t)((const char *)p - (char *)base);
+  return rr__ipc_handle(k, base, id, &r->h);
+}
+
+int rr__ipc_map(rr__ipc_cache *k, int peer, int peer_global, const rr__ipc_region *r, size_t need,
+                char **out) {
+  *out = NULL;
+  if (r->bytes == 0 || r->offset > r->bytes || need > r->bytes - r->offset)
+    return rr__set_error(RR_EPROTO,
+                         "rank %d described a buffer of %zu bytes at offset %llu of an "
+                         "allocation of %llu bytes",
+                         peer_global, need, (unsigned long long)r->offset,
+                         (unsigned long long)r->bytes);
+  k->tick++;
+  int free_slot = -1, oldest = -1;
+  for (int i = 0; i < RR__IPC_MAPS; i++)
+    if (k->map[i].peer == peer && k->map[i].id == r->id) {
+      k->map[i].used = k->tick;
+      *out = k->map[i].mapped + r->offset;
+      return 0;
+    }
+  for (int i = 0; i < RR__IPC_MAPS; i++) {
+    if (k->map[i].peer == peer && k->map[i].base < r->base + r->bytes &&
+        r->base < k->map[i].base + k->map[i].bytes) {
+      /* Two live allocations never overlap: this one was freed. */
+      rr__cuda_ipc_close_mem(k->map[i].mapped);
+      k->map[i].peer = -1;
+    }
+    if (k->map[i].peer < 0 && free_slot < 0) free_slot = i;
+    if (k->map[i].peer >= 0 && (oldest < 0 || k->map[i].used < k->map[oldest].used)) oldest = i;
+  }
+  if (free_slot < 0) {
+    rr__cuda_ipc_close_mem(k->map[oldest].mapped);
+    k->map[oldest].peer = -1;
+    free_slot = oldest;
+  }
+  void *p = NULL;
+  int st = rr__cuda_ipc_open_mem(&p, &r->h);
+  if (st != RR_OK)
+    return rr__prefix_error(st, "mapping rank %d's buffer (an allocation of %llu bytes)",
+                            peer_global, (unsigned long long)r->bytes);
+  k->map[free_slot].peer = peer;
+  k->map[free_slot].id = r->id;
+  k->map[free_slot].base = r->base;
+  k->map[free_slot].bytes = r->bytes;
+  k->map[free_slot].mapped = p;
+  k->map[free_slot].used = k->tick;
+  *out = (char *)p + r->offset;
+  return 1;
 }

@@ -20,6 +20,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "cuda/api.h" /* rr__cuda_ipc_handle */
+
 /* A request whose bytes are in CUDA device memory (transport/cuda_ipc.c): buf (or, for a
  * consumed receive, the hook's destination) is on `device`, and the transport queues its
  * copies on `stream`, in order with the call's other device work. Completion means the
@@ -36,6 +38,49 @@ typedef struct rr__dev_waits {
   int n;
   struct rr__mop *lane[RR__DEV_WAITS_MAX];
 } rr__dev_waits;
+
+/* One buffer described by its allocation (a host message between ranks of one host): the
+ * allocation's base and size, the id CUDA gives it (process-wide unique: memory freed and
+ * allocated again, even at one address, has a new id), the IPC handle of the base, and the
+ * buffer's offset in it. */
+typedef struct rr__ipc_region {
+  uint64_t id, base, bytes, offset;
+  rr__cuda_ipc_handle h;
+} rr__ipc_region;
+
+#define RR__IPC_MAPS 32    /* peer allocations kept mapped */
+#define RR__IPC_EXPORTS 16 /* own allocations whose handles are kept */
+
+/* A process's caches: peer allocations it mapped, by (peer, id), never by address; and its
+ * own allocations' handles (ok 0: the allocation gives none). */
+typedef struct rr__ipc_cache {
+  struct {
+    int peer; /* -1: empty */
+    unsigned long long id;
+    uint64_t base, bytes;
+    char *mapped;
+    uint64_t used;
+  } map[RR__IPC_MAPS];
+  struct {
+    unsigned long long id;
+    int ok;
+    rr__cuda_ipc_handle h;
+  } exp[RR__IPC_EXPORTS];
+  int exp_next;
+  uint64_t tick;
+} rr__ipc_cache;
+
+void rr__ipc_cache_init(rr__ipc_cache *k);
+/* Close every mapping (no device work may still use one). */
+void rr__ipc_cache_close(rr__ipc_cache *k);
+/* Describe p (bytes long) by its allocation: 1, 0 when it gives no IPC handle (r is filled
+ * but for the handle), < 0 an error (set). */
+int rr__ipc_describe(rr__ipc_cache *k, const void *p, size_t bytes, rr__ipc_region *r);
+/* This process's pointer to byte `need` of peer's region r (peer_global for messages): from
+ * the cache, or opened now, closing the mappings of that peer's allocations it overlaps
+ * (freed since: two live allocations never overlap). 1 opened, 0 cached, < 0 an error. */
+int rr__ipc_map(rr__ipc_cache *k, int peer, int peer_global, const rr__ipc_region *r, size_t need,
+                char **out);
 
 typedef struct rr__req_dev {
   void *stream; /* cudaStream_t */

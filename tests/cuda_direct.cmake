@@ -44,3 +44,29 @@ set_tests_properties(cuda_direct_kill_w3 PROPERTIES LABELS "cuda" TIMEOUT 120 SK
 add_test(NAME cudafake.direct_device1_w2 COMMAND test_cuda --fake device1 2)
 set_tests_properties(cudafake.direct_device1_w2 PROPERTIES LABELS "cudafake" TIMEOUT 180
   ENVIRONMENT "RR_TIMEOUT=120;RR_GRACE_PERIOD=2;RR_CUDA_IPC=1;RR_CUDA_DIRECT=1")
+# Ranks that mix threads of one process with other processes (tests/test_cuda_mixed.c; issue
+# 39): "01-23" is ranks 0 and 1 threads of one process, 2 and 3 of another; "01-2" ranks 0 and
+# 1 threads of one process, rank 2 alone. In one call the lanes between threads keep the host
+# hand-off and those between processes take stream memory operations (each process's counters
+# checked around every call), and every rank declines the one-kernel form: on one fake GPU
+# with RR_CUDA_DIRECT=1 (both layouts) and on two. 4 KiB segments; the largest count, 2047,
+# keeps every lane at most 8 segments (its slots) per call. A few seconds each.
+add_executable(test_cuda_mixed ${RR_TEST_DIR}/test_cuda_mixed.c)
+target_link_libraries(test_cuda_mixed PRIVATE rrtest rr_fake_cuda)
+function(rr_mixproc_test name env)
+  add_test(NAME cudafake.mixproc_${name} COMMAND test_cuda_mixed --fake ${ARGN})
+  set_tests_properties(cudafake.mixproc_${name} PROPERTIES LABELS "cudafake" TIMEOUT 180
+    ENVIRONMENT "RR_TIMEOUT=60;RR_GRACE_PERIOD=2;RR_CUDA_DIRECT=1;${env}")
+endfunction()
+rr_mixproc_test(1gpu_w4 "RR_TEST_FAKE_DEVICES=1;RR_IPC_SEG_BYTES=4096" coll 01-23)
+rr_mixproc_test(1gpu_w3 "RR_TEST_FAKE_DEVICES=1;RR_IPC_SEG_BYTES=4096" coll 01-2)
+rr_mixproc_test(2gpu_w4 "RR_TEST_FAKE_DEVICES=2;RR_IPC_SEG_BYTES=4096" coll 01-23)
+# RR_CUDA_MEMOPS=0: every lane on the host hand-off; 12289 elements are 12 segments, so each
+# lane's 8 slots wrap within a step.
+rr_mixproc_test(hosted_w3 "RR_TEST_FAKE_DEVICES=1;RR_IPC_SEG_BYTES=4096;RR_CUDA_MEMOPS=0" coll 01-2 12289)
+# SIGKILLed mid-call (256 KiB calls, one segment per step): the process holding ranks 0 and 1,
+# whose peer, the lone rank 2, must fail naming one of them within 20 s, with nothing left
+# queued and destroy returning; then the lone rank 2 with RR_CUDA_MEMOPS=0: both threads of the
+# other process must name it.
+rr_mixproc_test(kill_pair_w3 "RR_TEST_FAKE_DEVICES=1" kill 01-2 0)
+rr_mixproc_test(kill_lone_hosted_w3 "RR_TEST_FAKE_DEVICES=1;RR_CUDA_MEMOPS=0" kill 01-2 1)

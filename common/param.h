@@ -54,6 +54,10 @@
   XX(cuda_memops_bytes, "RR_CUDA_MEMOPS_BYTES", 0, 0, 1LL << 40,                              \
      "ring and chain collectives through CUDA IPC of fewer bytes than this keep the "         \
      "host's hand-off where stream memory operations would do; 0: every size takes them")     \
+  XX(cuda_pull_bytes, "RR_CUDA_PULL_BYTES", 0, 0, 1LL << 40,                                  \
+     "all_gather and all_reduce through CUDA IPC with stream memory operations of at least "  \
+     "this many bytes read each all-gather segment straight from the sender's output (one "   \
+     "copy, not two; docs/cuda.md); smaller ones keep the slots; 0: every size")              \
   XX(ipc_epoch0, "RR_IPC_EPOCH0", 0, 0, 4294967295LL,                                         \
      "tests: the first value of the stream-memory flag words (near 2^32: their epochs wrap "  \
      "around soon)")                                                                          \

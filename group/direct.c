@@ -320,7 +320,7 @@ static int rr__direct_peer(rr_pg *pg, const rr__pg_call *call, rr__coll *c, rr__
 /* ---- the leader: the peers' buffers mapped, the kernel ---- */
 
 /* The leader's pointer to bytes `need` of peer's region r: the group's cache of mapped peer
- * allocations (transport/cuda_ipc.c, rr__ipc_map). */
+ * allocations (transport/cuda_ipc.c, rr__ipc_map), shared with the ring's pull. */
 static int rr__direct_map_region(rr_pg *pg, int peer, const rr__ipc_region *r, size_t need,
                                  char **out) {
   rr__ipc_cache *k = rr__pg_ipc_cache(pg);
@@ -451,7 +451,8 @@ static int rr__direct_call(rr_pg *pg, const rr__pg_call *call, int64_t timeout_m
   int prev = -1;
   RR__CHECK(rr__pg_ipc_in(pg, call, &dev, &prev));
   dev.waits = &waits;
-  dev.memops = 1; /* every rank has them (rr__direct_learn) */
+  dev.memops = 1;  /* every rank has them (rr__direct_learn) */
+  dev.pull = NULL; /* no ring steps */
   rr__coll c;
   rr__coll_init(&c, &pg->cs, pg->comm, &call->a, pg->rank, pg->size, timeout_ms);
   c.may_spin = pg->inline_call;
@@ -507,12 +508,14 @@ int rr__pg_direct_run(rr_pg *pg, const rr__pg_call *call, int64_t timeout_ms, in
 }
 
 void rr__pg_direct_free(rr_pg *pg) {
-  /* The mappings first (group/ipc.c makes the cache). */
+  /* The mappings first: the leader's and the ring's pulls share them (group/ipc.c). */
   if (pg->ipc_cache) {
     rr__ipc_cache_close(pg->ipc_cache);
     free(pg->ipc_cache);
     pg->ipc_cache = NULL;
   }
+  free(pg->ipc_pull);
+  pg->ipc_pull = NULL;
   rr__direct *d = pg->direct;
   if (!d) return;
   pg->direct = NULL;

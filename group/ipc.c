@@ -98,7 +98,8 @@ static const struct rr__form_row {
     {RR__FORM_DIRECT, "one kernel for ranks sharing a GPU (group/direct.c)",
      "RR_CUDA_DIRECT_BYTES"},
     {RR__FORM_HOSTED, "ring, the host handing segments over", "RR_CUDA_MEMOPS_BYTES - 1"},
-    {RR__FORM_MEMOPS, "ring, the GPUs' streams handing segments over", NULL},
+    {RR__FORM_MEMOPS, "ring, the GPUs' streams handing segments over", "RR_CUDA_PULL_BYTES - 1"},
+    {RR__FORM_PULL, "ring, the streams handing over, the all-gather steps pulling", NULL},
 };
 
 int64_t rr__pg_call_bytes(const rr_pg *pg, const rr__pg_call *call) {
@@ -106,8 +107,10 @@ int64_t rr__pg_call_bytes(const rr_pg *pg, const rr__pg_call *call) {
   return (int64_t)(RR__MAX(io.in, io.out) * rr_dtype_size(call->a.dtype));
 }
 
-/* The row's bound in bytes: the call takes the row when its size is at most this; -1 never. */
-static int64_t rr__form_upto(rr__ipc_form form, const rr__params *p) {
+/* The row's bound in bytes: the call takes the row when its size is at most this; -1 never.
+ * pull: the kind has a pull form (all_gather, all_reduce); for the others the stream hand-off
+ * takes every size past the host's. */
+static int64_t rr__form_upto(rr__ipc_form form, const rr__params *p, int pull) {
   switch (form) {
     case RR__FORM_STAGED:
       return p->cuda_staged_bytes ? p->cuda_staged_bytes : -1;
@@ -116,13 +119,15 @@ static int64_t rr__form_upto(rr__ipc_form form, const rr__params *p) {
     case RR__FORM_DIRECT:
       return p->cuda_direct_bytes;
     case RR__FORM_MEMOPS:
+      return pull ? p->cuda_pull_bytes - 1 : INT64_MAX;
+    case RR__FORM_PULL:
     default:
       return INT64_MAX;
   }
 }
 
 int rr__pg_direct_size(const rr_pg *pg, const rr__pg_call *call) {
-  return rr__pg_call_bytes(pg, call) <= rr__form_upto(RR__FORM_DIRECT, rr__params_get());
+  return rr__pg_call_bytes(pg, call) <= rr__form_upto(RR__FORM_DIRECT, rr__params_get(), 0);
 }
 
 /* Stream memory operations (transport/cuda_ipc.h) need the ring and chain kinds, where every
@@ -137,11 +142,14 @@ rr__ipc_form rr__pg_ipc_form(const rr_pg *pg, const rr__pg_call *call) {
   const int ring = dev == RR__DEV_IPC_SEG || dev == RR__DEV_PIPE;
   const int memops = ring && p->cuda_memops && rr__cuda_mem_ops(call->device);
   if (!ring) return RR__FORM_HOSTED;
+  /* The kinds whose ring has all-gather steps (ring/all_gather.c, ring/all_reduce.c). */
+  const int pull = memops && (a->kind == RR__K_ALL_GATHER || a->kind == RR__K_ALL_REDUCE);
   const int64_t bytes = rr__pg_call_bytes(pg, call);
   for (size_t i = 0; i < sizeof rr__ipc_forms / sizeof rr__ipc_forms[0]; i++) {
     const rr__ipc_form f = rr__ipc_forms[i].form;
-    if (f == RR__FORM_DIRECT || (f == RR__FORM_MEMOPS && !memops)) continue;
-    if (bytes <= rr__form_upto(f, p)) return f;
+    if (f == RR__FORM_DIRECT || (f == RR__FORM_MEMOPS && !memops) || (f == RR__FORM_PULL && !pull))
+      continue;
+    if (bytes <= rr__form_upto(f, p, pull)) return f;
   }
   return RR__FORM_HOSTED;
 }
@@ -158,8 +166,39 @@ rr__ipc_cache *rr__pg_ipc_cache(rr_pg *pg) {
   return pg->ipc_cache;
 }
 
+/* A pulling call (transport/cuda_ipc.h, "pull"): this rank's output described for its ring
+ * successor, which the ring sends behind the call header (ring/pipe_dev.c). An output whose
+ * allocation gives no IPC handle (cudaMallocAsync's pools) says so: both sides keep the
+ * slots. Same-process lanes never pull (the lane ignores the request's pull), whatever it
+ * says. */
+static int rr__pg_pull_in(rr_pg *pg, const rr__pg_call *call, rr__ipc_pull **out) {
+  *out = NULL;
+  rr__ipc_cache *k = rr__pg_ipc_cache(pg);
+  if (!k) return RR_ENOMEM;
+  if (!pg->ipc_pull) {
+    pg->ipc_pull = rr__calloc(1, sizeof *pg->ipc_pull);
+    if (!pg->ipc_pull) return rr__set_error(RR_ENOMEM, "no memory for the all-gather's pull state");
+  }
+  rr__ipc_pull *pl = pg->ipc_pull;
+  size_t in = 0, bytes = 0;
+  int reads = 0, writes = 0, gaps = 0;
+  rr__pg_call_io(pg, &call->a, &in, &bytes, &reads, &writes, &gaps);
+  memset(&pl->mine, 0, sizeof pl->mine);
+  pl->cache = k;
+  pl->recvbuf = call->a.recvbuf;
+  pl->mine.magic = RR__PULL_MAGIC;
+  pl->mine.len = bytes;
+  int ok = rr__ipc_describe(k, call->a.recvbuf, bytes, &pl->mine.out);
+  if (ok < 0) return ok;
+  pl->mine.ok = (uint32_t)ok;
+  *out = pl;
+  return RR_OK;
+}
+
 static int rr__pg_memops(const rr_pg *pg, const rr__pg_call *call) {
-  return call->path == RR__PATH_IPC && rr__pg_ipc_form(pg, call) == RR__FORM_MEMOPS;
+  if (call->path != RR__PATH_IPC) return 0;
+  const rr__ipc_form f = rr__pg_ipc_form(pg, call);
+  return f == RR__FORM_MEMOPS || f == RR__FORM_PULL;
 }
 
 /* The ring runs on the group's copy stream for the device, which first waits for the call's
@@ -177,12 +216,22 @@ int rr__pg_ipc_in(rr_pg *pg, const rr__pg_call *call, rr__req_dev *dev, int *pre
     return rr__cuda_pg_fail(pg, a, st, "ordering the call after its stream", rr__ipc_how(call));
   }
   *dev = (rr__req_dev){.stream = cs, .device = call->device, .memops = rr__pg_memops(pg, call)};
+  if (dev->memops && rr__pg_ipc_form(pg, call) == RR__FORM_PULL) {
+    st = rr__pg_pull_in(pg, call, &dev->pull);
+    if (st != RR_OK) {
+      rr__cuda_restore_device(*prev);
+      return rr__cuda_pg_fail(pg, a, st, "describing the output for the all-gather's pull",
+                              rr__ipc_how(call));
+    }
+  }
   return RR_OK;
 }
 
 int rr__pg_memop_wait(rr_pg *pg, const rr__pg_call *call, rr__coll *c, const rr__req_dev *dev) {
   RR__WHERE(c, "waiting for the call's device work");
-  int st = rr__cuda_event_record(call->cuda_done, dev->stream);
+  /* The call ends only once the peers pulling from this rank's output finished reading it. */
+  int st = rr__dev_fence(dev->waits, dev->stream);
+  if (st == RR_OK) st = rr__cuda_event_record(call->cuda_done, dev->stream);
   int64_t looked = 0;
   for (int spins = 0; st == RR_OK; spins++) {
     int d = rr__cuda_event_done(call->cuda_done);

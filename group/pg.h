@@ -141,10 +141,12 @@ struct rr_pg {
    * each other, the leader's cache of mapped peer buffers, a rank's exported scratch. NULL
    * until the first call that could take it. */
   struct rr__direct *direct;
-  /* Peer allocations mapped through their IPC handles and this rank's own handles
-   * (transport/transport.h, rr__ipc_cache; group/ipc.c makes it, rr__pg_direct_free frees
-   * it). NULL until the first call that needs it. */
+  /* Peer allocations mapped through their IPC handles and this rank's own handles, shared by
+   * the one-kernel form's leader and the ring's pull (transport/transport.h, rr__ipc_cache;
+   * group/ipc.c makes it, rr__pg_direct_free frees it); and a pulling call's state. NULL until
+   * the first call that needs them. */
   rr__ipc_cache *ipc_cache;
+  rr__ipc_pull *ipc_pull;
 };
 
 /* What a call reads and writes on this rank, in bytes from each buffer's start (ring/kind.c,
@@ -193,7 +195,7 @@ int rr__pg_run(rr_pg *pg, const rr__pg_call *call, int64_t timeout_ms);
  * ran (or failed) that way, 0 when it takes the ring. Every rank answers alike. free: at
  * the group's destroy (the peers' mappings closed, the scratch freed). */
 int rr__pg_direct_run(rr_pg *pg, const rr__pg_call *call, int64_t timeout_ms, int *st);
-/* Also frees the group's IPC cache (pg->ipc_cache). */
+/* Also frees the group's IPC caches (pg->ipc_cache, pg->ipc_pull). */
 void rr__pg_direct_free(rr_pg *pg);
 /* The group's cache of mapped peer allocations and own handles, made on first use (NULL: out
  * of memory, error set). group/ipc.c. */
@@ -235,6 +237,7 @@ typedef enum rr__ipc_form {
   RR__FORM_DIRECT, /* one kernel for ranks that share a GPU (group/direct.c decides it) */
   RR__FORM_HOSTED, /* the ring through CUDA IPC, the host handing each segment over */
   RR__FORM_MEMOPS, /* the ring through CUDA IPC, the GPUs' streams handing them over */
+  RR__FORM_PULL,   /* as MEMOPS, the all-gather steps reading the sender's output */
 } rr__ipc_form;
 rr__ipc_form rr__pg_ipc_form(const rr_pg *pg, const rr__pg_call *call);
 /* The size the forms are chosen by: the largest buffer the call reads or writes on a rank, in

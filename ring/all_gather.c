@@ -20,12 +20,15 @@ int rr__all_gather_ring(rr__coll *c) {
 
   RR__CHECK(rr__coll_send_hdr(c, right));
   RR__CHECK(rr__coll_recv_hdr(c, left));
+  /* Device buffers may pull every step: the left neighbour's output described. */
+  RR__CHECK(rr__coll_pull_post(c, right, left));
+  RR__CHECK(rr__coll_pull_wait(c, left));
   for (int s = 0; s < n - 1; s++) {
     const int send = rr__mod(r - s, n), recv = rr__mod(r - s - 1, n);
     RR__WHERE(c, "all-gather step %d/%d", s + 1, n - 1);
     rr__step st = rr__step_send_recv(right, dst + (size_t)send * blk, count, left,
                                      dst + (size_t)recv * blk, count);
-    st.schunk = send, st.rchunk = recv;
+    st.schunk = send, st.rchunk = recv, st.pull = 1;
     RR__CHECK(rr__pipe_step(c, &st));
   }
   return RR_OK;

@@ -48,6 +48,9 @@ int rr__all_reduce_ring(rr__coll *c) {
   /* Our call's fingerprint goes ahead of the data; the left neighbour's must equal ours. */
   RR__CHECK(rr__coll_send_hdr(c, right));
   RR__CHECK(rr__coll_recv_hdr(c, left));
+  /* Device buffers may pull in the all-gather: the left neighbour's output described now,
+   * needed only then. */
+  RR__CHECK(rr__coll_pull_post(c, right, left));
 
   for (int s = 0; s < n - 1; s++) {
     const int send = rr__mod(r - s, n), recv = rr__mod(r - s - 1, n);
@@ -60,12 +63,13 @@ int rr__all_reduce_ring(rr__coll *c) {
     st.schunk = send, st.rchunk = recv, st.phase = "reduce-scatter";
     RR__CHECK(rr__pipe_step(c, &st));
   }
+  RR__CHECK(rr__coll_pull_wait(c, left));
   for (int s = 0; s < n - 1; s++) {
     const int send = rr__mod(r + 1 - s, n), recv = rr__mod(r - s, n);
     RR__WHERE(c, "all-gather step %d/%d", s + 1, n - 1);
     rr__step st =
         rr__step_send_recv(right, dst + OFF(send), LEN(send), left, dst + OFF(recv), LEN(recv));
-    st.schunk = send, st.rchunk = recv, st.phase = "all-gather";
+    st.schunk = send, st.rchunk = recv, st.phase = "all-gather", st.pull = 1;
     RR__CHECK(rr__pipe_step(c, &st));
   }
 #undef OFF

@@ -85,6 +85,9 @@ void rr__coll_begin(rr__coll *c) {
   h->from = c->r;
   /* Ranks must agree on how device segments are handed over (ring/hdr.h). */
   h->handoff = c->dev && c->dev->memops ? RR__HDR_MEMOPS : RR__HDR_HOST;
+  /* A call whose all-gather steps pull sends a description behind its header (ring/pipe_dev.c):
+   * its ranks must agree (aux, which these kinds do not use otherwise). */
+  if (c->dev && c->dev->pull) h->aux = RR__HDR_AUX_PULL;
   /* Only calls that cut data into segments need the same segment size on both sides. */
   if (k->in != RR__IO_NONE || k->out != RR__IO_NONE) h->seg_bytes = (uint32_t)c->seg_bytes;
   /* all_to_allv sets the count of each pair as its headers go and are checked. */

@@ -17,6 +17,7 @@
 #define RR__HDR_BYTES 48
 #define RR__HDR_HOST 0
 #define RR__HDR_MEMOPS 1
+#define RR__HDR_AUX_PULL 1
 typedef struct rr__hdr {
   uint8_t kind, dtype, op, algo;
   /* How device segments are handed over (ranks must agree: a segment queued on the GPU's
@@ -26,7 +27,10 @@ typedef struct rr__hdr {
   int32_t root; /* group rank, -1 if none */
   int32_t from; /* sender's group rank */
   uint32_t seg_bytes;
-  uint32_t aux; /* round / step the message belongs to, where it matters */
+  /* Round / step the message belongs to, where it matters; all_gather and all_reduce on the
+   * stream hand-off: RR__HDR_AUX_PULL when the all-gather steps pull (a description of the
+   * sender's output follows the header: transport/cuda_ipc.h, "pull"), else 0. */
+  uint32_t aux;
   uint64_t seq; /* collective sequence number, or per-pair p2p sequence */
   uint64_t count;
 } rr__hdr;

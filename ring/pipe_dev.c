@@ -160,7 +160,13 @@ const rr__mem rr__mem_ipc = {
  * is posted only once the one before it completed: a receive may wait (once per lane) for the
  * sender's slots to be published, and nothing of the call may be queued ahead of it
  * meanwhile. The host waits for the call's work once, at its end (group/ipc.c), watching the
- * peers: a death there releases this rank's waits (rr__dev_release). */
+ * peers: a death there releases this rank's waits (rr__dev_release).
+ *
+ * A call whose all-gather steps pull (rr__req_dev.pull; transport/cuda_ipc.h, "pull") marks
+ * their requests: a send queues only its flag, a receive copies the segment out of the
+ * sender's output at the destination's offset. Both sides mark alike from the sender's
+ * description of its output, which travels behind the call header (rr__coll_pull_post, _wait
+ * below); the reduce-scatter steps keep the slots. */
 
 static int rr__mop_begin(rr__pipe *p) {
   RR__CHECK(rr__ipc_begin(p));
@@ -183,7 +189,60 @@ static int rr__mop_send_ready(rr__pipe *p, size_t k) {
 
 static int rr__mop_recv_post(rr__pipe *p, size_t k, rr__req *r, rr__red *x) {
   if (!rr__mop_in_order(p, r)) return 0;
-  return rr__ipc_recv_post(p, k, r, x);
+  int ready = rr__ipc_recv_post(p, k, r, x);
+  const rr__ipc_pull *pl = p->c->dev->pull;
+  /* A pulling step: the segment is read where it lies in the sender's output (its offset
+   * there is the destination's here), when the sender's buffer could be described. */
+  if (ready > 0 && p->st->pull && !p->slotted && pl && pl->theirs.ok) {
+    r->pull = 1;
+    r->pull_off = (size_t)(x->dst - pl->recvbuf);
+  }
+  return ready;
+}
+
+/* A pulling step's send: only the flag, when this rank's output could be described (its
+ * successor then pulls; else both keep the slots). */
+static int rr__mop_send_stage(rr__pipe *p, size_t k, rr__req *r, const char *src, size_t len) {
+  RR__CHECK(rr__ipc_send_stage(p, k, r, src, len));
+  const rr__ipc_pull *pl = p->c->dev->pull;
+  r->pull = p->st->pull && pl && pl->mine.ok;
+  return RR_OK;
+}
+
+/* ---- the pull's descriptions (prims.h) ---- */
+
+int rr__coll_pull_post(rr__coll *c, int right, int left) {
+  rr__ipc_pull *pl = c->dev ? c->dev->pull : NULL;
+  if (!pl) return RR_OK;
+  pl->from = left;
+  pl->mine.seq = c->hdr.seq;
+  memset(&pl->theirs, 0, sizeof pl->theirs);
+  memset(&pl->sreq, 0, sizeof pl->sreq);
+  memset(&pl->rreq, 0, sizeof pl->rreq);
+  pl->sreq.buf = (char *)&pl->mine;
+  pl->sreq.len = sizeof pl->mine;
+  pl->rreq.buf = (char *)&pl->theirs;
+  pl->rreq.len = sizeof pl->theirs;
+  /* Message 0, behind the header on the same lane (ring/prims.c). */
+  RR__CHECK(rr__comm_isend(c->cm, right, 0, &pl->sreq));
+  return rr__comm_irecv(c->cm, left, 0, &pl->rreq);
+}
+
+int rr__coll_pull_wait(rr__coll *c, int left) {
+  rr__ipc_pull *pl = c->dev ? c->dev->pull : NULL;
+  if (!pl) return RR_OK;
+  RR__WHERE(c, "waiting for rank %d's description of its output", rr__grank(c, left));
+  RR__CHECK(rr__coll_wait(c, &pl->rreq, left));
+  const rr__ipc_pull_desc *t = &pl->theirs;
+  if (t->magic != RR__PULL_MAGIC || t->seq != c->hdr.seq || t->ok > 1 || t->len != pl->mine.len)
+    return rr__set_error(RR_EPROTO,
+                         "rank %d's description of its output is not this call's (call #%llu "
+                         "of %llu bytes, got #%llu of %llu bytes)",
+                         rr__grank(c, left), (unsigned long long)c->hdr.seq,
+                         (unsigned long long)pl->mine.len, (unsigned long long)t->seq,
+                         (unsigned long long)t->len);
+  /* Ours is on its way too: its request is reused by the next call. */
+  return rr__coll_wait(c, &pl->sreq, (c->r + 1) % c->n);
 }
 
 const rr__mem rr__mem_memop = {
@@ -193,7 +252,7 @@ const rr__mem rr__mem_memop = {
     .reduce = rr__dev_reduce,
     .scratch = rr__dev_scratch,
     .begin = rr__mop_begin,
-    .send_stage = rr__ipc_send_stage,
+    .send_stage = rr__mop_send_stage,
     .send_ready = rr__mop_send_ready,
     .recv_post = rr__mop_recv_post,
     .recv_done = rr__ipc_recv_done,

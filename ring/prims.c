@@ -29,6 +29,10 @@ static const char *rr__mismatch_hint(const rr__hdr *mine, const rr__hdr *theirs)
     return " (device segments handed over by the GPUs' streams on one rank, by the host on the "
            "other: RR_CUDA_MEMOPS differs between the ranks, or a device without stream memory "
            "operations)";
+  if (theirs->aux != mine->aux &&
+      (mine->kind == RR__K_ALL_GATHER || mine->kind == RR__K_ALL_REDUCE))
+    return " (the all-gather steps pull on one rank, not on the other: RR_CUDA_PULL_BYTES "
+           "differs between the ranks)";
   return "";
 }
 

@@ -237,6 +237,10 @@ typedef struct rr__step {
    * and the phase of the algorithm (NULL: the kind's phase column, ring/kind.h). */
   int schunk, rchunk;
   const char *phase;
+  /* An all-gather step: what it sends lies in the sender's output at the offset where the
+   * receiver writes it, and is final (never written again in the call), so a receiver on
+   * device buffers may read it there (transport/cuda_ipc.h, "pull"; ring/pipe_dev.c). */
+  int pull;
 } rr__step;
 
 /* send: `count` elements of buf to `to`. */
@@ -333,6 +337,13 @@ static inline rr__step rr__step_whole_reduce(int to, int from, void *buf, void *
   st.schunk = to >= 0 ? 0 : -1, st.rchunk = 0;
   return st;
 }
+
+/* The pull's descriptions (ring/pipe_dev.c; transport/cuda_ipc.h, "pull"): a call whose
+ * all-gather steps pull sends a description of its output to `right` and receives `left`'s,
+ * on message 0 behind the call header (post), and has it before its first pulling step
+ * (wait). Nothing for any other call. */
+int rr__coll_pull_post(rr__coll *c, int right, int left);
+int rr__coll_pull_wait(rr__coll *c, int left);
 
 /* Execute a step; returns when all its sends and receives completed, so the next step may
  * overwrite anything this one was sending. */

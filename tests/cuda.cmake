@@ -306,3 +306,35 @@ foreach(t rules pingpong)
   set_tests_properties(cuda_memops_${t} PROPERTIES LABELS "cuda" TIMEOUT 120 SKIP_RETURN_CODE 77
     ENVIRONMENT "${RR_CUDA_TEST_ENV}")
 endforeach()
+# The all-gather's pull (issue 39 part 3; tests/test_cuda_pull.c): all_gather and all_reduce
+# read each all-gather segment from the sender's output, counted (pulled, nothing of it into
+# slots), results exact, worlds 2, 3, 4; the size bound on both sides; an output freed and
+# allocated again at one address; an output without an IPC handle; the fence (a sender's call
+# ends only after its successor read it); RR_CUDA_PULL_BYTES differing between the ranks
+# (RR_EMISMATCH); a rank killed mid-call. About 5 s together on two cores.
+# RR_IPC_SEG_BYTES=4096: a block of 20011 elements is 20 segments (each lane's slots wrap).
+add_executable(test_cuda_pull ${RR_TEST_DIR}/test_cuda_pull.c)
+target_link_libraries(test_cuda_pull PRIVATE rrtest rr_fake_cuda)
+set(RR_PULL_ENV "${RR_FAKE_ENV};RR_CUDA_IPC=1;RR_CUDA_DIRECT=0;RR_IPC_SEG_BYTES=4096")
+foreach(w 2 3 4)
+  add_test(NAME cudafake.pull_coll_w${w} COMMAND test_cuda_pull --fake coll)
+  set_tests_properties(cudafake.pull_coll_w${w} PROPERTIES LABELS "cudafake" TIMEOUT 120
+    ENVIRONMENT "${RR_PULL_ENV};RR_TEST_WORLD=${w}")
+endforeach()
+add_test(NAME cudafake.pull_bound_w2 COMMAND test_cuda_pull --fake bound)
+set_tests_properties(cudafake.pull_bound_w2 PROPERTIES LABELS "cudafake" TIMEOUT 60
+  ENVIRONMENT "${RR_PULL_ENV};RR_CUDA_PULL_BYTES=65536")
+foreach(t stale noexport fence)
+  add_test(NAME cudafake.pull_${t}_w3 COMMAND test_cuda_pull --fake ${t})
+  set_tests_properties(cudafake.pull_${t}_w3 PROPERTIES LABELS "cudafake" TIMEOUT 60
+    ENVIRONMENT "${RR_PULL_ENV};RR_TEST_WORLD=3")
+endforeach()
+add_test(NAME cudafake.pull_mismatch_w2 COMMAND test_cuda_pull --fake mismatch)
+set_tests_properties(cudafake.pull_mismatch_w2 PROPERTIES LABELS "cudafake" TIMEOUT 60
+  ENVIRONMENT "${RR_PULL_ENV}")
+add_test(NAME cudafake.pull_kill_w3 COMMAND test_cuda_pull --fake kill)
+set_tests_properties(cudafake.pull_kill_w3 PROPERTIES LABELS "cudafake" TIMEOUT 150
+  ENVIRONMENT "${RR_FAKE_ENV};RR_CUDA_IPC=1;RR_CUDA_DIRECT=0;RR_TEST_WORLD=3")
+add_test(NAME cuda_pull_coll COMMAND test_cuda_pull coll)
+set_tests_properties(cuda_pull_coll PROPERTIES LABELS "cuda" TIMEOUT 120 SKIP_RETURN_CODE 77
+  ENVIRONMENT "${RR_CUDA_TEST_ENV};RR_IPC_SEG_BYTES=4096;RR_TEST_WORLD=2")

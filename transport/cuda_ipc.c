@@ -241,9 +241,19 @@ struct rr__mop {
   /* Segments and signals queued each way over the lane's life: both sides count alike. */
   uint64_t tx_n, rx_n, sig_tx, sig_rx;
   int released; /* the host satisfied our waits after a failed call: no further use */
+  /* The last segment we sent by pull (counted as tx_n counts) and not fenced yet. */
+  uint64_t pull_t;
+  int pull_pending;
 };
 
-static atomic_ullong rr__mop_nseg;
+static atomic_ullong rr__mop_nseg, rr__mop_nslot_bytes, rr__mop_npulled;
+
+uint64_t rr__mop_slot_bytes(void) {
+  return atomic_load(&rr__mop_nslot_bytes);
+}
+uint64_t rr__mop_pulled(void) {
+  return atomic_load(&rr__mop_npulled);
+}
 
 uint64_t rr__mop_segments(void) {
   return atomic_load(&rr__mop_nseg);
@@ -423,15 +433,43 @@ int rr__mop_send(rr__mop *m, rr__req *r) {
                            r->len, m->slot);
     const uint64_t t = m->tx_n++;
     const uint32_t i = (uint32_t)(t % m->nslots), e = rr__mop_epoch(m, t);
-    st = rr__cuda_wait_value(s, rr__mop_dev(m, &m->tx->freed[i]), e - 1);
-    if (st == RR_OK) st = rr__cuda_memcpy_async(m->slots + (size_t)i * m->slot, r->buf, r->len, s);
-    if (st == RR_OK) st = rr__cuda_write_value(s, rr__mop_dev(m, &m->tx->ready[i]), e);
+    if (r->pull) {
+      /* The receiver reads the segment where it is: only the flag (cuda_ipc.h, "pull"). */
+      st = rr__cuda_write_value(s, rr__mop_dev(m, &m->tx->ready[i]), e);
+      m->pull_t = t;
+      m->pull_pending = 1;
+    } else {
+      st = rr__cuda_wait_value(s, rr__mop_dev(m, &m->tx->freed[i]), e - 1);
+      if (st == RR_OK)
+        st = rr__cuda_memcpy_async(m->slots + (size_t)i * m->slot, r->buf, r->len, s);
+      if (st == RR_OK) st = rr__cuda_write_value(s, rr__mop_dev(m, &m->tx->ready[i]), e);
+      atomic_fetch_add_explicit(&rr__mop_nslot_bytes, r->len, memory_order_relaxed);
+    }
     atomic_fetch_add_explicit(&rr__mop_nseg, 1, memory_order_relaxed);
   }
   if (st != RR_OK)
     return rr__prefix_error(st, "CUDA IPC: sending %zu bytes to rank %d", r->len, m->peer_global);
   r->done = r->len;
   r->complete = 1;
+  return RR_OK;
+}
+
+/* Where a pulled segment is: the sender's buffer (its description came with the call),
+ * mapped through the call's cache, plus the segment's offset. */
+static int rr__mop_pull_src(rr__mop *m, const rr__req *r, const char **out) {
+  const rr__ipc_pull *pl = r->dev->pull;
+  if (r->consume || !pl || !pl->theirs.ok)
+    return rr__set_error(RR_EINVAL, "internal: a pull from rank %d without its description",
+                         m->peer_global);
+  if (r->pull_off > pl->theirs.len || r->len > pl->theirs.len - r->pull_off)
+    return rr__set_error(RR_EPROTO,
+                         "rank %d's buffer (%llu bytes) does not hold the %zu bytes at %zu this "
+                         "rank pulls from it",
+                         m->peer_global, (unsigned long long)pl->theirs.len, r->len, r->pull_off);
+  char *base = NULL;
+  int o = rr__ipc_map(pl->cache, pl->from, m->peer_global, &pl->theirs.out, pl->theirs.len, &base);
+  if (o < 0) return o;
+  *out = base + r->pull_off;
   return RR_OK;
 }
 
@@ -448,11 +486,17 @@ int rr__mop_recv(rr__mop *m, rr__req *r) {
       return rr__set_error(RR_EINVAL, "internal: a device receive of %zu bytes from rank %d %s",
                            r->len, m->peer_global,
                            m->opened ? "exceeds a slot" : "before its slots");
+    /* A pull reads the sender's buffer, mapped before the counts move. */
+    const char *from = NULL;
+    if (r->pull) RR__CHECK(rr__mop_pull_src(m, r, &from));
     const uint64_t t = m->rx_n++;
     const uint32_t i = (uint32_t)(t % m->nslots), e = rr__mop_epoch(m, t);
     const char *slot = m->peer_slots + (size_t)i * m->slot;
     st = rr__cuda_wait_value(s, rr__mop_dev(m, &m->rx->ready[i]), e);
-    if (st == RR_OK && r->consume) {
+    if (st == RR_OK && from) {
+      st = rr__cuda_memcpy_async(r->buf, from, r->len, s);
+      atomic_fetch_add_explicit(&rr__mop_npulled, 1, memory_order_relaxed);
+    } else if (st == RR_OK && r->consume) {
       r->consume(r, slot, r->len); /* the ring's kernel reads the peer's slot, on this stream */
       r->consumed = 1;
     } else if (st == RR_OK) {
@@ -487,6 +531,22 @@ static void rr__mop_release(rr__mop *m) {
 
 void rr__dev_release(rr__dev_waits *w) {
   for (int i = 0; w && i < w->n; i++) rr__mop_release(w->lane[i]);
+}
+
+int rr__dev_fence(rr__dev_waits *w, void *stream) {
+  for (int k = 0; w && k < w->n; k++) {
+    rr__mop *m = w->lane[k];
+    if (!m->pull_pending || m->released) continue;
+    const uint32_t i = (uint32_t)(m->pull_t % m->nslots), e = rr__mop_epoch(m, m->pull_t);
+    m->pull_pending = 0;
+    int st = rr__cuda_wait_value(stream, rr__mop_dev(m, &m->tx->freed[i]), e);
+    if (st != RR_OK)
+      return rr__prefix_error(st,
+                              "CUDA IPC: waiting for rank %d to finish reading this rank's "
+                              "buffer",
+                              m->peer_global);
+  }
+  return RR_OK;
 }
 
 /* ---- the caches of mapped peer allocations and of own handles (cuda_ipc.h) ---- */

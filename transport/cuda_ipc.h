@@ -170,5 +170,37 @@ void rr__mop_free(rr__mop *m, int peer_pid);
 /* Segments this process sent through stream memory operations so far (tests; signals are not
  * counted). */
 uint64_t rr__mop_segments(void);
+/* Bytes this process copied into the slots it sends from (tests: the pull copies none). */
+uint64_t rr__mop_slot_bytes(void);
+
+/* ---- pull: the all-gather's segments read straight out of the sender's buffer ----
+ *
+ * In an all-gather step (all_gather, all_reduce's second half) the chunk a rank sends lies in
+ * its own output at the offset where its successor writes it, and is final: it is never
+ * written again in the call. So the receiver's stream copies it straight from the sender's
+ * output, mapped here through the allocation's IPC handle, instead of the sender copying it
+ * into a slot first. Such a segment is a segment of the lane like any other (slot t mod
+ * nslots, epoch e; both sides count it), but no slot holds it:
+ *
+ *   sender's stream    write ready[i] = e              (stream order: the chunk is final)
+ *   receiver's stream  wait ready[i] >= e
+ *                      copy sender's output + off -> own output + off
+ *                      write freed[i] = e
+ *   sender's stream    at the call's end, before its end event: wait freed[i] >= e for the
+ *                      last segment pulled (rr__dev_fence), so the call completes (and the
+ *                      user may overwrite or free the buffer) only after the reads
+ *
+ * The sender needs no wait before its write: nothing of its own is overwritten, and a later
+ * copy into slot i still waits for freed[i] >= its epoch - 1, which covers the pull. A wait
+ * the host releases (rr__dev_release) covers the fence too. The description of the sender's
+ * output travels once per call as a host message behind the call header (ring/pipe_dev.c);
+ * a buffer whose allocation gives no IPC handle says so there, and both sides keep the slots.
+ * Only lanes with stream memory operations pull (two processes); others ignore rr__req.pull.
+ *
+ * The mappings are cached by the allocation's identity (rr__ipc_map), as the one-kernel form
+ * keeps them (group/direct.c shares the cache). */
+
+/* The types and calls of the pull and of the cache are in transport/transport.h (the ring and
+ * the group use them). */
 
 #endif /* RR__TRANSPORT_CUDA_IPC_H_ */

@@ -82,6 +82,16 @@ int rr__ipc_describe(rr__ipc_cache *k, const void *p, size_t bytes, rr__ipc_regi
 int rr__ipc_map(rr__ipc_cache *k, int peer, int peer_global, const rr__ipc_region *r, size_t need,
                 char **out);
 
+/* What a rank sends its ring successor once per pulling call (after the call header). */
+#define RR__PULL_MAGIC 0x4c4c5550u /* "PULL" */
+typedef struct rr__ipc_pull_desc {
+  uint32_t magic;
+  uint32_t ok;  /* 1: the successor pulls from `out`; 0: no IPC handle, the slots */
+  uint64_t seq; /* the call's sequence number */
+  uint64_t len; /* the output's bytes */
+  rr__ipc_region out;
+} rr__ipc_pull_desc;
+
 typedef struct rr__req_dev {
   void *stream; /* cudaStream_t */
   int device;
@@ -90,12 +100,20 @@ typedef struct rr__req_dev {
    * waits: the lanes they wait on (filled by the transport). */
   int memops;
   rr__dev_waits *waits;
+  /* With memops: the call's all-gather steps pull (transport/cuda_ipc.h, "pull"); NULL: not. */
+  struct rr__ipc_pull *pull;
 } rr__req_dev;
 
 /* Store into this process's wait words on every lane in w the values that satisfy every wait
  * queued on them so far (transport/cuda_ipc.c), so a stream left waiting for a peer that will
  * never write drains. The lanes are unusable afterwards (their epochs are gone). */
 void rr__dev_release(rr__dev_waits *w);
+
+/* Queue on stream, for each lane in w that pulled segments of ours since the last fence, a
+ * wait until the receiver finished the last of them (before the call's end event). */
+int rr__dev_fence(rr__dev_waits *w, void *stream);
+/* Segments this process pulled from a peer's buffer so far (tests). */
+uint64_t rr__mop_pulled(void);
 
 typedef struct rr__req {
   struct rr__req *next; /* queue link while the transport owns the request */
@@ -121,7 +139,24 @@ typedef struct rr__req {
    * the lane's signal word, the receiver's waits for it: one process's stream ordered after
    * another's (the one-kernel form, group/direct.c). */
   int signal;
+  /* A device message with memops whose bytes the receiver copies straight out of the sender's
+   * buffer (transport/cuda_ipc.h, "pull"): the sender sets pull (buf: its segment, where it
+   * stays); the receiver sets pull too, with pull_off the segment's bytes into the sender's
+   * described buffer (r->dev->pull). A lane without stream memory operations ignores both. */
+  int pull;
+  size_t pull_off;
 } rr__req;
+
+/* A pulling call's state (group/ipc.c fills it, the ring sends and receives the descriptions,
+ * the lanes map and read). */
+typedef struct rr__ipc_pull {
+  rr__ipc_cache *cache;
+  int from;                 /* the group rank pulled from (the ring predecessor) */
+  rr__ipc_pull_desc mine;   /* this rank's output, for its successor */
+  rr__ipc_pull_desc theirs; /* the predecessor's, once received (theirs.ok: pull) */
+  char *recvbuf;            /* this rank's output: a segment's offset is measured from it */
+  rr__req sreq, rreq;       /* the two descriptions' messages */
+} rr__ipc_pull;
 
 /* What every rank publishes at rendezvous about itself. */
 #define RR__PEER_ADDR_MAX 64 /* as transport/socket.h's longest address text */

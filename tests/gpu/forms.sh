@@ -11,7 +11,11 @@
 #                          buffers, in each form: the host hand-off (the ring, each segment
 #                          handed over by the hosts: RR_CUDA_MEMOPS=0 RR_CUDA_DIRECT=0), the
 #                          stream-memop ring (RR_CUDA_DIRECT=0) and the one-kernel form (the
-#                          default on one GPU); reduce_scatter and all_gather in the last two
+#                          default on one GPU); reduce_scatter and all_gather in the last two.
+#                          The stream-memop ring's all_reduce and all_gather pull their
+#                          all-gather steps (RR_CUDA_PULL_BYTES=0, the default); "slots" is the
+#                          same ring without the pull (RR_CUDA_PULL_BYTES=1024G), beside it.
+#                          (tests/gpu/report.py does not tabulate "slots" yet: read forms.txt.)
 #
 # Exits 1 if anything failed (a launch, a result all_reduce_perf's own check found wrong, the
 # probe). Every launch is time-limited; the whole takes about a minute on an H100 or H200.
@@ -66,6 +70,10 @@ sizes=(-b 8 -e 256M -f 2 --mem cuda)
   for coll in all_reduce reduce_scatter all_gather; do
     echo "## $coll, stream-memop ring (RR_CUDA_MEMOPS=1 RR_CUDA_DIRECT=0)"
     RR_CUDA_MEMOPS=1 RR_CUDA_DIRECT=0 perf ${coll}_perf "${sizes[@]}" -n 20 -w 5
+    if [ "$coll" != reduce_scatter ]; then
+      echo "## $coll, slots: no pull (RR_CUDA_MEMOPS=1 RR_CUDA_DIRECT=0 RR_CUDA_PULL_BYTES=1024G)"
+      RR_CUDA_MEMOPS=1 RR_CUDA_DIRECT=0 RR_CUDA_PULL_BYTES=1024G perf ${coll}_perf "${sizes[@]}" -n 10 -w 3
+    fi
     echo "## $coll, one kernel (RR_CUDA_DIRECT=1)"
     RR_CUDA_DIRECT=1 perf ${coll}_perf "${sizes[@]}" -n 20 -w 5
   done

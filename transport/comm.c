@@ -633,9 +633,22 @@ int rr__comm_wait(rr__comm *cm, int64_t deadline_ms, const rr__sniff *sn) {
   while (rc < 0 && errno == EINTR);
   if (rc < 0) return rr__set_error(RR_ESYS, "poll: %s", strerror(errno));
   /* Data that is here wins: a call whose last bytes arrived completes even if a peer has
-   * since given up on a later call. The abort is seen when we would otherwise sleep. */
-  for (int i = 0; i < first_sniff; i++)
-    if (cm->pfds[i].revents && !atomic_load(&cm->halt)) return RR_OK;
+   * since given up on a later call. The abort is seen when we would otherwise sleep. A lane
+   * that only asked to be looked at again at once (POLLOUT alone: a shm lane whose own
+   * device work nobody will wake it for) wins only while nothing else has something to say:
+   * its device work may be queued behind a wait for a peer that died, which only the
+   * control sockets, the pidfds or the deadline can end (rr__dev_release on the loss). */
+  int again = 0;
+  for (int i = 0; i < first_sniff; i++) {
+    if (!cm->pfds[i].revents || atomic_load(&cm->halt)) continue;
+    if (cm->pfds[i].revents & ~POLLOUT) return RR_OK;
+    again = 1;
+  }
+  if (again && left > 0 && overdue < 0) {
+    int news = 0;
+    for (int k = first_sniff; k < n && !news; k++) news = cm->pfds[k].revents != 0;
+    if (!news) return RR_OK;
+  }
   if (rr__abort_now(cm)) return rr__comm_check(cm);
   if (rc == 0 && overdue < 0 && grace == left) return rr__set_error(RR_ETIMEDOUT, "timed out");
   if (cm->pfds[n - 1].revents && atomic_load(&cm->aborted)) {
@@ -682,7 +695,10 @@ int rr__comm_wait(rr__comm *cm, int64_t deadline_ms, const rr__sniff *sn) {
   /* A peer that vanished fails this call, unless an abort that concerns it explains why
    * (a peer's abort for a later call does not: this call may be waiting for the dead). */
   if (lost >= 0 && !rr__abort_now(cm)) return rr__lost(cm, lost);
-  return rr__abort_now(cm) ? rr__comm_check(cm) : RR_OK;
+  if (rr__abort_now(cm)) return rr__comm_check(cm);
+  /* Woken only to look again, past the deadline: nothing else would end the wait. */
+  if (again && overdue < 0 && left <= 0) return rr__set_error(RR_ETIMEDOUT, "timed out");
+  return RR_OK;
 }
 
 /* ---- how a blocking call waits: the spin policy ---- */

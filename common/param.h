@@ -58,6 +58,10 @@
      "all_gather and all_reduce through CUDA IPC with stream memory operations of at least "  \
      "this many bytes read each all-gather segment straight from the sender's output (one "   \
      "copy, not two; docs/cuda.md); smaller ones keep the slots; 0: every size")              \
+  XX(cuda_memops_mixed, "RR_CUDA_MEMOPS_MIXED", 0, 0, 1,                                      \
+     "tests: 1 lets a group where some ranks are threads of one process take stream memory "  \
+     "operations on its lanes between processes (it hangs once a lane carries more "          \
+     "segments in a call than its slots: docs/cuda.md)")                                      \
   XX(ipc_epoch0, "RR_IPC_EPOCH0", 0, 0, 4294967295LL,                                         \
      "tests: the first value of the stream-memory flag words (near 2^32: their epochs wrap "  \
      "around soon)")                                                                          \

@@ -11,6 +11,7 @@
 #include "common/status.h"
 #include "cuda/cuda.h"
 #include "group/pg.h"
+#include "transport/comm.h"
 
 static const char *rr__ipc_how(const rr__pg_call *call) {
   return call->path == RR__PATH_PIPED ? "device buffer piped through pinned host memory"
@@ -140,7 +141,14 @@ rr__ipc_form rr__pg_ipc_form(const rr_pg *pg, const rr__pg_call *call) {
   const int dev = rr__kind(a->kind)->dev;
   const rr__params *p = rr__params_get();
   const int ring = dev == RR__DEV_IPC_SEG || dev == RR__DEV_PIPE;
-  const int memops = ring && p->cuda_memops && rr__cuda_mem_ops(call->device);
+  /* A group where some ranks are threads of one process and others are not would hand
+   * segments over by the host on some lanes and by the streams on others in one call: the
+   * host-handed requests complete late, which breaks the order ring/pipe_dev.c queues each
+   * stream's sends and receives in, and the streams then wait on each other in a circle
+   * (cudafake.mixproc_seg_w3). Such a group keeps the host's hand-off on every lane
+   * (RR_CUDA_MEMOPS_MIXED=1, for tests, lets it mix them). */
+  const int memops = ring && p->cuda_memops && rr__cuda_mem_ops(call->device) &&
+                     (p->cuda_memops_mixed || !rr__comm_shares_process(pg->comm));
   if (!ring) return RR__FORM_HOSTED;
   /* The kinds whose ring has all-gather steps (ring/all_gather.c, ring/all_reduce.c). */
   const int pull = memops && (a->kind == RR__K_ALL_GATHER || a->kind == RR__K_ALL_REDUCE);

@@ -46,11 +46,11 @@ set_tests_properties(cudafake.direct_device1_w2 PROPERTIES LABELS "cudafake" TIM
   ENVIRONMENT "RR_TIMEOUT=120;RR_GRACE_PERIOD=2;RR_CUDA_IPC=1;RR_CUDA_DIRECT=1")
 # Ranks that mix threads of one process with other processes (tests/test_cuda_mixed.c; issue
 # 39): "01-23" is ranks 0 and 1 threads of one process, 2 and 3 of another; "01-2" ranks 0 and
-# 1 threads of one process, rank 2 alone. In one call the lanes between threads keep the host
-# hand-off and those between processes take stream memory operations (each process's counters
-# checked around every call), and every rank declines the one-kernel form: on one fake GPU
-# with RR_CUDA_DIRECT=1 (both layouts) and on two. 4 KiB segments; the largest count, 2047,
-# keeps every lane at most 8 segments (its slots) per call. A few seconds each.
+# 1 threads of one process, rank 2 alone. Every lane of such a group keeps the host hand-off
+# (group/ipc.c; each process's counters checked around every call), and every rank declines
+# the one-kernel form: on one fake GPU with RR_CUDA_DIRECT=1 (both layouts) and on two. 4 KiB
+# segments. A few seconds each. RR_CUDA_MEMOPS_MIXED=1 (tests only) lets the lanes between
+# processes take stream memory operations as they did at first: the "mixed" cases.
 add_executable(test_cuda_mixed ${RR_TEST_DIR}/test_cuda_mixed.c)
 target_link_libraries(test_cuda_mixed PRIVATE rrtest rr_fake_cuda)
 function(rr_mixproc_test name env)
@@ -61,6 +61,20 @@ endfunction()
 rr_mixproc_test(1gpu_w4 "RR_TEST_FAKE_DEVICES=1;RR_IPC_SEG_BYTES=4096" coll 01-23)
 rr_mixproc_test(1gpu_w3 "RR_TEST_FAKE_DEVICES=1;RR_IPC_SEG_BYTES=4096" coll 01-2)
 rr_mixproc_test(2gpu_w4 "RR_TEST_FAKE_DEVICES=2;RR_IPC_SEG_BYTES=4096" coll 01-23)
+# Both hand-offs in one call (the knob): the lanes between threads by the host, those between
+# processes by the streams; the largest count, 2047, keeps every lane at most 8 segments (its
+# slots) per call, since more hang (below).
+rr_mixproc_test(mixed_1gpu_w4 "RR_TEST_FAKE_DEVICES=1;RR_IPC_SEG_BYTES=4096;RR_CUDA_MEMOPS_MIXED=1" coll 01-23)
+rr_mixproc_test(mixed_2gpu_w3 "RR_TEST_FAKE_DEVICES=2;RR_IPC_SEG_BYTES=4096;RR_CUDA_MEMOPS_MIXED=1" coll 01-2)
+# 20011 float32 a block: 20 segments a lane in a step. With both hand-offs in one call this hung
+# (a reduce_scatter at world 3 timed out): the host hand-off's requests complete late, so
+# ring/pipe_dev.c's rr__mem_memop no longer queues each stream's sends and receives in the
+# batches that keep the streams from waiting on each other in a circle. seg_w3: the group
+# keeps the host hand-off on every lane (group/ipc.c) and passes; seg_mixed_w3, with the knob,
+# still hangs and stays off (DISABLED) until the ring queues in a safe order for it.
+rr_mixproc_test(seg_w3 "RR_TEST_FAKE_DEVICES=1;RR_IPC_SEG_BYTES=4096" coll 01-2 20011)
+rr_mixproc_test(seg_mixed_w3 "RR_TEST_FAKE_DEVICES=1;RR_IPC_SEG_BYTES=4096;RR_CUDA_MEMOPS_MIXED=1" coll 01-2 20011)
+set_tests_properties(cudafake.mixproc_seg_mixed_w3 PROPERTIES DISABLED TRUE)
 # RR_CUDA_MEMOPS=0: every lane on the host hand-off; 12289 elements are 12 segments, so each
 # lane's 8 slots wrap within a step.
 rr_mixproc_test(hosted_w3 "RR_TEST_FAKE_DEVICES=1;RR_IPC_SEG_BYTES=4096;RR_CUDA_MEMOPS=0" coll 01-2 12289)
@@ -70,15 +84,9 @@ rr_mixproc_test(hosted_w3 "RR_TEST_FAKE_DEVICES=1;RR_IPC_SEG_BYTES=4096;RR_CUDA_
 # other process must name it.
 rr_mixproc_test(kill_pair_w3 "RR_TEST_FAKE_DEVICES=1" kill 01-2 0)
 rr_mixproc_test(kill_lone_hosted_w3 "RR_TEST_FAKE_DEVICES=1;RR_CUDA_MEMOPS=0" kill 01-2 1)
-# A survivor whose host-handed copy to its own thread sits on its stream behind a stream wait
-# for the killed rank 2's word: transport/comm.c's wait used to return on the lane's "own
-# device work: look again at once" POLLOUT before it looked at the control sockets, the
-# pidfds or the deadline, and spun for ever (TSan: 2 runs of 11 before, 0 of 11 after).
-rr_mixproc_test(kill_lone_w3 "RR_TEST_FAKE_DEVICES=1" kill 01-2 1)
-# A hang of such groups with the stream hand-off, kept here off (DISABLED) until it is fixed:
-# a lane that carries more segments in one call than it has slots hangs the call (a
-# reduce_scatter of 20011 float32 at world 3 times out): the host hand-off's requests complete
-# late, so ring/pipe_dev.c's rr__mem_memop no longer queues each stream's sends and receives in
-# the batches that keep the streams from waiting on each other in a circle.
-rr_mixproc_test(seg_w3 "RR_TEST_FAKE_DEVICES=1;RR_IPC_SEG_BYTES=4096" coll 01-2 20011)
-set_tests_properties(cudafake.mixproc_seg_w3 PROPERTIES DISABLED TRUE)
+# With the knob, the lone rank 2 killed: a survivor whose host-handed copy to its own thread
+# sits on its stream behind a stream wait for rank 2's word. transport/comm.c's wait used to
+# return on the lane's "own device work: look again at once" POLLOUT before it looked at the
+# control sockets, the pidfds or the deadline, and spun for ever (TSan: 2 runs of 11 before,
+# 0 of 11 after).
+rr_mixproc_test(kill_lone_mixed_w3 "RR_TEST_FAKE_DEVICES=1;RR_CUDA_MEMOPS_MIXED=1" kill 01-2 1)

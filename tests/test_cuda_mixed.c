@@ -1,10 +1,12 @@
 /* Ranks that mix threads of one process with other processes, on device buffers, on one host
  * (issue 39; docs/cuda.md "The CUDA IPC path", "Hand-offs on the GPUs' own streams", "One
- * kernel for ranks that share a GPU"). In one call a lane between two threads of a process
- * keeps the host hand-off (two streams of one context must not wait on each other through
- * memory: transport/cuda_ipc.h) while a lane between processes hands segments over by stream
- * memory operations; and the one-kernel form (group/direct.c) must be declined by every rank
- * alike, since two ranks share a process.
+ * kernel for ranks that share a GPU"). A lane between two threads of a process keeps the host
+ * hand-off (two streams of one context must not wait on each other through memory:
+ * transport/cuda_ipc.h), and so does every other lane of such a group: with lanes between
+ * processes handing segments over by stream memory operations in the same call, the streams
+ * waited on each other in a circle once a lane carried more segments than its slots
+ * (group/ipc.c, rr__pg_ipc_form; the seg case below). The one-kernel form (group/direct.c)
+ * must be declined by every rank alike, since two ranks share a process.
  *
  * A layout names which ranks each process holds, processes separated by '-': "01-23" is
  * world 4, ranks 0 and 1 threads of one process, 2 and 3 of another; "01-2" is world 3, ranks
@@ -22,11 +24,13 @@
  *       reference within |got - ref| <= n * 2^-23 * sum|x_i| (tests/harness.h, t_eps: n
  *       additions in some order, each rounding once). Around every call the threads of a
  *       process meet at a barrier and read the process's counters: no call may run as one
- *       kernel (rr__direct_calls); a process that sends a ring or chain segment to another
- *       process must have sent by stream memory operations (rr__mop_segments), one that sends
- *       one to its own thread by the host hand-off (rr__ipc_segments), and neither counter may
- *       move where the process has no such lane in the call (with RR_CUDA_MEMOPS=0 every lane
- *       counts as the host's); all_to_all and sendrecv take the host hand-off on every lane
+ *       kernel (rr__direct_calls); in a layout where a process holds two ranks, every ring or
+ *       chain segment goes by the host hand-off (rr__ipc_segments), none by stream memory
+ *       operations (rr__mop_segments); in one where every process holds one rank, a segment
+ *       to another process goes by stream memory operations (unless RR_CUDA_MEMOPS=0); a
+ *       counter may not move where the process has no such lane in the call; all_to_all and
+ *       sendrecv take the host hand-off on every lane. RR_CUDA_MEMOPS_MIXED=1 (a knob for
+ *       tests) lets lanes between processes take stream memory operations even then
  *   test_cuda_mixed [--fake] kill <layout> <p>
  *       every rank loops over 256 KiB float32 all_reduce, broadcast, reduce and all_to_all
  *       (the default segments: one per step); once all are looping, process p is SIGKILLed
@@ -223,8 +227,13 @@ static int handoffs(thr *t, int kind, int root, size_t count, const char *what) 
       rc = 1;
     }
   } else {
-    /* RR_CUDA_MEMOPS=0 (or a device without them): every lane takes the host hand-off. */
-    const int memops = rr__params_get()->cuda_memops && !getenv("RR_FAKE_CUDA_NO_MEMOPS");
+    /* RR_CUDA_MEMOPS=0 (or a device without them), or two ranks in one process anywhere in
+     * the group: every lane takes the host hand-off. */
+    int shared = 0;
+    for (int p = 0; p < L->nproc; p++) shared |= L->nthr[p] > 1;
+    if (rr__params_get()->cuda_memops_mixed) shared = 0; /* the tests' knob: mixed anyway */
+    const int memops =
+        rr__params_get()->cuda_memops && !getenv("RR_FAKE_CUDA_NO_MEMOPS") && !shared;
     int same = 0, cross = 0;
     for (int i = 0; i < L->nthr[P->p]; i++) {
       const int r = L->ranks[P->p][i];

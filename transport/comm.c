@@ -413,6 +413,18 @@ static int rr__lost(rr__comm *cm, int i) {
   return rr__comm_check(cm);
 }
 
+int rr__comm_shares_process(const rr__comm *cm) {
+  for (int i = 0; i < cm->size; i++)
+    for (int j = i + 1; j < cm->size; j++) {
+      const rr__peer_info *a = &cm->peers[i].info, *b = &cm->peers[j].info;
+      if (a->pid != b->pid || strcmp(a->hostid, b->hostid) != 0) continue;
+      if (!strcmp(a->pidns, b->pidns) || !a->pidns[0] || !b->pidns[0] || !strcmp(a->pidns, "?") ||
+          !strcmp(b->pidns, "?"))
+        return 1;
+    }
+  return 0;
+}
+
 /* Ranks on this host are watched by their process too, not only by their sockets: a process
  * that forked a child without exec (and that child bypassed the C library's fork, so the
  * fork hook above never ran in it) leaves its sockets open when it dies, and its peers would

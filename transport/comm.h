@@ -162,6 +162,10 @@ void rr__comm_free(rr__comm *cm);
  * lanes, the same rule on both sides). */
 int rr__comm_isend(rr__comm *cm, int peer, int msg, rr__req *r);
 int rr__comm_irecv(rr__comm *cm, int peer, int msg, rr__req *r);
+/* Do two ranks of the comm run in one process (threads: one host, one pid, and one pid
+ * namespace or one not known)? Every rank answers alike: it reads only what the rendezvous
+ * published about each. */
+int rr__comm_shares_process(const rr__comm *cm);
 /* A new call starts (a collective numbered seq, or a point-to-point call): forget which
  * peers the previous one received from. */
 void rr__comm_new_call(rr__comm *cm, int coll, uint64_t seq);

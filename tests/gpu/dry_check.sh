@@ -37,8 +37,12 @@ r=$tmp/report.md
 want "$r" 'traffic rate in the same run: 2000 GB/s' "B from the D2D copy row"
 want "$r" 'all_reduce B\(n-1\)/n\^2 = 500 GB/s' "the physical bound B(n-1)/n^2"
 want "$r" '2B/\(9n\) = 222 GB/s' "the rings' own bound"
-want "$r" '^\| 64 MiB \| 15000.0 / 4.44 / 0.89% / 2% \| 600.0 / 111.10 / 22% / 50% \| 170.0 / 400.00 / 80% / 80% \|$' \
-  "each form against both bounds"
+want "$r" '2B/\(7n\) = 286 GB/s with the all-gather' "the pulling ring's own bound"
+want "$r" '^\| 64 MiB \| 15000.0 / 4.44 / 0.89% / 2% \| 600.0 / 111.10 / 22% / 50% \| 469.8 / 142.86 / 29% / 50% \| 170.0 / 400.00 / 80% / 80% \|$' \
+  "each form against both bounds (the stream-memop ring's own: 7(n-1)S with the pull)"
+want "$tmp/quick-a.log" "ctest -R '\\^cuda_pull_coll" "quick-a's coll piece runs the pull on the GPU"
+want "$tmp/quick-a.log" "ctest -R '\\^cuda_memops_\\(rules" "quick-a's probe runs the memops alone"
+want "$tmp/quick-b.log" '^## all_gather, slots: no pull' "forms measures the ring without the pull"
 want "$r" '^\| 64 MiB \| 200.0 / 300.00 / 90% / 90% \|$' "all_gather against (n+1)S"
 want "$r" '^Target: 8 B all_reduce <= 100 us without MPS: 40.0 us \(met\)' "the latency target"
 want "$r" '^Target: busbw >= 70% of the physical bound at 64 MiB and up: 80% at worst \(met\)' \

@@ -20,7 +20,10 @@ the same run (reduce_kernel_perf's memcpy column at 256 MiB, out of the L2):
              the ring (host hand-off or stream-memop) copies each chunk of S/n into the
              peer's slot (read + write) and reduces it from there (read two, write one):
              5(n-1)S for a reduce_scatter, and an all_gather copies into the slot and out of
-             it, 4(n-1)S, so 9(n-1)S for an all_reduce
+             it, 4(n-1)S, so 9(n-1)S for an all_reduce ("slots: no pull"); the stream-memop
+             ring's all-gather steps pull each chunk from the sender's output instead (one
+             copy, issue 39.3: RR_CUDA_PULL_BYTES), 2(n-1)S for an all_gather and 7(n-1)S for
+             an all_reduce
 A figure at 100% of its own bound has no overhead left; its distance to the physical bound
 is the design's.
 
@@ -118,10 +121,12 @@ def print_kernel_ops(rows, target=90.0):
 # Bytes of device memory traffic per call of nccl-tests size s with n ranks on one GPU, and
 # busbw's factor over algbw, by collective (the module's docstring).
 TRAFFIC = {
-    "all_reduce": {"physical": lambda n, s: 2 * n * s, "ring": lambda n, s: 9 * (n - 1) * s},
+    "all_reduce": {"physical": lambda n, s: 2 * n * s, "ring": lambda n, s: 9 * (n - 1) * s,
+                   "pull": lambda n, s: 7 * (n - 1) * s},
     "reduce_scatter": {"physical": lambda n, s: (n + 1) * s,
                        "ring": lambda n, s: 5 * (n - 1) * s},
-    "all_gather": {"physical": lambda n, s: (n + 1) * s, "ring": lambda n, s: 4 * (n - 1) * s},
+    "all_gather": {"physical": lambda n, s: (n + 1) * s, "ring": lambda n, s: 4 * (n - 1) * s,
+                   "pull": lambda n, s: 2 * (n - 1) * s},
 }
 BUS = {"all_reduce": lambda n: 2 * (n - 1) / n, "reduce_scatter": lambda n: (n - 1) / n,
        "all_gather": lambda n: (n - 1) / n}
@@ -129,8 +134,11 @@ BUS = {"all_reduce": lambda n: 2 * (n - 1) / n, "reduce_scatter": lambda n: (n -
 
 def bound_busbw(coll, form, n, size, rate_gbps):
     """The busbw (GB/s) a call of `size` bytes would show if it moved its traffic at rate_gbps:
-    form "physical", or the form's own ("one kernel": physical; the rings: "ring")."""
+    form "physical", or the form's own ("one kernel": physical; the stream-memop ring: "pull"
+    where the collective has all-gather steps; the other rings: "ring")."""
     kind = "physical" if form in ("physical", "one kernel") else "ring"
+    if form in ("pull", "stream-memop ring") and "pull" in TRAFFIC[coll]:
+        kind = "pull"
     t_s = TRAFFIC[coll][kind](n, size) / (rate_gbps * 1e9)
     return size / t_s / 1e9 * BUS[coll](n)
 
@@ -161,7 +169,9 @@ def print_forms(text, fallback_rate, n=2):
           f"on busbw: all_reduce B(n-1)/n^2 = {bound_busbw('all_reduce', 'physical', n, 1, rate):.0f}"
           f" GB/s; reduce_scatter and all_gather B(n-1)/(n(n+1)) = "
           f"{bound_busbw('all_gather', 'physical', n, 1, rate):.0f} GB/s; the rings' own: "
-          f"all_reduce 2B/(9n) = {bound_busbw('all_reduce', 'ring', n, 1, rate):.0f} GB/s.\n")
+          f"all_reduce 2B/(9n) = {bound_busbw('all_reduce', 'ring', n, 1, rate):.0f} GB/s "
+          f"through the slots, 2B/(7n) = {bound_busbw('all_reduce', 'pull', n, 1, rate):.0f}"
+          " GB/s with the all-gather's pull (the stream-memop ring).\n")
     probe = find(secs, ["hand-offs"])
     rows = [l for l in probe if re.match(r"^\S+\s+(\d|FAILED|timed out)", l)]
     if rows:
@@ -169,7 +179,7 @@ def print_forms(text, fallback_rate, n=2):
         print("```")
         print("\n".join(rows))
         print("```\n")
-    forms = ("host hand-off", "stream-memop ring", "one kernel")
+    forms = ("host hand-off", "slots: no pull", "stream-memop ring", "one kernel")
     for coll in ("all_reduce", "reduce_scatter", "all_gather"):
         got = {f: perf_rows(find(secs, [coll + ",", f])) for f in forms}
         got = {f: r for f, r in got.items() if r}

@@ -31,7 +31,8 @@
 #                  (a compiler CI never met must not cost the window: warnings listed), only
 #                  the targets the pieces use
 #   probe      60  the IPC contract the fake encodes, on the real runtime (test_cuda ipc),
-#                  and that a CPU-only program creates no context (noctx)
+#                  that a CPU-only program creates no context (noctx), stream memory
+#                  operations alone (cuda_memops_rules, _pingpong)
 #   kernels    90  pointer detection; every dtype x op bit for bit against ring/op.c,
 #                  misaligned, aliased, fused, (1<<24)+5 elements (test_cuda ptr, kernel)
 #   coll      150  every collective on device buffers, world 1, 2, 4 over CUDA IPC (checked
@@ -39,7 +40,8 @@
 #                  taken), staged (world 2); a rank SIGKILLed mid-call through CUDA IPC: the
 #                  survivors fail, destroy, exit; the one-kernel form (every rank on the one
 #                  GPU): its collectives at world 2 and 4, its cache of mapped buffers, a peer
-#                  SIGKILLed mid-call (test_cuda_direct)
+#                  SIGKILLed mid-call (test_cuda_direct); the all-gather's pull
+#                  (cuda_pull_coll)
 #   streams    90  async order on a user stream, no stream sync (buffer and managed),
 #                  managed blocking, capture refused, per-thread stream refused, device
 #                  option, no context on GPU 0 from the worker (skips with one GPU)
@@ -92,7 +94,9 @@ cuda_ipcseg_w2, which came after that run; the '# Rank' lines' [cuda]; the reduc
 kernels as they are now (issue 39.4: float16/bfloat16 through the cvt instructions, two per
 word, integer AVG by a magic multiply-high; test_cuda kernel, and the perf piece's every
 dtype x op table against the copy, target >= 90% each at 256 MiB).
-Never run on a GPU (issue 39): the stream-memop ring (RR_CUDA_MEMOPS), the one-kernel form
+Never run on a GPU (issue 39): the stream-memop ring (RR_CUDA_MEMOPS; the operations alone:
+cuda_memops_rules, _pingpong), the all-gather's pull from the sender's output
+(RR_CUDA_PULL_BYTES; cuda_pull_coll), the one-kernel form
 for ranks that share a GPU (RR_CUDA_DIRECT; test_cuda_direct: cuda_direct_*), the forms
 piece (tests/gpu/forms.sh) and handoff_probe.cu's memop and spin rows; whether the driver
 keeps a freed allocation that another process still maps alive (docs/cuda.md, "One kernel
@@ -196,7 +200,8 @@ p_build() {
   # not cost the window. Warnings are counted and listed instead.
   run cmake -S . -B "$dir" "${gen[@]}" -DRR_CUDA=ON -DRR_WERROR=OFF "${archflag[@]}"
   [ $fail = 0 ] || return
-  local targets=(ringreduce test_cuda test_cuda_ipc_kill test_cuda_direct test_ddp rrun
+  local targets=(ringreduce test_cuda test_cuda_ipc_kill test_cuda_direct test_cuda_memops
+    test_cuda_pull test_ddp rrun
     all_reduce_perf reduce_scatter_perf all_gather_perf reduce_kernel_perf mlp_digits)
   echo "+ cmake --build $dir -j $ncpu --target ${targets[*]}"
   [ "$dry" = 1 ] && return 0
@@ -212,6 +217,9 @@ p_probe() {
   need_build || return
   run "$dir/bin/test_cuda" ipc
   run "$dir/bin/test_cuda" noctx
+  # Stream memory operations alone: the cyclic >= wait, the write after a copy, and two
+  # processes' streams ping-ponging on one registered shared page (test_cuda_memops).
+  ctest_gpu '^cuda_memops_(rules|pingpong)$' '^$'
 }
 
 p_kernels() {
@@ -226,6 +234,8 @@ p_coll() {
   ctest_gpu '^cuda_(coll_(w1|w2|w4|staged_w2|tcp_w2)|ipc_kill_w3|ipcseg_w2)$' '^$'
   # The one-kernel form: every rank on the machine's one GPU (RR_TEST_EXPECT_DIRECT=1).
   ctest_gpu '^cuda_direct_(coll_w2|coll_w4|cache_w2|kill_w3)$' '^$'
+  # The all-gather steps pulling from the sender's output (test_cuda_pull, issue 39.3).
+  ctest_gpu '^cuda_pull_coll$' '^$'
 }
 
 p_streams() {

@@ -37,6 +37,7 @@ enum {
   RR__CUDA_ERR_DEVICE_UNINITIALIZED =
       201,                            /* cudaErrorDeviceUninitialized: "invalid device context" */
   RR__CUDA_ERR_MAP_FAILED = 205,      /* cudaErrorMapBufferObjectFailed */
+  RR__CUDA_ERR_NO_PEER = 217,         /* cudaErrorPeerAccessUnsupported */
   RR__CUDA_ERR_INVALID_HANDLE = 400,  /* cudaErrorInvalidResourceHandle */
   RR__CUDA_ERR_ILLEGAL_STATE = 401,   /* cudaErrorIllegalState */
   RR__CUDA_ERR_NOT_READY = 600,       /* cudaErrorNotReady */
@@ -186,6 +187,11 @@ typedef struct rr__cuda_api {
   /* The device's UUID (cudaDeviceProp.uuid): equal in every process that sees that GPU,
    * whatever its ordinal there (CUDA_VISIBLE_DEVICES). */
   int (*device_uuid)(int device, unsigned char uuid[16]);
+  /* cudaDeviceCanAccessPeer: *can = 1 when `device` can access memory of `peer` (a peer
+   * mapping, an IPC handle of peer's memory opened on device, is possible: the
+   * cudaIpcOpenMemHandle documentation points to this call). One direction; creates no
+   * context. */
+  int (*can_access_peer)(int *can, int device, int peer);
   /* The one-kernel form (above), queued on stream. */
   int (*direct)(const rr__cuda_direct *d, void *stream, const char **what);
 

@@ -139,6 +139,10 @@ void rr__cuda_ipc_close_mem(void *p);
 int rr__cuda_ptr_range(const void *p, void **base, size_t *bytes, unsigned long long *id);
 int rr__cuda_device_uuid(int device, unsigned char uuid[16]);
 int rr__cuda_direct_run(const rr__cuda_direct *d, void *stream);
+/* cudaDeviceCanAccessPeer (cuda/api.h): *can = 1 when `device` can map `peer`'s memory, the
+ * condition for an IPC handle of peer's memory to open on device (group/direct.c asks it
+ * before a group takes CUDA IPC). */
+int rr__cuda_can_access_peer(int device, int peer, int *can);
 
 /* Stream memory operations (cuda/api.h; docs/cuda.md, "Stream memory operations").
  * rr__cuda_mem_ops: 1 when `device` can run them, 0 when not (or no CUDA); asked once per

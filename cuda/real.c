@@ -325,6 +325,10 @@ static int r_device_uuid(int device, unsigned char uuid[16]) {
   return (int)e;
 }
 _Static_assert(sizeof(((struct cudaDeviceProp *)0)->uuid) == 16, "cudaUUID_t is 16 bytes");
+static int r_can_access_peer(int *can, int device, int peer) {
+  *can = 0;
+  return (int)cudaDeviceCanAccessPeer(can, device, peer);
+}
 
 static const char *r_error_string(int e) {
   return cudaGetErrorString((cudaError_t)e);
@@ -378,6 +382,7 @@ static const rr__cuda_api rr__real = {
     .host_device_ptr = r_host_device_ptr,
     .ptr_range = r_ptr_range,
     .device_uuid = r_device_uuid,
+    .can_access_peer = r_can_access_peer,
     .direct = rr__cuda_direct_launch,
     .error_string = r_error_string,
     .error_name = r_error_name,

@@ -374,6 +374,12 @@ int rr__cuda_device_uuid(int device, unsigned char uuid[16]) {
   return RR_OK;
 }
 
+int rr__cuda_can_access_peer(int device, int peer, int *can) {
+  *can = 0;
+  RR__CU("cudaDeviceCanAccessPeer", can_access_peer(can, device, peer));
+  return RR_OK;
+}
+
 int rr__cuda_direct_run(const rr__cuda_direct *d, void *stream) {
   const rr__cuda_api *api = rr__cu();
   if (!api) return rr__no_cuda("the one-kernel collective");

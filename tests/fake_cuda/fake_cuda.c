@@ -787,6 +787,7 @@ static const rr__cuda_api rr__fake = {
     .host_device_ptr = f_host_device_ptr,
     .ptr_range = f_ptr_range,
     .device_uuid = rr__fk_device_uuid,
+    .can_access_peer = rr__fk_can_access_peer,
     .direct = f_direct_launch,
     .error_string = rr__fk_error_string,
     .error_name = rr__fk_error_name,

@@ -35,6 +35,7 @@
 #include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -172,6 +173,51 @@ int rr__fk_device_uuid(int d, unsigned char uuid[16]) {
   return 0;
 }
 
+/* ---- peer access and IPC support (issue: CUDA IPC chosen without checking it) ----
+ *
+ * cudaDeviceCanAccessPeer: different fake devices can access each other, unless
+ * RR_FAKE_CUDA_NO_P2P=1 (GPUs on different PCIe root complexes, or without a P2P link: the
+ * answer is 0 both ways). Asking about a device and itself is refused here (stricter than
+ * the runtime, whose answer for that pair the documentation does not give: the library has
+ * no reason to ask it).
+ *
+ * cudaIpcOpenMemHandle maps the exporter's memory "into the current device address space"
+ * and, between different devices, enables peer access as cudaDeviceEnablePeerAccess would;
+ * the documentation says cudaDeviceCanAccessPeer tells whether that mapping is possible.
+ * Where it is not, the runtime answers cudaErrorPeerAccessUnsupported ("peer access is not
+ * supported between these two devices": what TensorRT-LLM issue 1498 shows
+ * cudaIpcOpenMemHandle returning on such GPUs). The fake refuses such an open with it.
+ *
+ * RR_FAKE_CUDA_NO_IPC=1: a device without CUDA IPC (a MIG instance: "CUDA IPC is not
+ * supported between MIG instances", MIG User Guide; WSL: the cudaIpc* calls are not
+ * supported there, CUDA on WSL User Guide): cudaIpcGetMemHandle fails with
+ * cudaErrorNotSupported. Which code a MIG instance really returns is not verified here. */
+static int fk_env_on(const char *name) {
+  const char *v = getenv(name);
+  return v && !strcmp(v, "1");
+}
+
+int rr__fk_can_access_peer(int *can, int d, int peer) {
+  *can = 0;
+  int e = rr__fk_init();
+  if (e) return e;
+  if (d < 0 || d >= D.ndev || peer < 0 || peer >= D.ndev || d == peer)
+    return rr__fk_fail(RR__CUDA_ERR_INVALID_DEVICE);
+  *can = !fk_env_on("RR_FAKE_CUDA_NO_P2P");
+  return 0;
+}
+
+int rr__fk_ipc_open_check(int exporter) {
+  const int importer = rr__fk_device();
+  if (exporter != importer && fk_env_on("RR_FAKE_CUDA_NO_P2P"))
+    return rr__fk_fail(RR__CUDA_ERR_NO_PEER);
+  return 0;
+}
+
+int rr__fk_ipc_get_check(void) {
+  return fk_env_on("RR_FAKE_CUDA_NO_IPC") ? rr__fk_fail(RR__CUDA_ERR_NOT_SUPPORTED) : 0;
+}
+
 /* ---- errors: the runtime's names and texts of the codes the fake returns ---- */
 
 const char *rr__fk_error_name(int e) {
@@ -192,6 +238,8 @@ const char *rr__fk_error_name(int e) {
       return "cudaErrorDeviceUninitialized";
     case RR__CUDA_ERR_MAP_FAILED:
       return "cudaErrorMapBufferObjectFailed";
+    case RR__CUDA_ERR_NO_PEER:
+      return "cudaErrorPeerAccessUnsupported";
     case RR__CUDA_ERR_INVALID_HANDLE:
       return "cudaErrorInvalidResourceHandle";
     case RR__CUDA_ERR_NOT_READY:
@@ -234,6 +282,8 @@ const char *rr__fk_error_string(int e) {
       return "invalid device context";
     case RR__CUDA_ERR_MAP_FAILED:
       return "mapping of buffer object failed";
+    case RR__CUDA_ERR_NO_PEER:
+      return "peer access is not supported between these two devices";
     case RR__CUDA_ERR_INVALID_HANDLE:
       return "invalid resource handle";
     case RR__CUDA_ERR_NOT_READY:

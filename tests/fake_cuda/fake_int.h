@@ -42,5 +42,11 @@ int rr__fk_set_device(int d);
 int rr__fk_primary_ctx_active(int d, int *active);
 void rr__fk_clear_error(void);
 int rr__fk_device_uuid(int d, unsigned char uuid[16]);
+int rr__fk_can_access_peer(int *can, int d, int peer);
+/* IPC's limits (fake_devices.c): an open on the calling thread's device of memory exported
+ * on `exporter` (peer access, RR_FAKE_CUDA_NO_P2P), and a handle's export
+ * (RR_FAKE_CUDA_NO_IPC). 0 or the error, set as the thread's last. */
+int rr__fk_ipc_open_check(int exporter);
+int rr__fk_ipc_get_check(void);
 
 #endif

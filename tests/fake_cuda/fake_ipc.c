@@ -46,6 +46,7 @@ static int f_open_fd(const fhandle *h) {
 
 int f_ipc_get_mem_handle(rr__cuda_ipc_handle *out, void *p) {
   int e = f_ctx("cudaIpcGetMemHandle");
+  if (!e) e = rr__fk_ipc_get_check(); /* RR_FAKE_CUDA_NO_IPC: fake_devices.c */
   if (e) return e;
   pthread_mutex_lock(&F.mu);
   falloc *a = f_find(p);
@@ -76,6 +77,9 @@ int f_ipc_open_mem_handle(void **p, const rr__cuda_ipc_handle *in) {
   /* cudaIpcOpenMemHandle opens a handle "exported from another process": in the exporter
    * itself the runtime refuses it. */
   if (h.pid == (int32_t)getpid()) return fail(RR__CUDA_ERR_DEVICE_UNINITIALIZED);
+  /* Another device's memory needs peer access (RR_FAKE_CUDA_NO_P2P: fake_devices.c). */
+  e = rr__fk_ipc_open_check(h.device);
+  if (e) return e;
   pthread_mutex_lock(&F.mu);
   /* Opened already by this process: the same pointer, one more reference. */
   for (falloc *a = F.allocs; a; a = a->next)

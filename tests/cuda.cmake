@@ -297,6 +297,10 @@ endforeach()
 add_test(NAME cudafake.memops_handoff COMMAND test_cuda_memops --fake handoff)
 set_tests_properties(cudafake.memops_handoff PROPERTIES LABELS "cudafake" TIMEOUT 60
   ENVIRONMENT "${RR_FAKE_ENV};RR_CUDA_IPC=1")
+# A peer dead before the lane opened its slots: RR_EPEER naming it, not RR_ECUDA.
+add_test(NAME cudafake.memops_early COMMAND test_cuda_memops --fake early)
+set_tests_properties(cudafake.memops_early PROPERTIES LABELS "cudafake" TIMEOUT 60
+  ENVIRONMENT "${RR_FAKE_ENV};RR_CUDA_IPC=1")
 # The form of a ring kind by size (group/ipc.c's table): staged, the host hand-off, memops.
 add_test(NAME cudafake.memops_forms COMMAND test_cuda_memops --fake forms)
 set_tests_properties(cudafake.memops_forms PROPERTIES LABELS "cudafake" TIMEOUT 60

@@ -28,6 +28,13 @@
  *                                        would hang; the call header says how segments are
  *                                        handed over, so both ranks fail at once with
  *                                        RR_EMISMATCH naming the cause.
+ *   test_cuda_memops --fake early        a peer dead before the lane opened its slots: one
+ *                                        all_reduce by stream memory operations (each lane
+ *                                        also exports the host hand-off's slots, opened by
+ *                                        nobody yet); rank 1 is killed; rank 0's device send
+ *                                        must then open the dead rank's slots, which fails,
+ *                                        and must report RR_EPEER naming rank 1, not the
+ *                                        runtime's RR_ECUDA
  *   test_cuda_memops --fake forms        the form of a ring kind by size (group/ipc.c's table),
  *                                        with RR_CUDA_STAGED_BYTES=4096 and
  *                                        RR_CUDA_MEMOPS_BYTES=262144 (cudafake.memops_forms):
@@ -58,7 +65,7 @@ static int g_fake;
 typedef struct shared {
   _Atomic uint32_t w[3];
   char pad[64];
-  _Atomic int launched, phase;
+  _Atomic int launched, phase, victim;
 } shared;
 static shared *g_sh;
 static size_t g_page;
@@ -297,6 +304,73 @@ static int handoff_rank(int rank, void *arg) {
   return 0;
 }
 
+/* Is process pid gone (exited: a zombie, or reaped)? */
+static int gone(int pid) {
+  char path[64], st = 0;
+  snprintf(path, sizeof path, "/proc/%d/stat", pid);
+  FILE *f = fopen(path, "r");
+  if (!f) return 1;
+  int n = fscanf(f, "%*d (%*[^)]) %c", &st);
+  fclose(f);
+  return n == 1 && (st == 'Z' || st == 'X');
+}
+
+/* Rank 0's exit in the early case: 0 RR_EPEER seen before the lane looked at rank 1's slots,
+ * EARLY_OPEN RR_EPEER from the failed open (the case under test), EARLY_NONE the send went
+ * whole before the kill. */
+#define EARLY_OPEN 10
+#define EARLY_NONE 11
+#define EARLY_ROUNDS 60
+#define EARLY_S 2.5
+
+static int early_rank(int rank, void *arg) {
+  (void)arg;
+  t_rank = rank;
+  rr_pg *pg;
+  T_OK(rr_init_process_group(&pg, NULL));
+  int dev = -1;
+  T_OK(rr__cuda_pick_device(-1, rank, &dev));
+  C_OK(set_device(dev));
+  const size_t count = 1 << 14; /* 64 KiB: device slots, not inline bytes */
+  void *x = NULL;
+  C_OK(malloc(&x, count * sizeof(float)));
+  C_OK(memset_async(x, 0, count * sizeof(float), NULL));
+  C_OK(stream_sync(NULL));
+  /* Stream memory operations: each side opens the slots the other sends from, and exports,
+   * unopened, its host hand-off's slots (a point-to-point send opens them). */
+  T_OK(rr_all_reduce(pg, x, x, count, RR_FLOAT32, RR_SUM));
+  if (rank == 1) {
+    T_CHECK(flag_is(&g_sh->launched, 1), "rank 0 never posted its send");
+    atomic_store(&g_sh->victim, (int)getpid());
+    atomic_store(&g_sh->phase, 1);
+    raise(SIGKILL);
+    return 1;
+  }
+  /* Posted while rank 1 lives (the call's start finds nothing wrong), waited for once it is
+   * dead: the lane's first look at rank 1's slots comes after the death. */
+  rr_work *w = NULL;
+  T_OK(rr_send_async(pg, x, count, RR_FLOAT32, 1, &w));
+  atomic_store(&g_sh->launched, 1);
+  T_CHECK(flag_is(&g_sh->phase, 1), "rank 1 never got to its death");
+  for (double end = t_now() + 10; !gone(atomic_load(&g_sh->victim));) {
+    T_CHECK(t_now() < end, "rank 1 (pid %d) did not die", atomic_load(&g_sh->victim));
+    usleep(1000);
+  }
+  const int64_t t0 = rr__now_ms();
+  int st = rr_work_wait(w, 30000);
+  const char *msg = rr_last_error();
+  rr_work_free(w);
+  printf("early: rank 0: the send to the dead rank 1 returned %s after %lld ms: %s\n",
+         rr_status_name(st), (long long)(rr__now_ms() - t0), msg);
+  /* The send may have gone whole before the kill (no verdict: the round is run again). */
+  if (st == RR_OK) return rr_destroy_process_group(pg), EARLY_NONE;
+  T_CHECK(st == RR_EPEER, "the send returned %s (%s), want RR_EPEER", rr_status_name(st), msg);
+  T_HAS(msg, "lost rank 1");
+  const int opened = strstr(msg, "its device slots") || strstr(msg, "device memory it published");
+  rr_destroy_process_group(pg);
+  return opened ? EARLY_OPEN : 0;
+}
+
 /* One all_reduce (int32 sum, count elements) or all_gather (count per rank) on device
  * buffers; which form it took is read from the segment counters: staged moves none through
  * CUDA IPC, the host hand-off only host-handed ones, memops only stream-handed ones. */
@@ -394,10 +468,36 @@ int main(int argc, char **argv) {
     if (!g_fake) return printf("skipped: the handoff case takes memops from one rank\n"), SKIP;
     return t_run_all(2, handoff_rank, NULL, 60, "handoff");
   }
+  if (!strcmp(what, "early")) {
+    if (!g_fake) return printf("skipped: the early case kills a rank\n"), SKIP;
+    /* Whether rank 0's lane opens rank 1's slots before or after the kill is a race (the
+     * open comes after it in about one round of 30 here): rounds (about 70 ms each) for
+     * EARLY_S, every one RR_EPEER (or no verdict). */
+    int seen[3] = {0, 0, 0}, k = 0;
+    for (const double end = t_now() + EARLY_S; k < EARLY_ROUNDS && t_now() < end; k++) {
+      int codes[2], sigs[2];
+      atomic_store(&g_sh->launched, 0);
+      atomic_store(&g_sh->phase, 0);
+      atomic_store(&g_sh->victim, 0);
+      if (t_run(2, early_rank, NULL, NULL, 60, codes, sigs)) return 1;
+      const int c = codes[0];
+      if (sigs[0] || (c != 0 && c != EARLY_OPEN && c != EARLY_NONE))
+        return fprintf(stderr, "early: round %d: rank 0 failed\n", k), 1;
+      if (sigs[1] != SIGKILL)
+        return fprintf(stderr, "early: round %d: rank 1 was not killed\n", k), 1;
+      seen[c == EARLY_OPEN ? 1 : c == EARLY_NONE ? 2 : 0]++;
+    }
+    printf(
+        "early: %d rounds: RR_EPEER from the failed open %d, seen before it %d, the send "
+        "done before the kill %d\n",
+        EARLY_ROUNDS, seen[1], seen[0], seen[2]);
+    return 0;
+  }
   if (!strcmp(what, "forms")) {
     if (!g_fake) return printf("skipped: the forms case counts the fake's segments\n"), SKIP;
     return t_run_all(2, forms_rank, NULL, 60, "forms");
   }
-  fprintf(stderr, "usage: test_cuda_memops [--fake] rules|pingpong|spin|handoff|forms\n");
+  fprintf(stderr,
+          "usage: test_cuda_memops [--fake] rules|pingpong|spin|handoff|early|forms\n");
   return 2;
 }

@@ -53,8 +53,10 @@
 #include "transport/shm.h"
 
 #include <errno.h>
+#include <poll.h>
 #include <sched.h>
 #include <stdatomic.h>
+#include <stdio.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -179,6 +181,30 @@ static void rr__shm_drain(rr__shm_conn *c) {
     c->dead = 1;
     c->dead_errno = r < 0 ? errno : 0;
   }
+}
+
+/* Opening the peer's device memory failed (its slots: rr__ipc_open_peer, rr__mop_open_peer).
+ * A peer that died after publishing them took that memory with it, and the runtime only says
+ * the mapping failed (cudaErrorMapBufferObjectFailed). If the lane's socket says the peer is
+ * gone (EOF now, or within RR__SHM_GONE_MS: a dying process's files close one by one), the
+ * call lost that rank: RR_EPEER naming it. A live peer leaves the CUDA error as it was. */
+#define RR__SHM_GONE_MS 250
+static int rr__shm_open_failed(rr__shm_conn *c, int st, const char *what) {
+  for (const int64_t until = rr__now_ms() + RR__SHM_GONE_MS; !c->dead;) {
+    rr__shm_drain(c);
+    const int64_t left = until - rr__now_ms();
+    if (c->dead || left <= 0) break;
+    struct pollfd p = {.fd = c->sock, .events = POLLIN};
+    if (poll(&p, 1, (int)left) < 0 && errno != EINTR) break;
+  }
+  if (!c->dead) return rr__prefix_error(st, "%s rank %d", what, c->base.peer_global);
+  char keep[RR__ERRMSG_MAX];
+  snprintf(keep, sizeof keep, "%s", rr__error());
+  return rr__set_error(RR_EPEER,
+                       "%s rank %d: lost rank %d, its process is gone: shared-memory connection "
+                       "closed by the peer (%s) (%s)",
+                       what, c->base.peer_global, c->base.peer_global,
+                       c->dead_errno ? strerror(c->dead_errno) : "end of file", keep);
 }
 
 /* Announce that we are about to sleep on what we wait for (plus what an earlier call in
@@ -323,7 +349,7 @@ static int rr__shm_mop_pending(rr__shm_conn *c, size_t *moved) {
     rr__req *r = c->mq.head;
     if (!r->signal) {
       int o = rr__mop_open_peer(c->mop);
-      if (o < 0) return rr__prefix_error(o, "receiving from rank %d", c->base.peer_global);
+      if (o < 0) return rr__shm_open_failed(c, o, "receiving from");
       if (!o) break;
     }
     RR__CHECK(rr__mop_recv(c->mop, r));
@@ -356,7 +382,7 @@ static int rr__shm_irecv(rr__conn *base, rr__req *r) {
     r->complete = 0;
     r->consumed = 0;
     int o = r->signal || c->mq.head ? 1 : rr__mop_open_peer(c->mop);
-    if (o < 0) return rr__prefix_error(o, "receiving from rank %d", c->base.peer_global);
+    if (o < 0) return rr__shm_open_failed(c, o, "receiving from");
     if (!c->mq.head && o) return rr__mop_recv(c->mop, r); /* queued on the stream: complete */
     if (r->len == 0) { /* a signal: a request of no bytes, which reqq_post would complete */
       r->next = NULL;
@@ -387,7 +413,7 @@ static int rr__shm_send_some(rr__shm_conn *c, size_t *moved) {
     int dev = r->dev != NULL;
     if (dev) { /* the peer's device slots: opened once it published them */
       int o = rr__ipc_open_peer(c->ipc, c->ipc_theirs);
-      if (o < 0) return rr__prefix_error(o, "sending to rank %d", c->base.peer_global);
+      if (o < 0) return rr__shm_open_failed(c, o, "sending to");
       /* Point to point: a peer that has not exported device slots may never (a host
        * buffer, no CUDA at all), and this send may complete before its recv is posted, so
        * it is not waited for: this slot goes as host bytes, copied off the device here. */
@@ -480,7 +506,7 @@ static int rr__shm_recv_some(rr__shm_conn *c, size_t *moved) {
       if (r->dev) {
         int o = rr__ipc_open_peer(c->ipc, c->ipc_theirs);
         if (o == 0) return rr__shm_corrupt(c, "a device message before the device slots");
-        if (o < 0) return rr__prefix_error(o, "receiving from rank %d", c->base.peer_global);
+        if (o < 0) return rr__shm_open_failed(c, o, "receiving from");
         RR__CHECK(rr__ipc_take(c->ipc, i, r, take, r->dev->stream));
         async = 1;
       } else {

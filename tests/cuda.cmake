@@ -313,7 +313,8 @@ endforeach()
 # The all-gather's pull (issue 39 part 3; tests/test_cuda_pull.c): all_gather and all_reduce
 # read each all-gather segment from the sender's output, counted (pulled, nothing of it into
 # slots), results exact, worlds 2, 3, 4; the size bound on both sides; an output freed and
-# allocated again at one address; an output without an IPC handle; the fence (a sender's call
+# allocated again at one address; an output without an IPC handle (and one whose BUFFER_ID
+# is 0, as VMM memory); the fence (a sender's call
 # ends only after its successor read it); RR_CUDA_PULL_BYTES differing between the ranks
 # (RR_EMISMATCH); a rank killed mid-call. About 5 s together on two cores.
 # RR_IPC_SEG_BYTES=4096: a block of 20011 elements is 20 segments (each lane's slots wrap).
@@ -328,7 +329,7 @@ endforeach()
 add_test(NAME cudafake.pull_bound_w2 COMMAND test_cuda_pull --fake bound)
 set_tests_properties(cudafake.pull_bound_w2 PROPERTIES LABELS "cudafake" TIMEOUT 60
   ENVIRONMENT "${RR_PULL_ENV};RR_CUDA_PULL_BYTES=65536")
-foreach(t stale noexport fence)
+foreach(t stale noexport vmm fence)
   add_test(NAME cudafake.pull_${t}_w3 COMMAND test_cuda_pull --fake ${t})
   set_tests_properties(cudafake.pull_${t}_w3 PROPERTIES LABELS "cudafake" TIMEOUT 60
     ENVIRONMENT "${RR_PULL_ENV};RR_TEST_WORLD=3")

@@ -31,6 +31,9 @@
  *                                     slots for its segments (rank 1's sent bytes all through
  *                                     slots, its successor pulls nothing), the others pull;
  *                                     results exact
+ *   test_cuda_pull --fake vmm         as noexport, rank 1's output also answering BUFFER_ID 0
+ *                                     (as VMM memory, cuMemCreate + cuMemMap): no handle
+ *                                     either, not an error; the same counts, results exact
  *   test_cuda_pull --fake fence       rank 0's fake device slow (0 to 10 ms per operation),
  *                                     every rank overwriting its output the moment its call
  *                                     returns: rank 0's result must still be exact, so rank
@@ -203,14 +206,16 @@ static int stale_rank(int rank, void *arg) {
 }
 
 static int noexport_rank(int rank, void *arg) {
-  (void)arg;
+  const int vmm = arg != NULL; /* the vmm case: BUFFER_ID 0 as well */
   rr_pg *pg;
   if (setup(rank, &pg)) return 1;
   const int n = rr_get_world_size(pg);
   const size_t count = 3001, es = 4, bytes = count * es * (size_t)n;
   void *out = NULL;
   if (rank == 1)
-    T_CHECK(rr_fake_cuda_malloc_noexport(&out, bytes) == 0, "noexport memory");
+    T_CHECK((vmm ? rr_fake_cuda_malloc_vmm(&out, bytes)
+                 : rr_fake_cuda_malloc_noexport(&out, bytes)) == 0,
+            "noexport memory");
   else
     C_OK(malloc(&out, bytes));
   for (int g = 1; g >= 0; g--) {
@@ -227,7 +232,7 @@ static int noexport_rank(int rank, void *arg) {
             (unsigned long long)ds, (unsigned long long)want_s);
   }
   C_OK(free(out));
-  printf("noexport: rank %d: ok\n", rank);
+  printf("%s: rank %d: ok\n", vmm ? "vmm" : "noexport", rank);
   T_OK(rr_destroy_process_group(pg));
   return 0;
 }
@@ -413,6 +418,11 @@ int main(int argc, char **argv) {
     if (!g_fake) return printf("skipped: the stale case needs the fake's address reuse\n"), SKIP;
     return t_run_all(world(), stale_rank, NULL, 60, "stale");
   }
+  if (!strcmp(what, "vmm")) {
+    if (!g_fake) return printf("skipped: the vmm case needs the fake's memory\n"), SKIP;
+    static int on = 1;
+    return t_run_all(world(), noexport_rank, &on, 60, "vmm");
+  }
   if (!strcmp(what, "noexport")) {
     if (!g_fake) return printf("skipped: the noexport case needs the fake's memory\n"), SKIP;
     return t_run_all(world(), noexport_rank, NULL, 60, "noexport");
@@ -423,6 +433,7 @@ int main(int argc, char **argv) {
   }
   if (!strcmp(what, "mismatch")) return t_run_all(2, mismatch_rank, NULL, 60, "mismatch");
   if (!strcmp(what, "kill")) return run_kill();
-  fprintf(stderr, "usage: test_cuda_pull [--fake] coll|bound|stale|noexport|fence|mismatch|kill\n");
+  fprintf(stderr,
+          "usage: test_cuda_pull [--fake] coll|bound|stale|noexport|vmm|fence|mismatch|kill\n");
   return 2;
 }

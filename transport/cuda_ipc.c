@@ -587,11 +587,20 @@ int rr__ipc_describe(rr__ipc_cache *k, const void *p, size_t bytes, rr__ipc_regi
   void *base = NULL;
   size_t size = 0;
   unsigned long long id = 0;
-  RR__CHECK(rr__cuda_ptr_range(p, &base, &size, &id));
-  if (id == 0 || (const char *)p < (char *)base || (const char *)p + bytes > (char *)base + size)
-    return rr__set_error(RR_ECUDA, "the allocation of %p (%zu bytes) is not what CUDA says it is",
-                         p, bytes);
   memset(r, 0, sizeof *r);
+  /* Memory whose range or id the driver cannot give, or gives as no legacy allocation (VMM
+   * memory, cuMemCreate + cuMemMap as PyTorch's expandable segments: the range is the mapped
+   * range and the id may be 0; cudaMallocAsync's pools), is memory without an IPC handle:
+   * the callers go another way (the one-kernel form through its scratch, the pull through
+   * the slots), so neither the answer nor its error is the call's. */
+  char keep[RR__ERRMSG_MAX];
+  snprintf(keep, sizeof keep, "%s", rr__error());
+  int st = rr__cuda_ptr_range(p, &base, &size, &id);
+  rr__copy_error(keep);
+  if (st != RR_OK || id == 0 || (const char *)p < (char *)base ||
+      (size_t)((const char *)p - (char *)base) > size ||
+      bytes > size - (size_t)((const char *)p - (char *)base))
+    return 0;
   r->id = id;
   r->base = (uint64_t)(uintptr_t)base;
   r->bytes = size;

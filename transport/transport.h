@@ -74,7 +74,8 @@ void rr__ipc_cache_init(rr__ipc_cache *k);
 /* Close every mapping (no device work may still use one). */
 void rr__ipc_cache_close(rr__ipc_cache *k);
 /* Describe p (bytes long) by its allocation: 1, 0 when it gives no IPC handle (r is filled
- * but for the handle), < 0 an error (set). */
+ * but for the handle; all zero when the driver gives no usable range or id: VMM memory,
+ * pools), < 0 an error (set). */
 int rr__ipc_describe(rr__ipc_cache *k, const void *p, size_t bytes, rr__ipc_region *r);
 /* This process's pointer to byte `need` of peer's region r (peer_global for messages): from
  * the cache, or opened now, closing the mappings of that peer's allocations it overlaps

@@ -42,6 +42,8 @@ uint64_t rr_fake_cuda_switches(int device);
 /* Device memory that gives no IPC handle (as memory from cudaMallocAsync's default pool):
  * cudaIpcGetMemHandle fails on it. Freed with the table's free. */
 int rr_fake_cuda_malloc_noexport(void **p, size_t bytes);
+/* Device memory like VMM memory (cuMemCreate + cuMemMap): no IPC handle, BUFFER_ID 0. */
+int rr_fake_cuda_malloc_vmm(void **p, size_t bytes);
 /* This process's devices lose (1) or regain (0) stream memory operations, as
  * RR_FAKE_CUDA_NO_MEMOPS=1 for the whole test: for a rank that must differ from its peers. */
 void rr_fake_cuda_no_memops(int on);

@@ -20,7 +20,11 @@
  *   allocation and an id unique per allocation; a freed device range's address is handed out
  *   again first, as the runtime does, so a cache keyed by address serves stale memory;
  *   rr_fake_cuda_malloc_noexport gives memory without an IPC handle (as cudaMallocAsync's
- *   default pool).
+ *   default pool). rr_fake_cuda_malloc_vmm gives memory without one whose BUFFER_ID is 0:
+ *   memory made by cuMemCreate + cuMemMap (PyTorch's expandable segments) is no allocation of
+ *   the legacy kind (cudaIpcGetMemHandle "takes a pointer to the base of an existing device
+ *   memory allocation previously allocated with cudaMalloc"); what its pointer attributes
+ *   answer is for a GPU run to see (docs/cuda.md, "Still needs a GPU run").
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -190,7 +194,7 @@ int f_ptr_range(const void *p, void **base, size_t *bytes, unsigned long long *i
   if (e) return e;
   pthread_mutex_lock(&F.mu);
   falloc *a = f_find(p);
-  if (a) *base = a->base, *bytes = a->bytes, *id = a->id;
+  if (a) *base = a->base, *bytes = a->bytes, *id = a->vmm ? 0 : a->id;
   pthread_mutex_unlock(&F.mu);
   return a ? 0 : fail(RR__CUDA_ERR_INVALID_VALUE);
 }
@@ -264,6 +268,16 @@ int rr_fake_cuda_malloc_noexport(void **p, size_t bytes) {
   if (e) return e;
   pthread_mutex_lock(&F.mu);
   f_find(*p)->noexport = 1;
+  pthread_mutex_unlock(&F.mu);
+  return 0;
+}
+
+int rr_fake_cuda_malloc_vmm(void **p, size_t bytes) {
+  int e = f_alloc(p, bytes, RR__CUDA_MEM_DEVICE);
+  if (e) return e;
+  pthread_mutex_lock(&F.mu);
+  falloc *a = f_find(*p);
+  a->noexport = a->vmm = 1;
   pthread_mutex_unlock(&F.mu);
   return 0;
 }

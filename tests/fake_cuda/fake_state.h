@@ -29,8 +29,9 @@ typedef struct falloc {
   int refs;         /* IPC-opened: opens not yet closed */
   /* Registered host memory (cudaHostRegister): the caller's own pages (never unmapped here),
    * and its device pointer, a PROT_NONE reservation of its own that stream memory operations
-   * translate to those pages (devmap). noexport: device memory with no IPC handle. */
-  int registered, devmap, noexport;
+   * translate to those pages (devmap). noexport: device memory with no IPC handle. vmm: as
+   * noexport, and its BUFFER_ID is 0 (VMM memory, rr_fake_cuda_malloc_vmm). */
+  int registered, devmap, noexport, vmm;
   uint64_t id;
   struct falloc *next;
 } falloc;

@@ -297,6 +297,10 @@ endforeach()
 add_test(NAME cudafake.memops_handoff COMMAND test_cuda_memops --fake handoff)
 set_tests_properties(cudafake.memops_handoff PROPERTIES LABELS "cudafake" TIMEOUT 60
   ENVIRONMENT "${RR_FAKE_ENV};RR_CUDA_IPC=1")
+# The flag page's place in the pair's mapping on 4, 16 and 64 KiB host pages (no CUDA).
+add_test(NAME cudafake.memops_layout COMMAND test_cuda_memops --fake layout)
+set_tests_properties(cudafake.memops_layout PROPERTIES LABELS "cudafake" TIMEOUT 30
+  ENVIRONMENT "${RR_FAKE_ENV}")
 # A peer dead before the lane opened its slots: RR_EPEER naming it, not RR_ECUDA.
 add_test(NAME cudafake.memops_early COMMAND test_cuda_memops --fake early)
 set_tests_properties(cudafake.memops_early PROPERTIES LABELS "cudafake" TIMEOUT 60

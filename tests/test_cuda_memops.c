@@ -35,6 +35,12 @@
  *                                        must then open the dead rank's slots, which fails,
  *                                        and must report RR_EPEER naming rank 1, not the
  *                                        runtime's RR_ECUDA
+ *   test_cuda_memops layout              the pair's mapping on hosts of 4, 16 and 64 KiB
+ *                                        pages (transport/shm.h; no CUDA): the flag page
+ *                                        starts on a host page, takes whole ones, and what
+ *                                        rr__mop_start registers (rr__mop_area) is exactly
+ *                                        it, ending where the data slots begin; on this host
+ *                                        too (rr__mop_host_page)
  *   test_cuda_memops --fake forms        the form of a ring kind by size (group/ipc.c's table),
  *                                        with RR_CUDA_STAGED_BYTES=4096 and
  *                                        RR_CUDA_MEMOPS_BYTES=262144 (cudafake.memops_forms):
@@ -54,6 +60,7 @@
 
 #include "common/util.h"
 #include "transport/cuda_ipc.h"
+#include "transport/shm.h"
 #include "tests/cuda_harness.h"
 
 #define SKIP 77
@@ -304,6 +311,45 @@ static int handoff_rank(int rank, void *arg) {
   return 0;
 }
 
+/* The layout for one host page size and geometry: 0 when the flag page is whole host pages of
+ * its own and the registration is exactly it. */
+static int layout_one(size_t page, uint32_t nslots, size_t slot) {
+  rr__shm_layout l;
+  rr__shm_layout_page(nslots, slot, page, &l);
+  const size_t reg = rr__mop_area(page); /* what rr__mop_start registers */
+  const size_t p = page > 4096 ? page : 4096;
+  const size_t before = l.ipc[1] + sizeof(rr__ipc_export);
+  int bad = 0;
+  bad |= l.mop % p != 0;                   /* starts on a host page */
+  bad |= reg % p != 0;                     /* whole host pages */
+  bad |= reg < sizeof(rr__mop_page);       /* holds the flag words */
+  bad |= reg != l.mop_bytes;               /* the registration is the layout's area */
+  bad |= before > l.mop;                   /* nothing before it on its pages */
+  bad |= l.data[0] != l.mop + l.mop_bytes; /* the data slots after its last page */
+  bad |= l.data[1] != l.data[0] + (size_t)nslots * slot || l.total != l.data[1] + nslots * slot;
+  if (bad)
+    fprintf(stderr,
+            "layout: %zu-byte pages, %u slots of %zu: flag page at %zu, %zu bytes (the "
+            "registration: %zu) after words ending at %zu, data at %zu\n",
+            page, nslots, slot, l.mop, l.mop_bytes, reg, before, l.data[0]);
+  return bad;
+}
+
+static int test_layout(void) {
+  static const size_t pages[] = {4096, 16384, 65536};
+  static const uint32_t ns[] = {RR__SHM_MIN_SLOTS, RR__SHM_DEPTH, RR__SHM_MAX_SLOTS};
+  int bad = 0;
+  for (int i = 0; i < 3; i++)
+    for (int j = 0; j < 3; j++) bad |= layout_one(pages[i], ns[j], RR__SHM_MIN_SLOT);
+  bad |= layout_one(rr__mop_host_page(), RR__SHM_DEPTH, 1 << 20);
+  rr__shm_layout a, b;
+  rr__shm_layout_of(RR__SHM_DEPTH, 65536, &a);
+  rr__shm_layout_page(RR__SHM_DEPTH, 65536, rr__mop_host_page(), &b);
+  bad |= memcmp(&a, &b, sizeof a) != 0;
+  printf("layout: %s (this host's page: %zu bytes)\n", bad ? "WRONG" : "ok", rr__mop_host_page());
+  return bad;
+}
+
 /* Is process pid gone (exited: a zombie, or reaped)? */
 static int gone(int pid) {
   char path[64], st = 0;
@@ -438,6 +484,7 @@ static int forms_rank(int rank, void *arg) {
 int main(int argc, char **argv) {
   g_fake = cu_setup(&argc, &argv);
   const char *what = argc > 1 ? argv[1] : "rules";
+  if (!strcmp(what, "layout")) return test_layout(); /* arithmetic only: no CUDA */
   if (!rr__cuda_built() && !g_fake)
     return printf("skipped: no CUDA device (this build has no CUDA; run with --fake)\n"), SKIP;
   if (!have_device_forked())
@@ -498,6 +545,6 @@ int main(int argc, char **argv) {
     return t_run_all(2, forms_rank, NULL, 60, "forms");
   }
   fprintf(stderr,
-          "usage: test_cuda_memops [--fake] rules|pingpong|spin|handoff|early|forms\n");
+          "usage: test_cuda_memops [--fake] rules|pingpong|spin|handoff|early|forms|layout\n");
   return 2;
 }

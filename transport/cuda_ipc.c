@@ -259,6 +259,16 @@ uint64_t rr__mop_segments(void) {
   return atomic_load(&rr__mop_nseg);
 }
 
+size_t rr__mop_host_page(void) {
+  const long p = sysconf(_SC_PAGESIZE);
+  return p > 4096 ? (size_t)p : 4096;
+}
+
+size_t rr__mop_area(size_t page) {
+  const size_t a = page > 4096 ? page : 4096;
+  return (sizeof(rr__mop_page) + a - 1) / a * a;
+}
+
 void rr__mop_page_init(rr__mop_page *pg, uint32_t epoch0) {
   memset(pg, 0, sizeof *pg);
   pg->epoch0 = epoch0;
@@ -335,14 +345,13 @@ int rr__mop_start(rr__mop **out, rr__mop_page *pg, int lower, uint32_t nslots, s
                          peer_global);
   rr__mop *m = rr__calloc(1, sizeof *m);
   if (!m) return RR_ENOMEM;
-  const size_t page = (size_t)sysconf(_SC_PAGESIZE);
   *m = (rr__mop){.self_global = self_global,
                  .peer_global = peer_global,
                  .nslots = nslots,
                  .slot = slot,
                  .pg = pg,
-                 .epoch0 = pg->epoch0, /* read once */
-                 .pg_bytes = (sizeof *pg + page - 1) / page * page,
+                 .epoch0 = pg->epoch0,                          /* read once */
+                 .pg_bytes = rr__mop_area(rr__mop_host_page()), /* as the layout's */
                  .tx = &pg->dir[lower ? 0 : 1],
                  .rx = &pg->dir[lower ? 1 : 0]};
   void *dptr = NULL;

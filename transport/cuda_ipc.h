@@ -148,6 +148,14 @@ typedef struct rr__mop_page {
 
 typedef struct rr__mop rr__mop;
 
+/* The host's page size, at least 4096 (sysconf(_SC_PAGESIZE): 64 KiB on some aarch64 hosts),
+ * and the bytes the flag page takes in the pair's mapping on a host of `page`-byte pages:
+ * sizeof(rr__mop_page) rounded up to whole pages (of max(4096, page) bytes). The layout
+ * (transport/shm.h) aligns the page to that and leaves it that many bytes; rr__mop_start
+ * registers exactly that. */
+size_t rr__mop_host_page(void);
+size_t rr__mop_area(size_t page);
+
 /* Fill in a new page (the creator of the mapping). */
 void rr__mop_page_init(rr__mop_page *pg, uint32_t epoch0);
 /* Start this side: register the page, allocate and export the slots it sends from, on the

@@ -27,7 +27,7 @@ extern const rr__transport rr__shm_transport;
 #define RR__SHM_MAX_SLOTS 64u
 
 #define RR__SHM_CL 64      /* cache line */
-#define RR__SHM_PAGE 4096u /* alignment of the slot data */
+#define RR__SHM_PAGE 4096u /* the least alignment of the slot data (the host page may be more) */
 
 /* Page 0 of the mapping, written once by the creator (the lower global rank) and checked
  * by the other side before use. */
@@ -65,13 +65,16 @@ typedef struct rr__shm_desc {
 
 /* Offsets in the mapping: header page, ring[0], ring[1], desc[0][nslots], desc[1][nslots],
  * ipc[0], ipc[1] (what the lower / higher rank publishes for CUDA IPC: rr__ipc_export),
- * then (page aligned) mop, the flag words of stream memory operations both sides register
- * with their GPU (rr__mop_page, transport/cuda_ipc.h), then (page aligned) data[0] and
- * data[1], nslots * slot bytes each. */
+ * then, aligned to the host page (at least RR__SHM_PAGE), mop, the flag words of stream
+ * memory operations both sides register with their GPU (rr__mop_page, transport/cuda_ipc.h),
+ * mop_bytes long (whole host pages: rr__mop_area), then data[0] and data[1], nslots * slot
+ * bytes each. */
 typedef struct rr__shm_layout {
-  size_t ring[2], desc[2], ipc[2], mop, data[2], total;
+  size_t ring[2], desc[2], ipc[2], mop, mop_bytes, data[2], total;
 } rr__shm_layout;
 
+/* The layout on this host (rr__mop_host_page); _page: for a host page of `page` bytes. */
 void rr__shm_layout_of(uint32_t nslots, size_t slot, rr__shm_layout *l);
+void rr__shm_layout_page(uint32_t nslots, size_t slot, size_t page, rr__shm_layout *l);
 
 #endif /* RR__TRANSPORT_SHM_H_ */

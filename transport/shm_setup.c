@@ -44,16 +44,24 @@ static size_t rr__round_up(size_t v, size_t a) {
   return (v + a - 1) / a * a;
 }
 
-void rr__shm_layout_of(uint32_t nslots, size_t slot, rr__shm_layout *l) {
+void rr__shm_layout_page(uint32_t nslots, size_t slot, size_t page, rr__shm_layout *l) {
   size_t o = RR__SHM_PAGE; /* page 0: header */
   for (int d = 0; d < 2; d++) l->ring[d] = o, o += sizeof(rr__shm_ring);
   for (int d = 0; d < 2; d++) l->desc[d] = o, o += (size_t)nslots * sizeof(rr__shm_desc);
   for (int d = 0; d < 2; d++) l->ipc[d] = o, o += rr__round_up(sizeof(rr__ipc_export), RR__SHM_CL);
-  o = rr__round_up(o, RR__SHM_PAGE);
-  /* Its own pages: cudaHostRegister pins and maps whole pages. */
-  l->mop = o, o += rr__round_up(sizeof(rr__mop_page), RR__SHM_PAGE);
+  /* Its own host pages (the mapping starts on one): cudaHostRegister pins and maps whole
+   * pages, so the flag words share none with the words before them or the data after them,
+   * whatever the host's page size (64 KiB on some aarch64 hosts, GH200's). rr__mop_start
+   * registers exactly [mop, mop + mop_bytes). */
+  const size_t align = RR__MAX((size_t)RR__SHM_PAGE, page);
+  o = rr__round_up(o, align);
+  l->mop = o, l->mop_bytes = rr__mop_area(page), o += l->mop_bytes;
   for (int d = 0; d < 2; d++) l->data[d] = o, o += (size_t)nslots * slot;
   l->total = o;
+}
+
+void rr__shm_layout_of(uint32_t nslots, size_t slot, rr__shm_layout *l) {
+  rr__shm_layout_page(nslots, slot, rr__mop_host_page(), l);
 }
 
 int rr__shm_can_connect(const rr__peer_info *self, const rr__peer_info *peer) {

@@ -34,12 +34,13 @@
  * Memory that gives no IPC handle (cudaMallocAsync's pools, say) goes through the peer's
  * scratch instead, device memory of its own that is exported once.
  *
- * Who takes it is decided by every rank alike: at the first call that could, the ranks tell
- * each other their GPU's UUID, their process and whether their device has stream memory
- * operations (a host all_gather, once per group); then a call takes it when every rank is on
- * that one GPU in its own process and the call's kind has the form. A rank that runs the
- * ring meanwhile (its buffers on the host, say) meets a header naming another algorithm and
- * the call fails as any mismatch does. */
+ * Who takes it is decided by every rank alike: at the group's first ring or chain call through
+ * CUDA IPC, the ranks tell each other their GPU's UUID, their process and whether their
+ * device has stream memory operations (a host all_gather, once per group, which also tells
+ * whether CUDA IPC works between their GPUs at all: rr__pg_ipc_agreed); then a call takes it when
+ * every rank is on that one GPU in its own process and the call's kind has the form. A rank that
+ * runs the ring meanwhile (its buffers on the host, say) meets a header naming another algorithm
+ * and the call fails as any mismatch does. */
 #include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -57,10 +58,18 @@
 #define RR__DIRECT_ALIGN 256 /* where the scratch's areas start (the kernel's vectors) */
 #define RR__DIRECT_SIG_MSG 1 /* the message number (so the lane) the signals travel on */
 
-/* What each rank tells the others once (rr__direct_learn). */
+/* What each rank tells the others once (rr__direct_learn). The devices it sees come with
+ * peer access among them, so that every rank can judge every pair of the group's GPUs from
+ * the same table and all decide alike (rr__direct_ipc_ok). */
+#define RR__P2P_VIS 16
 typedef struct rr__direct_info {
   unsigned char uuid[16];
-  int32_t pid, device, memops, pad;
+  int32_t pid, device, memops;
+  int32_t ipc;  /* a trial cudaIpcGetMemHandle on device succeeded */
+  int32_t nvis; /* vis[0] is device's UUID, then the other devices this rank sees */
+  int32_t pad;
+  unsigned char vis[RR__P2P_VIS][16];
+  uint16_t access[RR__P2P_VIS]; /* bit j of access[i]: vis[i] can access vis[j]'s memory */
 } rr__direct_info;
 
 typedef struct rr__direct rr__direct;
@@ -68,6 +77,7 @@ struct rr__direct {
   int known;  /* the ranks told each other */
   int device; /* this rank's device then, whose UUID is uuid */
   int ok;     /* every rank on one GPU in its own process, with stream memory operations */
+  int ipc_ok; /* CUDA IPC works between every two ranks' GPUs (rr__direct_ipc_ok) */
   unsigned char uuid[16];
   uint64_t calls;
   /* This rank's scratch, for buffers that cannot be exported (device memory of its own,
@@ -136,9 +146,109 @@ static int rr__direct_begin(rr_pg *pg, rr__coll *c) {
   return rr__prefix_error(st, "rank %d: %s", pg->global_ranks[pg->rank], desc);
 }
 
+/* ---- whether CUDA IPC works between the group's GPUs ----
+ *
+ * CUDA IPC maps a peer's device memory into this rank's device: between two GPUs that needs
+ * peer access (cudaIpcOpenMemHandle: "cudaDeviceCanAccessPeer can determine if a mapping is
+ * possible"; without it the open fails, cudaErrorPeerAccessUnsupported), and a device must
+ * give IPC handles at all (not between MIG instances, not on WSL). NCCL's p2p transport
+ * checks the same before it uses IPC (p2pCanConnect). */
+
+/* This rank's part: its device's UUID first, then the others it sees; peer access among
+ * them both ways; and whether a handle of fresh memory on device can be had. Failures only
+ * say no (an unknown answer is a no). */
+static void rr__direct_ipc_mine(rr__direct *d, int device, rr__direct_info *mine) {
+  char why[RR__ERRMSG_MAX];
+  snprintf(why, sizeof why, "%s", rr__error());
+  int ord[RR__P2P_VIS];
+  const int ndev = rr__cuda_device_count();
+  static const unsigned char zero[16];
+  mine->nvis = 0;
+  if (memcmp(mine->uuid, zero, sizeof zero)) {
+    memcpy(mine->vis[0], mine->uuid, 16);
+    ord[0] = device;
+    mine->nvis = 1;
+  }
+  for (int o = 0; o < ndev && mine->nvis > 0 && mine->nvis < RR__P2P_VIS; o++) {
+    if (o == device || rr__cuda_device_uuid(o, mine->vis[mine->nvis]) != RR_OK) continue;
+    ord[mine->nvis++] = o;
+  }
+  for (int i = 0; i < mine->nvis; i++)
+    for (int j = 0; j < mine->nvis; j++) {
+      int can = 0;
+      if (i != j && rr__cuda_can_access_peer(ord[i], ord[j], &can) == RR_OK && can)
+        mine->access[i] |= (uint16_t)(1u << j);
+    }
+  int prev = -1;
+  void *p = NULL;
+  if (rr__cuda_set_device(device, &prev) == RR_OK) {
+    rr__cuda_ipc_handle h;
+    if (rr__cuda_malloc(&p, 4096) == RR_OK) {
+      mine->ipc = rr__cuda_ipc_mem_handle(&h, p) == RR_OK;
+      /* Freed with the group: cudaFree would wait for the whole device now, other groups'
+       * work included. */
+      rr__cuda_retire(&d->retired, p, 4096, device);
+    }
+    rr__cuda_restore_device(prev);
+  }
+  rr__copy_error(why);
+}
+
+static int rr__direct_vis(const rr__direct_info *k, const unsigned char uuid[16]) {
+  for (int i = 0; i < k->nvis && i < RR__P2P_VIS; i++)
+    if (!memcmp(k->vis[i], uuid, 16)) return i;
+  return -1;
+}
+
+/* Every rank judges from the same table, so all decide alike: CUDA IPC is usable when every
+ * rank's device gives handles and every two ranks are on one GPU or on GPUs that can access
+ * each other both ways, as any rank that sees both says. A pair that no rank sees both of
+ * (each rank limited to its own GPU by CUDA_VISIBLE_DEVICES) cannot be checked here and is
+ * taken as usable, as NCCL does (an IPC handle opens on a device the process cannot see).
+ * Every pair, not only ring neighbours: the pull, the one-kernel form and the other kinds
+ * map other ranks' memory too. */
+static int rr__direct_ipc_ok(const rr_pg *pg, const rr__direct_info *all, char *why, size_t len) {
+  static const unsigned char zero[16];
+  for (int r = 0; r < pg->size; r++) {
+    if (!all[r].ipc) {
+      snprintf(why, len,
+               "rank %d's device gives no CUDA IPC handle (cudaIpcGetMemHandle failed: a MIG "
+               "instance, WSL, or no memory)",
+               pg->global_ranks[r]);
+      return 0;
+    }
+    if (!memcmp(all[r].uuid, zero, 16)) {
+      snprintf(why, len, "rank %d's GPU UUID is unknown", pg->global_ranks[r]);
+      return 0;
+    }
+  }
+  for (int r = 0; r < pg->size; r++)
+    for (int q = r + 1; q < pg->size; q++) {
+      if (!memcmp(all[r].uuid, all[q].uuid, 16)) continue;
+      for (int k = 0; k < pg->size; k++) {
+        const int i = rr__direct_vis(&all[k], all[r].uuid),
+                  j = rr__direct_vis(&all[k], all[q].uuid);
+        if (i < 0 || j < 0) continue;
+        if (!(all[k].access[i] >> j & 1) || !(all[k].access[j] >> i & 1)) {
+          snprintf(why, len,
+                   "the GPUs of ranks %d and %d cannot access each other's memory "
+                   "(cudaDeviceCanAccessPeer, asked by rank %d)",
+                   pg->global_ranks[r], pg->global_ranks[q], pg->global_ranks[k]);
+          return 0;
+        }
+        break;
+      }
+    }
+  snprintf(why, len,
+           "every two ranks share a GPU or have peer access, and every device gives "
+           "IPC handles");
+  return 1;
+}
+
 /* Once per group: every rank's GPU, process and stream memory operations, by a host
  * all_gather; the form applies when all are on one GPU, in processes of their own, with
- * stream memory operations. */
+ * stream memory operations. The same exchange tells whether CUDA IPC works between the
+ * group's GPUs at all (above). */
 static int rr__direct_learn(rr_pg *pg, const rr__pg_call *call, int64_t timeout_ms) {
   rr__direct *d = pg->direct;
   rr__direct_info mine, *all = rr__calloc((size_t)pg->size, sizeof *all);
@@ -150,6 +260,7 @@ static int rr__direct_learn(rr_pg *pg, const rr__pg_call *call, int64_t timeout_
   int st = rr__cuda_device_uuid(call->device, mine.uuid);
   /* A device whose UUID cannot be had takes the ring: a UUID of zeros and no memops. */
   if (st != RR_OK) memset(mine.uuid, 0, sizeof mine.uuid), mine.memops = 0;
+  rr__direct_ipc_mine(d, call->device, &mine);
   const rr__args a = {.kind = RR__K_ALL_GATHER,
                       .sendbuf = &mine,
                       .recvbuf = all,
@@ -179,16 +290,21 @@ static int rr__direct_learn(rr_pg *pg, const rr__pg_call *call, int64_t timeout_
   }
   static const unsigned char zero[16];
   ok &= memcmp(all[0].uuid, zero, sizeof zero) != 0;
+  char why[256];
+  d->ipc_ok = rr__direct_ipc_ok(pg, all, why, sizeof why);
   memcpy(d->uuid, mine.uuid, sizeof d->uuid);
   d->device = call->device;
-  d->ok = ok;
+  d->ok = ok && d->ipc_ok;
   d->known = 1;
   free(all);
-  RR__LOG_INFO(
-      RR__SUB_COLL, "rank %d: one-kernel form for ranks sharing a GPU: %s",
-      pg->global_ranks[pg->rank],
-      ok ? "on (every rank on one GPU)"
-         : "off (ranks on different GPUs, in one process, or without stream memory operations)");
+  RR__LOG_INFO(RR__SUB_COLL,
+               "rank %d: device buffers of this group: %s (%s); one-kernel form for ranks "
+               "sharing a GPU: %s",
+               pg->global_ranks[pg->rank],
+               d->ipc_ok ? "through CUDA IPC" : "staged or piped through pinned host memory", why,
+               d->ok ? "on (every rank on one GPU)"
+                     : "off (ranks on different GPUs, in one process, without stream memory "
+                       "operations, or without CUDA IPC)");
   return RR_OK;
 }
 
@@ -483,21 +599,41 @@ static int rr__direct_call(rr_pg *pg, const rr__pg_call *call, int64_t timeout_m
   return rr__pg_ipc_out(pg, call, &dev, prev, st);
 }
 
+/* The group's state, made at its first device call through CUDA IPC. */
+static int rr__direct_state(rr_pg *pg) {
+  if (pg->direct) return RR_OK;
+  pg->direct = rr__calloc(1, sizeof *pg->direct);
+  if (!pg->direct) {
+    int st = rr__set_error(RR_ENOMEM, "rank %d: no memory for the group's device-path state",
+                           pg->global_ranks[pg->rank]);
+    rr__comm_abort(pg->comm, st, rr__error(), 1);
+    return st;
+  }
+  pg->direct->scratch_device = -1;
+  return RR_OK;
+}
+
+/* Learned at the first call of a ring or chain kind (every rank makes it, and takes this
+ * path, at the same place in its calls: group/ipc.c's rules are the same for all). The other
+ * kinds may leave ranks off the path (all_to_allv) or out of the call (point to point): they
+ * never learn, and before the group learned they go the way RR_CUDA_IPC=0 sends them, which
+ * every rank agrees on too. */
+int rr__pg_ipc_agreed(rr_pg *pg, const rr__pg_call *call, int64_t timeout_ms, int *st) {
+  *st = RR_OK;
+  if (pg->direct && pg->direct->known) return pg->direct->ipc_ok;
+  const int dev = rr__kind(call->a.kind)->dev;
+  if (dev != RR__DEV_IPC_SEG && dev != RR__DEV_PIPE) return 0;
+  if ((*st = rr__direct_state(pg)) != RR_OK) return 0;
+  if ((*st = rr__direct_learn(pg, call, timeout_ms)) != RR_OK) return 0;
+  return pg->direct->ipc_ok;
+}
+
 int rr__pg_direct_run(rr_pg *pg, const rr__pg_call *call, int64_t timeout_ms, int *st) {
   *st = RR_OK;
   if (!rr__params_get()->cuda_direct || !rr__direct_kind(call->a.kind) || pg->size < 2 ||
       pg->size > RR__CUDA_DIRECT_MAX || call->path != RR__PATH_IPC || !rr__pg_direct_size(pg, call))
     return 0;
-  if (!pg->direct) {
-    pg->direct = rr__calloc(1, sizeof *pg->direct);
-    if (!pg->direct) {
-      *st = rr__set_error(RR_ENOMEM, "rank %d: no memory for the one-kernel form's state",
-                          pg->global_ranks[pg->rank]);
-      rr__comm_abort(pg->comm, *st, rr__error(), 1);
-      return 1;
-    }
-    pg->direct->scratch_device = -1;
-  }
+  if ((*st = rr__direct_state(pg)) != RR_OK) return 1;
   if (!pg->direct->known) {
     *st = rr__direct_learn(pg, call, timeout_ms);
     if (*st != RR_OK) return 1;

@@ -4,6 +4,7 @@
  * rr__pg_ipc_out, around group/run.c's run of the ring on the device buffers themselves).
  * The events and copy streams are group/device.c's, shared with the staged path. */
 #include <sched.h>
+#include <stdatomic.h>
 #include <string.h>
 #include <time.h>
 
@@ -49,7 +50,9 @@ static int rr__pg_ring_on_device(const rr_pg *pg, const rr__pg_call *call, int i
  * RR_TRANSPORT=shm or RR_CUDA_IPC=0 pipes or stages instead. Asked only of a call whose path
  * is RR__PATH_STAGED, which gets its events at submission (rr__cuda_pg_prepare) or fails
  * there. On by default: a peer killed mid-call leaves nothing on this rank's device that only
- * it could complete (transport/cuda_ipc.h; cudafake.ipc_kill_w3). */
+ * it could complete (transport/cuda_ipc.h; cudafake.ipc_kill_w3). Whether IPC works between
+ * the group's GPUs at all is agreed where the call runs (rr__pg_ipc_agreed, group/run.c),
+ * since that takes an exchange this thread may not make. */
 int rr__pg_ipc_call(const rr_pg *pg, const rr__pg_call *call) {
   const rr__params *p = rr__params_get();
   if (!p->cuda_ipc || strcmp(p->transport, "auto") || !rr__pg_ring_on_device(pg, call, 1)) return 0;
@@ -57,6 +60,17 @@ int rr__pg_ipc_call(const rr_pg *pg, const rr__pg_call *call) {
   /* A segment must fit one device message on the lane to every peer (0 where a peer's
    * transport carries none). */
   return rr__pg_ipc_seg(pg, call->a.kind) <= rr__comm_device_msg_max(pg->comm);
+}
+
+/* Where the call runs, the group may still turn it away from CUDA IPC (rr__pg_ipc_agreed:
+ * GPUs without peer access, devices without IPC); counted here. */
+static atomic_ullong rr__ipc_ndeclined;
+
+uint64_t rr__pg_ipc_declined(void) {
+  return atomic_load(&rr__ipc_ndeclined);
+}
+void rr__pg_ipc_declined_add(void) {
+  atomic_fetch_add_explicit(&rr__ipc_ndeclined, 1, memory_order_relaxed);
 }
 
 size_t rr__pg_ipc_seg(const rr_pg *pg, int kind) {

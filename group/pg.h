@@ -195,6 +195,16 @@ int rr__pg_run(rr_pg *pg, const rr__pg_call *call, int64_t timeout_ms);
  * ran (or failed) that way, 0 when it takes the ring. Every rank answers alike. free: at
  * the group's destroy (the peers' mappings closed, the scratch freed). */
 int rr__pg_direct_run(rr_pg *pg, const rr__pg_call *call, int64_t timeout_ms, int *st);
+/* Whether CUDA IPC works between every two ranks' GPUs (group/direct.c), asked of a call whose
+ * path is RR__PATH_IPC where it runs: learned once per group, with the one-kernel form's
+ * exchange, at the first ring or chain call; 0 (before that, for the other kinds, or when
+ * not) sends the call the way RR_CUDA_IPC=0 would (group/run.c). *st: a failed exchange (the
+ * group aborted). */
+int rr__pg_ipc_agreed(rr_pg *pg, const rr__pg_call *call, int64_t timeout_ms, int *st);
+/* Calls of this process that rr__pg_path sent through CUDA IPC and the group's agreement
+ * sent staged or piped instead (group/ipc.c; the tests). */
+uint64_t rr__pg_ipc_declined(void);
+void rr__pg_ipc_declined_add(void);
 /* Also frees the group's IPC caches (pg->ipc_cache, pg->ipc_pull). */
 void rr__pg_direct_free(rr_pg *pg);
 /* The group's cache of mapped peer allocations and own handles, made on first use (NULL: out

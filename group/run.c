@@ -110,14 +110,27 @@ static int rr__run_device(rr_pg *pg, const rr__pg_call *call, int64_t timeout_ms
                         rr__run_coll(pg, &call->a, timeout_ms, &dev, piped, call));
 }
 
+/* A call rr__pg_path sent through CUDA IPC whose group cannot take it (GPUs without peer
+ * access, a device without IPC: rr__pg_ipc_agreed): the way RR_CUDA_IPC=0 sends it, piped
+ * or staged, decided as rr__pg_path would. Its events serve either path. */
+static int rr__run_declined(rr_pg *pg, const rr__pg_call *call, int64_t timeout_ms) {
+  rr__pg_call c = *call;
+  c.path = rr__pg_piped_call(pg, &c) ? RR__PATH_PIPED : RR__PATH_STAGED;
+  rr__pg_ipc_declined_add();
+  return c.path == RR__PATH_PIPED ? rr__run_device(pg, &c, timeout_ms, 1)
+                                  : rr__run_staged(pg, &c, timeout_ms);
+}
+
 int rr__pg_run(rr_pg *pg, const rr__pg_call *call, int64_t timeout_ms) {
   switch (call->path) {
     case RR__PATH_MANAGED:
     case RR__PATH_STAGED:
       return rr__run_staged(pg, call, timeout_ms);
     case RR__PATH_IPC: {
-      /* Ranks that share one GPU: one kernel instead of the ring (group/direct.c). */
       int st = RR_OK;
+      if (!rr__pg_ipc_agreed(pg, call, timeout_ms, &st))
+        return st != RR_OK ? st : rr__run_declined(pg, call, timeout_ms);
+      /* Ranks that share one GPU: one kernel instead of the ring (group/direct.c). */
       if (rr__pg_direct_run(pg, call, timeout_ms, &st)) return st;
       return rr__run_device(pg, call, timeout_ms, 0);
     }

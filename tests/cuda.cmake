@@ -305,6 +305,10 @@ set_tests_properties(cudafake.memops_layout PROPERTIES LABELS "cudafake" TIMEOUT
 add_test(NAME cudafake.memops_early COMMAND test_cuda_memops --fake early)
 set_tests_properties(cudafake.memops_early PROPERTIES LABELS "cudafake" TIMEOUT 60
   ENVIRONMENT "${RR_FAKE_ENV};RR_CUDA_IPC=1")
+# An exporter frees its slots only after the peer closed its mapping of them.
+add_test(NAME cudafake.memops_freeclose COMMAND test_cuda_memops --fake freeclose)
+set_tests_properties(cudafake.memops_freeclose PROPERTIES LABELS "cudafake" TIMEOUT 60
+  ENVIRONMENT "${RR_FAKE_ENV};RR_CUDA_IPC=1")
 # The form of a ring kind by size (group/ipc.c's table): staged, the host hand-off, memops.
 add_test(NAME cudafake.memops_forms COMMAND test_cuda_memops --fake forms)
 set_tests_properties(cudafake.memops_forms PROPERTIES LABELS "cudafake" TIMEOUT 60

@@ -41,6 +41,12 @@
  *                                        rr__mop_start registers (rr__mop_area) is exactly
  *                                        it, ending where the data slots begin; on this host
  *                                        too (rr__mop_host_page)
+ *   test_cuda_memops --fake freeclose    the slots' exporter frees them only after its peer
+ *                                        closed its mapping: world 2, one all_reduce by
+ *                                        stream memory operations, rank 1 destroys its group
+ *                                        300 ms after rank 0; no cudaFree of either may find
+ *                                        the other process still mapping the memory (the
+ *                                        fake counts it: rr_fake_cuda_free_violations)
  *   test_cuda_memops --fake forms        the form of a ring kind by size (group/ipc.c's table),
  *                                        with RR_CUDA_STAGED_BYTES=4096 and
  *                                        RR_CUDA_MEMOPS_BYTES=262144 (cudafake.memops_forms):
@@ -350,6 +356,32 @@ static int test_layout(void) {
   return bad;
 }
 
+static int freeclose_rank(int rank, void *arg) {
+  (void)arg;
+  t_rank = rank;
+  rr_pg *pg;
+  T_OK(rr_init_process_group(&pg, NULL));
+  int dev = -1;
+  T_OK(rr__cuda_pick_device(-1, rank, &dev));
+  C_OK(set_device(dev));
+  const size_t count = 1 << 14;
+  void *x = NULL; /* never freed: the user's buffer is not what this case checks */
+  C_OK(malloc(&x, count * sizeof(float)));
+  C_OK(memset_async(x, 0, count * sizeof(float), NULL));
+  C_OK(stream_sync(NULL));
+  const uint64_t mop0 = rr__mop_segments();
+  T_OK(rr_all_reduce(pg, x, x, count, RR_FLOAT32, RR_SUM));
+  T_CHECK(rr__mop_segments() > mop0, "the all_reduce did not use stream memory operations");
+  if (rank == 1) usleep(300000);
+  const int64_t t0 = rr__now_ms();
+  T_OK(rr_destroy_process_group(pg));
+  const int v = rr_fake_cuda_free_violations();
+  printf("freeclose: rank %d: destroyed in %lld ms, %d frees of memory the peer still mapped\n",
+         rank, (long long)(rr__now_ms() - t0), v);
+  T_CHECK(v == 0, "rank %d freed memory rank %d still mapped (%d times)", rank, 1 - rank, v);
+  return 0;
+}
+
 /* Is process pid gone (exited: a zombie, or reaped)? */
 static int gone(int pid) {
   char path[64], st = 0;
@@ -540,11 +572,16 @@ int main(int argc, char **argv) {
         EARLY_ROUNDS, seen[1], seen[0], seen[2]);
     return 0;
   }
+  if (!strcmp(what, "freeclose")) {
+    if (!g_fake) return printf("skipped: the freeclose case counts the fake's frees\n"), SKIP;
+    return t_run_all(2, freeclose_rank, NULL, 60, "freeclose");
+  }
   if (!strcmp(what, "forms")) {
     if (!g_fake) return printf("skipped: the forms case counts the fake's segments\n"), SKIP;
     return t_run_all(2, forms_rank, NULL, 60, "forms");
   }
   fprintf(stderr,
-          "usage: test_cuda_memops [--fake] rules|pingpong|spin|handoff|early|forms|layout\n");
+          "usage: test_cuda_memops [--fake] "
+          "rules|pingpong|spin|handoff|early|freeclose|forms|layout\n");
   return 2;
 }

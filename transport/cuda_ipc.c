@@ -9,6 +9,7 @@
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -29,6 +30,7 @@ struct rr__ipc {
   /* The peer's slots, once opened (opened: closed by us; same process: a borrowed pointer). */
   int opened, same_process; /* same process: set at start, from the lane's checked pid */
   char *peer_slots;
+  rr__ipc_export *mine, *theirs; /* in the pair's mapping (theirs: once opened) */
 };
 
 static atomic_ullong rr__ipc_nseg;
@@ -55,7 +57,43 @@ int rr__ipc_device(const rr__ipc *x) {
   return x->device;
 }
 
-void rr__ipc_free(rr__ipc *x) {
+/* Is the peer gone? EOF (or a reset) on the lane's socket, or no process peer_pid. Reads
+ * what waits on the socket (wake-up bytes: the lane is being torn down). */
+static int rr__ipc_peer_gone(int sock, int peer_pid) {
+  if (peer_pid > 0 && kill(peer_pid, 0) != 0 && errno == ESRCH) return 1;
+  if (sock < 0) return 0;
+  char b[64];
+  for (;;) {
+    ssize_t r = recv(sock, b, sizeof b, MSG_DONTWAIT);
+    if (r > 0) continue;
+    if (r < 0 && errno == EINTR) continue;
+    return !(r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK));
+  }
+}
+
+/* The exporter's side of the close hand-shake (cuda_ipc.h, rr__ipc_free): until the peer that
+ * mapped our memory closed it, is gone, or RR__IPC_CLOSE_MS passed. */
+#define RR__IPC_CLOSE_MS 5000
+static void rr__ipc_wait_closed(const _Atomic uint32_t *mapped, const _Atomic uint32_t *closed,
+                                int sock, int peer_pid, int self, int peer, const char *what) {
+  if (!atomic_load(mapped)) return;
+  const int64_t until = rr__now_ms() + RR__IPC_CLOSE_MS;
+  while (!atomic_load(closed)) {
+    const int gone = rr__ipc_peer_gone(sock, peer_pid);
+    if (gone || rr__now_ms() >= until) {
+      if (!gone)
+        RR__LOG_WARN(RR__SUB_INIT,
+                     "cuda_ipc: rank %d -> rank %d: freeing %s before rank %d closed its "
+                     "mapping of them (waited 5 s)",
+                     self, peer, what, peer);
+      return;
+    }
+    struct timespec ts = {0, 200000};
+    nanosleep(&ts, NULL);
+  }
+}
+
+void rr__ipc_free(rr__ipc *x, int sock, int peer_pid) {
   if (!x) return;
   /* On the slots' device (the closing thread may never have chosen it). */
   int prev = -1;
@@ -65,10 +103,14 @@ void rr__ipc_free(rr__ipc *x) {
   for (uint32_t i = 0; i < x->nslots; i++)
     if (x->sent[i]) (void)rr__cuda_event_sync(x->sent[i]); /* a device error: nothing to do */
   if (x->opened && !x->same_process) rr__cuda_ipc_close_mem(x->peer_slots);
+  if (x->theirs) atomic_store(&x->theirs->closed, 1);
   for (uint32_t i = 0; i < x->nslots; i++) {
     rr__cuda_event_destroy(x->done[i]);
     rr__cuda_event_destroy(x->sent[i]);
   }
+  if (x->mine)
+    rr__ipc_wait_closed(&x->mine->mapped, &x->mine->closed, sock, peer_pid, x->self_global,
+                        x->peer_global, "the device slots it receives into");
   rr__cuda_free(x->slots); /* waits for the device first: our reads of the slots */
   if (on) rr__cuda_restore_device(prev);
   free(x);
@@ -86,6 +128,7 @@ int rr__ipc_start(rr__ipc **out, rr__ipc_export *mine, uint32_t nslots, size_t s
   x->self_global = self_global;
   x->peer_global = peer_global;
   x->same_process = same_process;
+  x->mine = mine;
   int st = rr__cuda_get_device(&x->device);
   if (st == RR_OK) st = rr__cuda_malloc((void **)&x->slots, (size_t)nslots * slot);
   for (uint32_t i = 0; st == RR_OK && i < nslots; i++) {
@@ -94,7 +137,7 @@ int rr__ipc_start(rr__ipc **out, rr__ipc_export *mine, uint32_t nslots, size_t s
   }
   if (st == RR_OK) st = rr__cuda_ipc_mem_handle(&mine->slots, x->slots);
   if (st != RR_OK) {
-    rr__ipc_free(x);
+    rr__ipc_free(x, -1, 0); /* never published: nobody maps them */
     return rr__prefix_error(st, "CUDA IPC with rank %d: setting up %u device slots of %zu KiB",
                             peer_global, nslots, slot >> 10);
   }
@@ -112,7 +155,7 @@ int rr__ipc_start(rr__ipc **out, rr__ipc_export *mine, uint32_t nslots, size_t s
   return RR_OK;
 }
 
-int rr__ipc_open_peer(rr__ipc *x, const rr__ipc_export *theirs) {
+int rr__ipc_open_peer(rr__ipc *x, rr__ipc_export *theirs) {
   if (x->opened) return 1;
   if (!atomic_load(&theirs->ready)) return 0;
   /* Read once each (the peer could change them later), then checked. */
@@ -136,8 +179,12 @@ int rr__ipc_open_peer(rr__ipc *x, const rr__ipc_export *theirs) {
                  x->self_global, x->peer_global);
     return 1;
   }
+  /* Said before the open, so that the peer's free cannot miss a mapping (cuda_ipc.h). */
+  atomic_store(&theirs->mapped, 1);
+  x->theirs = theirs; /* closed is set at our free, or below */
   int st = rr__cuda_ipc_open_mem((void **)&x->peer_slots, &t.slots);
   if (st != RR_OK) {
+    atomic_store(&theirs->closed, 1);
     x->peer_slots = NULL;
     return rr__prefix_error(st,
                             "CUDA IPC with rank %d (pid %d, device %d): opening its device "
@@ -323,12 +370,15 @@ static void rr__mop_drain(const rr__mop *m, int peer_pid) {
   }
 }
 
-void rr__mop_free(rr__mop *m, int peer_pid) {
+void rr__mop_free(rr__mop *m, int peer_pid, int sock) {
   if (!m) return;
   rr__mop_drain(m, peer_pid);
   int prev = -1;
   int on = rr__cuda_set_device(m->device, &prev) == RR_OK;
   if (m->opened) rr__cuda_ipc_close_mem(m->peer_slots);
+  if (m->opened) atomic_store(&m->rx->exp.closed, 1);
+  rr__ipc_wait_closed(&m->tx->exp.mapped, &m->tx->exp.closed, sock, peer_pid, m->self_global,
+                      m->peer_global, "the device slots it sends from");
   rr__cuda_free(m->slots); /* waits for the device first */
   if (m->pg_dev) rr__cuda_host_unregister(m->pg);
   if (on) rr__cuda_restore_device(prev);
@@ -362,7 +412,7 @@ int rr__mop_start(rr__mop **out, rr__mop_page *pg, int lower, uint32_t nslots, s
   rr__mop_export *e = &m->tx->exp;
   if (st == RR_OK) st = rr__cuda_ipc_mem_handle(&e->slots, m->slots);
   if (st != RR_OK) {
-    rr__mop_free(m, 0);
+    rr__mop_free(m, 0, -1); /* never published: nobody maps them */
     return rr__prefix_error(st,
                             "CUDA IPC with rank %d: setting up stream memory operations "
                             "(%u device slots of %zu KiB, the pair's flag page)",
@@ -396,7 +446,9 @@ int rr__mop_open_peer(rr__mop *m) {
                          "match the shared-memory lane's (%u of %zu)",
                          m->peer_global, t.nslots, (unsigned long long)t.slot_bytes, m->nslots,
                          m->slot);
+  atomic_store(&m->rx->exp.mapped, 1); /* before the open: the peer's free waits for closed */
   int st = rr__cuda_ipc_open_mem((void **)&m->peer_slots, &t.slots);
+  if (st != RR_OK) atomic_store(&m->rx->exp.closed, 1);
   if (st != RR_OK)
     return rr__prefix_error(st,
                             "CUDA IPC with rank %d (pid %d, device %d): opening the device "

@@ -40,6 +40,9 @@
  * the other side reads the rest only after seeing it. */
 typedef struct rr__ipc_export {
   _Atomic uint32_t ready;
+  /* Written by the other side, the importer: 1 before it opens the handle, 1 once it closed
+   * it (or its open failed). The exporter frees the slots only after (rr__ipc_free). */
+  _Atomic uint32_t mapped, closed;
   int32_t pid;
   int32_t device;
   uint32_t nslots;
@@ -56,7 +59,7 @@ typedef struct rr__ipc rr__ipc;
 int rr__ipc_start(rr__ipc **out, rr__ipc_export *mine, uint32_t nslots, size_t slot,
                   int self_global, int peer_global, int same_process);
 /* Open what the peer published: 1 done (now or before), 0 not published yet, <0 error. */
-int rr__ipc_open_peer(rr__ipc *x, const rr__ipc_export *theirs);
+int rr__ipc_open_peer(rr__ipc *x, rr__ipc_export *theirs);
 int rr__ipc_opened(const rr__ipc *x);
 int rr__ipc_device(const rr__ipc *x);
 /* Sender: queue n bytes from src into the peer's slot i on stream (host slot i is ours: the
@@ -76,8 +79,13 @@ int rr__ipc_take_host(rr__ipc *x, uint32_t i, void *dst, size_t n);
  * error (set). Never blocks. */
 int rr__ipc_take_done(rr__ipc *x, uint32_t i);
 /* Release everything. Waits first for this side's own copies and reads still queued (they
- * depend on nothing a peer must do, so this ends even when the peer died). */
-void rr__ipc_free(rr__ipc *x);
+ * depend on nothing a peer must do, so this ends even when the peer died), closes the peer's
+ * slots and says so in its export, then waits for the peer to have closed ours before they
+ * are freed ("Calling cudaFree on an exported memory region before calling
+ * cudaIpcCloseMemHandle in the importing context will result in undefined behavior":
+ * cudaIpcOpenMemHandle), until the lane's socket `sock` or the process peer_pid says the peer
+ * is gone, or 5 s. */
+void rr__ipc_free(rr__ipc *x, int sock, int peer_pid);
 
 /* Segments this process sent through CUDA IPC so far (tests check the path was taken). */
 uint64_t rr__ipc_segments(void);
@@ -122,6 +130,7 @@ uint64_t rr__ipc_segments(void);
 /* What the sender of a direction publishes: its slots. ready is set last (seq_cst). */
 typedef struct rr__mop_export {
   _Atomic uint32_t ready;
+  _Atomic uint32_t mapped, closed; /* the receiver's, as in rr__ipc_export */
   int32_t pid;
   int32_t device;
   uint32_t nslots;
@@ -173,8 +182,10 @@ int rr__mop_send(rr__mop *m, rr__req *r);
 int rr__mop_recv(rr__mop *m, rr__req *r);
 /* Release everything (no device work of a call may still use it: every such call waited for
  * its stream before it returned). The peer may still be reading the slots we send from: the
- * free first waits (up to 5 s, or until peer_pid is gone) for it to release their last use. */
-void rr__mop_free(rr__mop *m, int peer_pid);
+ * free first waits (up to 5 s, or until peer_pid is gone) for it to release their last use,
+ * then, as rr__ipc_free, for it to have closed its mapping of them (5 s more at most, or
+ * until `sock` or peer_pid says it is gone). */
+void rr__mop_free(rr__mop *m, int peer_pid, int sock);
 /* Segments this process sent through stream memory operations so far (tests; signals are not
  * counted). */
 uint64_t rr__mop_segments(void);

@@ -458,8 +458,8 @@ fail:
 
 void rr__shm_close(rr__conn *base) {
   rr__shm_conn *c = (rr__shm_conn *)base;
-  rr__mop_free(c->mop, c->peer_pid);
-  rr__ipc_free(c->ipc);
+  rr__mop_free(c->mop, c->peer_pid, c->sock);
+  rr__ipc_free(c->ipc, c->sock, c->peer_pid);
   if (c->map) munmap(c->map, c->map_len);
   if (c->sock >= 0) close(c->sock);
   free(c);

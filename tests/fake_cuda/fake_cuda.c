@@ -497,6 +497,7 @@ static int f_release(void *p, int host) {
     return fail(RR__CUDA_ERR_INVALID_VALUE);
   }
   f_drain_locked();
+  f_ipc_freeing(a); /* another process still mapping it: counted (fake_ipc.c) */
   f_unregister(a);
   pthread_mutex_unlock(&F.mu);
   return 0;

@@ -50,6 +50,8 @@ void rr_fake_cuda_no_memops(int on);
 
 /* Work the fake's streams still have queued in this process (tests of the fake itself). */
 int rr_fake_cuda_pending(void);
+/* cudaFree calls of exported memory that another live process still mapped (fake_ipc.c). */
+int rr_fake_cuda_free_violations(void);
 
 /* Device 0..7's primary context in this process: 0 when it has none; 1 when it has one, with
  * buf (n bytes) telling which call on which thread made it, and whether that thread had

@@ -9,7 +9,13 @@
  *     real runtime).
  *   - Opening the same handle twice in one process returns the same pointer and counts
  *     references; cudaIpcCloseMemHandle unmaps at the last close.
+ *   - "Calling cudaFree on an exported memory region before calling cudaIpcCloseMemHandle in
+ *     the importing context will result in undefined behavior" (cudaIpcOpenMemHandle): a
+ *     cudaFree of exported memory that another live process still maps (its /proc/PID/maps
+ *     names the allocation's memfd) is counted (rr_fake_cuda_free_violations) and reported
+ *     on stderr; the memory stays mapped there (a GPU promises nothing).
  */
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
@@ -19,6 +25,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -44,6 +51,49 @@ static int f_open_fd(const fhandle *h) {
   return open(path, O_RDWR | O_CLOEXEC);
 }
 
+static atomic_int f_free_violations;
+
+int rr_fake_cuda_free_violations(void) {
+  return atomic_load(&f_free_violations);
+}
+
+/* Does another process map the memfd fd? */
+static int f_mapped_elsewhere(int fd) {
+  struct stat st;
+  if (fstat(fd, &st) != 0) return 0;
+  DIR *d = opendir("/proc");
+  if (!d) return 0;
+  int found = 0;
+  char path[64], line[512];
+  for (struct dirent *e; !found && (e = readdir(d));) {
+    const int pid = atoi(e->d_name);
+    if (pid <= 0 || pid == (int)getpid()) continue;
+    snprintf(path, sizeof path, "/proc/%d/maps", pid);
+    FILE *f = fopen(path, "r");
+    if (!f) continue;
+    while (!found && fgets(line, sizeof line, f)) {
+      unsigned long long ino = 0;
+      if (!strstr(line, "memfd:")) continue;
+      if (sscanf(line, "%*s %*s %*s %*s %llu", &ino) == 1 && ino == (unsigned long long)st.st_ino)
+        found = pid;
+    }
+    fclose(f);
+  }
+  closedir(d);
+  return found;
+}
+
+void f_ipc_freeing(const falloc *a) {
+  if (!a->exported || a->fd < 0) return;
+  const int pid = f_mapped_elsewhere(a->fd);
+  if (!pid) return;
+  atomic_fetch_add(&f_free_violations, 1);
+  fprintf(stderr,
+          "fake cuda: pid %d: cudaFree of exported memory (%zu bytes) that pid %d still maps "
+          "(cudaIpcOpenMemHandle: undefined behavior)\n",
+          (int)getpid(), a->bytes, pid);
+}
+
 int f_ipc_get_mem_handle(rr__cuda_ipc_handle *out, void *p) {
   int e = f_ctx("cudaIpcGetMemHandle");
   if (!e) e = rr__fk_ipc_get_check(); /* RR_FAKE_CUDA_NO_IPC: fake_devices.c */
@@ -55,6 +105,7 @@ int f_ipc_get_mem_handle(rr__cuda_ipc_handle *out, void *p) {
     pthread_mutex_unlock(&F.mu);
     return fail(RR__CUDA_ERR_INVALID_VALUE);
   }
+  a->exported = 1;
   fhandle h = {.magic = F_MAGIC,
                .pid = (int32_t)getpid(),
                .fd = a->fd,

@@ -32,6 +32,7 @@ typedef struct falloc {
    * translate to those pages (devmap). noexport: device memory with no IPC handle. vmm: as
    * noexport, and its BUFFER_ID is 0 (VMM memory, rr_fake_cuda_malloc_vmm). */
   int registered, devmap, noexport, vmm;
+  int exported; /* device memory whose IPC handle was taken (cudaIpcGetMemHandle) */
   uint64_t id;
   struct falloc *next;
 } falloc;
@@ -163,6 +164,8 @@ int f_stream_wait_event(void *stream, void *event);
 int f_event_sync(void *event);
 int f_event_query(void *event);
 int f_ipc_get_mem_handle(rr__cuda_ipc_handle *out, void *p);
+/* cudaFree of exported memory (F.mu held): counts a free while another process maps it. */
+void f_ipc_freeing(const falloc *a);
 int f_ipc_open_mem_handle(void **p, const rr__cuda_ipc_handle *in);
 int f_ipc_close_mem_handle(void *p);
 int f_ipc_get_event_handle(rr__cuda_ipc_handle *out, void *event);

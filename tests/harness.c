@@ -1,9 +1,11 @@
 #include "tests/harness.h"
 
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "ring/op.h"
 
@@ -305,6 +307,41 @@ double t_now(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
   return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static void t_ready_path(char *path, size_t len, const char *dir, int rank) {
+  snprintf(path, len, "%s/%d", dir, rank);
+}
+
+int t_ready_mark(const char *dir, int rank) {
+  char path[96];
+  t_ready_path(path, sizeof path, dir, rank);
+  FILE *f = fopen(path, "w");
+  if (!f) return 1;
+  fclose(f);
+  return 0;
+}
+
+void t_ready_wait(const char *dir, int n, double wait_s) {
+  for (double end = t_now() + wait_s; t_now() < end;) {
+    int ready = 0;
+    for (int r = 0; r < n; r++) {
+      char path[96];
+      t_ready_path(path, sizeof path, dir, r);
+      ready += access(path, F_OK) == 0;
+    }
+    if (ready == n) return;
+    usleep(10000);
+  }
+}
+
+void t_ready_remove(const char *dir, int n) {
+  for (int r = 0; r < n; r++) {
+    char path[96];
+    t_ready_path(path, sizeof path, dir, r);
+    unlink(path);
+  }
+  rmdir(dir);
 }
 
 uint64_t t_hash(const void *buf, size_t bytes) {

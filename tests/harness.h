@@ -91,6 +91,14 @@ void *t_alloc(size_t bytes);
 /* Wall clock for timing checks, in seconds (CLOCK_MONOTONIC). */
 double t_now(void);
 
+/* Kill tests meet in a folder: each rank marks itself ready once it is inside its loop of
+ * calls (t_ready_mark: 0, or 1 when the mark cannot be made), t_run's `during` callback waits
+ * up to wait_s for all n marks before it kills (t_ready_wait), and the test removes the marks
+ * and the folder (t_ready_remove). */
+int t_ready_mark(const char *dir, int rank);
+void t_ready_wait(const char *dir, int n, double wait_s);
+void t_ready_remove(const char *dir, int n);
+
 /* FNV-1a of a buffer, to compare results across ranks bit for bit. */
 uint64_t t_hash(const void *buf, size_t bytes);
 

@@ -378,11 +378,8 @@ static int kill_rank(int rank, void *arg) {
   uint64_t before = rr__direct_calls();
   T_OK(rr_all_reduce(pg, x, x, count, RR_FLOAT32, RR_SUM));
   T_CHECK(rr__direct_calls() - before == 1, "the first call did not run as one kernel");
-  char path[96];
-  snprintf(path, sizeof path, "%s/%d", kc->ready_dir, rank);
-  FILE *f = fopen(path, "w");
-  T_CHECK(f != NULL, "cannot create %s", path);
-  fclose(f);
+  T_CHECK(!t_ready_mark(kc->ready_dir, rank), "cannot mark rank %d ready in %s", rank,
+          kc->ready_dir);
   int st;
   long calls = 0;
   do {
@@ -423,16 +420,7 @@ static int kill_rank(int rank, void *arg) {
 
 static void kill_victim(const int *pids, int n, void *arg) {
   kcase *kc = arg;
-  for (double end = t_now() + 60; t_now() < end;) {
-    int ready = 0;
-    for (int r = 0; r < n; r++) {
-      char path[96];
-      snprintf(path, sizeof path, "%s/%d", kc->ready_dir, r);
-      ready += access(path, F_OK) == 0;
-    }
-    if (ready == n) break;
-    usleep(10000);
-  }
+  t_ready_wait(kc->ready_dir, n, 60);
   usleep((useconds_t)(kc->kill_after * 1e6));
   kill(pids[kc->victim], SIGKILL);
   kc->killed_at = t_now();
@@ -445,12 +433,7 @@ static int kill_test(int victim) {
   if (!mkdtemp(kc.ready_dir)) return perror("mkdtemp"), 1;
   int codes[KILL_WORLD], sigs[KILL_WORLD];
   int rc = t_run(KILL_WORLD, kill_rank, &kc, kill_victim, 60.0, codes, sigs);
-  for (int r = 0; r < KILL_WORLD; r++) {
-    char path[96];
-    snprintf(path, sizeof path, "%s/%d", kc.ready_dir, r);
-    unlink(path);
-  }
-  rmdir(kc.ready_dir);
+  t_ready_remove(kc.ready_dir, KILL_WORLD);
   if (rc) return fprintf(stderr, "kill: the survivors hung (rank %d killed)\n", victim), 1;
   double took = t_now() - kc.killed_at;
   printf("kill: rank %d killed %.2f s into the loop; survivors done %.2f s later\n", victim,

@@ -81,11 +81,8 @@ static int rank_fn(int rank, void *arg) {
   const char *em = getenv("RR_TEST_EXPECT_MEMOPS");
   if (em && !strcmp(em, "1"))
     T_CHECK(rr__mop_segments() > mop_before, "the all-reduce did not use stream memory operations");
-  char path[96];
-  snprintf(path, sizeof path, "%s/%d", kc->ready_dir, rank);
-  FILE *f = fopen(path, "w");
-  T_CHECK(f != NULL, "cannot create %s", path);
-  fclose(f);
+  T_CHECK(!t_ready_mark(kc->ready_dir, rank), "cannot mark rank %d ready in %s", rank,
+          kc->ready_dir);
   int st;
   long calls = 0;
   /* RR_TEST_KILL_RING=1: only the kinds whose segments the streams hand over by stream
@@ -141,16 +138,7 @@ static int rank_fn(int rank, void *arg) {
 static void kill_victim(const int *pids, int n, void *arg) {
   kcase *kc = arg;
   /* Wait until every rank is looping (slow under load), then a random moment. */
-  for (double end = t_now() + 60; t_now() < end;) {
-    int ready = 0;
-    for (int r = 0; r < n; r++) {
-      char path[96];
-      snprintf(path, sizeof path, "%s/%d", kc->ready_dir, r);
-      ready += access(path, F_OK) == 0;
-    }
-    if (ready == n) break;
-    usleep(10000);
-  }
+  t_ready_wait(kc->ready_dir, n, 60);
   usleep((useconds_t)(kc->kill_after * 1e6));
   kill(pids[VICTIM], SIGKILL);
   kc->killed_at = t_now();
@@ -178,12 +166,7 @@ int main(int argc, char **argv) {
   const char *rs = getenv("RR_TEST_RUN_S");
   double run_s = rs && atof(rs) > 0 ? atof(rs) : RUN_S;
   int rc = t_run(WORLD, rank_fn, &kc, kill_victim, run_s, codes, sigs);
-  for (int r = 0; r < WORLD; r++) {
-    char path[96];
-    snprintf(path, sizeof path, "%s/%d", kc.ready_dir, r);
-    unlink(path);
-  }
-  rmdir(kc.ready_dir);
+  t_ready_remove(kc.ready_dir, WORLD);
   if (rc) {
     fprintf(stderr,
             "cuda_ipc_kill: the ranks had not all exited %.1f s after the start (rank %d "

@@ -471,11 +471,8 @@ static int kill_rank(thr *t) {
   T_OK(rr_all_reduce(pg, x, x, KILL_COUNT, RR_FLOAT32, RR_SUM));
   if (handoffs(t, K_AR, -1, KILL_COUNT, "the first all_reduce")) return 1;
   T_OK(rr_all_to_all(pg, x, y, KILL_COUNT / (size_t)n, RR_FLOAT32));
-  char path[96];
-  snprintf(path, sizeof path, "%s/%d", kc->ready_dir, t->rank);
-  FILE *f = fopen(path, "w");
-  T_CHECK(f != NULL, "cannot create %s", path);
-  fclose(f);
+  T_CHECK(!t_ready_mark(kc->ready_dir, t->rank), "cannot mark rank %d ready in %s", t->rank,
+          kc->ready_dir);
   int st;
   long calls = 0;
   do {
@@ -523,16 +520,7 @@ static int kill_rank(thr *t) {
 static void kill_victim(const int *pids, int np, void *arg) {
   kcase *kc = arg;
   const int world = g_layout->world;
-  for (double end = t_now() + 60; t_now() < end;) {
-    int ready = 0;
-    for (int r = 0; r < world; r++) {
-      char path[96];
-      snprintf(path, sizeof path, "%s/%d", kc->ready_dir, r);
-      ready += access(path, F_OK) == 0;
-    }
-    if (ready == world) break;
-    usleep(10000);
-  }
+  t_ready_wait(kc->ready_dir, world, 60);
   usleep((useconds_t)(kc->kill_after * 1e6));
   if (kc->victim < np) kill(pids[kc->victim], SIGKILL);
   kc->killed_at = t_now();
@@ -548,12 +536,7 @@ static int kill_test(int victim) {
   int codes[MAXW], sigs[MAXW];
   g_rank_fn = kill_rank;
   int rc = t_run(L->nproc, proc_fn, &kc, kill_victim, 60.0, codes, sigs);
-  for (int r = 0; r < L->world; r++) {
-    char path[96];
-    snprintf(path, sizeof path, "%s/%d", kc.ready_dir, r);
-    unlink(path);
-  }
-  rmdir(kc.ready_dir);
+  t_ready_remove(kc.ready_dir, L->world);
   if (rc) return fprintf(stderr, "kill: the survivors hung (process %d killed)\n", victim), 1;
   const double took = t_now() - kc.killed_at;
   printf("kill: process %d of %s killed %.2f s into the loop; survivors done %.2f s later\n",

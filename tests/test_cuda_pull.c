@@ -337,11 +337,8 @@ static int kill_rank(int rank, void *arg) {
   const uint64_t p0 = rr__mop_pulled();
   T_OK(rr_all_gather(pg, x, y, KCOUNT, RR_FLOAT32));
   T_CHECK(rr__mop_pulled() > p0, "the all_gather did not pull");
-  char path[96];
-  snprintf(path, sizeof path, "%s/%d", kc->ready_dir, rank);
-  FILE *f = fopen(path, "w");
-  T_CHECK(f != NULL, "cannot create %s", path);
-  fclose(f);
+  T_CHECK(!t_ready_mark(kc->ready_dir, rank), "cannot mark rank %d ready in %s", rank,
+          kc->ready_dir);
   int st;
   long calls = 0;
   do {
@@ -364,16 +361,7 @@ static int kill_rank(int rank, void *arg) {
 
 static void kill_victim(const int *pids, int n, void *arg) {
   kcase *kc = arg;
-  for (double end = t_now() + 60; t_now() < end;) {
-    int ready = 0;
-    for (int r = 0; r < n; r++) {
-      char path[96];
-      snprintf(path, sizeof path, "%s/%d", kc->ready_dir, r);
-      ready += access(path, F_OK) == 0;
-    }
-    if (ready == n) break;
-    usleep(10000);
-  }
+  t_ready_wait(kc->ready_dir, n, 60);
   usleep((useconds_t)(kc->kill_after * 1e6));
   kill(pids[VICTIM], SIGKILL);
   kc->killed_at = t_now();
@@ -386,12 +374,7 @@ static int run_kill(void) {
   if (!mkdtemp(kc.ready_dir)) return perror("mkdtemp"), 1;
   int codes[16], sigs[16];
   int rc = t_run(n, kill_rank, &kc, kill_victim, 90, codes, sigs);
-  for (int r = 0; r < n; r++) {
-    char path[96];
-    snprintf(path, sizeof path, "%s/%d", kc.ready_dir, r);
-    unlink(path);
-  }
-  rmdir(kc.ready_dir);
+  t_ready_remove(kc.ready_dir, n);
   if (rc) return fprintf(stderr, "kill: the survivors hung\n"), 1;
   const double took = t_now() - kc.killed_at;
   printf("kill: rank %d killed %.2f s into the loop; survivors done %.2f s later\n", VICTIM,

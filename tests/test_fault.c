@@ -83,11 +83,8 @@ static int kill9(int rank, void *arg) {
   float *x = calloc(n + 1, sizeof *x);
   int st;
   T_OK(rr_barrier(pg)); /* everyone is in: the kill may come now */
-  char path[96];
-  snprintf(path, sizeof path, "%s/%d", kc->ready_dir, rank);
-  FILE *f = fopen(path, "w");
-  T_CHECK(f != NULL, "cannot create %s", path);
-  fclose(f);
+  T_CHECK(!t_ready_mark(kc->ready_dir, rank), "cannot mark rank %d ready in %s", rank,
+          kc->ready_dir);
   for (long it = 0;; it++) {
     if (!strcmp(kc->coll, "all_reduce"))
       st = rr_all_reduce(pg, x, x, n, RR_FLOAT32, RR_SUM);
@@ -112,16 +109,7 @@ static int kill9(int rank, void *arg) {
 static void kill_one(const int *pids, int n, void *arg) {
   kill_case *kc = arg;
   /* Wait until every rank is running calls (slow under load), then a random moment. */
-  for (double end = t_now() + 30; t_now() < end;) {
-    int ready = 0;
-    for (int r = 0; r < n; r++) {
-      char path[96];
-      snprintf(path, sizeof path, "%s/%d", kc->ready_dir, r);
-      ready += access(path, F_OK) == 0;
-    }
-    if (ready == n) break;
-    usleep(10000);
-  }
+  t_ready_wait(kc->ready_dir, n, 30);
   usleep((useconds_t)(kc->kill_after * 1e6));
   kill(pids[kc->victim], SIGKILL);
   kc->killed_at = t_now();
@@ -552,12 +540,7 @@ int main(int argc, char **argv) {
           }
         if (sigs[victim] != SIGKILL) bad = 1, fprintf(stderr, "victim was not killed\n");
         if (took > 5.0) bad = 1, fprintf(stderr, "survivors took %.1f s (timeout is 30 s)\n", took);
-        for (int r = 0; r < 4; r++) {
-          char path[96];
-          snprintf(path, sizeof path, "%s/%d", kc.ready_dir, r);
-          unlink(path);
-        }
-        rmdir(kc.ready_dir);
+        t_ready_remove(kc.ready_dir, 4);
       }
     return bad;
   }

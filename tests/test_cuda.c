@@ -91,12 +91,11 @@
  *                                          process can wait for one
  *
  * CUDA must not be initialised before fork (rr_spawn), so the parent asks a child whether
- * there is a device. *
- * (Over 800 lines on purpose: one program per GPU run, each case sharing the harness,
- * the rank launcher and the buffer helpers; the list above is its table of contents.)
+ * there is a device.
  *
- * (Over 800 lines: one program with a case per device-path rule, all sharing the fake's setup and
- * the rank harness; the kinds' table is in test_cuda_kinds.h.)
+ * (Over 800 lines on purpose: one program per GPU run, a case per device-path rule, each
+ * sharing the harness, the rank launcher and the buffer helpers; the list above is its table
+ * of contents, the kinds' table is in test_cuda_kinds.h.)
  */
 #include <stdio.h>
 #include <stdlib.h>

@@ -1,6 +1,5 @@
 #!/usr/bin/env bash
 # Tests of the rrun launcher (tools/rrun*.c), one case per run so CTest times each one alone.
-# (Over 800 lines: a case per flag and failure of the launcher, sharing the job helpers.)
 #
 #   bash tests/test_rrun.sh RRUN HELPER CASE [ALLREDUCE [SETUP_DEATH FORGE]]
 #

@@ -241,6 +241,7 @@ case_standalone() {
   expect_rc 0
   local port uuid='^[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$'
   port=$(cat "$T/port.0.0") # rank 0 could bind it: it was free
+  # Never the default 29500, which a later job without --standalone would want.
   [ "$port" != 29500 ] && [ "$port" -ge 1024 ] && [ "$port" -le 65535 ] || fail "port $port"
   # Below the kernel's ephemeral range, where no outgoing connection can take it before rank 0
   # binds it (rrun.c's free_port says why).
@@ -253,11 +254,12 @@ case_standalone() {
   [[ $id =~ $uuid ]] || fail "standalone run id '$id' is not a random UUID, as torchrun's"
   expect_env "$T/env.1.0" 1 1 2 2 0 1 127.0.0.1 "$port" "$id" 0 0 1
 
-  # --master-* are ignored (with a warning), --nnodes 2 is refused.
-  rr --standalone --master-port 29500 --master-addr 10.9.9.9 "$HELPER" "$T" '0=bind:0'
+  # --master-* are ignored (with a warning), --nnodes 2 is refused. 1023 is below every range
+  # free_port picks from, so a chance pick cannot look like the flag's port.
+  rr --standalone --master-port 1023 --master-addr 10.9.9.9 "$HELPER" "$T" '0=bind:0'
   expect_rc 0
   expect_err "ignoring --master-addr and --master-port"
-  [ "$(cat "$T/port.0.0")" != 29500 ] || fail "--standalone used --master-port"
+  [ "$(cat "$T/port.0.0")" != 1023 ] || fail "--standalone used --master-port"
 
   # Two jobs at once: each worker holds its port while the other job starts and binds.
   mkdir "$T/a" "$T/b"

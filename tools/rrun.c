@@ -113,7 +113,8 @@ static int port_bindable(int port) {
  * one of them can take it in that moment (seen in this project's tests, which launch many
  * jobs at once: "Address already in use" on rank 0's store). So: a random port below the
  * ephemeral range (only another explicit bind can take those), probed by binding it on every
- * address as rank 0 will; the kernel's choice only when no such range is left. */
+ * address as rank 0 will; the kernel's choice only when no such range is left. Never the
+ * default port: a job started later without --standalone would find it taken. */
 static int free_port(void) {
   int lo, hi;
   ephemeral_range(&lo, &hi);
@@ -122,6 +123,7 @@ static int free_port(void) {
     uint32_t r;
     if (random_bytes((unsigned char *)&r, sizeof r) != 0) return -1;
     int port = base + (int)(r % (uint32_t)span);
+    if (port == RRUN_DEFAULT_PORT) continue;
     int ok = port_bindable(port);
     if (ok < 0) return -1;
     if (ok) return port;

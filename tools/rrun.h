@@ -17,6 +17,8 @@ enum { EXIT_USAGE = 2, EXIT_EXEC = 127 };
 #define RRUN_LINE_MAX 65536
 /* Room for "[rankN]: " with any int N, and the newline. */
 #define RRUN_PREFIX_MAX 32
+/* torchrun's --master-port default. */
+#define RRUN_DEFAULT_PORT 29500
 
 /* Retries a system call interrupted by a signal (possible only while a signal is unblocked,
  * which in rrun is never, but the retry costs nothing and keeps each call site honest). */

@@ -312,8 +312,11 @@ static const struct flag *find_flag(const char *arg, char *spelled, size_t size)
 }
 
 void rr__parse_args(int argc, char **argv, options *o) {
-  *o = (options){
-      .nproc = 1, .nnodes = 1, .master_addr = "127.0.0.1", .master_port = 29500, .grace_s = 30};
+  *o = (options){.nproc = 1,
+                 .nnodes = 1,
+                 .master_addr = "127.0.0.1",
+                 .master_port = RRUN_DEFAULT_PORT,
+                 .grace_s = 30};
   o->bind = RRUN_BIND_SLICE;
   const char *env_grace = getenv("RR_GRACE_PERIOD");
   if (env_grace && env_grace[0] != '\0' && !parse_seconds(env_grace, &o->grace_s)) {

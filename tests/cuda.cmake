@@ -201,6 +201,13 @@ set_tests_properties(cudafake.mixed_tcp_w3 PROPERTIES ENVIRONMENT
 rr_fake_test(coll_piped_seg16k_w3 coll 3)
 set_tests_properties(cudafake.coll_piped_seg16k_w3 PROPERTIES ENVIRONMENT
   "${RR_FAKE_ENV};RR_TRANSPORT=tcp;RR_SEG_BYTES=16384;RR_TEST_EXPECT_IPC=0;RR_TEST_EXPECT_PIPED=1")
+# The variants above differ from coll_w2..w4 (IPC) and coll_tcp_w2 / coll_staged_w2 (piped,
+# staged) by how segments travel or who runs the ranks, not by arithmetic: they run the lean
+# matrix (tests/harness.h, t_lean: one dtype of each element size, sum and one more op) in
+# every stage. Half of the plain stage's cudafake time went to their full matrices.
+set_property(TEST cudafake.coll_nomemops_w3 cudafake.coll_wrap_w2 cudafake.coll_1gpu_w4
+  cudafake.coll_seg16k_w2 cudafake.coll_seg16k_w3 cudafake.threads_w3 cudafake.coll_shm_w3
+  cudafake.coll_piped_seg16k_w3 APPEND PROPERTY ENVIRONMENT RR_TEST_MATRIX=lean)
 foreach(w 1 2)
   rr_fake_test(stream_w${w} stream ${w})
 endforeach()

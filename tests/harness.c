@@ -41,6 +41,15 @@ int t_valid_ops(rr_dtype d, rr_op *out) {
   return n;
 }
 
+int t_lean(void) {
+  const char *mx = getenv("RR_TEST_MATRIX");
+  return mx && !strcmp(mx, "lean");
+}
+
+int t_lean_dtype(rr_dtype d) {
+  return d == RR_INT8 || d == RR_FLOAT16 || d == RR_FLOAT32 || d == RR_INT64;
+}
+
 void *t_alloc(size_t bytes) {
   void *p = malloc(bytes ? bytes : 1);
   if (!p) {

@@ -83,6 +83,14 @@ int t_is_float(rr_dtype d);
 /* The ops d supports (the bitwise ones only on integers), in enum order; returns how many
  * were written to out (RR_NUM_OPS at most). */
 int t_valid_ops(rr_dtype d, rr_op *out);
+/* RR_TEST_MATRIX=lean (tests/run.sh's sanitizer stages): 1 when the matrices run lean. A lean
+ * matrix keeps one dtype of each element size (t_lean_dtype) and, for reductions, sum and one
+ * other op. What a sanitizer looks for (a byte outside a buffer, two threads on one without
+ * order) depends on element sizes, counts, placements, roots and the world, which all stay;
+ * the arithmetic of every dtype and op runs in op.* under ASan/UBSan and in the full matrices
+ * of the plain stage. */
+int t_lean(void);
+int t_lean_dtype(rr_dtype d);
 
 /* malloc that does not return NULL: a rank that cannot get its buffers has nothing to check,
  * so it says so (naming the rank and the size) and exits 3. 0 bytes give a 1-byte block. */

@@ -88,7 +88,8 @@ endforeach()
 
 # Device buffers over verbs (the host fake of CUDA beside the fake verbs library): the ring
 # kinds take the piped path (ring/pipe_dev.c: pinned slots on the wire, the GPU kernel
-# reducing; RR_TEST_EXPECT_PIPED=1 checks every call did), 16 KiB segments, world 3.
+# reducing; RR_TEST_EXPECT_PIPED=1 checks every call did), 16 KiB segments, world 3, the lean
+# matrix (the transport differs, not the arithmetic: tests/cuda.cmake, coll_piped_seg16k_w3).
 add_test(NAME cudafake.coll_piped_ib_w3 COMMAND test_cuda --fake coll 3)
 set_tests_properties(cudafake.coll_piped_ib_w3 PROPERTIES TIMEOUT 240 LABELS "cudafake;ib"
-  ENVIRONMENT "${RR_IB_ENV};RR_TIMEOUT=120;RR_SEG_BYTES=16384;RR_TEST_EXPECT_IPC=0;RR_TEST_EXPECT_PIPED=1")
+  ENVIRONMENT "${RR_IB_ENV};RR_TIMEOUT=120;RR_SEG_BYTES=16384;RR_TEST_EXPECT_IPC=0;RR_TEST_EXPECT_PIPED=1;RR_TEST_MATRIX=lean")

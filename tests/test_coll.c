@@ -17,7 +17,7 @@
  * smaller blocks miss). large: 64 MiB of float32 and of int32. all_to_all and all_to_allv have no
  * in-place form: their second placement is the _async call. For all_to_allv the count sets the
  * scale of random per-pair counts (zeros among them). RR_TEST_MATRIX=lean (the sanitizer stages)
- * narrows dtypes and ops: see lean_dtype. */
+ * narrows dtypes and ops: see t_lean in harness.h. */
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -398,16 +398,6 @@ static size_t dedupe(size_t *c, size_t n) {
   return m;
 }
 
-/* RR_TEST_MATRIX=lean (tests/run.sh's sanitizer stages): one dtype of each element size,
- * and for the reductions sum and one other op, rotating with the count, in place of every
- * valid op. What a sanitizer looks for (a byte outside a buffer, two threads on one without
- * order) depends on element sizes, counts, placements, roots and the world, which all stay;
- * the arithmetic of every dtype and op runs in op.* under ASan/UBSan and in the full matrix
- * of the plain stage. */
-static int lean_dtype(rr_dtype d) {
-  return d == RR_INT8 || d == RR_FLOAT16 || d == RR_FLOAT32 || d == RR_INT64;
-}
-
 static int body(int rank, void *arg) {
   const targs *ta = arg;
   t_rank = rank;
@@ -417,8 +407,7 @@ static int body(int rank, void *arg) {
   const char *c = ta->coll;
   uint64_t seed = t_seed();
   int cases = 0, fails = 0;
-  const char *mx = getenv("RR_TEST_MATRIX");
-  const int lean = mx && !strcmp(mx, "lean");
+  const int lean = t_lean();
 
   if (!strcmp(c, "barrier")) {
     for (int i = 0; i < 30; i++) fails += case_barrier(pg, seed, i), cases++;
@@ -466,7 +455,7 @@ static int body(int rank, void *arg) {
       int big = count > 100000;
       for (int di = 0; di < RR_NUM_DTYPES; di++) {
         rr_dtype d = (rr_dtype)di;
-        if (lean && !lean_dtype(d)) continue;
+        if (lean && !t_lean_dtype(d)) continue;
         rr_op ops[8];
         int nops = t_valid_ops(d, ops);
         if (big) { /* two ops per dtype, rotating so every op meets a big count */

@@ -36,12 +36,15 @@ case "${1:-}" in
     # cases at 2-3 and the lanes/star/small/rd/ring variants at 2-5 cover the odd and
     # power-of-two paths), op.* (single-threaded arithmetic, near its 60 s limit under
     # TSan), cudafake.kernel (arithmetic too, ~50 s under TSan; the fake's ordering is what
-    # the other cudafake tests check there) and rel_soak_5k (its RSS bound measures TSan's shadow memory, not the library).
+    # the other cudafake tests check there), rel_soak_5k (its RSS bound measures TSan's shadow
+    # memory, not the library), ddp.train_elastic at 8 ranks (its 4-rank twins run the same
+    # threads) and rel_junk_notoken (rel_junk_token runs the same attacker and rank threads;
+    # the two differ in what the store and setup accept, not in threading).
     # 11-13 min on a slow 2-core machine; see docs/reliability.md, "ThreadSanitizer".
     plain='(all_reduce|reduce_scatter|all_gather|broadcast|reduce|gather|scatter|all_to_all|all_to_allv|sendrecv|barrier)'
     # The ib matrix likewise keeps its 2-3 rank and tiny-ring cases (its 4-8 rank ones add
     # two minutes under TSan and no thread the smaller worlds lack).
-    select=(-E "^((shm_)?coll_[a-z_]+_w[678]|(shm_)?coll_${plain}_w[45]|ib_coll_[a-z_]+_w[458]|op\..*|cudafake\.kernel|rel_soak_5k)\$")
+    select=(-E "^((shm_)?coll_[a-z_]+_w[678]|(shm_)?coll_${plain}_w[45]|ib_coll_[a-z_]+_w[458]|op\..*|cudafake\.kernel|rel_soak_5k|ddp\.train_elastic_w8_[a-z]+|rel_junk_notoken)\$")
     export TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1
     ;;
   "")

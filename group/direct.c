@@ -79,7 +79,6 @@ struct rr__direct {
   int ok;     /* every rank on one GPU in its own process, with stream memory operations */
   int ipc_ok; /* CUDA IPC works between every two ranks' GPUs (rr__direct_ipc_ok) */
   unsigned char uuid[16];
-  uint64_t calls;
   /* This rank's scratch, for buffers that cannot be exported (device memory of its own,
    * grow-only; outgrown ones are kept until the group is freed). */
   char *scratch;
@@ -583,7 +582,6 @@ static int rr__direct_call(rr_pg *pg, const rr__pg_call *call, int64_t timeout_m
   sends.n = 0;
   c.sends = &sends;
   rr__comm_new_call(pg->comm, 1, c.hdr.seq);
-  pg->direct->calls++;
   st = pg->rank == 0 ? rr__direct_lead(pg, call, &c, &dev) : rr__direct_peer(pg, call, &c, &dev);
   if (st == RR_OK) st = rr__coll_flush_hdrs(&c);
   if (st == RR_OK) st = rr__pg_memop_wait(pg, call, &c, &dev);

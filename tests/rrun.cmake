@@ -4,6 +4,7 @@ add_executable(rrun_helper ${RR_TEST_DIR}/helpers/rrun_helper.c)
 # A worker that joins the job and checks an all-reduce (the two-node case).
 add_executable(rrun_allreduce ${RR_TEST_DIR}/helpers/rrun_allreduce.c)
 target_link_libraries(rrun_allreduce PRIVATE ringreduce)
+target_include_directories(rrun_allreduce PRIVATE ${PROJECT_SOURCE_DIR}) # tests/test_port.h
 # A worker whose rank DEAD dies during the group's setup, and a writer of rrun's notices with
 # any token (the setup_death cases).
 add_executable(rrun_setup_death ${RR_TEST_DIR}/helpers/rrun_setup_death.c)

@@ -555,8 +555,10 @@ static int timeouts(int rank, void *arg) {
   double t0 = t_now();
   T_OK(rr_barrier(world));
   double waited = t_now() - t0;
+  /* Ranks 1 and 2 come ~2.5 s after their own clocks started; 1 s leaves room for the ranks'
+   * clocks starting apart on a loaded machine, and still fails a barrier that did not wait. */
   if (rank == 0 || rank == 3)
-    T_CHECK(waited >= 2.0,
+    T_CHECK(waited >= 1.0,
             "the world barrier returned after %.2f s; expected to wait for ranks 1 and 2", waited);
   if (rank == 3) {
     /* S was aborted by its other members: this rank's call fails at once. */
@@ -587,8 +589,8 @@ static int timeouts(int rank, void *arg) {
   }
   if (c) {
     T_OK(rr_all_reduce(c, y, y, 32, RR_INT64, RR_SUM));
-    if (rank == 2)
-      T_CHECK(t_now() - t0 >= 1.8, "C's all_reduce returned after %.2f s; rank 3 was 2 s late",
+    if (rank == 2) /* 1 s, not 2: rank 3's sleep started on its own clock (see above) */
+      T_CHECK(t_now() - t0 >= 1.0, "C's all_reduce returned after %.2f s; rank 3 was 2 s late",
               t_now() - t0);
     size_t wrong = t_check_reduced(y, 32, RR_INT64, RR_SUM, 6, 2, 0, "C all_reduce");
     T_CHECK(!wrong, "C all_reduce: %zu wrong", wrong);

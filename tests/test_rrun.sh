@@ -42,9 +42,13 @@ now_ms() { date +%s%3N; }
 
 # rr ARGS...: runs rrun, output in $T/out and $T/err; sets RC and ELAPSED (milliseconds).
 # The helper's files of an earlier run are removed first: its workers wait for pid files.
-# A port for a job's store, below the kernel's ephemeral range (not rrun's default 29500,
-# which any other job on the machine may hold).
-job_port() { echo $((20000 + RANDOM % 12000)); }
+# A port for a job's store: probed free, below the kernel's ephemeral range and outside the
+# README jobs' 29400-30399 (tests/test_port.h, through rrun_allreduce). Another test's store
+# may hold an unprobed pick: rank 0 then fails "Address already in use", or worse, our ranks
+# meet its store. Without ALLREDUCE (by hand), an unprobed pick.
+job_port() {
+  if [ -n "$ALLREDUCE" ]; then "$ALLREDUCE" --free-port; else echo $((20000 + RANDOM % 9400)); fi
+}
 
 rr() {
   local t0
@@ -261,10 +265,13 @@ case_standalone() {
   expect_err "ignoring --master-addr and --master-port"
   [ "$(cat "$T/port.0.0")" != 1023 ] || fail "--standalone used --master-port"
 
-  # Two jobs at once: each worker holds its port while the other job starts and binds.
+  # Two jobs at once: the second starts while the first's worker holds its port, and must
+  # pick another. (Started together, both could pick one port before either bound it: 1 in
+  # 16384, as for torchrun's own pick.)
   mkdir "$T/a" "$T/b"
-  "$RRUN" --standalone "$HELPER" "$T/a" '0=bind:1000' >"$T/a/out" 2>"$T/a/err" &
+  "$RRUN" --standalone "$HELPER" "$T/a" '0=bind:2000' >"$T/a/out" 2>"$T/a/err" &
   local pa=$!
+  wait_for "$T/a/port.0.0"
   "$RRUN" --standalone "$HELPER" "$T/b" '0=bind:1000' >"$T/b/out" 2>"$T/b/err" &
   local pb=$!
   wait $pa || fail "first concurrent job failed: $(cat "$T/a/err")"
@@ -668,7 +675,7 @@ case_leftover_writer() {
 
 case_no_zombies() {
   # Ranks 0 and 1 finish early; rrun must reap them while it still waits for rank 2.
-  "$RRUN" --nproc-per-node 3 "$HELPER" "$T" '0=exit:0' '1=exit:0:100' '2=exit:0:1500' \
+  "$RRUN" --nproc-per-node 3 "$HELPER" "$T" '0=exit:0' '1=exit:0:100' '2=exit:0:3000' \
     >"$T/out" 2>"$T/err" &
   local pid=$!
   wait_for "$T"/pid.{0,1,2}.0

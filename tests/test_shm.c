@@ -334,10 +334,11 @@ static int phase_peek(rr__conn *c, int me) {
   T_CHECK(n == 0, "peek saw %zu bytes before anything was sent", n);
   struct pollfd p;
   tp->peekfd(c, &p);
-  double t0 = t_now();
   int rc = poll(&p, 1, 3000);
   T_CHECK(rc == 1, "peekfd did not wake within 3 s");
-  T_CHECK(t_now() - t0 > 0.1, "peekfd woke after %.3f s, before anything was sent", t_now() - t0);
+  /* A wake before anything was sent shows as a peek of fewer than 48 bytes here. (Not timed:
+   * the peer's 200 ms start before this rank's clock would, and a loaded machine can spend
+   * them between the two.) */
   T_OK(tp->peek(c, got, 48, &n));
   T_CHECK(n == 48 && !memcmp(got, m1, 48), "peek returned %zu bytes, or the wrong ones", n);
   T_OK(tp->peek(c, got, 48, &n)); /* again: nothing was consumed */

@@ -236,8 +236,10 @@ static void setter_child(void *p) {
 
 void get_blocks(rr_store *s, int tcp_port, const char *path) {
   setter_arg a = {tcp_port, path, 400, "late/key", 1000 + rnd() % 1000};
-  pid_t pid = spawn(setter_child, &a);
+  /* t0 before the fork: the child's sleep starts after it, so the bound below holds however
+   * late this process runs again after forking. */
   int64_t t0 = now_ms();
+  pid_t pid = spawn(setter_child, &a);
   void *v = NULL;
   size_t len = 0;
   OK(rr_store_get(s, "late/key", &v, &len));
@@ -253,8 +255,8 @@ void get_blocks(rr_store *s, int tcp_port, const char *path) {
   CHECK(wait_child(pid, 10000) == 0, "the setter failed");
   /* wait() blocks the same way. */
   a.key = "late/key2";
-  pid = spawn(setter_child, &a);
   t0 = now_ms();
+  pid = spawn(setter_child, &a);
   const char *keys[] = {"late/key", "late/key2"};
   OK(rr_store_wait(s, keys, 2, 0));
   waited = now_ms() - t0;

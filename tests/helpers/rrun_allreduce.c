@@ -21,25 +21,17 @@
 #include <sys/socket.h>
 
 #include "ringreduce/ringreduce.h"
+#include "tests/test_port.h"
 
+/* A probed port below the kernel's ephemeral range (tests/test_port.h says why not port 0). */
 static int free_port(void) {
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  if (fd < 0) {
-    perror("rrun_allreduce: socket");
+  int port = rr_test_free_port();
+  if (port < 0) {
+    fprintf(stderr, "rrun_allreduce: no port in %d-%d could be bound on 127.0.0.1\n",
+            RR_TEST_PORT_LO, RR_TEST_PORT_HI - 1);
     return 1;
   }
-  struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-  socklen_t len = sizeof a;
-  if (bind(fd, (struct sockaddr *)&a, sizeof a) != 0 ||
-      getsockname(fd, (struct sockaddr *)&a, &len) != 0) {
-    perror("rrun_allreduce: bind 127.0.0.1:0");
-    return 1;
-  }
-  if (close(fd) != 0) {
-    perror("rrun_allreduce: close");
-    return 1;
-  }
-  if (printf("%d\n", ntohs(a.sin_port)) < 0) return 1;
+  if (printf("%d\n", port) < 0) return 1;
   return 0;
 }
 

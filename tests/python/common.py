@@ -41,6 +41,9 @@ def fail(msg):
 
 
 PORT_RANGE = (20000, 32768)  # below the kernel's ephemeral range (32768-60999 by default)
+# Never picked: where jobs started as the README writes them take their port unprobed (rrun's
+# and torchrun's default 29500, examples/torch_digits.py's 29400 + pid % 1000; tests/test_port.h).
+README_PORTS = range(29400, 30400)
 
 
 def free_port():
@@ -53,6 +56,8 @@ def free_port():
     rnd = random.Random(os.getpid() ^ time.monotonic_ns())
     for _ in range(256):
         port = rnd.randrange(*PORT_RANGE)
+        if port in README_PORTS:
+            continue
         with socket.socket() as s:
             try:
                 s.bind(("127.0.0.1", port))

@@ -674,7 +674,9 @@ static int coll_rank(int rank, void *arg) {
   if (!strcmp(ca->what, "coll")) {
     if (kinds_p2p_first(pg, 196613, seed)) return 1;
     const size_t counts[] = {0, 1, 7, g_fake || getenv("RR_TEST_SMALL") ? 100003 : 1000003};
-    const int lean = t_lean(); /* the sanitizer stages: harness.h says what stays */
+    /* Lean: the sanitizer stages and the transport variants (tests/cuda.cmake); harness.h
+     * says what stays. */
+    const int lean = t_lean();
     for (size_t c = 0; c < sizeof counts / sizeof counts[0]; c++)
       for (int d = 0; d < RR_NUM_DTYPES; d++) {
         if (lean && !t_lean_dtype((rr_dtype)d)) continue;

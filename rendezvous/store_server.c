@@ -13,11 +13,9 @@
  * leaves mid-request, or one that stalls mid-request (or does not read its reply) longer
  * than the store's timeout, closes that client only. rr_store_free on the master writes the
  * eventfd, joins the thread and closes every socket.
- * (Just past 800 lines: one connection state machine and the handshake that guards it read
- * best in one file; the protocol's encoding already lives in store_proto.h.)
- *
- * (Over 800 lines: one poll loop and its per-client state machine, with the parked waits that need
- * both; the protocol's bytes are in store_proto.h.)
+ * (Over 800 lines: one poll loop, its per-client state machine with the handshake that guards
+ * it, and the parked waits that need both, read best in one file; the protocol's bytes are in
+ * store_proto.h.)
  */
 #include <errno.h>
 #include <inttypes.h>
